@@ -1,0 +1,185 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MachineSpec is a machine's identity and the image it should run. The
+// NodePool controller writes it from the pool's entry; people do not.
+type MachineSpec struct {
+	// Pool is the NodePool, in the same namespace, the machine belongs to. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable"
+	Pool string `json:"pool"`
+
+	// Cluster is the TenantCluster the machine joins. Immutable.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable"
+	Cluster string `json:"cluster"`
+
+	// Hostname of the node.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Hostname string `json:"hostname"`
+
+	// MACs are the machine's boot interfaces.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:Pattern=`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`
+	MACs []string `json:"macs"`
+
+	// IP is the machine's static IPv4 address.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	IP string `json:"ip"`
+
+	// Tags applied to this machine, resolved from the pool.
+	// +optional
+	// +listType=set
+	Tags []string `json:"tags,omitempty"`
+
+	// DesiredImage is the BootImage the pool wants this machine to run. The
+	// image actually served at next boot is status.servedImage, which only
+	// the rollout controller moves.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	DesiredImage string `json:"desiredImage"`
+}
+
+// ImageRef pins a BootImage by name and the digest of its root filesystem.
+type ImageRef struct {
+	// Name of the BootImage.
+	Name string `json:"name"`
+	// Digest of the BootImage's root filesystem, sha256:<hex>.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	Digest string `json:"digest"`
+}
+
+// BootRecord is what a machine reported after it booted.
+type BootRecord struct {
+	// BootID is the kernel's boot ID (/proc/sys/kernel/random/boot_id).
+	BootID string `json:"bootID"`
+	// ImageDigest is the root filesystem digest the machine booted.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	ImageDigest string `json:"imageDigest"`
+	// Time the report arrived.
+	Time metav1.Time `json:"time"`
+}
+
+// RolloutPhase is a step of a machine's reboot-to-update.
+// +kubebuilder:validation:Enum=Cordoning;Draining;Rebooting;Verifying;Uncordoning;Done;Failed
+type RolloutPhase string
+
+const (
+	RolloutCordoning   RolloutPhase = "Cordoning"
+	RolloutDraining    RolloutPhase = "Draining"
+	RolloutRebooting   RolloutPhase = "Rebooting"
+	RolloutVerifying   RolloutPhase = "Verifying"
+	RolloutUncordoning RolloutPhase = "Uncordoning"
+	RolloutDone        RolloutPhase = "Done"
+	RolloutFailed      RolloutPhase = "Failed"
+)
+
+// MachineRollout is the machine's place in an update. Each phase is written
+// before its side effect so a restarted controller resumes where it was.
+type MachineRollout struct {
+	// Phase the update is in.
+	Phase RolloutPhase `json:"phase"`
+	// TargetImage is the image this update moves the machine to.
+	TargetImage ImageRef `json:"targetImage"`
+	// PhaseStartTime is when the current phase began; phase timeouts count from it.
+	PhaseStartTime metav1.Time `json:"phaseStartTime"`
+	// WasCordoned records that the node was already cordoned before the
+	// update, so it is left cordoned afterwards.
+	// +optional
+	WasCordoned bool `json:"wasCordoned,omitempty"`
+	// PreviousBootID is the boot ID before the reboot; a new one proves the reboot.
+	// +optional
+	PreviousBootID string `json:"previousBootID,omitempty"`
+	// Message explains the phase, or the failure.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// RolloutHistoryEntry records one finished update.
+type RolloutHistoryEntry struct {
+	// Image the update moved to.
+	Image ImageRef `json:"image"`
+	// Result is Done or Failed.
+	Result RolloutPhase `json:"result"`
+	// FinishTime of the update.
+	FinishTime metav1.Time `json:"finishTime"`
+	// Message about the outcome.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// MachineStatus is what the controllers and the machine itself reported.
+type MachineStatus struct {
+	// Conditions: Ready, Booted, UpToDate, NodeReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ServedImage is the image kubefarm-pxe serves at the machine's next boot.
+	// It changes only when the rollout controller flips it, so a machine that
+	// reboots out of turn comes back on the image it ran.
+	// +optional
+	ServedImage *ImageRef `json:"servedImage,omitempty"`
+
+	// LastBoot is what the machine reported after its latest boot.
+	// +optional
+	LastBoot *BootRecord `json:"lastBoot,omitempty"`
+
+	// Rollout is the update in progress, if any.
+	// +optional
+	Rollout *MachineRollout `json:"rollout,omitempty"`
+
+	// History of finished updates, newest first, at most ten.
+	// +optional
+	// +kubebuilder:validation:MaxItems=10
+	History []RolloutHistoryEntry `json:"history,omitempty"`
+}
+
+// Machine is one bare-metal server of a NodePool. The NodePool controller
+// creates one per pool entry; per-machine status keeps writes small and
+// uncontended at thousands of machines.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=kfm,categories=kubefarm
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.servedImage.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`
+// +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.macs[0]`,priority=1
+// +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desiredImage`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Machine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   MachineSpec   `json:"spec"`
+	Status MachineStatus `json:"status,omitempty"`
+}
+
+// MachineList is a list of Machines.
+//
+// +kubebuilder:object:root=true
+type MachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Machine `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Machine{}, &MachineList{})
+}

@@ -1,0 +1,322 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// MaxMachinesPerPool bounds a pool so that its CEL rules stay within the API
+// server's per-request cost budget; larger groups are split into several pools.
+// The IP uniqueness rule is quadratic, so it is the one that sets this bound.
+// MAC uniqueness (up to four MACs a machine makes it 16 times as costly) is
+// checked by the NodePool admission webhook in linear time instead, together
+// with uniqueness across pools, which CEL cannot see at all.
+const MaxMachinesPerPool = 250
+
+// NodePoolSpec describes a group of netbooted machines that join one tenant
+// cluster with the same image, boot network and settings. Its shape follows a
+// kubefarm `nodePools` entry.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.machines) || self.machines.all(m, cidr(self.network.subnet).containsIP(m.ip))",fieldPath=".machines",messageExpression="'every machine IP must be inside spec.network.subnet ' + self.network.subnet",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.machines) || self.machines.all(m, self.machines.exists_one(o, o.ip == m.ip))",fieldPath=".machines",message="machine IPs must be unique within the pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.network.gateway) || cidr(self.network.subnet).containsIP(self.network.gateway)",fieldPath=".network.gateway",message="gateway must be inside spec.network.subnet",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.machines) || !has(self.tags) || self.machines.all(m, !has(m.tags) || m.tags.all(t, t in self.tags))",fieldPath=".machines",message="machines may only use tags defined in spec.tags",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="has(self.tags) || !has(self.machines) || self.machines.all(m, !has(m.tags) || size(m.tags) == 0)",fieldPath=".machines",message="machines use tags but spec.tags defines none",reason=FieldValueInvalid
+type NodePoolSpec struct {
+	// Cluster is the name of the TenantCluster, in the same namespace, that
+	// the machines join. Immutable: moving machines between clusters means
+	// deleting them from one pool and adding them to another.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable"
+	Cluster string `json:"cluster"`
+
+	// BootImage is the name of the BootImage the machines should run. Changing
+	// it starts a rolling reboot-to-update within spec.rollout.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	BootImage string `json:"bootImage"`
+
+	// Network is the boot network the machines' DHCP leases describe.
+	// +required
+	Network BootNetwork `json:"network"`
+
+	// Machines are the pool's servers.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=250
+	Machines []MachineEntry `json:"machines,omitempty"`
+
+	// Tags are named bundles of node labels, taints, kernel arguments and DHCP
+	// options that machines opt into by name.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Tags map[string]TagSpec `json:"tags,omitempty"`
+
+	// Labels are set on every node of the pool.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Taints are set on every node of the pool.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Taints []corev1.Taint `json:"taints,omitempty"`
+
+	// KernelArgs are appended to every machine's kernel command line.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	KernelArgs []string `json:"kernelArgs,omitempty"`
+
+	// Kubelet configures the kubelet of every machine of the pool.
+	// +optional
+	Kubelet KubeletSpec `json:"kubelet,omitempty"`
+
+	// Rollout governs how a new BootImage reaches the machines.
+	// +optional
+	// +kubebuilder:default={}
+	Rollout RolloutStrategy `json:"rollout,omitempty"`
+}
+
+// BootNetwork is the IPv4 network the machines boot on.
+type BootNetwork struct {
+	// Subnet is the boot network in CIDR form, for example 10.28.0.0/16.
+	// +required
+	// +kubebuilder:validation:MaxLength=18
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4",message="must be an IPv4 CIDR such as 10.28.0.0/16"
+	Subnet string `json:"subnet"`
+
+	// Gateway is the default router handed out by DHCP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	Gateway string `json:"gateway,omitempty"`
+
+	// DNS servers handed out by DHCP.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.all(s, isIP(s) && ip(s).family() == 4)",message="must be IPv4 addresses"
+	DNS []string `json:"dns,omitempty"`
+
+	// Domain is the DNS search domain handed out by DHCP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Domain string `json:"domain,omitempty"`
+
+	// LeaseTime of the DHCP leases.
+	// +optional
+	// +kubebuilder:default="1h"
+	LeaseTime *metav1.Duration `json:"leaseTime,omitempty"`
+}
+
+// MachineEntry is one server of a pool, as written in a kubefarm values file.
+type MachineEntry struct {
+	// Name becomes the node's hostname and the Machine object's name suffix.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// MACs are the machine's boot interfaces, lowercase and colon separated.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:Pattern=`^([0-9a-f]{2}:){5}[0-9a-f]{2}$`
+	// +kubebuilder:validation:items:MaxLength=17
+	MACs []string `json:"macs"`
+
+	// IP is the machine's static IPv4 address inside the pool's subnet.
+	// +required
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	IP string `json:"ip"`
+
+	// Tags name entries of spec.tags that apply to this machine.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	Tags []string `json:"tags,omitempty"`
+}
+
+// TagSpec is a named bundle of settings a machine opts into.
+type TagSpec struct {
+	// Labels are set on the node.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// Taints are set on the node.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Taints []corev1.Taint `json:"taints,omitempty"`
+
+	// KernelArgs are appended to the kernel command line.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	KernelArgs []string `json:"kernelArgs,omitempty"`
+
+	// DHCPOptions are added to the machine's DHCP replies.
+	// +optional
+	// +listType=map
+	// +listMapKey=code
+	// +kubebuilder:validation:MaxItems=32
+	DHCPOptions []DHCPOption `json:"dhcpOptions,omitempty"`
+}
+
+// DHCPOption is a raw DHCPv4 option.
+type DHCPOption struct {
+	// Code of the option. Codes that kubefarm-pxe sets itself (1, 3, 6, 12,
+	// 15, 51, 53, 54, 60, 66, 67) cannot be overridden here.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=254
+	// +kubebuilder:validation:XValidation:rule="!(self in [1, 3, 6, 12, 15, 51, 53, 54, 60, 66, 67])",message="is set by kubefarm-pxe and cannot be overridden"
+	Code int32 `json:"code"`
+
+	// Value is the option's payload: text, or hex bytes prefixed with 0x.
+	// +required
+	// +kubebuilder:validation:MaxLength=255
+	Value string `json:"value"`
+}
+
+// KubeletSpec configures the machines' kubelets.
+type KubeletSpec struct {
+	// ExtraArgs are added to the kubelet's flags.
+	// +optional
+	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+
+	// MaxPods per node; zero keeps the kubelet default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1024
+	MaxPods int32 `json:"maxPods,omitempty"`
+}
+
+// RolloutStrategy governs the rolling reboot-to-update of a pool.
+type RolloutStrategy struct {
+	// MaxUnavailable is how many machines of the pool may be unavailable at
+	// once, counting every unavailable node, not only those being updated:
+	// a count, or a percentage such as 10%.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a count of at least 1 or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// Paused stops starting new machine updates; machines in progress finish.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// MaintenanceWindows restrict when machine updates may start. Empty
+	// means any time.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
+
+	// DrainTimeout bounds the drain of one node; past it the machine's update
+	// fails (it is never forced past a PodDisruptionBudget).
+	// +optional
+	// +kubebuilder:default="15m"
+	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
+
+	// BootTimeout bounds the wait for a rebooted machine to report the new
+	// image and become Ready.
+	// +optional
+	// +kubebuilder:default="15m"
+	BootTimeout *metav1.Duration `json:"bootTimeout,omitempty"`
+
+	// FailureBudget is how many machine updates may fail before the rollout
+	// halts and waits for an operator.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	FailureBudget int32 `json:"failureBudget,omitempty"`
+}
+
+// MaintenanceWindow is a recurring time span in UTC.
+type MaintenanceWindow struct {
+	// Days of the week the window opens on; empty means every day.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:items:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
+	Days []string `json:"days,omitempty"`
+
+	// Start is the UTC time of day, HH:MM, the window opens.
+	// +required
+	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
+	Start string `json:"start"`
+
+	// Duration the window stays open.
+	// +required
+	Duration metav1.Duration `json:"duration"`
+}
+
+// NodePoolStatus is what the controllers observed.
+type NodePoolStatus struct {
+	// Conditions: Ready, MachinesReady, RolloutHealthy.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Machines is the number of machines in the pool.
+	// +optional
+	Machines int32 `json:"machines,omitempty"`
+
+	// ReadyMachines is the number whose node is Ready.
+	// +optional
+	ReadyMachines int32 `json:"readyMachines,omitempty"`
+
+	// UpdatedMachines is the number running spec.bootImage.
+	// +optional
+	UpdatedMachines int32 `json:"updatedMachines,omitempty"`
+
+	// FailedUpdates counts machine updates that failed in the current rollout.
+	// +optional
+	FailedUpdates int32 `json:"failedUpdates,omitempty"`
+}
+
+// NodePool is a group of netbooted machines that join one tenant cluster.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=np;nps,categories=kubefarm
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.cluster`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.bootImage`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyMachines`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedMachines`
+// +kubebuilder:printcolumn:name="Machines",type=integer,JSONPath=`.status.machines`
+// +kubebuilder:printcolumn:name="Paused",type=boolean,JSONPath=`.spec.rollout.paused`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type NodePool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   NodePoolSpec   `json:"spec"`
+	Status NodePoolStatus `json:"status,omitempty"`
+}
+
+// NodePoolList is a list of NodePools.
+//
+// +kubebuilder:object:root=true
+type NodePoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodePool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&NodePool{}, &NodePoolList{})
+}

@@ -1,0 +1,306 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TenantClusterSpec describes one tenant Kubernetes control plane that runs as
+// pods in the TenantCluster's namespace of the admin cluster.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.apiServer) || !has(self.apiServer.expose) || self.apiServer.expose.type != 'ExternalIP' || has(self.apiServer.expose.externalIP)",fieldPath=".apiServer.expose.externalIP",message="externalIP is required when apiServer.expose.type is ExternalIP"
+type TenantClusterSpec struct {
+	// Version is the Kubernetes version of the control plane, for example
+	// v1.34.4. Upgrades move one minor version at a time; downgrades are
+	// rejected.
+	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
+	// +required
+	Version string `json:"version"`
+
+	// APIServer configures kube-apiserver and how it is exposed.
+	// +optional
+	// +kubebuilder:default={}
+	APIServer APIServerSpec `json:"apiServer,omitempty"`
+
+	// ControllerManager configures kube-controller-manager.
+	// +optional
+	ControllerManager ComponentSpec `json:"controllerManager,omitempty"`
+
+	// Scheduler configures kube-scheduler.
+	// +optional
+	Scheduler ComponentSpec `json:"scheduler,omitempty"`
+
+	// Etcd configures the tenant's etcd cluster.
+	// +optional
+	// +kubebuilder:default={}
+	Etcd EtcdSpec `json:"etcd,omitempty"`
+
+	// Network holds the tenant's service and pod networks and DNS domain.
+	// +optional
+	// +kubebuilder:default={}
+	Network ClusterNetwork `json:"network,omitempty"`
+
+	// Konnectivity carries control-plane-to-node traffic (logs, exec,
+	// webhooks) through agents on the nodes, so nodes need no route to the
+	// admin cluster's pod network.
+	// +optional
+	// +kubebuilder:default={}
+	Konnectivity KonnectivitySpec `json:"konnectivity,omitempty"`
+
+	// KubeProxy selects how Services are implemented on the tenant's nodes.
+	// +optional
+	// +kubebuilder:default={}
+	KubeProxy KubeProxySpec `json:"kubeProxy,omitempty"`
+
+	// Addons switches the optional tenant add-ons.
+	// +optional
+	// +kubebuilder:default={}
+	Addons AddonsSpec `json:"addons,omitempty"`
+
+	// PodSecurity sets the tenant API server's cluster-wide Pod Security
+	// admission defaults.
+	// +optional
+	// +kubebuilder:default={}
+	PodSecurity PodSecurityDefaults `json:"podSecurity,omitempty"`
+
+	// VolumeReclaimPolicy says what happens to etcd's volumes when the
+	// TenantCluster is deleted.
+	// +optional
+	// +kubebuilder:default=Retain
+	VolumeReclaimPolicy VolumeReclaimPolicy `json:"volumeReclaimPolicy,omitempty"`
+}
+
+// VolumeReclaimPolicy is Retain or Delete.
+// +kubebuilder:validation:Enum=Retain;Delete
+type VolumeReclaimPolicy string
+
+const (
+	VolumeReclaimRetain VolumeReclaimPolicy = "Retain"
+	VolumeReclaimDelete VolumeReclaimPolicy = "Delete"
+)
+
+// ComponentSpec holds settings common to control plane components.
+type ComponentSpec struct {
+	// ExtraArgs are added to the component's flags and win over the flags
+	// kubefarm derives, except for the flags kubefarm needs to keep the
+	// cluster secure and reachable (documented per component).
+	// +optional
+	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+}
+
+// APIServerSpec configures kube-apiserver.
+type APIServerSpec struct {
+	ComponentSpec `json:",inline"`
+
+	// Replicas is the number of kube-apiserver pods.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Expose says how clients and nodes reach the API server.
+	// +optional
+	// +kubebuilder:default={}
+	Expose APIServerExpose `json:"expose,omitempty"`
+
+	// CertSANs are extra names and addresses for the serving certificate.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	CertSANs []string `json:"certSANs,omitempty"`
+}
+
+// ExposeType is how the API server Service is published.
+// +kubebuilder:validation:Enum=LoadBalancer;NodePort;ExternalIP
+type ExposeType string
+
+const (
+	ExposeLoadBalancer ExposeType = "LoadBalancer"
+	ExposeNodePort     ExposeType = "NodePort"
+	ExposeExternalIP   ExposeType = "ExternalIP"
+)
+
+// APIServerExpose publishes the API server and the Konnectivity agent port.
+type APIServerExpose struct {
+	// Type is LoadBalancer, NodePort or ExternalIP.
+	// +optional
+	// +kubebuilder:default=LoadBalancer
+	Type ExposeType `json:"type,omitempty"`
+
+	// ExternalIP is the fixed address of the API server, required for
+	// ExternalIP and used as the advertise address when set.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	ExternalIP string `json:"externalIP,omitempty"`
+
+	// Port is the API server port on the Service.
+	// +optional
+	// +kubebuilder:default=6443
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// EtcdSpec configures the tenant's etcd.
+type EtcdSpec struct {
+	// Replicas is 1 or 3. Three tolerates the loss of one member.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Enum=1;3
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// StorageSize is the size of each member's volume.
+	// +optional
+	// +kubebuilder:default="2Gi"
+	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
+
+	// StorageClassName of the members' volumes; empty uses the default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// ClusterNetwork holds the tenant's networks.
+type ClusterNetwork struct {
+	// ServiceCIDR is the range ClusterIPs are allocated from. It cannot change
+	// after creation: every Service and certificate depends on it.
+	// +optional
+	// +kubebuilder:default="10.96.0.0/12"
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.96.0.0/12"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable"
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+
+	// PodCIDR is the range pod addresses come from.
+	// +optional
+	// +kubebuilder:default="10.244.0.0/16"
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.244.0.0/16"
+	PodCIDR string `json:"podCIDR,omitempty"`
+
+	// ClusterDomain is the DNS domain of Services. Immutable.
+	// +optional
+	// +kubebuilder:default="cluster.local"
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable"
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+
+	// DNSServiceIP is the ClusterIP of the cluster DNS Service; empty means
+	// the tenth address of ServiceCIDR.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	DNSServiceIP string `json:"dnsServiceIP,omitempty"`
+}
+
+// KonnectivitySpec configures the Konnectivity server sidecar and agents.
+type KonnectivitySpec struct {
+	// Enabled runs konnectivity-server beside kube-apiserver and the agent
+	// DaemonSet in the tenant.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+}
+
+// KubeProxyMode is iptables, ipvs, nftables, or none (a CNI replaces kube-proxy).
+// +kubebuilder:validation:Enum=iptables;ipvs;nftables;none
+type KubeProxyMode string
+
+// KubeProxySpec configures kube-proxy in the tenant.
+type KubeProxySpec struct {
+	// Mode of kube-proxy; none deploys no kube-proxy.
+	// +optional
+	// +kubebuilder:default=iptables
+	Mode KubeProxyMode `json:"mode,omitempty"`
+}
+
+// AddonsSpec switches tenant add-ons.
+type AddonsSpec struct {
+	// CoreDNS deploys cluster DNS.
+	// +optional
+	// +kubebuilder:default=true
+	CoreDNS *bool `json:"coreDNS,omitempty"`
+
+	// ProbeHostPolicy deploys a ValidatingAdmissionPolicy that rejects Pods
+	// whose probes or lifecycle hooks set `host`, which would let a tenant
+	// make the kubelet connect anywhere (SSRF).
+	// +optional
+	// +kubebuilder:default=true
+	ProbeHostPolicy *bool `json:"probeHostPolicy,omitempty"`
+}
+
+// PodSecurityLevel is a Pod Security Standards level.
+// +kubebuilder:validation:Enum=privileged;baseline;restricted
+type PodSecurityLevel string
+
+// PodSecurityDefaults are the cluster-wide Pod Security admission defaults.
+type PodSecurityDefaults struct {
+	// Enforce level; Pods violating it are rejected.
+	// +optional
+	// +kubebuilder:default=baseline
+	Enforce PodSecurityLevel `json:"enforce,omitempty"`
+	// Audit level; violations are recorded in the audit log.
+	// +optional
+	// +kubebuilder:default=restricted
+	Audit PodSecurityLevel `json:"audit,omitempty"`
+	// Warn level; violations are returned as warnings to the client.
+	// +optional
+	// +kubebuilder:default=restricted
+	Warn PodSecurityLevel `json:"warn,omitempty"`
+}
+
+// TenantClusterStatus is what the controller observed.
+type TenantClusterStatus struct {
+	// Conditions: Ready, EtcdReady, APIServerReady, CertificatesReady, AddonsReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Endpoint is the URL clients use to reach the tenant API server.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// ObservedVersion is the Kubernetes version every control plane component runs.
+	// +optional
+	ObservedVersion string `json:"observedVersion,omitempty"`
+
+	// AdminKubeconfigSecret names the Secret, in this namespace, that holds
+	// the tenant's admin kubeconfig under the key `kubeconfig`.
+	// +optional
+	AdminKubeconfigSecret string `json:"adminKubeconfigSecret,omitempty"`
+}
+
+// TenantCluster is a tenant Kubernetes control plane run as pods in its namespace.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tc;tcs,categories=kubefarm
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TenantCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec   TenantClusterSpec   `json:"spec"`
+	Status TenantClusterStatus `json:"status,omitempty"`
+}
+
+// TenantClusterList is a list of TenantClusters.
+//
+// +kubebuilder:object:root=true
+type TenantClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TenantCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TenantCluster{}, &TenantClusterList{})
+}

@@ -1,0 +1,969 @@
+// Package charts_test checks the Helm charts in this directory with the Helm
+// Go SDK: lint, render, values schema and deterministic output.
+package charts_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8syaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+const (
+	chartDir    = "kubefarm-operator"
+	release     = "kubefarm"
+	namespace   = "kubefarm-system"
+	kubeVersion = "v1.31.0" // the oldest version Chart.yaml accepts
+
+	// Names the chart gives its objects for release "kubefarm".
+	managerName    = "kubefarm-manager"
+	webhookSvcName = "kubefarm-webhook"
+	metricsSvcName = "kubefarm-metrics"
+	leaderElection = "kubefarm-leader-election"
+	webhookCfgName = "kubefarm"
+	certDir        = "/tmp/k8s-webhook-server/serving-certs"
+)
+
+// ---- helpers ------------------------------------------------------------------
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading chart %s: %v", chartDir, err)
+	}
+	return ch
+}
+
+func capabilities(t *testing.T) *chartutil.Capabilities {
+	t.Helper()
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatalf("parsing %s: %v", kubeVersion, err)
+	}
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = *kv
+	return caps
+}
+
+// values parses a values file the way `helm install -f` does.
+func values(t *testing.T, doc string) map[string]any {
+	t.Helper()
+	v, err := chartutil.ReadValues([]byte(doc))
+	if err != nil {
+		t.Fatalf("parsing values %q: %v", doc, err)
+	}
+	return v.AsMap()
+}
+
+// tryRender renders the chart as `helm template kubefarm -n kubefarm-system`
+// does, schema validation included, and returns the rendered files.
+func tryRender(t *testing.T, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch := loadChart(t)
+	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
+		Name: release, Namespace: namespace, Revision: 1, IsInstall: true,
+	}, capabilities(t))
+	if err != nil {
+		return nil, err
+	}
+	return engine.Render(ch, rv)
+}
+
+func render(t *testing.T, vals map[string]any) map[string]string {
+	t.Helper()
+	files, err := tryRender(t, vals)
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	return files
+}
+
+// decodeDocs splits a multi-document YAML stream and decodes every non-empty
+// document into an Unstructured (integers stay int64).
+func decodeDocs(t *testing.T, source string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	r := k8syaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("%s: reading YAML: %v", source, err)
+		}
+		js, err := k8syaml.ToJSON(doc)
+		if err != nil {
+			t.Fatalf("%s: invalid YAML: %v\n%s", source, err, doc)
+		}
+		if s := strings.TrimSpace(string(js)); s == "null" || s == "" {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(js); err != nil {
+			t.Fatalf("%s: decoding object: %v\n%s", source, err, doc)
+		}
+		objs = append(objs, obj)
+	}
+}
+
+// objects decodes every rendered manifest, in template file order.
+func objects(t *testing.T, files map[string]string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, name := range sortedKeys(files) {
+		if filepath.Ext(name) != ".yaml" {
+			continue // NOTES.txt
+		}
+		objs = append(objs, decodeDocs(t, name, []byte(files[name]))...)
+	}
+	return objs
+}
+
+func renderObjects(t *testing.T, vals map[string]any) []*unstructured.Unstructured {
+	t.Helper()
+	return objects(t, render(t, vals))
+}
+
+// generated decodes a file that `make generate` wrote into the chart.
+func generated(t *testing.T, rel string) []*unstructured.Unstructured {
+	t.Helper()
+	path := filepath.Join(chartDir, rel)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s (run 'make generate'): %v", path, err)
+	}
+	objs := decodeDocs(t, path, data)
+	if len(objs) == 0 {
+		t.Fatalf("%s holds no objects", path)
+	}
+	return objs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func ofKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("rendered manifests have no %s %q; have %v", kind, name, ids(objs))
+	return nil
+}
+
+func ids(objs []*unstructured.Unstructured) []string {
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, o.GetKind()+"/"+o.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// typed converts an object into its API type, rejecting unknown fields.
+func typed(t *testing.T, o *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		t.Fatalf("%s/%s does not decode strictly into %T: %v", o.GetKind(), o.GetName(), into, err)
+	}
+}
+
+func nestedString(t *testing.T, o *unstructured.Unstructured, fields ...string) string {
+	t.Helper()
+	s, found, err := unstructured.NestedString(o.Object, fields...)
+	if err != nil || !found {
+		t.Fatalf("%s/%s: %s not a string (found=%v, err=%v)", o.GetKind(), o.GetName(), strings.Join(fields, "."), found, err)
+	}
+	return s
+}
+
+func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	var d appsv1.Deployment
+	typed(t, find(t, objs, "Deployment", managerName), &d)
+	if n := len(d.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("Deployment has %d containers, want 1", n)
+	}
+	return &d
+}
+
+// deref formats an optional API field for a failure message.
+func deref[T any](p *T) string {
+	if p == nil {
+		return "<unset>"
+	}
+	return fmt.Sprint(*p)
+}
+
+func hasWildcard(values []string) bool {
+	return slices.ContainsFunc(values, func(s string) bool { return strings.Contains(s, "*") })
+}
+
+// ---- lint and metadata ----------------------------------------------------------
+
+func TestLint(t *testing.T) {
+	kv, err := chartutil.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		values string
+	}{
+		{"defaults", ""},
+		{"all-options", `
+replicaCount: 3
+image: {tag: v9.9.9, digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+imagePullSecrets: [{name: regcred}]
+extraArgs: {leader-election-id: other.kubefarm.io}
+crds: {install: true, keep: false}
+serviceAccount: {create: true, name: kf, annotations: {a: b}}
+podAnnotations: {example.com/note: hi}
+podLabels: {team: farm}
+nodeSelector: {node-role.kubernetes.io/control-plane: ""}
+tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+priorityClassName: system-cluster-critical
+webhook: {certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}
+metrics: {serviceMonitor: {enabled: true, labels: {release: prom}}}
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			linter := lint.AllWithKubeVersion(chartDir, values(t, tc.values), namespace, kv)
+			for _, m := range linter.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("lint: %s", m.Error())
+				} else {
+					t.Logf("lint: %s", m.Error())
+				}
+			}
+		})
+	}
+}
+
+func TestChartMetadata(t *testing.T) {
+	md := loadChart(t).Metadata
+	got := []string{md.APIVersion, md.Name, md.Version, md.AppVersion, md.KubeVersion}
+	want := []string{"v2", "kubefarm-operator", "0.1.0", "0.1.0", ">=1.31.0-0"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Chart.yaml apiVersion/name/version/appVersion/kubeVersion = %q, want %q", got, want)
+	}
+	if !chartutil.IsCompatibleRange(md.KubeVersion, kubeVersion) {
+		t.Errorf("kubeVersion %q rejects %s, the version the tests render for", md.KubeVersion, kubeVersion)
+	}
+	if chartutil.IsCompatibleRange(md.KubeVersion, "v1.30.9") {
+		t.Errorf("kubeVersion %q accepts v1.30.9", md.KubeVersion)
+	}
+}
+
+// ---- rendered objects ------------------------------------------------------------
+
+func TestRenderDefaults(t *testing.T) {
+	objs := renderObjects(t, nil)
+
+	var want []string
+	for _, crd := range generatedCRDs(t) {
+		want = append(want, "CustomResourceDefinition/"+crd.GetName())
+	}
+	want = append(want,
+		"Certificate/kubefarm-ca",
+		"Certificate/kubefarm-webhook",
+		"ClusterRole/"+managerName,
+		"ClusterRoleBinding/"+managerName,
+		"Deployment/"+managerName,
+		"Issuer/kubefarm-ca",
+		"Issuer/kubefarm-selfsigned",
+		"PodDisruptionBudget/"+managerName,
+		"Role/"+leaderElection,
+		"RoleBinding/"+leaderElection,
+		"Service/"+metricsSvcName,
+		"Service/"+webhookSvcName,
+		"ServiceAccount/"+managerName,
+		"ValidatingWebhookConfiguration/"+webhookCfgName,
+	)
+	sort.Strings(want)
+	if got := ids(objs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("rendered objects:\n  got  %v\n  want %v", got, want)
+	}
+
+	clusterScoped := map[string]bool{
+		"CustomResourceDefinition": true, "ClusterRole": true, "ClusterRoleBinding": true,
+		"ValidatingWebhookConfiguration": true, "MutatingWebhookConfiguration": true,
+	}
+	for _, o := range objs {
+		id := o.GetKind() + "/" + o.GetName()
+		if clusterScoped[o.GetKind()] {
+			if o.GetNamespace() != "" {
+				t.Errorf("%s is cluster-scoped but has namespace %q", id, o.GetNamespace())
+			}
+		} else if o.GetNamespace() != namespace {
+			t.Errorf("%s: namespace %q, want %q", id, o.GetNamespace(), namespace)
+		}
+		l := o.GetLabels()
+		for k, v := range map[string]string{
+			"app.kubernetes.io/name":       "kubefarm",
+			"app.kubernetes.io/instance":   release,
+			"app.kubernetes.io/managed-by": "Helm",
+			"app.kubernetes.io/version":    "0.1.0",
+			"app.kubernetes.io/part-of":    "kubefarm",
+			"helm.sh/chart":                "kubefarm-operator-0.1.0",
+		} {
+			if l[k] != v {
+				t.Errorf("%s: label %s=%q, want %q", id, k, l[k], v)
+			}
+		}
+	}
+
+	// Every object of a built-in kind must be a valid object of that kind.
+	builtin := map[string]func() any{
+		"Deployment":                     func() any { return &appsv1.Deployment{} },
+		"Service":                        func() any { return &corev1.Service{} },
+		"ServiceAccount":                 func() any { return &corev1.ServiceAccount{} },
+		"PodDisruptionBudget":            func() any { return &policyv1.PodDisruptionBudget{} },
+		"ClusterRole":                    func() any { return &rbacv1.ClusterRole{} },
+		"ClusterRoleBinding":             func() any { return &rbacv1.ClusterRoleBinding{} },
+		"Role":                           func() any { return &rbacv1.Role{} },
+		"RoleBinding":                    func() any { return &rbacv1.RoleBinding{} },
+		"ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
+	}
+	for _, o := range objs {
+		if mk, ok := builtin[o.GetKind()]; ok {
+			typed(t, o, mk())
+		}
+	}
+
+	var sa corev1.ServiceAccount
+	typed(t, find(t, objs, "ServiceAccount", managerName), &sa)
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("ServiceAccount automountServiceAccountToken = %s, want false (the pod opts in)", deref(sa.AutomountServiceAccountToken))
+	}
+}
+
+func TestDeployment(t *testing.T) {
+	objs := renderObjects(t, nil)
+	d := deployment(t, objs)
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %s, want 2", deref(d.Spec.Replicas))
+	}
+	wantArgs := []string{
+		"--leader-elect=true",
+		"--leader-election-namespace=" + namespace,
+		"--metrics-bind-address=:8080",
+		"--health-probe-bind-address=:8081",
+		"--webhook-port=9443",
+		"--webhook-cert-dir=" + certDir,
+		"--zap-log-level=info",
+	}
+	if !reflect.DeepEqual(c.Args, wantArgs) {
+		t.Errorf("args:\n  got  %q\n  want %q", c.Args, wantArgs)
+	}
+	if c.Image != "ghcr.io/kubefarm/kubefarm-manager:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("image %q pull policy %q, want ghcr.io/kubefarm/kubefarm-manager:0.1.0 IfNotPresent", c.Image, c.ImagePullPolicy)
+	}
+
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if want := map[string]int32{"metrics": 8080, "health": 8081, "webhook": 9443}; !reflect.DeepEqual(ports, want) {
+		t.Errorf("ports = %v, want %v", ports, want)
+	}
+	for name, probe := range map[string]*corev1.Probe{"/healthz": c.LivenessProbe, "/readyz": c.ReadinessProbe} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != name || probe.HTTPGet.Port.String() != "health" {
+			t.Errorf("probe %s: got %+v, want HTTP GET %s on port health", name, probe, name)
+		}
+	}
+
+	// The webhook certificate Secret is mounted read-only at the cert dir,
+	// and it is the Secret the rendered serving Certificate writes.
+	var mounted string
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == certDir {
+			if !m.ReadOnly {
+				t.Errorf("volume %s at %s is writable", m.Name, certDir)
+			}
+			for _, v := range pod.Volumes {
+				if v.Name == m.Name && v.Secret != nil {
+					mounted = v.Secret.SecretName
+				}
+			}
+		}
+	}
+	if secret := nestedString(t, find(t, objs, "Certificate", "kubefarm-webhook"), "spec", "secretName"); mounted == "" || mounted != secret {
+		t.Errorf("Secret mounted at %s = %q, want the webhook Certificate's secret %q", certDir, mounted, secret)
+	}
+
+	// Secure defaults.
+	sc, psc := c.SecurityContext, pod.SecurityContext
+	if sc == nil || psc == nil {
+		t.Fatalf("container or pod securityContext missing")
+	}
+	if psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("runAsNonRoot not set on pod and container")
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("readOnlyRootFilesystem not true")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("allowPrivilegeEscalation not false")
+	}
+	if sc.Capabilities == nil || !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and nothing added", sc.Capabilities)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile = %+v, want RuntimeDefault", psc.SeccompProfile)
+	}
+	if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Errorf("pod automountServiceAccountToken must be true: the manager calls the API")
+	}
+	if pod.ServiceAccountName != managerName {
+		t.Errorf("serviceAccountName = %q, want %q", pod.ServiceAccountName, managerName)
+	}
+	for _, res := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+		if res.Cpu().IsZero() || res.Memory().IsZero() {
+			t.Errorf("resources %v: want cpu and memory in both requests and limits", c.Resources)
+		}
+	}
+
+	// Soft anti-affinity across hostnames, selecting this Deployment's pods.
+	aff := pod.Affinity
+	if aff == nil || aff.PodAntiAffinity == nil || len(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 ||
+		len(aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Fatalf("affinity = %+v, want one preferred pod anti-affinity term", aff)
+	}
+	term := aff.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm
+	if term.TopologyKey != "kubernetes.io/hostname" || term.LabelSelector == nil ||
+		!reflect.DeepEqual(term.LabelSelector.MatchLabels, d.Spec.Selector.MatchLabels) {
+		t.Errorf("anti-affinity term = %+v, want hostname topology over the Deployment's selector", term)
+	}
+
+	// The pods carry the selector labels; Services and the PDB select them.
+	sel := d.Spec.Selector.MatchLabels
+	for k, v := range sel {
+		if d.Spec.Template.Labels[k] != v {
+			t.Errorf("pod template label %s=%q, selector wants %q", k, d.Spec.Template.Labels[k], v)
+		}
+	}
+	for _, name := range []string{webhookSvcName, metricsSvcName} {
+		var svc corev1.Service
+		typed(t, find(t, objs, "Service", name), &svc)
+		if !reflect.DeepEqual(svc.Spec.Selector, sel) {
+			t.Errorf("Service %s selector = %v, want %v", name, svc.Spec.Selector, sel)
+		}
+	}
+	var pdb policyv1.PodDisruptionBudget
+	typed(t, find(t, objs, "PodDisruptionBudget", managerName), &pdb)
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.String() != "1" || pdb.Spec.MinAvailable != nil ||
+		pdb.Spec.Selector == nil || !reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, sel) {
+		t.Errorf("PDB spec = %+v, want maxUnavailable 1 over the Deployment's selector", pdb.Spec)
+	}
+}
+
+func TestDeploymentValues(t *testing.T) {
+	objs := renderObjects(t, values(t, `
+replicaCount: 3
+logLevel: debug
+image:
+  repository: registry.example/kf/manager
+  tag: v1.2.3
+  digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+  pullPolicy: Always
+imagePullSecrets: [{name: regcred}]
+extraArgs:
+  leader-election-id: other.kubefarm.io
+  graceful-shutdown-timeout: 1m
+  a-number: 3
+  a-bool: false
+podLabels: {team: farm, app.kubernetes.io/component: hijack}
+podAnnotations: {example.com/note: hi}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Equal, value: farm, effect: NoSchedule}]
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]}}}
+priorityClassName: farm-critical
+podDisruptionBudget: {enabled: false}
+`))
+	d := deployment(t, objs)
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	if *d.Spec.Replicas != 3 {
+		t.Errorf("replicas = %d, want 3", *d.Spec.Replicas)
+	}
+	if want := "registry.example/kf/manager:v1.2.3@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"; c.Image != want {
+		t.Errorf("image = %q, want %q", c.Image, want)
+	}
+	if c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("pullPolicy = %q", c.ImagePullPolicy)
+	}
+	// extraArgs follow the chart's flags, sorted by name.
+	wantTail := []string{"--zap-log-level=debug", "--a-bool=false", "--a-number=3",
+		"--graceful-shutdown-timeout=1m", "--leader-election-id=other.kubefarm.io"}
+	if len(c.Args) < len(wantTail) || !reflect.DeepEqual(c.Args[len(c.Args)-len(wantTail):], wantTail) {
+		t.Errorf("args = %q, want them to end with %q", c.Args, wantTail)
+	}
+	if got := d.Spec.Template.Labels; got["team"] != "farm" || got["app.kubernetes.io/component"] != "manager" {
+		t.Errorf("pod labels = %v, want podLabels added without overriding the selector labels", got)
+	}
+	if d.Spec.Template.Annotations["example.com/note"] != "hi" {
+		t.Errorf("pod annotations = %v", d.Spec.Template.Annotations)
+	}
+	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "regcred" {
+		t.Errorf("imagePullSecrets = %v", pod.ImagePullSecrets)
+	}
+	if pod.NodeSelector["kubernetes.io/os"] != "linux" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
+		t.Errorf("nodeSelector %v tolerations %v", pod.NodeSelector, pod.Tolerations)
+	}
+	if pod.Affinity == nil || pod.Affinity.NodeAffinity == nil || pod.Affinity.PodAntiAffinity != nil {
+		t.Errorf("affinity = %+v, want the given affinity replacing the default", pod.Affinity)
+	}
+	if pod.PriorityClassName != "farm-critical" {
+		t.Errorf("priorityClassName = %q", pod.PriorityClassName)
+	}
+	if pdbs := ofKind(objs, "PodDisruptionBudget"); len(pdbs) != 0 {
+		t.Errorf("podDisruptionBudget.enabled=false still renders %v", ids(pdbs))
+	}
+}
+
+func TestExtraArgsCannotOverrideChartFlags(t *testing.T) {
+	for _, flag := range []string{"leader-elect", "leader-election-namespace", "webhook-cert-dir", "zap-log-level", "metrics-bind-address"} {
+		_, err := tryRender(t, map[string]any{"extraArgs": map[string]any{flag: "x"}})
+		if err == nil || !strings.Contains(err.Error(), "extraArgs."+flag) {
+			t.Errorf("extraArgs.%s: got error %v, want one naming extraArgs.%s", flag, err, flag)
+		}
+	}
+}
+
+// ---- RBAC ---------------------------------------------------------------------------
+
+func TestClusterRoleRulesAreGenerated(t *testing.T) {
+	gen := generated(t, "files/rbac/role.yaml")
+	if len(gen) != 1 || gen[0].GetKind() != "ClusterRole" {
+		t.Fatalf("files/rbac/role.yaml: got %v, want one ClusterRole", ids(gen))
+	}
+	wantRules, found, err := unstructured.NestedSlice(gen[0].Object, "rules")
+	if err != nil || !found || len(wantRules) == 0 {
+		t.Fatalf("files/rbac/role.yaml has no rules (err=%v)", err)
+	}
+
+	objs := renderObjects(t, nil)
+	role := find(t, objs, "ClusterRole", managerName)
+	gotRules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	if !reflect.DeepEqual(gotRules, wantRules) {
+		t.Errorf("ClusterRole rules differ from files/rbac/role.yaml:\n  got  %v\n  want %v", gotRules, wantRules)
+	}
+
+	var crb rbacv1.ClusterRoleBinding
+	typed(t, find(t, objs, "ClusterRoleBinding", managerName), &crb)
+	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: managerName, Namespace: namespace}}
+	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: managerName}) ||
+		!reflect.DeepEqual(crb.Subjects, wantSubjects) {
+		t.Errorf("ClusterRoleBinding roleRef %+v subjects %+v", crb.RoleRef, crb.Subjects)
+	}
+}
+
+func TestLeaderElectionRole(t *testing.T) {
+	objs := renderObjects(t, nil)
+	var role rbacv1.Role
+	typed(t, find(t, objs, "Role", leaderElection), &role)
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+	if !reflect.DeepEqual(role.Rules, want) {
+		t.Errorf("leader election Role rules:\n  got  %+v\n  want %+v", role.Rules, want)
+	}
+	var rb rbacv1.RoleBinding
+	typed(t, find(t, objs, "RoleBinding", leaderElection), &rb)
+	if rb.Namespace != namespace || rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != leaderElection ||
+		len(rb.Subjects) != 1 || rb.Subjects[0].Name != managerName || rb.Subjects[0].Namespace != namespace {
+		t.Errorf("leader election RoleBinding = %+v", rb)
+	}
+}
+
+func TestNoWildcardRBAC(t *testing.T) {
+	for _, vals := range []string{"", "serviceAccount: {create: false, name: preexisting}\nmetrics: {serviceMonitor: {enabled: true}}"} {
+		objs := renderObjects(t, values(t, vals))
+		var checked int
+		for _, o := range objs {
+			var rules []rbacv1.PolicyRule
+			switch o.GetKind() {
+			case "ClusterRole":
+				var r rbacv1.ClusterRole
+				typed(t, o, &r)
+				if r.AggregationRule != nil {
+					t.Errorf("ClusterRole %s aggregates other roles", r.Name)
+				}
+				rules = r.Rules
+			case "Role":
+				var r rbacv1.Role
+				typed(t, o, &r)
+				rules = r.Rules
+			default:
+				continue
+			}
+			checked++
+			if len(rules) == 0 {
+				t.Errorf("%s %s has no rules", o.GetKind(), o.GetName())
+			}
+			for i, r := range rules {
+				for field, v := range map[string][]string{"apiGroups": r.APIGroups, "resources": r.Resources, "verbs": r.Verbs,
+					"resourceNames": r.ResourceNames, "nonResourceURLs": r.NonResourceURLs} {
+					if hasWildcard(v) {
+						t.Errorf("%s %s rule %d: %s %q uses a wildcard", o.GetKind(), o.GetName(), i, field, v)
+					}
+				}
+			}
+		}
+		if checked != 2 {
+			t.Errorf("values %q: checked %d roles, want 2 (ClusterRole and leader election Role)", vals, checked)
+		}
+		if vals != "" {
+			if sas := ofKind(objs, "ServiceAccount"); len(sas) != 0 {
+				t.Errorf("serviceAccount.create=false still renders %v", ids(sas))
+			}
+			var crb rbacv1.ClusterRoleBinding
+			typed(t, find(t, objs, "ClusterRoleBinding", managerName), &crb)
+			if crb.Subjects[0].Name != "preexisting" {
+				t.Errorf("ClusterRoleBinding subject = %q, want the given ServiceAccount", crb.Subjects[0].Name)
+			}
+		}
+	}
+}
+
+// ---- webhook ------------------------------------------------------------------------
+
+func TestWebhookConfiguration(t *testing.T) {
+	gen := generated(t, "files/webhook/manifests.yaml")
+	var genVWC admissionregistrationv1.ValidatingWebhookConfiguration
+	typed(t, find(t, gen, "ValidatingWebhookConfiguration", "validating-webhook-configuration"), &genVWC)
+
+	objs := renderObjects(t, nil)
+	vwcObj := find(t, objs, "ValidatingWebhookConfiguration", webhookCfgName)
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	typed(t, vwcObj, &vwc)
+
+	if len(vwc.Webhooks) != len(genVWC.Webhooks) || len(vwc.Webhooks) == 0 {
+		t.Fatalf("rendered %d webhooks, files/webhook/manifests.yaml has %d", len(vwc.Webhooks), len(genVWC.Webhooks))
+	}
+	for i, wh := range vwc.Webhooks {
+		g := genVWC.Webhooks[i]
+		if wh.FailurePolicy == nil || *wh.FailurePolicy != admissionregistrationv1.Fail {
+			t.Errorf("webhook %s failurePolicy = %s, want Fail", wh.Name, deref(wh.FailurePolicy))
+		}
+		svc := wh.ClientConfig.Service
+		if svc == nil || svc.Name != webhookSvcName || svc.Namespace != namespace {
+			t.Fatalf("webhook %s service = %+v, want %s/%s", wh.Name, svc, namespace, webhookSvcName)
+		}
+		if svc.Path == nil || g.ClientConfig.Service.Path == nil || *svc.Path != *g.ClientConfig.Service.Path {
+			t.Errorf("webhook %s path = %v, want the generated %v", wh.Name, svc.Path, g.ClientConfig.Service.Path)
+		}
+		if svc.Port != nil && *svc.Port != 443 {
+			t.Errorf("webhook %s port = %d, want 443", wh.Name, *svc.Port)
+		}
+		// Everything but the service reference comes from the code markers.
+		wh.ClientConfig.Service, g.ClientConfig.Service = nil, nil
+		if !reflect.DeepEqual(wh, g) {
+			t.Errorf("webhook %s differs from files/webhook/manifests.yaml:\n  got  %+v\n  want %+v", wh.Name, wh, g)
+		}
+	}
+	if wh := vwc.Webhooks[0]; wh.Name != "nodepool-addresses.kubefarm.io" {
+		t.Errorf("first webhook = %q, want nodepool-addresses.kubefarm.io", wh.Name)
+	}
+
+	// cert-manager injects the CA of the Certificate the annotation names,
+	// whose Secret the manager serves with, for the Service the webhook calls.
+	inject := vwc.Annotations["cert-manager.io/inject-ca-from"]
+	certNS, certName, _ := strings.Cut(inject, "/")
+	if certNS != namespace {
+		t.Fatalf("inject-ca-from = %q, want a Certificate in %s", inject, namespace)
+	}
+	cert := find(t, objs, "Certificate", certName)
+	dns, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	wantDNS := []string{webhookSvcName + "." + namespace + ".svc", webhookSvcName + "." + namespace + ".svc.cluster.local"}
+	if !reflect.DeepEqual(dns, wantDNS) {
+		t.Errorf("Certificate %s dnsNames = %v, want %v", certName, dns, wantDNS)
+	}
+	var svc corev1.Service
+	typed(t, find(t, objs, "Service", webhookSvcName), &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 443 || svc.Spec.Ports[0].TargetPort.String() != "webhook" {
+		t.Errorf("webhook Service ports = %+v, want 443 -> webhook", svc.Spec.Ports)
+	}
+
+	// Default issuers: self-signed -> CA certificate -> CA issuer -> serving certificate.
+	if ref := nestedString(t, cert, "spec", "issuerRef", "name"); ref != "kubefarm-ca" {
+		t.Errorf("serving Certificate issuer = %q, want kubefarm-ca", ref)
+	}
+	ca := find(t, objs, "Certificate", "kubefarm-ca")
+	if isCA, _, _ := unstructured.NestedBool(ca.Object, "spec", "isCA"); !isCA {
+		t.Errorf("Certificate kubefarm-ca is not a CA")
+	}
+	if ref := nestedString(t, ca, "spec", "issuerRef", "name"); ref != "kubefarm-selfsigned" {
+		t.Errorf("CA Certificate issuer = %q, want kubefarm-selfsigned", ref)
+	}
+	if s := nestedString(t, find(t, objs, "Issuer", "kubefarm-ca"), "spec", "ca", "secretName"); s != nestedString(t, ca, "spec", "secretName") {
+		t.Errorf("CA Issuer reads Secret %q, CA Certificate writes %q", s, nestedString(t, ca, "spec", "secretName"))
+	}
+	if _, found, _ := unstructured.NestedMap(find(t, objs, "Issuer", "kubefarm-selfsigned").Object, "spec", "selfSigned"); !found {
+		t.Errorf("Issuer kubefarm-selfsigned is not self-signed")
+	}
+}
+
+func TestWebhookUserIssuer(t *testing.T) {
+	objs := renderObjects(t, values(t, "webhook: {certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}"))
+	if issuers := ofKind(objs, "Issuer"); len(issuers) != 0 {
+		t.Errorf("with issuerRef the chart still creates %v", ids(issuers))
+	}
+	certs := ofKind(objs, "Certificate")
+	if len(certs) != 1 || certs[0].GetName() != "kubefarm-webhook" {
+		t.Fatalf("Certificates = %v, want only kubefarm-webhook", ids(certs))
+	}
+	ref, _, _ := unstructured.NestedStringMap(certs[0].Object, "spec", "issuerRef")
+	if want := map[string]string{"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}; !reflect.DeepEqual(ref, want) {
+		t.Errorf("issuerRef = %v, want %v", ref, want)
+	}
+}
+
+// ---- CRDs ---------------------------------------------------------------------------
+
+func generatedCRDs(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(chartDir, "files", "crds", "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no CRDs in %s/files/crds (run 'make generate'): %v", chartDir, err)
+	}
+	var crds []*unstructured.Unstructured
+	for _, p := range paths {
+		rel, _ := filepath.Rel(chartDir, p)
+		crds = append(crds, generated(t, rel)...)
+	}
+	return crds
+}
+
+func TestCRDs(t *testing.T) {
+	gen := generatedCRDs(t)
+	if len(gen) != 4 {
+		t.Errorf("files/crds holds %d CRDs, want 4 (tenantclusters, nodepools, machines, bootimages)", len(gen))
+	}
+	for _, tc := range []struct {
+		values string
+		keep   bool
+	}{{"", true}, {"crds: {keep: false}", false}} {
+		objs := renderObjects(t, values(t, tc.values))
+		if n := len(ofKind(objs, "CustomResourceDefinition")); n != len(gen) {
+			t.Errorf("values %q: rendered %d CRDs, files/crds has %d", tc.values, n, len(gen))
+		}
+		for _, g := range gen {
+			if g.GetKind() != "CustomResourceDefinition" {
+				t.Fatalf("files/crds holds a %s", g.GetKind())
+			}
+			if group, _, _ := unstructured.NestedString(g.Object, "spec", "group"); group != "kubefarm.io" {
+				t.Errorf("CRD %s group = %q, want kubefarm.io", g.GetName(), group)
+			}
+			r := find(t, objs, "CustomResourceDefinition", g.GetName())
+			if !reflect.DeepEqual(r.Object["spec"], g.Object["spec"]) {
+				t.Errorf("CRD %s: rendered spec differs from files/crds", g.GetName())
+			}
+			for k, v := range g.GetAnnotations() {
+				if r.GetAnnotations()[k] != v {
+					t.Errorf("CRD %s lost annotation %s=%q", g.GetName(), k, v)
+				}
+			}
+			policy, has := r.GetAnnotations()["helm.sh/resource-policy"]
+			if tc.keep && policy != "keep" {
+				t.Errorf("CRD %s: helm.sh/resource-policy = %q, want keep", g.GetName(), policy)
+			}
+			if !tc.keep && has {
+				t.Errorf("crds.keep=false: CRD %s still has helm.sh/resource-policy=%q", g.GetName(), policy)
+			}
+		}
+	}
+
+	objs := renderObjects(t, values(t, "crds: {install: false}"))
+	if crds := ofKind(objs, "CustomResourceDefinition"); len(crds) != 0 {
+		t.Errorf("crds.install=false still renders %v", ids(crds))
+	}
+	find(t, objs, "Deployment", managerName) // the rest still renders
+}
+
+// ---- values schema ------------------------------------------------------------------
+
+func TestSchemaRejectsBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, field string
+	}{
+		{"zero replicas", "replicaCount: 0", "replicaCount"},
+		{"replicas as a word", "replicaCount: two", "replicaCount"},
+		{"fractional replicas", "replicaCount: 1.5", "replicaCount"},
+		{"unknown top-level key", "replicas: 2", "replicas"},
+		{"unknown nested key", "image: {registry: x}", "registry"},
+		{"pull policy", "image: {pullPolicy: Sometimes}", "pullPolicy"},
+		{"bad digest", "image: {digest: latest}", "digest"},
+		{"log level", "logLevel: loud", "logLevel"},
+		{"crds.install not a bool", "crds: {install: yes-please}", "install"},
+		{"extraArgs with dashes", "extraArgs: {--foo: bar}", "extraArgs"},
+		{"extraArgs nested", "extraArgs: {foo: {bar: baz}}", "extraArgs"},
+		{"issuerRef without name", "webhook: {certManager: {issuerRef: {kind: ClusterIssuer}}}", "issuerRef"},
+		{"issuerRef kind", "webhook: {certManager: {issuerRef: {name: x, kind: Vault}}}", "kind"},
+		{"pdb zero", "podDisruptionBudget: {maxUnavailable: 0}", "maxUnavailable"},
+		{"cert duration", "webhook: {certManager: {duration: 90 days}}", "duration"},
+		{"security context typo", "securityContext: {readOnlyRootFileSystem: true}", "readOnlyRootFileSystem"},
+		{"label value not a string", "podLabels: {team: 3}", "team"},
+		{"toleration operator", "tolerations: [{key: a, operator: Maybe}]", "operator"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tryRender(t, values(t, tc.values))
+			if err == nil {
+				t.Fatalf("values %q were accepted", tc.values)
+			}
+			if msg := err.Error(); !strings.Contains(msg, "values don't meet the specifications of the schema") ||
+				!strings.Contains(msg, tc.field) {
+				t.Errorf("values %q: error does not name %q as a schema violation:\n%v", tc.values, tc.field, err)
+			}
+		})
+	}
+}
+
+func TestSchemaAcceptsValidValues(t *testing.T) {
+	for _, v := range []string{
+		"",
+		"replicaCount: 1",
+		"podDisruptionBudget: {maxUnavailable: 50%}",
+		"resources: {requests: {cpu: 1, memory: 1Gi, ephemeral-storage: 100Mi}, limits: {memory: 2Gi}}",
+		"webhook: {certManager: {issuerRef: {name: corp, kind: Issuer, group: cert-manager.io}, duration: 720h, renewBefore: 24h30m}}",
+		"extraArgs: {graceful-shutdown-timeout: 45s, leader-election-lease-duration: 20s}",
+		"logLevel: error\nimage: {pullPolicy: Never}",
+	} {
+		if _, err := tryRender(t, values(t, v)); err != nil {
+			t.Errorf("values %q rejected: %v", v, err)
+		}
+	}
+}
+
+// ---- determinism --------------------------------------------------------------------
+
+// manifest joins the rendered files in template file name order, as `helm
+// template` prints them.
+func manifest(files map[string]string) string {
+	var b strings.Builder
+	for _, name := range sortedKeys(files) {
+		fmt.Fprintf(&b, "# Source: %s\n%s\n", name, files[name])
+	}
+	return b.String()
+}
+
+func TestDeterministicRender(t *testing.T) {
+	// Maps with several keys, so that any map-order dependence shows.
+	vals := `
+extraArgs: {z-flag: "1", a-flag: "2", m-flag: "3"}
+podLabels: {z: "1", a: "2", m: "3"}
+podAnnotations: {z: "1", a: "2", m: "3"}
+nodeSelector: {z: "1", a: "2", m: "3"}
+metrics: {serviceMonitor: {enabled: true, labels: {z: "1", a: "2"}}}
+`
+	first := manifest(render(t, values(t, vals)))
+	if !strings.Contains(first, "kind: CustomResourceDefinition") || !strings.Contains(first, "kind: Deployment") {
+		t.Fatalf("manifest lacks CRDs or the Deployment:\n%s", first)
+	}
+	for i := range 3 {
+		again := manifest(render(t, values(t, vals)))
+		if again != first {
+			a, b := strings.Split(first, "\n"), strings.Split(again, "\n")
+			for j := 0; j < len(a) && j < len(b); j++ {
+				if a[j] != b[j] {
+					t.Fatalf("render %d differs at line %d:\n  first %q\n  now   %q", i+2, j+1, a[j], b[j])
+				}
+			}
+			t.Fatalf("render %d differs in length: %d vs %d lines", i+2, len(a), len(b))
+		}
+	}
+}
+
+// ---- metrics ------------------------------------------------------------------------
+
+func TestMetrics(t *testing.T) {
+	objs := renderObjects(t, nil)
+	if sms := ofKind(objs, "ServiceMonitor"); len(sms) != 0 {
+		t.Errorf("ServiceMonitor rendered by default: %v", ids(sms))
+	}
+
+	objs = renderObjects(t, values(t, "metrics: {serviceMonitor: {enabled: true, interval: 15s, labels: {release: prom}}}"))
+	var svc corev1.Service
+	typed(t, find(t, objs, "Service", metricsSvcName), &svc)
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 8080 ||
+		svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("metrics Service ports = %+v, want metrics 8080 -> metrics", svc.Spec.Ports)
+	}
+
+	sm := find(t, objs, "ServiceMonitor", managerName)
+	if sm.GetLabels()["release"] != "prom" {
+		t.Errorf("ServiceMonitor labels = %v, want release=prom added", sm.GetLabels())
+	}
+	match, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+	if len(match) == 0 {
+		t.Fatalf("ServiceMonitor has no selector")
+	}
+	// The ServiceMonitor selects the metrics Service and nothing else.
+	for _, o := range ofKind(objs, "Service") {
+		selected := true
+		for k, v := range match {
+			if o.GetLabels()[k] != v {
+				selected = false
+			}
+		}
+		if selected != (o.GetName() == metricsSvcName) {
+			t.Errorf("ServiceMonitor selector %v selects Service %s: %v", match, o.GetName(), selected)
+		}
+	}
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("ServiceMonitor endpoints = %v", endpoints)
+	}
+	ep := endpoints[0].(map[string]any)
+	if ep["port"] != "metrics" || ep["interval"] != "15s" || ep["path"] != "/metrics" {
+		t.Errorf("ServiceMonitor endpoint = %v, want port metrics, path /metrics, interval 15s", ep)
+	}
+}
