@@ -174,7 +174,7 @@ func (e *Env) startCertManager(path string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(path, "--kubeconfig", kubeconfigPath, "--cluster-resource-namespace", "cert-manager", "-v=2")
+	cmd := exec.Command(path, "--kubeconfig", kubeconfigPath, "--cluster-resource-namespace", "cert-manager")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -90,31 +90,52 @@ func (v *AddressValidator) ValidateDelete(context.Context, *kubefarmv1.NodePool)
 
 func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePool) error {
 	var errs field.ErrorList
+	report := func(path *field.Path, value, owner string) bool {
+		errs = append(errs, field.Invalid(path, value, "already used by "+owner))
+		return len(errs) < maxReported
+	}
 	machines := field.NewPath("spec", "machines")
+	// Inside the pool: linear, with a map of what earlier machines used.
+	macOwner := make(map[string]string)
+	for i, m := range pool.Spec.Machines {
+		for j, mac := range m.MACs {
+			if first, seen := macOwner[mac]; seen && first != m.Name {
+				if !report(machines.Index(i).Child("macs").Index(j), mac, fmt.Sprintf("machine %q of this pool", first)) {
+					return v.invalid(pool, errs, machines)
+				}
+			}
+			macOwner[mac] = m.Name
+		}
+	}
+	// Across pools: one cache index lookup per address.
 	for i, m := range pool.Spec.Machines {
 		for j, mac := range m.MACs {
 			owner, err := v.otherUser(ctx, pool, IndexMAC, mac, func(o kubefarmv1.MachineEntry) bool { return slices.Contains(o.MACs, mac) })
 			if err != nil {
 				return err
 			}
-			if owner != "" {
-				errs = append(errs, field.Duplicate(machines.Index(i).Child("macs").Index(j), mac+" is already used by "+owner))
+			if owner != "" && !report(machines.Index(i).Child("macs").Index(j), mac, owner) {
+				return v.invalid(pool, errs, machines)
 			}
 		}
 		owner, err := v.otherUser(ctx, pool, IndexIP, m.IP, func(o kubefarmv1.MachineEntry) bool { return o.IP == m.IP })
 		if err != nil {
 			return err
 		}
-		if owner != "" {
-			errs = append(errs, field.Duplicate(machines.Index(i).Child("ip"), m.IP+" is already used by "+owner))
-		}
-		if len(errs) >= maxReported {
-			errs = append(errs, field.TooMany(machines, len(pool.Spec.Machines), maxReported))
-			break
+		if owner != "" && !report(machines.Index(i).Child("ip"), m.IP, owner) {
+			return v.invalid(pool, errs, machines)
 		}
 	}
 	if len(errs) == 0 {
 		return nil
+	}
+	return v.invalid(pool, errs, nil)
+}
+
+// invalid builds the rejection; truncated is set when the list was cut short.
+func (v *AddressValidator) invalid(pool *kubefarmv1.NodePool, errs field.ErrorList, truncated *field.Path) error {
+	if truncated != nil {
+		errs = append(errs, field.Forbidden(truncated, fmt.Sprintf("more than %d conflicting addresses; the rest are not listed", maxReported)))
 	}
 	return apierrors.NewInvalid(kubefarmv1.GroupVersion.WithKind("NodePool").GroupKind(), pool.Name, errs)
 }
