@@ -37,7 +37,7 @@ ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-control
 CONTROLLER_GEN := $(BIN)/controller-gen
 STATICCHECK    := $(BIN)/staticcheck
 CONTROLLER_TOOLS_VERSION := v0.23.0
-STATICCHECK_VERSION      := 2025.1.1
+STATICCHECK_VERSION      := v0.8.2
 
 .PHONY: help
 help: ## Show the targets.
@@ -93,3 +93,33 @@ verify-generated: generate ## Fail when generated files differ from what is comm
 	@if [ -n "$$(git status --porcelain -- api config $(CHART)/files)" ]; then \
 	  echo "generated files are stale; run 'make generate' and commit:"; git status --porcelain -- api config $(CHART)/files; \
 	  git --no-pager diff --stat -- api config $(CHART)/files; exit 1; fi
+
+## ---- checks and tests ------------------------------------------------------------
+
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
+TEST_PKGS     ?= ./...
+
+.PHONY: verify-pins
+verify-pins: ## Fail when the cert-manager API the project uses differs from the controllers hack/tools builds.
+	@root=$$(awk '$$1=="github.com/cert-manager/cert-manager" {print $$2}' go.mod); \
+	if [ "$$root" != "$(CERT_MANAGER_VERSION)" ]; then \
+	  echo "go.mod pins cert-manager $$root but hack/tools/cert-manager builds $(CERT_MANAGER_VERSION)"; exit 1; fi
+
+.PHONY: lint
+lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(STATICCHECK) ./...
+
+.PHONY: test
+test: tools verify-pins verify-generated lint ## Unit and integration tests against real kube-apiserver, etcd and cert-manager.
+	@mkdir -p $(BUILD)
+	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log
+	@# A skipped test is not a passing test: the run fails loudly instead.
+	@if grep -- '--- SKIP' $(BUILD)/test.log; then echo "tests were skipped (above); make test runs them all"; exit 1; fi
+	@echo "$$(grep -c -- '--- PASS' $(BUILD)/test.log) passed, $$(grep -c -- '--- FAIL' $(BUILD)/test.log || true) failed"
+
+.PHONY: test-one
+test-one: envtest-tools ## Run one test: make test-one PKG=./webhooks/nodepool RUN=TestFailsClosed
+	$(GO) test -count=1 -v -run '$(RUN)' $(PKG)

@@ -111,7 +111,3 @@ type BootImageList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []BootImage `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&BootImage{}, &BootImageList{})
-}

@@ -8,8 +8,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -17,8 +18,21 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "kubefarm.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// It uses apimachinery only, so that importing the API pulls in no
+	// controller machinery.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the kinds of this package to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&TenantCluster{}, &TenantClusterList{},
+		&NodePool{}, &NodePoolList{},
+		&Machine{}, &MachineList{},
+		&BootImage{}, &BootImageList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -300,7 +300,3 @@ type TenantClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TenantCluster `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TenantCluster{}, &TenantClusterList{})
-}
