@@ -13,7 +13,7 @@ GO    ?= go
 export GOFLAGS := -buildvcs=false
 
 # Versions come from the tools modules' go.mod files, the single source of truth.
-mod_version = $(shell awk '$$1=="$(2)" && $$2 ~ /^v/ {print $$2; exit}' $(1))
+mod_version = $(shell sed -nE 's#^[[:space:]]*(require[[:space:]]+)?$(2)[[:space:]]+(v[^[:space:]]+).*#\2#p' $(1) | head -n1)
 KUBERNETES_VERSION   := $(call mod_version,hack/tools/go.mod,k8s.io/kubernetes)
 CERT_MANAGER_VERSION := $(call mod_version,hack/tools/cert-manager/go.mod,github.com/cert-manager/cert-manager)
 k8s_minor := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
@@ -101,7 +101,7 @@ TEST_PKGS     ?= ./...
 
 .PHONY: verify-pins
 verify-pins: ## Fail when the cert-manager API the project uses differs from the controllers hack/tools builds.
-	@root=$$(awk '$$1=="github.com/cert-manager/cert-manager" {print $$2}' go.mod); \
+	@root="$(call mod_version,go.mod,github.com/cert-manager/cert-manager)"; \
 	if [ "$$root" != "$(CERT_MANAGER_VERSION)" ]; then \
 	  echo "go.mod pins cert-manager $$root but hack/tools/cert-manager builds $(CERT_MANAGER_VERSION)"; exit 1; fi
 
