@@ -4,7 +4,10 @@
 package manager
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -80,6 +83,18 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Ready only once the webhook server answers TLS, so that no admission
 	// request is routed to a replica that would fail it closed.
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	// The webhooks answer from the informer cache; until it has synced they
+	// would judge against an empty cluster, so the replica is not ready.
+	if err := mgr.AddReadyzCheck("informers", func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("informer caches have not synced")
+		}
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	return mgr, nil

@@ -157,7 +157,7 @@ func certManagerCRDDir(root string) (string, error) {
 }
 
 func (e *Env) startCertManager(path string) error {
-	user, err := e.env.AddUser(envtest.User{Name: "cert-manager", Groups: []string{"system:masters"}}, nil)
+	user, err := e.AddUser(envtest.User{Name: "cert-manager", Groups: []string{"system:masters"}})
 	if err != nil {
 		return err
 	}
@@ -227,4 +227,10 @@ func (e *Env) Stop() error {
 		errs = append(errs, os.RemoveAll(e.Dir))
 	}
 	return errors.Join(errs...)
+}
+
+// AddUser provisions a client certificate identity with the given groups
+// (none: only what RBAC grants it) on the test API server.
+func (e *Env) AddUser(user envtest.User) (*envtest.AuthenticatedUser, error) {
+	return e.env.AddUser(user, nil)
 }
