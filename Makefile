@@ -11,6 +11,9 @@ BIN   := $(ROOT)/bin
 BUILD := $(ROOT)/_build
 GO    ?= go
 export GOFLAGS := -buildvcs=false
+# Upstream binaries are built static, as upstream releases them, so that the
+# e2e cluster can put them into images without a libc.
+TOOLS_ENV := CGO_ENABLED=0
 
 # Versions come from the tools modules' go.mod files, the single source of truth.
 mod_version = $(shell sed -nE 's#^[[:space:]]*(require[[:space:]]+)?$(2)[[:space:]]+(v[^[:space:]]+).*#\2#p' $(1) | head -n1)
@@ -30,7 +33,7 @@ K8S_LDFLAGS := -s -w \
   -X k8s.io/client-go/pkg/version.gitMinor=$(k8s_minor)
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
-TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller)
+TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector)
 # The subset the integration tests (envtest) start.
 ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller)
 
@@ -52,19 +55,22 @@ tools: $(TOOL_BINARIES) ## Build every pinned upstream binary into bin/ (only wh
 envtest-tools: $(ENVTEST_BINARIES) ## Build only the binaries the integration tests start.
 
 $(addprefix $(BIN)/,$(K8S_BINARIES)): $(BIN)/%: hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
 
 $(BIN)/etcd: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
-	cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
+	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
 
 $(BIN)/konnectivity-server: hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
+	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
 
 $(BIN)/konnectivity-agent: hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
+	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/agent
 
 $(BIN)/cert-manager-controller: hack/tools/cert-manager/go.mod hack/tools/cert-manager/go.sum hack/tools/cert-manager/controller/main.go
-	cd hack/tools/cert-manager && $(GO) build -trimpath -ldflags '-s -w' -o $@ ./controller
+	cd hack/tools/cert-manager && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./controller
+
+$(BIN)/cert-manager-cainjector: hack/tools/cert-manager/go.mod hack/tools/cert-manager/go.sum hack/tools/cert-manager/cainjector/main.go
+	cd hack/tools/cert-manager && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./cainjector
 
 $(CONTROLLER_GEN):
 	GOBIN=$(BIN) $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
@@ -123,3 +129,26 @@ test: tools verify-pins verify-generated lint ## Unit and integration tests agai
 .PHONY: test-one
 test-one: envtest-tools ## Run one test: make test-one PKG=./webhooks/nodepool RUN=TestFailsClosed
 	$(GO) test -count=1 -v -run '$(RUN)' $(PKG)
+
+## ---- end-to-end ------------------------------------------------------------------
+
+E2E_STATE := $(BUILD)/e2e
+E2E := $(BIN)/e2e-cluster --state $(E2E_STATE) --bin $(BIN)
+
+.PHONY: e2e-bin
+e2e-bin:
+	$(GO) build -o $(BIN)/e2e-cluster ./e2e/cmd/e2e-cluster
+
+.PHONY: e2e-up
+e2e-up: tools e2e-bin ## Bring up the local admin cluster (root; installs containerd, runc, CNI plugins when missing).
+	$(E2E) up
+
+.PHONY: e2e-down
+e2e-down: e2e-bin ## Tear the admin cluster down; fails if anything is left behind.
+	$(E2E) down --verify
+
+.PHONY: e2e
+e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it down.
+	@mkdir -p $(BUILD)
+	@rc=0; $(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
+	$(E2E) down --verify || rc=1; exit $$rc

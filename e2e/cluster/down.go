@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Down stops everything the cluster started and removes what it created:
+// components by PID, every container by runc, mounts under StateDir, the
+// pods' network namespaces, the bridge and the iptables rules, then
+// StateDir itself. Logs are moved to StateDir-logs for post-mortems. Down
+// is safe to run at any point, also when Up crashed halfway or never ran.
+func (c *Cluster) Down() error {
+	for _, name := range []string{"kube-proxy", "kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"} {
+		c.stop(name, 15*time.Second)
+	}
+	c.killContainers()
+	c.stop("containerd", 15*time.Second)
+	// Shims outlive containerd by design; ours name our socket path.
+	for _, pid := range processesMentioning(c.containerdSocket()) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	c.stop("registry", 5*time.Second)
+	c.cleanupNetwork()
+	if err := c.unmountAll(); err != nil {
+		return err
+	}
+	if _, err := os.Stat(c.path("logs")); err == nil {
+		logs := c.StateDir + "-logs"
+		_ = os.RemoveAll(logs)
+		_ = os.Rename(c.path("logs"), logs)
+		fmt.Printf("logs kept in %s\n", logs)
+	}
+	if err := os.RemoveAll(c.StateDir); err != nil {
+		return fmt.Errorf("removing %s: %w", c.StateDir, err)
+	}
+	return nil
+}
+
+// killContainers force-deletes every container runc knows in this cluster's
+// runc root, so no workload survives the cluster.
+func (c *Cluster) killContainers() {
+	namespaces, _ := os.ReadDir(c.path("runc"))
+	for _, ns := range namespaces {
+		root := c.path("runc", ns.Name())
+		ids, _ := os.ReadDir(root)
+		for _, id := range ids {
+			_ = exec.Command("runc", "--root", root, "delete", "--force", id.Name()).Run()
+		}
+	}
+}
+
+// unmountAll lazily unmounts every mount point under StateDir, deepest first
+// (overlay rootfs, shm, projected volumes, the kubelet's bind mounts).
+func (c *Cluster) unmountAll() error {
+	for attempt := 0; attempt < 3; attempt++ {
+		points, err := mountsUnder(c.StateDir)
+		if err != nil {
+			return err
+		}
+		if len(points) == 0 {
+			return nil
+		}
+		for _, p := range points {
+			_ = unix.Unmount(p, unix.MNT_DETACH)
+		}
+	}
+	left, _ := mountsUnder(c.StateDir)
+	if len(left) > 0 {
+		return fmt.Errorf("mounts left under %s: %v", c.StateDir, left)
+	}
+	return nil
+}
+
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var points []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	return points, s.Err()
+}
+
+// cleanupNetwork removes the pods' network namespaces, the bridge and the
+// iptables rules of kube-proxy and the CNI plugins.
+func (c *Cluster) cleanupNetwork() {
+	// containerd names pod network namespaces cni-<uuid> under /var/run/netns.
+	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "cni-") {
+				p := filepath.Join("/var/run/netns", e.Name())
+				_ = unix.Unmount(p, unix.MNT_DETACH)
+				_ = os.Remove(p)
+			}
+		}
+	}
+	_ = exec.Command("ip", "link", "delete", c.Bridge).Run()
+	if _, err := os.Stat(c.bin("kube-proxy")); err == nil {
+		_ = exec.Command(c.bin("kube-proxy"), "--cleanup", "--proxy-mode", "iptables").Run()
+	}
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		deleteChains(table, []string{"CNI-", "KUBE-"})
+	}
+}
+
+// deleteChains removes every rule that jumps to, and every chain named
+// with, one of the prefixes.
+func deleteChains(table string, prefixes []string) {
+	out, err := exec.Command("iptables-save", "-t", table).Output()
+	if err != nil {
+		return
+	}
+	matches := func(s string) bool {
+		for _, p := range prefixes {
+			if strings.Contains(s, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var chains []string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(line, "-A ") && matches(line):
+			args := append([]string{"-t", table, "-D"}, splitRule(strings.TrimPrefix(line, "-A "))...)
+			_ = exec.Command("iptables", args...).Run()
+		case strings.HasPrefix(line, ":") && matches(line):
+			chains = append(chains, strings.Fields(line[1:])[0])
+		}
+	}
+	for _, ch := range chains {
+		_ = exec.Command("iptables", "-t", table, "-F", ch).Run()
+	}
+	for _, ch := range chains {
+		_ = exec.Command("iptables", "-t", table, "-X", ch).Run()
+	}
+}
+
+// splitRule splits an iptables-save rule into arguments, honouring quotes.
+func splitRule(rule string) []string {
+	var args []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range rule {
+		switch {
+		case r == '"':
+			quoted = !quoted
+		case r == ' ' && !quoted:
+			if cur.Len() > 0 {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		args = append(args, cur.String())
+	}
+	return args
+}
+
+// Leftovers lists what Down should have removed but is still there. Empty
+// means the machine is as it was before Up.
+func (c *Cluster) Leftovers() []string {
+	var left []string
+	for _, pid := range processesMentioning(c.StateDir) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		left = append(left, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	if points, _ := mountsUnder(c.StateDir); len(points) > 0 {
+		left = append(left, fmt.Sprintf("mounts: %v", points))
+	}
+	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "cni-") {
+				left = append(left, "network namespace "+e.Name())
+			}
+		}
+	}
+	if exec.Command("ip", "link", "show", c.Bridge).Run() == nil {
+		left = append(left, "bridge "+c.Bridge)
+	}
+	for _, table := range []string{"nat", "filter", "mangle"} {
+		out, _ := exec.Command("iptables-save", "-t", table).Output()
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, ":") && (strings.Contains(line, "KUBE-") || strings.Contains(line, "CNI-")) {
+				left = append(left, "iptables "+table+" chain "+strings.Fields(line[1:])[0])
+			}
+		}
+	}
+	if _, err := os.Stat(c.StateDir); err == nil {
+		left = append(left, "state directory "+c.StateDir)
+	}
+	return left
+}

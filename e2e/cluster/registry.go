@@ -1,0 +1,226 @@
+package cluster
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// ServeRegistry runs an OCI registry on addr with blobs on disk under dir.
+// It is the `registry` subcommand of cmd/e2e-cluster, started by Up.
+func ServeRegistry(addr, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	handler := registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)))
+	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	return srv.ListenAndServe()
+}
+
+func (c *Cluster) startRegistry(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := c.start("registry", []string{self, "registry", "--addr", c.RegistryAddr, "--dir", c.path("registry")}); err != nil {
+		return err
+	}
+	return c.waitHTTP(ctx, "registry", "http://"+c.RegistryAddr+"/v2/", nil)
+}
+
+// ImageFile is one file of an image layer.
+type ImageFile struct {
+	Path    string // inside the image
+	Source  string // on the host; empty means Content
+	Content string
+	Mode    int64
+}
+
+// Image is an image the cluster's pods pull, under its usual name.
+type Image struct {
+	Ref        string // e.g. registry.k8s.io/pause:3.10
+	Files      []ImageFile
+	Entrypoint []string
+}
+
+// PushImages builds each image (or takes it from the cache when its inputs
+// did not change) and pushes it to the local registry under its usual
+// repository path, where containerd's mirror configuration finds it.
+func (c *Cluster) PushImages(ctx context.Context, images []Image) error {
+	for _, im := range images {
+		start := time.Now()
+		img, err := c.cachedImage(im)
+		if err != nil {
+			return fmt.Errorf("building %s: %w", im.Ref, err)
+		}
+		ref, err := name.ParseReference(im.Ref)
+		if err != nil {
+			return err
+		}
+		// registry.k8s.io/pause:3.10 is served as 127.0.0.1:5001/pause:3.10.
+		local, err := name.ParseReference(c.RegistryAddr+"/"+ref.Context().RepositoryStr()+":"+ref.Identifier(), name.Insecure)
+		if err != nil {
+			return err
+		}
+		if err := remote.Write(local, img, remote.WithContext(ctx)); err != nil {
+			return fmt.Errorf("pushing %s: %w", im.Ref, err)
+		}
+		fmt.Printf("  image %s (%.1fs)\n", im.Ref, time.Since(start).Seconds())
+	}
+	return nil
+}
+
+// cachedImage keeps built images as OCI layouts in CacheDir, keyed by a
+// hash of the inputs, so a warm bring-up pushes without re-compressing.
+func (c *Cluster) cachedImage(im Image) (v1.Image, error) {
+	key, err := inputsKey(im)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(c.CacheDir(), "images", key)
+	if p, err := layout.FromPath(dir); err == nil {
+		if idx, err := p.ImageIndex(); err == nil {
+			if m, err := idx.IndexManifest(); err == nil && len(m.Manifests) == 1 {
+				return p.Image(m.Manifests[0].Digest)
+			}
+		}
+	}
+	img, err := buildImage(im)
+	if err != nil {
+		return nil, err
+	}
+	_ = os.RemoveAll(dir)
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return nil, err
+	}
+	return img, p.AppendImage(img)
+}
+
+// CacheDir survives Down, so that a warm Up skips image builds.
+func (c *Cluster) CacheDir() string { return c.StateDir + "-cache" }
+
+func inputsKey(im Image) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%q\x00", im.Ref, im.Entrypoint)
+	for _, f := range im.Files {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.Path, f.Mode, f.Content)
+		if f.Source != "" {
+			st, err := os.Stat(f.Source)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00%d\x00", f.Source, st.Size(), st.ModTime().UnixNano())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+func buildImage(im Image) (v1.Image, error) {
+	tmp, err := os.CreateTemp("", "kubefarm-layer-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	tw := tar.NewWriter(tmp)
+	dirs := map[string]bool{}
+	for _, f := range im.Files {
+		// Parent directories first, as container runtimes expect.
+		parts := strings.Split(strings.TrimPrefix(filepath.Dir(f.Path), "/"), "/")
+		for i := range parts {
+			d := strings.Join(parts[:i+1], "/")
+			if d == "" || d == "." || dirs[d] {
+				continue
+			}
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
+				return nil, err
+			}
+		}
+		if err := addFile(tw, f); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromFile(tmp.Name())
+	if err != nil {
+		return nil, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.Config.Entrypoint = im.Entrypoint
+	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Force the layer to be compressed and digested now, so that the
+	// cached layout holds the final bytes.
+	if _, err := img.Digest(); err != nil {
+		return nil, err
+	}
+	return img, nil
+}
+
+func addFile(tw *tar.Writer, f ImageFile) error {
+	mode := f.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	name := strings.TrimPrefix(f.Path, "/")
+	if f.Source == "" {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(f.Content)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		_, err := io.WriteString(tw, f.Content)
+		return err
+	}
+	src, err := os.Open(f.Source)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return errors.New(f.Source + " is not a regular file")
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: st.Size(), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, src)
+	return err
+}

@@ -1,0 +1,161 @@
+// Command e2e-cluster brings the end-to-end admin cluster up and down:
+//
+//	e2e-cluster up   --state DIR --bin DIR   # cluster, images, cert-manager, kubefarm-operator
+//	e2e-cluster down --state DIR [--verify]  # remove everything; --verify fails on leftovers
+//
+// `registry` is the local OCI registry that `up` starts in the background.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kubefarm/kubefarm/e2e/cluster"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|registry [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(os.Args[2:])
+	case "down":
+		err = down(os.Args[2:])
+	case "registry":
+		fs := flag.NewFlagSet("registry", flag.ExitOnError)
+		addr := fs.String("addr", "127.0.0.1:5001", "listen address (loopback)")
+		dir := fs.String("dir", "", "blob directory")
+		_ = fs.Parse(os.Args[2:])
+		err = cluster.ServeRegistry(*addr, *dir)
+	default:
+		err = fmt.Errorf("unknown command %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-cluster:", err)
+		os.Exit(1)
+	}
+}
+
+func newCluster(state, bin string) (*cluster.Cluster, error) {
+	absBin, err := filepath.Abs(bin)
+	if err != nil {
+		return nil, err
+	}
+	return cluster.New(state, absBin)
+}
+
+func up(args []string) error {
+	fs := flag.NewFlagSet("up", flag.ExitOnError)
+	state := fs.String("state", "_build/e2e", "state directory: everything the cluster creates lives here")
+	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries (make tools)")
+	_ = fs.Parse(args)
+	c, err := newCluster(*state, *bin)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	begin := time.Now()
+	cold := true
+	if _, err := os.Stat(c.CacheDir()); err == nil {
+		cold = false
+	}
+	if err := c.Up(ctx); err != nil {
+		return err
+	}
+	phase := func(name string, fn func() error) error {
+		start := time.Now()
+		if err := fn(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fmt.Printf("%-15s ok (%.1fs)\n", name, time.Since(start).Seconds())
+		return nil
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if err := phase("binaries", func() error { return c.BuildProjectBinaries(root) }); err != nil {
+		return err
+	}
+	if err := phase("images", func() error { return c.PushImages(ctx, c.Images()) }); err != nil {
+		return err
+	}
+	if err := phase("cert-manager", func() error {
+		crds, err := certManagerCRDs(root)
+		if err != nil {
+			return err
+		}
+		return c.InstallCertManager(ctx, crds)
+	}); err != nil {
+		return err
+	}
+	if err := phase("kubefarm", func() error {
+		repo, tag, _ := strings.Cut(cluster.ManagerImage, ":")
+		return c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
+			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"}})
+	}); err != nil {
+		return err
+	}
+	kind := "warm"
+	if cold {
+		kind = "cold"
+	}
+	fmt.Printf("e2e cluster up (%s bring-up): %.1fs; kubeconfig: %s\n", kind, time.Since(begin).Seconds(), c.AdminKubeconfig())
+	return nil
+}
+
+func down(args []string) error {
+	fs := flag.NewFlagSet("down", flag.ExitOnError)
+	state := fs.String("state", "_build/e2e", "state directory of the cluster")
+	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries")
+	verify := fs.Bool("verify", false, "fail if anything is left behind")
+	_ = fs.Parse(args)
+	c, err := newCluster(*state, *bin)
+	if err != nil {
+		return err
+	}
+	if err := c.Down(); err != nil {
+		return err
+	}
+	if left := c.Leftovers(); len(left) > 0 {
+		msg := "left behind after down:\n  " + strings.Join(left, "\n  ")
+		if *verify {
+			return errors.New(msg)
+		}
+		fmt.Println(msg)
+	} else {
+		fmt.Println("e2e cluster down: nothing left behind")
+	}
+	return nil
+}
+
+func repoRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func certManagerCRDs(root string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locating the cert-manager module: %w", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
+}
