@@ -92,7 +92,7 @@ func TestSmoke(t *testing.T) {
 	}
 	svc, err := cs.CoreV1().Services(ns.Name).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -58,4 +58,3 @@ func (c *Cluster) Images() []Image {
 	}
 	return images
 }
-
