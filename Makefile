@@ -133,7 +133,7 @@ test-one: envtest-tools ## Run one test: make test-one PKG=./webhooks/nodepool R
 ## ---- end-to-end ------------------------------------------------------------------
 
 E2E_STATE := $(BUILD)/e2e
-E2E := $(BIN)/e2e-cluster --state $(E2E_STATE) --bin $(BIN)
+E2E_FLAGS := --state $(E2E_STATE) --bin $(BIN)
 
 .PHONY: e2e-bin
 e2e-bin:
@@ -141,14 +141,14 @@ e2e-bin:
 
 .PHONY: e2e-up
 e2e-up: tools e2e-bin ## Bring up the local admin cluster (root; installs containerd, runc, CNI plugins when missing).
-	$(E2E) up
+	$(BIN)/e2e-cluster up $(E2E_FLAGS)
 
 .PHONY: e2e-down
 e2e-down: e2e-bin ## Tear the admin cluster down; fails if anything is left behind.
-	$(E2E) down --verify
+	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify
 
 .PHONY: e2e
 e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it down.
 	@mkdir -p $(BUILD)
 	@rc=0; $(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
-	$(E2E) down --verify || rc=1; exit $$rc
+	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc

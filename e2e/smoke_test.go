@@ -108,7 +108,14 @@ func TestSmoke(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "client"},
 			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
 				Name: "wget", Image: cluster.BusyboxImage,
-				Command: []string{"/bin/busybox", "wget", "-q", "-T", "5", "-O", "-", url},
+				// kube-proxy programs a new Service within its sync period;
+				// the client retries, bounded, instead of the test sleeping.
+				// (busybox-static's wget crashes in glibc's static NSS, so
+				// the request is written by hand through nc.)
+				Command: []string{"/bin/busybox", "sh", "-c", `i=0; while [ $i -lt 30 ]; do
+  out=$(printf 'GET /index.html HTTP/1.0\r\n\r\n' | /bin/busybox nc -w 2 ` + svc.Spec.ClusterIP + ` 80) && [ -n "$out" ] && { echo "$out" | /bin/busybox tail -n 1; exit 0; }
+  i=$((i+1)); /bin/busybox sleep 1
+done; exit 1`},
 			}}},
 		}, metav1.CreateOptions{})
 		if err != nil {

@@ -91,6 +91,7 @@ spec:
       containers:
       - name: controller
         image: quay.io/jetstack/cert-manager-controller:%s
+        imagePullPolicy: Always
         args: [--cluster-resource-namespace=cert-manager]
         securityContext: {runAsNonRoot: true, runAsUser: 1000, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 ---
@@ -107,5 +108,27 @@ spec:
       containers:
       - name: cainjector
         image: quay.io/jetstack/cert-manager-cainjector:%s
+        imagePullPolicy: Always
         securityContext: {runAsNonRoot: true, runAsUser: 1000, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
 `
+
+// WaitWebhookCA waits until every webhook of a ValidatingWebhookConfiguration
+// carries a CA bundle, injected by cert-manager's CA injector.
+func (c *Cluster) WaitWebhookCA(ctx context.Context, name string) error {
+	cs, err := c.Clientset()
+	if err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "kube-apiserver", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		cfg, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || len(cfg.Webhooks) == 0 {
+			return false, nil
+		}
+		for _, w := range cfg.Webhooks {
+			if len(w.ClientConfig.CABundle) == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}

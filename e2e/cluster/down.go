@@ -31,6 +31,9 @@ func (c *Cluster) Down() error {
 	}
 	c.stop("registry", 5*time.Second)
 	c.cleanupNetwork()
+	for _, link := range c.containerLogLinks() {
+		_ = os.Remove(link)
+	}
 	if err := c.unmountAll(); err != nil {
 		return err
 	}
@@ -121,61 +124,40 @@ func (c *Cluster) cleanupNetwork() {
 	}
 }
 
-// deleteChains removes every rule that jumps to, and every chain named
-// with, one of the prefixes.
+// deleteChains rewrites a table without every rule and chain that mentions
+// one of the prefixes (kube-proxy's and the CNI plugins'), in one atomic
+// iptables-restore of that table.
 func deleteChains(table string, prefixes []string) {
 	out, err := exec.Command("iptables-save", "-t", table).Output()
 	if err != nil {
 		return
 	}
-	matches := func(s string) bool {
-		for _, p := range prefixes {
-			if strings.Contains(s, p) {
-				return true
-			}
-		}
-		return false
-	}
-	var chains []string
+	var keep []string
+	changed := false
 	for _, line := range strings.Split(string(out), "\n") {
-		switch {
-		case strings.HasPrefix(line, "-A ") && matches(line):
-			args := append([]string{"-t", table, "-D"}, splitRule(strings.TrimPrefix(line, "-A "))...)
-			_ = exec.Command("iptables", args...).Run()
-		case strings.HasPrefix(line, ":") && matches(line):
-			chains = append(chains, strings.Fields(line[1:])[0])
+		if (strings.HasPrefix(line, "-A ") || strings.HasPrefix(line, ":")) && mentions(line, prefixes) {
+			changed = true
+			continue
 		}
+		keep = append(keep, line)
 	}
-	for _, ch := range chains {
-		_ = exec.Command("iptables", "-t", table, "-F", ch).Run()
+	if !changed {
+		return
 	}
-	for _, ch := range chains {
-		_ = exec.Command("iptables", "-t", table, "-X", ch).Run()
+	restore := exec.Command("iptables-restore")
+	restore.Stdin = strings.NewReader(strings.Join(keep, "\n"))
+	if b, err := restore.CombinedOutput(); err != nil {
+		fmt.Printf("iptables-restore of table %s: %v: %s\n", table, err, b)
 	}
 }
 
-// splitRule splits an iptables-save rule into arguments, honouring quotes.
-func splitRule(rule string) []string {
-	var args []string
-	var cur strings.Builder
-	quoted := false
-	for _, r := range rule {
-		switch {
-		case r == '"':
-			quoted = !quoted
-		case r == ' ' && !quoted:
-			if cur.Len() > 0 {
-				args = append(args, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteRune(r)
+func mentions(line string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.Contains(line, p) {
+			return true
 		}
 	}
-	if cur.Len() > 0 {
-		args = append(args, cur.String())
-	}
-	return args
+	return false
 }
 
 // Leftovers lists what Down should have removed but is still there. Empty
@@ -196,6 +178,9 @@ func (c *Cluster) Leftovers() []string {
 			}
 		}
 	}
+	for _, link := range c.containerLogLinks() {
+		left = append(left, "container log link "+link)
+	}
 	if exec.Command("ip", "link", "show", c.Bridge).Run() == nil {
 		left = append(left, "bridge "+c.Bridge)
 	}
@@ -211,4 +196,18 @@ func (c *Cluster) Leftovers() []string {
 		left = append(left, "state directory "+c.StateDir)
 	}
 	return left
+}
+
+// containerLogLinks are the kubelet's symlinks in /var/log/containers (a
+// fixed path) that point into this cluster's pod log directory.
+func (c *Cluster) containerLogLinks() []string {
+	entries, _ := os.ReadDir("/var/log/containers")
+	var links []string
+	for _, e := range entries {
+		p := filepath.Join("/var/log/containers", e.Name())
+		if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, c.path("pod-logs")+"/") {
+			links = append(links, p)
+		}
+	}
+	return links
 }

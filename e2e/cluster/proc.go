@@ -97,13 +97,17 @@ func waitGone(pid int, timeout time.Duration) bool {
 
 // processesMentioning lists PIDs whose command line contains s: the
 // containerd shims of this cluster name its socket, which lives in StateDir.
+// This process and its ancestors (make, the shell) are never counted.
 func processesMentioning(s string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
-	self := os.Getpid()
+	ancestors := map[int]bool{}
+	for pid := os.Getpid(); pid > 1 && !ancestors[pid]; pid = parentOf(pid) {
+		ancestors[pid] = true
+	}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
+		if err != nil || ancestors[pid] {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
@@ -125,4 +129,18 @@ func (c *Cluster) logTail(name string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+func parentOf(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may contain spaces; fields after its ')' are fixed.
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }

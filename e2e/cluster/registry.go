@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -135,12 +136,10 @@ func inputsKey(im Image) (string, error) {
 }
 
 func buildImage(im Image) (v1.Image, error) {
-	tmp, err := os.CreateTemp("", "kubefarm-layer-*.tar")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	tw := tar.NewWriter(tmp)
+	// The layer is built in memory: tarball layers are read lazily, after
+	// this function returns, and the largest binary is ~100 MiB.
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
 	for _, f := range im.Files {
 		// Parent directories first, as container runtimes expect.
@@ -162,10 +161,10 @@ func buildImage(im Image) (v1.Image, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
-	layer, err := tarball.LayerFromFile(tmp.Name())
+	data := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
 	if err != nil {
 		return nil, err
 	}

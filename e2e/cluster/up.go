@@ -177,8 +177,9 @@ tlsPrivateKeyFile: %q
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%"}
 imageGCHighThresholdPercent: 100
 podCIDR: %q
+podLogsDir: %q
 serializeImagePulls: false
-`, pki+"/ca.crt", c.containerdSocket(), pki+"/kubelet-serving.crt", pki+"/kubelet-serving.key", c.PodCIDR)
+`, pki+"/ca.crt", c.containerdSocket(), pki+"/kubelet-serving.crt", pki+"/kubelet-serving.key", c.PodCIDR, c.path("pod-logs"))
 }
 
 func (c *Cluster) kubeProxyConfig() string {
@@ -230,6 +231,8 @@ func (c *Cluster) startAPIServer(ctx context.Context) error {
 		"--tls-cert-file", pki + "/apiserver.crt", "--tls-private-key-file", pki + "/apiserver.key",
 		"--kubelet-client-certificate", pki + "/apiserver-kubelet-client.crt", "--kubelet-client-key", pki + "/apiserver-kubelet-client.key",
 		"--kubelet-certificate-authority", pki + "/ca.crt",
+		// The node's name does not resolve on this machine; its address does.
+		"--kubelet-preferred-address-types", "InternalIP",
 		"--authorization-mode", "Node,RBAC", "--enable-admission-plugins", "NodeRestriction",
 		"--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file", pki + "/sa.pub", "--service-account-signing-key-file", pki + "/sa.key",

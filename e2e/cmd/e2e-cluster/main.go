@@ -104,8 +104,13 @@ func up(args []string) error {
 	}
 	if err := phase("kubefarm", func() error {
 		repo, tag, _ := strings.Cut(cluster.ManagerImage, ":")
-		return c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
-			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"}})
+		if err := c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
+			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Always"}}); err != nil {
+			return err
+		}
+		// The webhook fails closed: it only works once cert-manager's CA
+		// injector has put the CA into its configuration.
+		return c.WaitWebhookCA(ctx, "kubefarm")
 	}); err != nil {
 		return err
 	}

@@ -48,6 +48,9 @@ func run(namespace string, leaderElect bool, leaderNS string) error {
 	if err != nil {
 		return err
 	}
+	// cainjector names its server-side-apply field manager after the user
+	// agent's product; without one every apply is rejected.
+	cfg.UserAgent = "cert-manager-cainjector"
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: "0"},
