@@ -1,0 +1,431 @@
+package dhcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+
+	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/leases"
+)
+
+// Ports of RFC 2131 and the PXE specification.
+const (
+	ServerPort   = 67
+	ClientPort   = 68
+	PXEProxyPort = 4011
+)
+
+// MaxPacket is the largest request accepted: one Ethernet MTU. Anything
+// longer is not a DHCP packet a boot ROM sends and is dropped unparsed.
+const MaxPacket = 1500
+
+// minMaxMessageSize is the size every DHCP client must accept (RFC 2131).
+const minMaxMessageSize = 576
+
+// Config is what Reply and Server need to know about themselves.
+type Config struct {
+	// ServerID is this server's address on the boot network: option 54,
+	// and the identifier REQUESTs are matched against.
+	ServerID net.IP
+	// Boot says where TFTP and HTTP boot are served.
+	Boot bootfile.Config
+	// ProxyDHCP: another server owns addresses; answer PXE clients with
+	// boot options only (no yiaddr, no lease), also on port 4011.
+	ProxyDHCP bool
+	// Workers handle packets concurrently (default 2 x GOMAXPROCS).
+	Workers int
+	// QueueSize bounds the packets waiting for a worker (default 1024).
+	QueueSize int
+}
+
+// Handler is one link of a reply chain: it sees the request and the reply
+// built so far, and returns the reply and whether the chain goes on.
+type Handler func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool)
+
+// Chain runs handlers in order until one stops.
+func Chain(hs ...Handler) Handler {
+	return func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
+		for _, h := range hs {
+			var next bool
+			if resp, next = h(req, resp); !next {
+				return resp, false
+			}
+		}
+		return resp, true
+	}
+}
+
+// Reply builds the answer to req for a client whose lease is lease (nil when
+// the MAC is unknown). It returns a nil reply and one of the Err* sentinels
+// when nothing must be sent.
+func Reply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4, error) {
+	if err := validate(req); err != nil {
+		return nil, err
+	}
+	if lease == nil {
+		return nil, ErrUnknown
+	}
+	if cfg.ServerID.To4() == nil {
+		return nil, fmt.Errorf("server identifier %v is not IPv4", cfg.ServerID)
+	}
+	if len(lease.IP.To4()) != net.IPv4len {
+		return nil, fmt.Errorf("lease of %s has no IPv4 address", req.ClientHWAddr)
+	}
+	var (
+		resp *dhcpv4.DHCPv4
+		err  error
+	)
+	if cfg.ProxyDHCP {
+		resp, err = proxyReply(req, lease, cfg)
+	} else {
+		resp, err = authoritativeReply(req, lease, cfg)
+	}
+	if err != nil || resp == nil {
+		return nil, err
+	}
+	return fit(req, resp, lease)
+}
+
+func authoritativeReply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4, error) {
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		resp := base(req, cfg, dhcpv4.MessageTypeOffer)
+		resp.YourIPAddr = lease.IP.To4()
+		resp, _ = Chain(leaseOptions(lease, true), bootOptions(cfg, true), tagOptions(lease))(req, resp)
+		return resp, nil
+	case dhcpv4.MessageTypeRequest:
+		if forOtherServer(req, cfg) {
+			return nil, ErrOtherServer
+		}
+		// SELECTING and INIT-REBOOT name the address in option 50;
+		// RENEWING and REBINDING carry it in ciaddr (RFC 2131 4.3.2).
+		want := req.RequestedIPAddress()
+		if isZero(want) {
+			want = req.ClientIPAddr
+		}
+		if isZero(want) || !want.Equal(lease.IP) {
+			return nak(req, cfg), nil
+		}
+		resp := base(req, cfg, dhcpv4.MessageTypeAck)
+		resp.ClientIPAddr = req.ClientIPAddr
+		resp.YourIPAddr = lease.IP.To4()
+		resp, _ = Chain(leaseOptions(lease, true), bootOptions(cfg, true), tagOptions(lease))(req, resp)
+		return resp, nil
+	case dhcpv4.MessageTypeInform:
+		// RFC 2131 4.3.5: configuration only, no yiaddr and no lease time.
+		resp := base(req, cfg, dhcpv4.MessageTypeAck)
+		resp.ClientIPAddr = req.ClientIPAddr
+		resp, _ = Chain(leaseOptions(lease, false), tagOptions(lease))(req, resp)
+		return resp, nil
+	case dhcpv4.MessageTypeRelease:
+		if forOtherServer(req, cfg) {
+			return nil, ErrOtherServer
+		}
+		// Leases are static: nothing to free, but the event is counted.
+		return nil, ErrReleased
+	case dhcpv4.MessageTypeDecline:
+		if forOtherServer(req, cfg) {
+			return nil, ErrOtherServer
+		}
+		// Another host uses the machine's address. Offering a different
+		// one would break the machine's identity; the operator must fix the
+		// conflict, which the declined counter surfaces.
+		return nil, ErrDeclined
+	default:
+		return nil, ErrNotAnswered
+	}
+}
+
+// proxyReply answers as a proxyDHCP server (PXE specification 2.1, 2.2.5):
+// boot options only, because another server owns the addresses.
+func proxyReply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4, error) {
+	vc := req.ClassIdentifier()
+	if !strings.HasPrefix(vc, "PXEClient") && !strings.HasPrefix(vc, bootfile.VendorHTTPClient) {
+		return nil, ErrNotPXE
+	}
+	var mt dhcpv4.MessageType
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		mt = dhcpv4.MessageTypeOffer
+	case dhcpv4.MessageTypeRequest:
+		if forOtherServer(req, cfg) {
+			return nil, ErrOtherServer
+		}
+		// The boot server REQUEST (port 4011) comes from a client that got
+		// its address elsewhere; one without ciaddr is an address request
+		// for the other server.
+		if isZero(req.ClientIPAddr) {
+			return nil, ErrNotAnswered
+		}
+		mt = dhcpv4.MessageTypeAck
+	default:
+		return nil, ErrNotAnswered
+	}
+	if bootfile.Decide(bootRequest(req), cfg.Boot).Protocol == bootfile.None {
+		return nil, ErrNotPXE
+	}
+	resp := base(req, cfg, mt)
+	if mt == dhcpv4.MessageTypeAck {
+		resp.ClientIPAddr = req.ClientIPAddr
+	}
+	// PXE discovery control (vendor option 43, sub-option 6, bit 3): the
+	// boot file is in this reply, do not multicast for boot servers.
+	resp.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = []byte{6, 1, 8, 255}
+	if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
+		// Firmware checks that the client machine identifier is echoed.
+		resp.Options[dhcpv4.OptionClientMachineIdentifier.Code()] = uuid
+	}
+	resp, _ = bootOptions(cfg, false)(req, resp)
+	if resp.Options.Get(dhcpv4.OptionClassIdentifier) == nil {
+		resp.Options[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
+	}
+	return resp, nil
+}
+
+func validate(req *dhcpv4.DHCPv4) error {
+	switch {
+	case req == nil:
+		return fmt.Errorf("%w: no packet", ErrMalformed)
+	case req.OpCode != dhcpv4.OpcodeBootRequest:
+		return fmt.Errorf("%w: op %d is not BOOTREQUEST", ErrMalformed, req.OpCode)
+	case req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6:
+		return fmt.Errorf("%w: not an Ethernet client", ErrMalformed)
+	case req.MessageType() == dhcpv4.MessageTypeNone:
+		return fmt.Errorf("%w: no DHCP message type (BOOTP is not served)", ErrMalformed)
+	case len(req.ClientIPAddr.To4()) != 4 || len(req.GatewayIPAddr.To4()) != 4:
+		return fmt.Errorf("%w: bad ciaddr or giaddr", ErrMalformed)
+	}
+	return nil
+}
+
+// base is the reply skeleton of RFC 2131 table 3: op, htype, xid, flags,
+// giaddr and chaddr from the request; message type and server identifier;
+// client identifier (RFC 6842) and relay agent information (RFC 3046)
+// echoed.
+func base(req *dhcpv4.DHCPv4, cfg Config, mt dhcpv4.MessageType) *dhcpv4.DHCPv4 {
+	resp := &dhcpv4.DHCPv4{
+		OpCode:        dhcpv4.OpcodeBootReply,
+		HWType:        req.HWType,
+		TransactionID: req.TransactionID,
+		Flags:         req.Flags,
+		ClientIPAddr:  net.IPv4zero.To4(),
+		YourIPAddr:    net.IPv4zero.To4(),
+		ServerIPAddr:  net.IPv4zero.To4(),
+		GatewayIPAddr: req.GatewayIPAddr.To4(),
+		ClientHWAddr:  req.ClientHWAddr,
+		Options:       make(dhcpv4.Options, 16),
+	}
+	resp.Options[dhcpv4.OptionDHCPMessageType.Code()] = []byte{byte(mt)}
+	resp.Options[dhcpv4.OptionServerIdentifier.Code()] = cfg.ServerID.To4()
+	for _, c := range []dhcpv4.OptionCode{dhcpv4.OptionClientIdentifier, dhcpv4.OptionRelayAgentInformation} {
+		if v := req.Options.Get(c); v != nil {
+			resp.Options[c.Code()] = v
+		}
+	}
+	return resp
+}
+
+func nak(req *dhcpv4.DHCPv4, cfg Config) *dhcpv4.DHCPv4 {
+	resp := base(req, cfg, dhcpv4.MessageTypeNak)
+	resp.Options[dhcpv4.OptionMessage.Code()] = []byte("requested address is not this machine's")
+	if !isZero(req.GatewayIPAddr) {
+		// RFC 2131 4.1: through a relay, a NAK is broadcast on the
+		// client's segment because the client's address is wrong.
+		resp.SetBroadcast()
+	}
+	return resp
+}
+
+// forOtherServer: a REQUEST (or RELEASE/DECLINE) naming another server in
+// option 54 means the client chose that server's offer.
+func forOtherServer(req *dhcpv4.DHCPv4, cfg Config) bool {
+	sid := req.Options.Get(dhcpv4.OptionServerIdentifier)
+	return sid != nil && !net.IP(sid).Equal(cfg.ServerID)
+}
+
+// leaseOptions adds the network configuration of the lease.
+func leaseOptions(l *leases.Lease, withLeaseTime bool) Handler {
+	return func(_, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
+		o := resp.Options
+		if len(l.Mask) == net.IPv4len {
+			o[dhcpv4.OptionSubnetMask.Code()] = []byte(l.Mask)
+		}
+		if len(l.Router.To4()) == net.IPv4len {
+			o[dhcpv4.OptionRouter.Code()] = l.Router.To4()
+		}
+		if len(l.DNS) > 0 {
+			dns := make([]byte, 0, 4*len(l.DNS))
+			for _, d := range l.DNS {
+				if d4 := d.To4(); d4 != nil {
+					dns = append(dns, d4...)
+				}
+			}
+			if len(dns) > 0 {
+				o[dhcpv4.OptionDomainNameServer.Code()] = dns
+			}
+		}
+		if l.Domain != "" {
+			o[dhcpv4.OptionDomainName.Code()] = []byte(l.Domain)
+		}
+		if l.Hostname != "" {
+			o[dhcpv4.OptionHostName.Code()] = []byte(l.Hostname)
+		}
+		if withLeaseTime {
+			secs := l.LeaseTime / time.Second
+			if secs <= 0 {
+				secs = leases.DefaultLeaseTime / time.Second
+			}
+			if secs > 0xfffffffe { // 0xffffffff would mean "infinite"
+				secs = 0xfffffffe
+			}
+			o[dhcpv4.OptionIPAddressLeaseTime.Code()] = binary.BigEndian.AppendUint32(nil, uint32(secs))
+		}
+		return resp, true
+	}
+}
+
+// tagOptions adds the options of the machine's tags. They never replace an
+// option this server set: the API forbids those codes, and this guards
+// against a lease built some other way.
+func tagOptions(l *leases.Lease) Handler {
+	return func(_, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
+		for _, o := range l.ExtraOptions {
+			if o.Code == 0 || o.Code == 255 || len(o.Value) == 0 {
+				continue
+			}
+			if _, taken := resp.Options[o.Code]; !taken {
+				resp.Options[o.Code] = o.Value
+			}
+		}
+		return resp, true
+	}
+}
+
+// bootOptions adds the boot file bootfile.Decide picks. In authoritative mode
+// a client without a boot file still gets its address (it may be an OS-level
+// DHCP client on a booted machine), so the chain goes on either way.
+func bootOptions(cfg Config, echoPXEClient bool) Handler {
+	return func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
+		r := bootfile.Decide(bootRequest(req), cfg.Boot)
+		o := resp.Options
+		switch r.Protocol {
+		case bootfile.TFTP:
+			resp.ServerIPAddr = r.NextServer.To4()
+			o[dhcpv4.OptionTFTPServerName.Code()] = []byte(r.NextServer.String())
+		case bootfile.HTTP:
+		default:
+			return resp, true
+		}
+		// The header's file field holds 127 bytes and a NUL; longer URLs
+		// travel in option 67 only rather than truncated.
+		if len(r.File) < 128 {
+			resp.BootFileName = r.File
+		}
+		o[dhcpv4.OptionBootfileName.Code()] = []byte(r.File)
+		switch {
+		case r.VendorClass != "":
+			o[dhcpv4.OptionClassIdentifier.Code()] = []byte(r.VendorClass)
+		case echoPXEClient && strings.HasPrefix(req.ClassIdentifier(), "PXEClient"):
+			// Some PXE ROMs ignore offers that do not say PXEClient.
+			o[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
+		}
+		return resp, true
+	}
+}
+
+// bootRequest extracts the facts bootfile.Decide needs.
+func bootRequest(req *dhcpv4.DHCPv4) bootfile.Request {
+	br := bootfile.Request{MAC: req.ClientHWAddr, VendorClass: req.ClassIdentifier()}
+	if raw := req.Options.Get(dhcpv4.OptionClientSystemArchitectureType); raw != nil {
+		// A list of 16-bit types; an odd length is malformed and ignored.
+		if len(raw) >= 2 && len(raw)%2 == 0 {
+			br.HasArch = true
+			br.Arches = make([]uint16, 0, len(raw)/2)
+			for i := 0; i+1 < len(raw); i += 2 {
+				br.Arches = append(br.Arches, binary.BigEndian.Uint16(raw[i:]))
+			}
+		}
+	}
+	if raw := req.Options.Get(dhcpv4.OptionUserClassInformation); raw != nil {
+		// iPXE sends a bare string, RFC 3004 clients length-prefixed ones;
+		// accept both.
+		br.UserClasses = append(req.UserClass(), string(raw))
+	}
+	return br
+}
+
+// maxMessageSize is what the client accepts: option 57 when larger than
+// 576, capped at one Ethernet MTU.
+func maxMessageSize(req *dhcpv4.DHCPv4) int {
+	size := minMaxMessageSize
+	if v, err := req.MaxMessageSize(); err == nil && int(v) > size {
+		size = int(v)
+	}
+	return min(size, MaxPacket)
+}
+
+// fit drops tag options when the reply would exceed the client's maximum
+// message size: the address and boot file matter more than extras.
+func fit(req, resp *dhcpv4.DHCPv4, l *leases.Lease) (*dhcpv4.DHCPv4, error) {
+	limit := maxMessageSize(req)
+	if wireSize(resp) <= limit {
+		return resp, nil
+	}
+	for _, o := range l.ExtraOptions {
+		// Only remove what tagOptions put there (it stores the lease's own
+		// slice), never an option of the same code the server set itself.
+		if v, ok := resp.Options[o.Code]; ok && len(v) > 0 && len(v) == len(o.Value) && &v[0] == &o.Value[0] {
+			delete(resp.Options, o.Code)
+		}
+	}
+	if wireSize(resp) <= limit {
+		return resp, nil
+	}
+	return nil, ErrReplyTooLong
+}
+
+// wireSize is the serialized length of a packet without serializing it:
+// the 240-byte header and cookie, each option split into 255-byte pieces
+// (RFC 3396), and the end option.
+func wireSize(p *dhcpv4.DHCPv4) int {
+	n := 240 + 1
+	for _, v := range p.Options {
+		if len(v) == 0 {
+			n += 2
+			continue
+		}
+		n += len(v) + 2*((len(v)+254)/255)
+	}
+	return max(n, 300) // BOOTP minimum, padded by ToBytes
+}
+
+// Destination is where a reply goes (RFC 2131 section 4.1). peer is the
+// request's source; it matters only for unicast to a configured client,
+// whose source port is answered.
+func Destination(req, resp *dhcpv4.DHCPv4, peer *net.UDPAddr) *net.UDPAddr {
+	if !isZero(req.GatewayIPAddr) {
+		return &net.UDPAddr{IP: req.GatewayIPAddr.To4(), Port: ServerPort}
+	}
+	if resp.MessageType() == dhcpv4.MessageTypeNak {
+		return &net.UDPAddr{IP: net.IPv4bcast.To4(), Port: ClientPort}
+	}
+	if !isZero(req.ClientIPAddr) {
+		port := ClientPort
+		if peer != nil && peer.IP.Equal(req.ClientIPAddr) && peer.Port > 0 {
+			port = peer.Port
+		}
+		return &net.UDPAddr{IP: req.ClientIPAddr.To4(), Port: port}
+	}
+	// Broadcast flag set, or a client without an address: sending unicast
+	// to yiaddr would need an ARP entry for an address not yet configured;
+	// RFC 2131 allows broadcasting instead.
+	return &net.UDPAddr{IP: net.IPv4bcast.To4(), Port: ClientPort}
+}
+
+func isZero(ip net.IP) bool { return ip == nil || ip.IsUnspecified() }

@@ -1,0 +1,204 @@
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+
+	"github.com/kubefarm/kubefarm/pxe/leases"
+)
+
+// Leases is the lookup the server needs; *leases.Table implements it.
+type Leases interface {
+	Lookup(mac net.HardwareAddr) (*leases.Lease, bool)
+}
+
+// readSize is larger than MaxPacket so that an oversized datagram shows up
+// as n > MaxPacket instead of being silently truncated to a valid length.
+const readSize = MaxPacket + 1
+
+// Server answers DHCPv4 from a lease table with a fixed pool of workers.
+type Server struct {
+	cfg     Config
+	leases  Leases
+	metrics *Metrics
+	log     logr.Logger
+}
+
+// NewServer checks cfg and fills its defaults. metrics may be nil.
+func NewServer(cfg Config, l Leases, m *Metrics, log logr.Logger) (*Server, error) {
+	if cfg.ServerID.To4() == nil {
+		return nil, fmt.Errorf("server identifier %v is not an IPv4 address", cfg.ServerID)
+	}
+	if l == nil {
+		return nil, errors.New("a lease table is required")
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = 1024
+	}
+	return &Server{cfg: cfg, leases: l, metrics: m, log: log}, nil
+}
+
+// Listen opens the sockets the configuration needs on iface: port 67, and
+// port 4011 in proxyDHCP mode. Binding to the interface keeps the server
+// off every other network of a multi-homed node.
+func Listen(iface string, cfg Config) ([]net.PacketConn, error) {
+	ports := []int{ServerPort}
+	if cfg.ProxyDHCP {
+		ports = append(ports, PXEProxyPort)
+	}
+	var conns []net.PacketConn
+	for _, p := range ports {
+		c, err := server4.NewIPv4UDPConn(iface, &net.UDPAddr{Port: p})
+		if err != nil {
+			for _, o := range conns {
+				o.Close()
+			}
+			return nil, fmt.Errorf("listening on %s port %d: %w", iface, p, err)
+		}
+		conns = append(conns, c)
+	}
+	return conns, nil
+}
+
+// HandlePacket turns one datagram into the reply to send (nil for none),
+// its destination and the outcome. It never panics on any input; that is
+// what FuzzHandlePacket checks.
+func (s *Server) HandlePacket(pkt []byte, peer *net.UDPAddr) (out []byte, dst *net.UDPAddr, typ string, o Outcome) {
+	if len(pkt) > MaxPacket {
+		return nil, nil, "unknown", Malformed
+	}
+	req, err := dhcpv4.FromBytes(pkt)
+	if err != nil {
+		return nil, nil, "unknown", Malformed
+	}
+	typ = typeLabel(req)
+	if err := validate(req); err != nil {
+		return nil, nil, typ, Malformed
+	}
+	lease, _ := s.leases.Lookup(req.ClientHWAddr)
+	resp, err := Reply(req, lease, s.cfg)
+	o = outcomeOf(req, resp, err)
+	if resp == nil {
+		if o == Failed {
+			s.log.Error(err, "building reply", "mac", req.ClientHWAddr.String())
+		} else if o == Declined {
+			s.log.Info("client declined its address: another host uses it", "mac", req.ClientHWAddr.String(), "ip", lease.IP.String())
+		}
+		return nil, nil, typ, o
+	}
+	return resp.ToBytes(), Destination(req, resp, peer), typ, o
+}
+
+// buffer carries one datagram from a reader to a worker. Buffers are
+// recycled through a free list so the steady state allocates none for I/O.
+type buffer struct {
+	data [readSize]byte
+	n    int
+	peer *net.UDPAddr
+	conn net.PacketConn
+	at   time.Time
+}
+
+// Serve reads conns until ctx ends, then closes them and returns once every
+// worker has finished. Serve owns conns.
+func (s *Server) Serve(ctx context.Context, conns ...net.PacketConn) error {
+	if len(conns) == 0 {
+		return errors.New("no sockets to serve")
+	}
+	// Enough buffers that a reader never waits for one: at most QueueSize
+	// wait in the queue, Workers are being handled, one per reader is
+	// being filled.
+	nbuf := s.cfg.QueueSize + s.cfg.Workers + len(conns)
+	free := make(chan *buffer, nbuf)
+	for i := 0; i < nbuf; i++ {
+		free <- new(buffer)
+	}
+	queue := make(chan *buffer, s.cfg.QueueSize)
+
+	var workers sync.WaitGroup
+	for i := 0; i < s.cfg.Workers; i++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for b := range queue {
+				s.work(b)
+				free <- b
+			}
+		}()
+	}
+
+	// A socket that fails stops the whole server: serving on some
+	// interfaces and silently not on others is worse than a restart.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.Close() // unblocks ReadFrom
+		}
+	})
+	defer stop()
+
+	var readers sync.WaitGroup
+	errs := make([]error, len(conns))
+	for i, c := range conns {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			if errs[i] = s.read(ctx, c, free, queue); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	readers.Wait()
+	close(queue)
+	workers.Wait()
+	return errors.Join(errs...)
+}
+
+func (s *Server) read(ctx context.Context, c net.PacketConn, free, queue chan *buffer) error {
+	b := <-free
+	for {
+		n, addr, err := c.ReadFrom(b.data[:])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// An unconnected UDP socket reports no ICMP errors, so a failed
+			// read means the socket itself is broken.
+			return fmt.Errorf("reading %s: %w", c.LocalAddr(), err)
+		}
+		b.n, b.conn, b.at = n, c, time.Now()
+		b.peer, _ = addr.(*net.UDPAddr)
+		select {
+		case queue <- b:
+			b = <-free
+		default:
+			// Reuse b for the next read: the dropped packet costs nothing.
+			s.metrics.count("unknown", DroppedQueueFull)
+		}
+	}
+}
+
+func (s *Server) work(b *buffer) {
+	out, dst, typ, o := s.HandlePacket(b.data[:b.n], b.peer)
+	if out != nil {
+		if _, err := b.conn.WriteTo(out, dst); err != nil {
+			s.log.Error(err, "sending DHCP reply", "to", dst.String(), "result", string(o))
+			o = Failed
+		}
+	}
+	s.metrics.count(typ, o)
+	s.metrics.observe(b.at)
+}

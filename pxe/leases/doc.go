@@ -1,0 +1,15 @@
+// Package leases holds the DHCP leases kubefarm-pxe hands out: one static
+// lease per boot MAC of every Machine, derived from the Machine and its
+// NodePool.
+//
+// The Table answers a lookup by MAC in O(1) without allocating, under any
+// number of concurrent readers, because it sits on the DHCP hot path. Writes
+// replace all leases of one machine at once, so a change of MACs never
+// leaves a stale key behind.
+//
+// FromObjects is the pure builder (Machine + NodePool -> leases). Syncer
+// keeps a Table in step with a controller-runtime cache; when the API server
+// goes away, the informers stop delivering events and the Table keeps
+// serving what it last knew, which is the point: machines must keep booting
+// while the admin cluster is down.
+package leases

@@ -1,0 +1,160 @@
+package leases
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// PoolIndex is the cache field index of Machines by spec.pool. The cache
+// scopes it by namespace, so List with InNamespace + MatchingFields finds the
+// machines of one pool without a scan.
+const PoolIndex = "spec.pool"
+
+// Syncer keeps a Table in step with a controller-runtime cache.
+//
+// Every event is reduced to "recompute machine X" and the recompute reads the
+// latest Machine and NodePool from the cache under one lock. Informer handlers
+// for Machines and NodePools run on different goroutines; deriving from the
+// objects carried by the events instead could let an older pool event write
+// over a newer machine event.
+type Syncer struct {
+	cache cache.Cache
+	table *Table
+	log   logr.Logger
+
+	mu     sync.Mutex
+	errors atomic.Uint64
+}
+
+// NewSyncer registers the pool index and the event handlers on c. Call it
+// before c.Start: field indexes cannot be added to a running informer. ctx
+// bounds only this registration; the handlers outlive it.
+func NewSyncer(ctx context.Context, c cache.Cache, t *Table, log logr.Logger) (*Syncer, error) {
+	s := &Syncer{cache: c, table: t, log: log}
+	// Handlers read the in-memory cache only; they run for as long as the
+	// cache does, so they must not inherit a setup context.
+	hctx := context.Background()
+	if err := c.IndexField(ctx, &kubefarmv1.Machine{}, PoolIndex, func(o client.Object) []string {
+		m, ok := o.(*kubefarmv1.Machine)
+		if !ok || m.Spec.Pool == "" {
+			return nil
+		}
+		return []string{m.Spec.Pool}
+	}); err != nil {
+		return nil, fmt.Errorf("indexing machines by pool: %w", err)
+	}
+
+	mi, err := c.GetInformer(ctx, &kubefarmv1.Machine{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("machine informer: %w", err)
+	}
+	onMachine := func(obj any) {
+		if key, ok := objectKey(obj); ok {
+			s.resync(hctx, key)
+		}
+	}
+	if _, err := mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onMachine,
+		UpdateFunc: func(_, obj any) { onMachine(obj) },
+		DeleteFunc: onMachine,
+	}); err != nil {
+		return nil, err
+	}
+
+	pi, err := c.GetInformer(ctx, &kubefarmv1.NodePool{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("nodepool informer: %w", err)
+	}
+	onPool := func(obj any) {
+		if key, ok := objectKey(obj); ok {
+			s.resyncPool(hctx, key)
+		}
+	}
+	if _, err := pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onPool,
+		UpdateFunc: func(_, obj any) { onPool(obj) },
+		DeleteFunc: onPool,
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Errors counts objects whose leases could not be derived.
+func (s *Syncer) Errors() uint64 { return s.errors.Load() }
+
+// objectKey accepts live objects and the tombstones of deletes the informer
+// missed while disconnected.
+func objectKey(obj any) (types.NamespacedName, bool) {
+	if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	o, ok := obj.(client.Object)
+	if !ok {
+		return types.NamespacedName{}, false
+	}
+	return client.ObjectKeyFromObject(o), true
+}
+
+func (s *Syncer) resyncPool(ctx context.Context, pool types.NamespacedName) {
+	var machines kubefarmv1.MachineList
+	if err := s.cache.List(ctx, &machines, client.InNamespace(pool.Namespace), client.MatchingFields{PoolIndex: pool.Name}); err != nil {
+		s.errors.Add(1)
+		s.log.Error(err, "listing the machines of a pool", "pool", pool)
+		return
+	}
+	for i := range machines.Items {
+		s.resync(ctx, client.ObjectKeyFromObject(&machines.Items[i]))
+	}
+}
+
+// resync recomputes one machine's leases from the cache's current objects.
+func (s *Syncer) resync(ctx context.Context, key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mkey := MachineKey(key.Namespace, key.Name)
+
+	var m kubefarmv1.Machine
+	if err := s.cache.Get(ctx, key, &m); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.table.Delete(mkey)
+			return
+		}
+		s.errors.Add(1)
+		s.log.Error(err, "reading machine from cache", "machine", key)
+		return
+	}
+	var p kubefarmv1.NodePool
+	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: m.Spec.Pool}, &p); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Without its pool there is no network to describe. The pool's
+			// add event resyncs the machine if the pool appears later.
+			s.table.Delete(mkey)
+			return
+		}
+		s.errors.Add(1)
+		s.log.Error(err, "reading pool from cache", "machine", key, "pool", m.Spec.Pool)
+		return
+	}
+	leases, err := FromObjects(&m, &p)
+	if err != nil {
+		// Keep serving the last good leases: a machine that boots with a
+		// known-good configuration beats one that cannot boot at all, and
+		// the error is visible in logs and the error count.
+		s.errors.Add(1)
+		s.log.Error(err, "deriving leases; keeping the previous ones", "machine", key)
+		return
+	}
+	s.table.Upsert(mkey, leases)
+}

@@ -1,0 +1,162 @@
+package leases
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// DefaultLeaseTime applies when a pool does not set one (the API defaults it
+// to 1h as well; this covers objects written before the default existed).
+const DefaultLeaseTime = time.Hour
+
+// Option is a raw DHCPv4 option added to a machine's replies.
+type Option struct {
+	Code  uint8
+	Value []byte
+}
+
+// Lease is everything a DHCP reply for one MAC needs. A Lease stored in a
+// Table is never modified afterwards: readers share it without copying.
+type Lease struct {
+	MAC       net.HardwareAddr
+	IP        net.IP // 4-byte form
+	Mask      net.IPMask
+	Router    net.IP // nil when the pool has no gateway
+	DNS       []net.IP
+	Domain    string
+	Hostname  string
+	LeaseTime time.Duration
+	// ExtraOptions come from the machine's tags, sorted by code.
+	ExtraOptions []Option
+	// Pool is the NodePool's name; Machine is "namespace/name".
+	Pool    string
+	Machine string
+}
+
+// reservedCodes are options the DHCP server sets itself (the API rejects
+// them too) plus framing and relay codes a tag must never inject.
+var reservedCodes = map[uint8]bool{
+	0: true, 1: true, 3: true, 6: true, 12: true, 15: true, 51: true, 53: true,
+	54: true, 60: true, 66: true, 67: true, 82: true, 255: true,
+}
+
+// MachineKey is the key Table uses for a machine.
+func MachineKey(namespace, name string) string { return namespace + "/" + name }
+
+// FromObjects builds the leases of a machine, one per MAC. It fails when the
+// objects are inconsistent (machine not in that pool, address outside the
+// subnet, a malformed tag option), so that a bad object is reported and never
+// half-served.
+func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Lease, error) {
+	if machine == nil || pool == nil {
+		return nil, fmt.Errorf("machine and pool are required")
+	}
+	if machine.Namespace != pool.Namespace || machine.Spec.Pool != pool.Name {
+		return nil, fmt.Errorf("machine %s/%s belongs to pool %q, not %s/%s",
+			machine.Namespace, machine.Name, machine.Spec.Pool, pool.Namespace, pool.Name)
+	}
+	netw := pool.Spec.Network
+	_, subnet, err := net.ParseCIDR(netw.Subnet)
+	if err != nil || subnet.IP.To4() == nil {
+		return nil, fmt.Errorf("pool subnet %q is not an IPv4 CIDR", netw.Subnet)
+	}
+	ip := net.ParseIP(machine.Spec.IP).To4()
+	if ip == nil {
+		return nil, fmt.Errorf("machine IP %q is not IPv4", machine.Spec.IP)
+	}
+	if !subnet.Contains(ip) {
+		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, subnet)
+	}
+	var router net.IP
+	if netw.Gateway != "" {
+		if router = net.ParseIP(netw.Gateway).To4(); router == nil {
+			return nil, fmt.Errorf("pool gateway %q is not IPv4", netw.Gateway)
+		}
+	}
+	dns := make([]net.IP, 0, len(netw.DNS))
+	for _, s := range netw.DNS {
+		d := net.ParseIP(s).To4()
+		if d == nil {
+			return nil, fmt.Errorf("pool DNS server %q is not IPv4", s)
+		}
+		dns = append(dns, d)
+	}
+	leaseTime := DefaultLeaseTime
+	if netw.LeaseTime != nil && netw.LeaseTime.Duration > 0 {
+		leaseTime = netw.LeaseTime.Duration
+	}
+	extra, err := tagOptions(machine.Spec.Tags, pool.Spec.Tags)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s/%s: %w", machine.Namespace, machine.Name, err)
+	}
+
+	out := make([]Lease, 0, len(machine.Spec.MACs))
+	for _, s := range machine.Spec.MACs {
+		mac, err := net.ParseMAC(s)
+		if err != nil || len(mac) != 6 {
+			return nil, fmt.Errorf("machine %s/%s: MAC %q is not an Ethernet address", machine.Namespace, machine.Name, s)
+		}
+		out = append(out, Lease{
+			MAC: mac, IP: ip, Mask: subnet.Mask, Router: router, DNS: dns,
+			Domain: netw.Domain, Hostname: machine.Spec.Hostname, LeaseTime: leaseTime,
+			ExtraOptions: extra, Pool: pool.Name, Machine: MachineKey(machine.Namespace, machine.Name),
+		})
+	}
+	return out, nil
+}
+
+// tagOptions merges the DHCP options of the machine's tags in the order the
+// machine lists them; a later tag overrides an earlier one for the same code.
+func tagOptions(machineTags []string, tags map[string]kubefarmv1.TagSpec) ([]Option, error) {
+	byCode := map[uint8][]byte{}
+	for _, name := range machineTags {
+		tag, ok := tags[name]
+		if !ok {
+			return nil, fmt.Errorf("tag %q is not defined in the pool", name)
+		}
+		for _, o := range tag.DHCPOptions {
+			if o.Code < 1 || o.Code > 254 || reservedCodes[uint8(o.Code)] {
+				return nil, fmt.Errorf("tag %q: option %d cannot be set by a tag", name, o.Code)
+			}
+			v, err := ParseOptionValue(o.Value)
+			if err != nil {
+				return nil, fmt.Errorf("tag %q: option %d: %w", name, o.Code, err)
+			}
+			byCode[uint8(o.Code)] = v
+		}
+	}
+	if len(byCode) == 0 {
+		return nil, nil
+	}
+	out := make([]Option, 0, len(byCode))
+	for c, v := range byCode {
+		out = append(out, Option{Code: c, Value: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
+	return out, nil
+}
+
+// ParseOptionValue reads the API's option value: hex bytes after "0x", text
+// otherwise. One option carries at most 255 bytes on the wire.
+func ParseOptionValue(s string) ([]byte, error) {
+	var v []byte
+	if rest, ok := strings.CutPrefix(s, "0x"); ok {
+		b, err := hex.DecodeString(rest)
+		if err != nil {
+			return nil, fmt.Errorf("bad hex value: %w", err)
+		}
+		v = b
+	} else {
+		v = []byte(s)
+	}
+	if len(v) == 0 || len(v) > 255 {
+		return nil, fmt.Errorf("value must be 1 to 255 bytes, got %d", len(v))
+	}
+	return v, nil
+}
