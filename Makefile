@@ -118,8 +118,21 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 
+# Debian packages the tests drive as real peers: busybox's udhcpc and ISC
+# dhclient (DHCP clients in network namespaces), iproute2 (namespaces).
+APT_PACKAGES := busybox-static isc-dhcp-client iproute2
+
+.PHONY: deps
+deps: ## Install the Debian packages the tests need (as root; otherwise say which are missing).
+	@missing=$$(for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing $$missing"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "missing Debian packages (run make as root to install them): $$missing"; exit 1; fi; fi
+
 .PHONY: test
-test: tools verify-pins verify-generated lint ## Unit and integration tests against real kube-apiserver, etcd and cert-manager.
+test: deps tools verify-pins verify-generated lint ## Unit and integration tests against real kube-apiserver, etcd and cert-manager.
 	@mkdir -p $(BUILD)
 	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log
 	@# A skipped test is not a passing test: the run fails loudly instead.
