@@ -132,12 +132,13 @@ deps: ## Install the Debian packages the tests need (as root; otherwise say whic
 	  else echo "missing Debian packages (run make as root to install them): $$missing"; exit 1; fi; fi
 
 .PHONY: test
-test: deps tools verify-pins verify-generated lint ## Unit and integration tests against real kube-apiserver, etcd and cert-manager.
+test: deps tools verify-pins verify-generated lint ## Unit, integration (real kube-apiserver, etcd, cert-manager) and end-to-end tests.
 	@mkdir -p $(BUILD)
 	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log
+	$(MAKE) --no-print-directory e2e
 	@# A skipped test is not a passing test: the run fails loudly instead.
-	@if grep -- '--- SKIP' $(BUILD)/test.log; then echo "tests were skipped (above); make test runs them all"; exit 1; fi
-	@echo "$$(grep -c -- '--- PASS' $(BUILD)/test.log) passed, $$(grep -c -- '--- FAIL' $(BUILD)/test.log || true) failed"
+	@if grep -h -- '--- SKIP' $(BUILD)/test.log $(BUILD)/e2e.log; then echo "tests were skipped (above); make test runs them all"; exit 1; fi
+	@echo "$$(cat $(BUILD)/test.log $(BUILD)/e2e.log | grep -c -- '--- PASS') passed, $$(cat $(BUILD)/test.log $(BUILD)/e2e.log | grep -c -- '--- FAIL' || true) failed"
 
 .PHONY: test-one
 test-one: envtest-tools ## Run one test: make test-one PKG=./webhooks/nodepool RUN=TestFailsClosed
