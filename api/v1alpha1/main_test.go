@@ -1,8 +1,6 @@
 package v1alpha1_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/kubefarm/kubefarm/internal/testenv"
@@ -12,19 +10,4 @@ import (
 // package's tests; each test works in its own namespace.
 var env *testenv.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		if env != nil {
-			_ = env.Stop()
-		}
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{}, &env) }

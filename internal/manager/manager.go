@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 )
 
 // Options configure the manager; cmd/kubefarm-manager maps its flags onto them.
@@ -35,6 +36,9 @@ type Options struct {
 	LeaseDuration    time.Duration
 	RenewDeadline    time.Duration
 	GracefulShutdown time.Duration
+	// ImageRegistry is the registry prefix of the tenant control plane
+	// images (kube-apiserver, etcd, ...); empty means registry.k8s.io.
+	ImageRegistry string
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -77,6 +81,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := setupWebhooks(mgr); err != nil {
 		return nil, err
 	}
+	if err := SetupControllers(mgr, opts); err != nil {
+		return nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
@@ -98,4 +105,19 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// SetupControllers registers every controller. They run only on the elected
+// leader; the webhooks registered beside them run on every replica.
+func SetupControllers(mgr ctrl.Manager, opts Options) error {
+	if err := (&tenantcluster.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("tenantcluster-controller"),
+		Images:    tenantcluster.DefaultImages(opts.ImageRegistry),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the TenantCluster controller: %w", err)
+	}
+	return nil
 }

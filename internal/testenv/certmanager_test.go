@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -22,22 +20,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{CertManager: true})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		if env != nil {
-			_ = env.Stop()
-		}
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, testenv.Options{CertManager: true}, &env) }
 
 // TestCertificateChain drives the real cert-manager controllers through the
 // chain every tenant PKI uses: a self-signed Issuer signs a CA Certificate, a

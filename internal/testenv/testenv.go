@@ -234,3 +234,22 @@ func (e *Env) Stop() error {
 func (e *Env) AddUser(user envtest.User) (*envtest.AuthenticatedUser, error) {
 	return e.env.AddUser(user, nil)
 }
+
+// Main is a TestMain body for packages whose tests share one environment: it
+// starts the environment into *env, runs the tests, stops it and exits.
+func Main(m interface{ Run() int }, opts Options, env **Env) {
+	var err error
+	*env, err = Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration environment:", err)
+		if *env != nil {
+			_ = (*env).Stop()
+		}
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := (*env).Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
+	}
+	os.Exit(code)
+}
