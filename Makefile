@@ -166,3 +166,17 @@ e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it
 	@mkdir -p $(BUILD)
 	@rc=0; $(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc
+
+## ---- benchmarks ------------------------------------------------------------------
+
+BENCH_APT_PACKAGES := kea-admin dnsmasq-base
+DHCP_BENCH_RATES ?= 1000,5000,10000,20000,30000
+DHCP_BENCH_MACHINES ?= 20000
+
+.PHONY: bench
+bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kubefarm-pxe and dnsmasq (root).
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
+	@mkdir -p $(BUILD)
+	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log
+	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
+	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
