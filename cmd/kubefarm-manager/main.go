@@ -36,6 +36,10 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 		"how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second,
 		"how long running reconciles may take to finish on shutdown")
+	fs.StringVar(&o.ImageRegistry, "image-registry", "registry.k8s.io",
+		"registry prefix of the tenant control plane images (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, "+
+			"kas-network-proxy/proxy-server), e.g. a mirror such as mirror.example.com/k8s; the Kubernetes tags follow each "+
+			"TenantCluster's spec.version, etcd and Konnectivity use the tags this manager pins")
 }
 
 func main() {

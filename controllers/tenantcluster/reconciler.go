@@ -1,0 +1,573 @@
+// Package tenantcluster is the controller of TenantCluster: it runs a tenant
+// Kubernetes control plane as pods in the TenantCluster's namespace of the
+// admin cluster. The objects it writes come from the pure builders in the
+// build subpackage; this package only observes state, feeds the few
+// observed facts back into the builders, applies their output and reports
+// conditions.
+package tenantcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+)
+
+// Finalizer holds a TenantCluster until the controller has handled what
+// garbage collection cannot decide alone: etcd's volumes, per
+// spec.volumeReclaimPolicy.
+const Finalizer = "kubefarm.io/tenantcluster"
+
+// Image defaults: the versions the e2e cluster runs (e2e/cluster/images.go).
+const (
+	DefaultRegistry        = "registry.k8s.io"
+	DefaultEtcdTag         = "3.6.4-0"
+	DefaultKonnectivityTag = "v0.34.0"
+)
+
+// AdminKubeconfigKey is the key of the kubeconfig in the admin kubeconfig
+// Secrets.
+const AdminKubeconfigKey = "kubeconfig"
+
+// AdminKubeconfigSecretName names the Secret with the admin kubeconfig for
+// people: embedded credentials, the external endpoint.
+func AdminKubeconfigSecretName(cluster string) string { return cluster + "-admin-kubeconfig" }
+
+// InternalAdminKubeconfigSecretName names the admin kubeconfig that points
+// at the API server Service's in-cluster name, for tools (and later the
+// add-ons controller) running in the admin cluster, which may not be able to
+// reach the external address.
+func InternalAdminKubeconfigSecretName(cluster string) string {
+	return cluster + "-admin-kubeconfig-internal"
+}
+
+// DefaultImages returns the images of a registry (empty: registry.k8s.io),
+// with the pinned etcd and Konnectivity tags.
+func DefaultImages(registry string) build.Images {
+	if registry == "" {
+		registry = DefaultRegistry
+	}
+	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag}
+}
+
+// Reconciler reconciles TenantClusters.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads the API server directly, for the few reads that are
+	// rare and whose kinds are not worth caching cluster-wide (Nodes for a
+	// NodePort endpoint, etcd's PersistentVolumeClaims).
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
+	Recorder  events.EventRecorder
+	// Images and AdminClusterDomain are passed to the builders.
+	Images             build.Images
+	AdminClusterDomain string
+}
+
+// SetupWithManager registers the controller. Owning the Certificates makes
+// issuance and renewal wake the reconciler; owning the workloads makes pod
+// readiness and rollouts do so. Certificate Secrets are written by
+// cert-manager, not owned by the TenantCluster, so they are mapped back by
+// their kubefarm.io/tenant-cluster label.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	pkiSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
+		_, ok := o.GetLabels()[build.LabelPKIRole]
+		return ok
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.TenantCluster{}).
+		Owns(&cmapi.Certificate{}).
+		Owns(&corev1.Secret{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret)).
+		Named("tenantcluster").
+		Complete(r)
+}
+
+func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[build.LabelTenantCluster]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/status,verbs=patch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list
+// +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile drives one TenantCluster towards its spec. Conditions are
+// computed in memory as the phases run and written once, by a deferred
+// server-side apply of the status, so every exit path (including errors)
+// reports what was observed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	tc := &v1alpha1.TenantCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !tc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, tc)
+	}
+	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
+		// A merge patch with optimistic locking, not an apply: applying
+		// metadata.finalizers to an object deleted meanwhile would try to
+		// create it again.
+		base := tc.DeepCopy()
+		controllerutil.AddFinalizer(tc, Finalizer)
+		if err := r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+			client.FieldOwner(FieldOwner)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	before := tc.Status.DeepCopy()
+	defer func() {
+		if retErr != nil {
+			r.setCondition(tc, notReady(v1alpha1.ConditionReady, ReasonReconcileError, retErr.Error()))
+		}
+		tc.Status.ObservedGeneration = tc.Generation
+		if equality.Semantic.DeepEqual(before, &tc.Status) {
+			return
+		}
+		if err := r.applyStatus(ctx, tc); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("applying status: %w", err))
+			return
+		}
+		r.emitTransitions(tc, before.Conditions)
+	}()
+	return r.reconcileNormal(ctx, tc)
+}
+
+func (r *Reconciler) options(observedAddress string) build.Options {
+	return build.Options{Images: r.Images, AdminClusterDomain: r.AdminClusterDomain, ObservedExternalAddress: observedAddress}
+}
+
+func (r *Reconciler) setCondition(tc *v1alpha1.TenantCluster, c metav1.Condition) {
+	c.ObservedGeneration = tc.Generation
+	meta.SetStatusCondition(&tc.Status.Conditions, c)
+}
+
+func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantCluster) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	// AddonsReady belongs to the add-ons controller, which does not exist
+	// yet; say so rather than leave the condition out.
+	r.setCondition(tc, metav1.Condition{Type: v1alpha1.ConditionAddonsReady, Status: metav1.ConditionUnknown,
+		Reason: ReasonNotImplemented, Message: "tenant add-ons are not managed yet"})
+
+	// Resolve twice: first to validate the spec and learn the Service's name,
+	// then with the address the admin cluster published for that Service.
+	c, err := build.Resolve(tc, r.options(""))
+	if err != nil {
+		// The spec is wrong, not the world: retrying cannot help, and the
+		// watch on the TenantCluster brings the next pass when it is edited.
+		r.setCondition(tc, notReady(v1alpha1.ConditionReady, ReasonInvalidSpec, err.Error()))
+		logger.Info("invalid spec", "error", err.Error())
+		return ctrl.Result{}, nil
+	}
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, svc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		svc = nil
+	}
+	nodeAddr := ""
+	if c.ExposeType == v1alpha1.ExposeNodePort && tc.Spec.APIServer.Expose.ExternalIP == "" {
+		nodes := &corev1.NodeList{}
+		if err := r.APIReader.List(ctx, nodes); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing nodes for the NodePort endpoint: %w", err)
+		}
+		nodeAddr = nodeAddress(nodes.Items)
+	}
+	if c, err = build.Resolve(tc, r.options(observedAddress(svc, nodeAddr))); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Services first: a LoadBalancer's address ends up in the serving
+	// certificate, so asking for it before issuing saves one reissue and
+	// one rollout.
+	if err := r.apply(ctx, tc, build.EtcdService(c), nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	svc = &corev1.Service{}
+	if err := r.apply(ctx, tc, build.APIServerService(c), svc); err != nil {
+		return ctrl.Result{}, err
+	}
+	endpoint := endpointURL(c.ExternalAddress, endpointPort(svc, c.ServicePort))
+	tc.Status.Endpoint = endpoint
+
+	// Phase PKI.
+	for _, is := range build.Issuers(c) {
+		if err := r.apply(ctx, tc, is, nil); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	var certs []namedCertificate
+	for _, want := range build.Certificates(c) {
+		got := &cmapi.Certificate{}
+		if err := r.apply(ctx, tc, want, got); err != nil {
+			return ctrl.Result{}, err
+		}
+		certs = append(certs, namedCertificate{name: want.Name, cert: got})
+	}
+	certCond, certsReady := certificatesCondition(certs)
+	r.setCondition(tc, certCond)
+	var secrets build.SecretData
+	if certsReady {
+		var missing []string
+		secrets, missing, err = r.readSecrets(ctx, c)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(missing) > 0 {
+			// Issued but not yet in the cache; the Secret's arrival wakes us.
+			certsReady = false
+			certCond = notReady(v1alpha1.ConditionCertificatesReady, ReasonIssuing, "waiting for Secrets: "+strings.Join(missing, ", "))
+			r.setCondition(tc, certCond)
+		}
+	}
+	if !certsReady {
+		// The workloads are left as they are: new pods would only wait for
+		// their Secret volumes, and would roll again as each certificate
+		// arrives. What already runs (a reissue after a SAN change) keeps
+		// running and is reported as it is.
+		etcdCond, apiCond, err := r.observeWhileIssuing(ctx, c)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		r.setCondition(tc, etcdCond)
+		r.setCondition(tc, apiCond)
+		r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, nil))
+		return ctrl.Result{}, nil
+	}
+
+	cm, err := build.ConfigMap(c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.apply(ctx, tc, cm, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.applyKubeconfigs(ctx, tc, c, endpoint, secrets); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Phase etcd.
+	etcdCond, err := r.reconcileEtcd(ctx, tc, c, secrets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.setCondition(tc, etcdCond)
+
+	// Phase API server, then the components that talk to it.
+	api, err := build.APIServerDeployment(c, secrets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	apiLive := &appsv1.Deployment{}
+	if err := r.apply(ctx, tc, api, apiLive); err != nil {
+		return ctrl.Result{}, err
+	}
+	apiCond, _ := apiServerCondition(apiLive)
+	r.setCondition(tc, apiCond)
+	if err := r.reconcilePDBs(ctx, tc, c); err != nil {
+		return ctrl.Result{}, err
+	}
+	live := []*appsv1.Deployment{apiLive}
+	var extra []string
+	for _, b := range []struct {
+		what  string
+		build func(*build.Cluster, build.SecretData) (*appsv1.Deployment, error)
+	}{{"kube-controller-manager", build.ControllerManagerDeployment}, {"kube-scheduler", build.SchedulerDeployment}} {
+		d, err := b.build(c, secrets)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		got := &appsv1.Deployment{}
+		if err := r.apply(ctx, tc, d, got); err != nil {
+			return ctrl.Result{}, err
+		}
+		live = append(live, got)
+		if ok, msg := deploymentAvailable(got, b.what); !ok {
+			extra = append(extra, msg)
+		}
+	}
+	if endpoint == "" {
+		extra = append(extra, "the external endpoint is not known yet (waiting for the Service's address)")
+	}
+	r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, extra))
+
+	// The observed version moves only when every component runs it, so
+	// during an upgrade it keeps naming the version still (partly) running.
+	allRolledOut := true
+	for _, d := range live {
+		allRolledOut = allRolledOut && rolledOut(d)
+	}
+	if allRolledOut {
+		tc.Status.ObservedVersion = c.Version
+	}
+	return ctrl.Result{}, nil
+}
+
+// observeWhileIssuing reports etcd and the API server from the cache while
+// certificates are being issued: WaitingForCertificates when they were never
+// deployed, their observed readiness otherwise.
+func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *build.Cluster) (etcd, api metav1.Condition, err error) {
+	waiting := "waiting for certificates"
+	etcd = notReady(v1alpha1.ConditionEtcdReady, ReasonWaitingForCertificates, waiting)
+	api = notReady(v1alpha1.ConditionAPIServerReady, ReasonWaitingForCertificates, waiting)
+	sts := &appsv1.StatefulSet{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts); {
+	case err == nil:
+		etcd, _ = etcdCondition(sts)
+	case !apierrors.IsNotFound(err):
+		return etcd, api, err
+	}
+	d := &appsv1.Deployment{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, d); {
+	case err == nil:
+		api, _ = apiServerCondition(d)
+	case !apierrors.IsNotFound(err):
+		return etcd, api, err
+	}
+	return etcd, api, nil
+}
+
+// readSecrets reads every certificate Secret for the checksums and the
+// kubeconfigs; missing names the ones not there yet.
+func (r *Reconciler) readSecrets(ctx context.Context, c *build.Cluster) (build.SecretData, []string, error) {
+	data := build.SecretData{}
+	var missing []string
+	for _, cert := range build.Certificates(c) {
+		s := &corev1.Secret{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: cert.Spec.SecretName}, s)
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, cert.Spec.SecretName)
+		case err != nil:
+			return nil, nil, err
+		default:
+			data[s.Name] = s.Data
+		}
+	}
+	return data, missing, nil
+}
+
+// applyKubeconfigs writes the admin kubeconfigs. The external one waits for
+// the endpoint: a kubeconfig with an address clients cannot use is worse
+// than none, and status.adminKubeconfigSecret tells when it is there.
+func (r *Reconciler) applyKubeconfigs(ctx context.Context, tc *v1alpha1.TenantCluster, c *build.Cluster, endpoint string, secrets build.SecretData) error {
+	admin := secrets[c.SecretName(build.RoleAdmin)]
+	ca, crt, key := admin["ca.crt"], admin["tls.crt"], admin["tls.key"]
+	internal, err := build.AdminKubeconfig(c, false, ca, crt, key)
+	if err != nil {
+		return err
+	}
+	if err := r.apply(ctx, tc, r.kubeconfigSecret(c, InternalAdminKubeconfigSecretName(c.Name), internal), nil); err != nil {
+		return err
+	}
+	if endpoint == "" {
+		return nil
+	}
+	// Built from the endpoint rather than build.AdminKubeconfig(c, true, ...):
+	// for NodePort the port clients use is the node port, not the
+	// Service port the builder knows.
+	external, err := build.Kubeconfig(c.Name, endpoint, build.UserAdmin, build.ClientCredentials{CAData: ca, CertData: crt, KeyData: key})
+	if err != nil {
+		return err
+	}
+	name := AdminKubeconfigSecretName(c.Name)
+	if err := r.apply(ctx, tc, r.kubeconfigSecret(c, name, external), nil); err != nil {
+		return err
+	}
+	tc.Status.AdminKubeconfigSecret = name
+	return nil
+}
+
+func (r *Reconciler) kubeconfigSecret(c *build.Cluster, name string, kubeconfig []byte) *corev1.Secret {
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: map[string]string{
+			build.LabelTenantCluster: c.Name,
+			build.LabelManagedBy:     "kubefarm",
+		}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{AdminKubeconfigKey: kubeconfig},
+	}
+}
+
+// reconcileEtcd applies the etcd StatefulSet with the initial cluster state
+// decided from what exists (see decideEtcdState).
+func (r *Reconciler) reconcileEtcd(ctx context.Context, tc *v1alpha1.TenantCluster, c *build.Cluster, secrets build.SecretData) (metav1.Condition, error) {
+	var current *appsv1.StatefulSet
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts)
+	switch {
+	case err == nil:
+		current = sts
+	case !apierrors.IsNotFound(err):
+		return metav1.Condition{}, err
+	}
+	volumes := 0
+	if current == nil {
+		// Only worth a (direct, uncached) read when there is no StatefulSet
+		// to tell the story.
+		pvcs, err := r.etcdVolumes(ctx, tc)
+		if err != nil {
+			return metav1.Condition{}, err
+		}
+		volumes = len(pvcs)
+	}
+	desired, err := build.EtcdStatefulSet(c, decideEtcdState(current, volumes), secrets)
+	if err != nil {
+		return metav1.Condition{}, err
+	}
+	live := &appsv1.StatefulSet{}
+	if err := r.apply(ctx, tc, desired, live); err != nil {
+		return metav1.Condition{}, err
+	}
+	cond, _ := etcdCondition(live)
+	return cond, nil
+}
+
+// etcdVolumes lists the PersistentVolumeClaims of the tenant's etcd
+// members. The StatefulSet controller gives each claim the labels of the
+// claim template, which identify the tenant and the component.
+func (r *Reconciler) etcdVolumes(ctx context.Context, tc *v1alpha1.TenantCluster) ([]corev1.PersistentVolumeClaim, error) {
+	list := &corev1.PersistentVolumeClaimList{}
+	err := r.APIReader.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{
+		build.LabelInstance:      tc.Name,
+		build.LabelName:          build.ComponentEtcd,
+		build.LabelTenantCluster: tc.Name,
+	})
+	return list.Items, err
+}
+
+// reconcilePDBs applies the disruption budgets the builder wants and deletes
+// the ones it no longer wants (a component scaled down to one replica),
+// which would otherwise block every drain of that replica's node.
+func (r *Reconciler) reconcilePDBs(ctx context.Context, tc *v1alpha1.TenantCluster, c *build.Cluster) error {
+	wanted := map[string]bool{}
+	for _, pdb := range build.PodDisruptionBudgets(c) {
+		wanted[pdb.Name] = true
+		if err := r.apply(ctx, tc, pdb, nil); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{c.EtcdServiceName(), c.APIServerServiceName()} {
+		if wanted[name] {
+			continue
+		}
+		pdb := &policyv1.PodDisruptionBudget{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, pdb)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(pdb, tc) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reconcileDelete runs while the TenantCluster is being deleted. Everything
+// the controller wrote carries an owner reference to it, so the garbage
+// collector removes those; the finalizer exists for etcd's volumes, which
+// belong to the StatefulSet controller's claims and outlive the
+// StatefulSet: they are deleted or kept as spec.volumeReclaimPolicy says.
+func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) error {
+	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
+		return nil
+	}
+	pvcs, err := r.etcdVolumes(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if tc.Spec.VolumeReclaimPolicy == v1alpha1.VolumeReclaimDelete {
+		for i := range pvcs {
+			if !pvcs[i].DeletionTimestamp.IsZero() {
+				continue
+			}
+			if err := r.Client.Delete(ctx, &pvcs[i], client.Preconditions{UID: &pvcs[i].UID}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting etcd volume %s: %w", pvcs[i].Name, err)
+			}
+		}
+		if len(pvcs) > 0 {
+			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesDeleted", "Delete",
+				"deleted %d etcd volume claims (volumeReclaimPolicy Delete)", len(pvcs))
+		}
+	} else if len(pvcs) > 0 {
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesRetained", "Delete",
+			"kept %d etcd volume claims (volumeReclaimPolicy Retain); a TenantCluster of the same name reuses them", len(pvcs))
+	}
+	base := tc.DeepCopy()
+	controllerutil.RemoveFinalizer(tc, Finalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(FieldOwner)))
+}
+
+// emitTransitions records an event for every condition whose status or
+// reason changed: Normal when it became True or moved along, Warning when it
+// fell from True or failed.
+func (r *Reconciler) emitTransitions(tc *v1alpha1.TenantCluster, before []metav1.Condition) {
+	for _, c := range tc.Status.Conditions {
+		old := meta.FindStatusCondition(before, c.Type)
+		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
+			continue
+		}
+		typ := transitionEventType(old, c)
+		r.Recorder.Eventf(tc, nil, typ, c.Type+c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
+	}
+}
+
+func transitionEventType(old *metav1.Condition, c metav1.Condition) string {
+	switch {
+	case c.Reason == ReasonInvalidSpec || c.Reason == ReasonReconcileError:
+		return corev1.EventTypeWarning
+	case c.Status == metav1.ConditionFalse && old != nil && old.Status == metav1.ConditionTrue:
+		return corev1.EventTypeWarning
+	}
+	return corev1.EventTypeNormal
+}

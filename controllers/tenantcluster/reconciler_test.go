@@ -1,0 +1,792 @@
+package tenantcluster_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/manager"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+)
+
+var (
+	env *testenv.Env
+	mgr ctrl.Manager
+)
+
+// TestMain runs a real API server and the real cert-manager controllers, and
+// kubefarm-manager in-process, built by the same manager.New the binary
+// uses (webhooks included, serving a certificate cert-manager issued), so
+// the TenantCluster controller runs with the wiring that ships.
+func TestMain(m *testing.M) {
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration environment:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	// The controller's log goes to the test output, shown when a test fails.
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	var err error
+	env, err = testenv.Start(testenv.Options{CertManager: true})
+	if env != nil {
+		defer func() {
+			if err := env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
+			}
+		}()
+	}
+	if err != nil {
+		return 1, err
+	}
+	ctx := context.Background()
+	certDir, _, err := env.IssueServingCertificate(ctx, "kubefarm-system")
+	if err != nil {
+		return 1, err
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		return 1, err
+	}
+	mgr, err = manager.New(env.Config, manager.Options{
+		MetricsAddr: "0", ProbeAddr: "0",
+		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
+	})
+	if err != nil {
+		return 1, err
+	}
+	mgrCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mgrCtx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	defer func() {
+		stop()
+		<-done
+	}()
+	return m.Run(), nil
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// exampleTenantCluster is examples/tenantcluster.yaml, in namespace ns.
+func exampleTenantCluster(t *testing.T, ns string) *v1alpha1.TenantCluster {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "examples", "tenantcluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &v1alpha1.TenantCluster{}
+	if err := yaml.UnmarshalStrict(b, tc); err != nil {
+		t.Fatal(err)
+	}
+	tc.Namespace = ns
+	return tc
+}
+
+// poll waits for cond, failing the test with the last observation.
+func poll(ctx context.Context, t *testing.T, what string, timeout time.Duration, cond func(ctx context.Context) (bool, string, error)) {
+	t.Helper()
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if err := env.CertManagerRunning(); err != nil {
+			return false, err
+		}
+		ok, msg, err := cond(ctx)
+		last = msg
+		return ok, err
+	})
+	if err != nil {
+		t.Fatalf("%s: %v; last seen: %s (cert-manager log: %s)", what, err, last, env.CertManagerLog())
+	}
+}
+
+func getTC(ctx context.Context, key types.NamespacedName) (*v1alpha1.TenantCluster, error) {
+	tc := &v1alpha1.TenantCluster{}
+	return tc, env.Client.Get(ctx, key, tc)
+}
+
+func conditionsString(tc *v1alpha1.TenantCluster) string {
+	var parts []string
+	for _, c := range tc.Status.Conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return fmt.Sprintf("endpoint=%q gen=%d observed=%d %s", tc.Status.Endpoint, tc.Generation, tc.Status.ObservedGeneration, strings.Join(parts, " "))
+}
+
+func hasCondition(tc *v1alpha1.TenantCluster, typ string, status metav1.ConditionStatus, reason string) bool {
+	c := meta.FindStatusCondition(tc.Status.Conditions, typ)
+	return c != nil && c.Status == status && (reason == "" || c.Reason == reason) && c.ObservedGeneration == tc.Generation
+}
+
+func parseCert(t *testing.T, data []byte) *x509.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("no PEM block in %q", data)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTenantClusterLifecycle drives the example TenantCluster through the
+// real cert-manager and the in-process controller: PKI issued, kubeconfigs
+// written, workloads applied with owner references, readiness reported from
+// (simulated) pods, deterministic re-reconciles, and deletion with
+// volumeReclaimPolicy Delete.
+func TestTenantClusterLifecycle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	name := tc.Name
+	const lbIP = "192.0.2.10"
+
+	// The admin cluster's load balancer (MetalLB, a cloud) is not part of
+	// envtest: play its part by publishing an ingress address on the API
+	// server Service once the controller has created it.
+	apiSvcKey := types.NamespacedName{Namespace: ns, Name: name + "-apiserver"}
+	poll(ctx, t, "API server Service", time.Minute, func(ctx context.Context) (bool, string, error) {
+		svc := &corev1.Service{}
+		if err := env.Client.Get(ctx, apiSvcKey, svc); err != nil {
+			return false, err.Error(), client.IgnoreNotFound(err)
+		}
+		if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+			return false, "", fmt.Errorf("Service type %s, want LoadBalancer", svc.Spec.Type)
+		}
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lbIP}}
+		return true, "", env.Client.Status().Update(ctx, svc)
+	})
+
+	// Every Certificate issued by the real cert-manager, for the spec that
+	// includes the load balancer's address.
+	var got *v1alpha1.TenantCluster
+	poll(ctx, t, "CertificatesReady with the endpoint", 4*time.Minute, func(ctx context.Context) (bool, string, error) {
+		var err error
+		if got, err = getTC(ctx, key); err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, tenantcluster.ReasonIssued) &&
+			got.Status.Endpoint == "https://"+lbIP+":6443" && got.Status.AdminKubeconfigSecret != "", conditionsString(got), nil
+	})
+	if !slices.Contains(got.Finalizers, tenantcluster.Finalizer) {
+		t.Errorf("finalizers = %v, want %s", got.Finalizers, tenantcluster.Finalizer)
+	}
+	certs := &cmapi.CertificateList{}
+	if err := env.Client.List(ctx, certs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(certs.Items) != 16 {
+		t.Errorf("%d Certificates, want 16", len(certs.Items))
+	}
+
+	secret := func(n string) *corev1.Secret {
+		t.Helper()
+		s := &corev1.Secret{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: n}, s); err != nil {
+			t.Fatalf("Secret %s: %v", n, err)
+		}
+		return s
+	}
+	caCert := parseCert(t, secret(name + "-ca").Data["tls.crt"])
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+
+	t.Run("admin kubeconfig", func(t *testing.T) {
+		if got.Status.AdminKubeconfigSecret != name+"-admin-kubeconfig" {
+			t.Errorf("status.adminKubeconfigSecret = %q", got.Status.AdminKubeconfigSecret)
+		}
+		s := secret(tenantcluster.AdminKubeconfigSecretName(name))
+		cfg, err := clientcmd.Load(s.Data[tenantcluster.AdminKubeconfigKey])
+		if err != nil {
+			t.Fatalf("parsing the admin kubeconfig: %v", err)
+		}
+		kctx := cfg.Contexts[cfg.CurrentContext]
+		if kctx == nil {
+			t.Fatalf("current context %q missing", cfg.CurrentContext)
+		}
+		cluster, user := cfg.Clusters[kctx.Cluster], cfg.AuthInfos[kctx.AuthInfo]
+		if cluster.Server != "https://"+lbIP+":6443" {
+			t.Errorf("server = %s, want the external endpoint", cluster.Server)
+		}
+		if ca := parseCert(t, cluster.CertificateAuthorityData); !ca.Equal(caCert) {
+			t.Errorf("kubeconfig trusts %q, not the cluster CA", ca.Subject)
+		}
+		leaf := parseCert(t, user.ClientCertificateData)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("admin client certificate does not chain to the cluster CA: %v", err)
+		}
+		if leaf.Subject.CommonName != build.UserAdmin || !slices.Equal(leaf.Subject.Organization, []string{build.GroupClusterAdmins}) {
+			t.Errorf("admin identity = CN %q O %v", leaf.Subject.CommonName, leaf.Subject.Organization)
+		}
+		if len(user.ClientKeyData) == 0 {
+			t.Error("no client key")
+		}
+		internal, err := clientcmd.Load(secret(tenantcluster.InternalAdminKubeconfigSecretName(name)).Data[tenantcluster.AdminKubeconfigKey])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := internal.Clusters[internal.Contexts[internal.CurrentContext].Cluster].Server; s != fmt.Sprintf("https://%s-apiserver.%s.svc:6443", name, ns) {
+			t.Errorf("in-cluster kubeconfig server = %s", s)
+		}
+	})
+
+	t.Run("API server serving certificate", func(t *testing.T) {
+		leaf := parseCert(t, secret(name + "-apiserver").Data["tls.crt"])
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+			t.Errorf("serving certificate does not chain to the cluster CA: %v", err)
+		}
+		svc := name + "-apiserver"
+		for _, host := range []string{
+			"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+			svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local",
+			"cluster1.example.com", // spec.apiServer.certSANs
+			"10.96.0.1",            // the tenant's kubernetes Service IP
+			lbIP,                   // the external address
+		} {
+			if err := leaf.VerifyHostname(host); err != nil {
+				t.Errorf("serving certificate: %v", err)
+			}
+		}
+	})
+
+	// Workloads and their owner references.
+	owned := map[string]client.Object{
+		"StatefulSet " + name + "-etcd":                 &appsv1.StatefulSet{},
+		"Deployment " + name + "-apiserver":             &appsv1.Deployment{},
+		"Deployment " + name + "-controller-manager":    &appsv1.Deployment{},
+		"Deployment " + name + "-scheduler":             &appsv1.Deployment{},
+		"Service " + name + "-apiserver":                &corev1.Service{},
+		"Service " + name + "-etcd":                     &corev1.Service{},
+		"ConfigMap " + name + "-control-plane":          &corev1.ConfigMap{},
+		"PodDisruptionBudget " + name + "-etcd":         &policyv1.PodDisruptionBudget{},
+		"PodDisruptionBudget " + name + "-apiserver":    &policyv1.PodDisruptionBudget{},
+		"Secret " + name + "-admin-kubeconfig":          &corev1.Secret{},
+		"Secret " + name + "-admin-kubeconfig-internal": &corev1.Secret{},
+		"Certificate " + name + "-apiserver":            &cmapi.Certificate{},
+		"Issuer " + name + "-ca":                        &cmapi.Issuer{},
+	}
+	readOwned := func(t *testing.T) map[string]string {
+		t.Helper()
+		rvs := map[string]string{}
+		for k, obj := range owned {
+			n := strings.Fields(k)[1]
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: n}, obj); err != nil {
+				t.Fatalf("%s: %v", k, err)
+			}
+			rvs[k] = obj.GetResourceVersion()
+		}
+		return rvs
+	}
+	t.Run("owned objects", func(t *testing.T) {
+		readOwned(t)
+		for k, obj := range owned {
+			ref := metav1.GetControllerOf(obj)
+			if ref == nil || ref.UID != got.UID || ref.Kind != "TenantCluster" || ref.BlockOwnerDeletion == nil || !*ref.BlockOwnerDeletion {
+				t.Errorf("%s: controller reference %+v, want the TenantCluster %s", k, ref, got.UID)
+			}
+		}
+		sts := owned["StatefulSet "+name+"-etcd"].(*appsv1.StatefulSet)
+		if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=new") {
+			t.Errorf("a first install must bootstrap a new etcd cluster: %v", sts.Spec.Template.Spec.Containers[0].Args)
+		}
+		if img := sts.Spec.Template.Spec.Containers[0].Image; img != "registry.k8s.io/etcd:3.6.4-0" {
+			t.Errorf("etcd image %s", img)
+		}
+		api := owned["Deployment "+name+"-apiserver"].(*appsv1.Deployment)
+		if api.Spec.Template.Annotations[build.AnnotationChecksum] == "" {
+			t.Error("API server pod template has no checksum annotation")
+		}
+		for _, c := range api.Spec.Template.Spec.Containers {
+			if c.Name == build.ComponentAPIServer && c.Image != "registry.k8s.io/kube-apiserver:v1.34.4" {
+				t.Errorf("kube-apiserver image %s", c.Image)
+			}
+		}
+	})
+
+	// envtest runs no kubelet, no StatefulSet or Deployment controller: no
+	// pod ever runs, and the conditions must say so.
+	t.Run("not ready without pods", func(t *testing.T) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []struct{ typ, reason string }{
+			{v1alpha1.ConditionEtcdReady, tenantcluster.ReasonMembersNotReady},
+			{v1alpha1.ConditionAPIServerReady, tenantcluster.ReasonNotAvailable},
+		} {
+			c := meta.FindStatusCondition(got.Status.Conditions, want.typ)
+			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != want.reason || !strings.Contains(c.Message, "no pods running yet") {
+				t.Errorf("%s = %+v, want False/%s saying no pods run", want.typ, c, want.reason)
+			}
+		}
+		if !hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") {
+			t.Errorf("Ready is not False: %s", conditionsString(got))
+		}
+		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionUnknown, tenantcluster.ReasonNotImplemented) {
+			t.Errorf("AddonsReady: %s", conditionsString(got))
+		}
+		if got.Status.ObservedVersion != "" {
+			t.Errorf("observedVersion = %q before any pod ran", got.Status.ObservedVersion)
+		}
+		events := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.UID == got.UID && e.Reason == v1alpha1.ConditionCertificatesReady+tenantcluster.ReasonIssued && e.Type == corev1.EventTypeNormal
+		}) {
+			t.Errorf("no Normal event for the issued certificates among %d events", len(events.Items))
+		}
+	})
+
+	// The StatefulSet controller would create the members' claims; create
+	// them as it does, from the claim template, so deletion has volumes to
+	// reclaim.
+	sts := owned["StatefulSet "+name+"-etcd"].(*appsv1.StatefulSet)
+	tmpl := sts.Spec.VolumeClaimTemplates[0]
+	var pvcNames []string
+	for i := range *sts.Spec.Replicas {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-%s-%d", tmpl.Name, sts.Name, i), Namespace: ns,
+				Labels: tmpl.Labels,
+			},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: tmpl.Spec.AccessModes,
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
+			},
+		}
+		if err := env.Client.Create(ctx, pvc); err != nil {
+			t.Fatal(err)
+		}
+		pvcNames = append(pvcNames, pvc.Name)
+	}
+
+	// Simulate the kubelet and the workload controllers, which envtest
+	// lacks: report every pod of the current generation ready. It runs on
+	// each poll because the controller's own changes (etcd switching to
+	// "existing" once bootstrapped) start a new generation, as they would in
+	// a real cluster.
+	markReady := func(ctx context.Context) error {
+		s := &appsv1.StatefulSet{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, s); err != nil {
+			return err
+		}
+		if s.Status.ObservedGeneration != s.Generation {
+			n := *s.Spec.Replicas
+			s.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: n,
+				CurrentReplicas: n, UpdatedReplicas: n, AvailableReplicas: n}
+			if err := env.Client.Status().Update(ctx, s); err != nil {
+				return client.IgnoreNotFound(ignoreConflict(err))
+			}
+		}
+		for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
+			dep := &appsv1.Deployment{}
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
+				return err
+			}
+			if dep.Status.ObservedGeneration == dep.Generation {
+				continue
+			}
+			n := *dep.Spec.Replicas
+			dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n,
+				ReadyReplicas: n, AvailableReplicas: n}
+			if err := env.Client.Status().Update(ctx, dep); err != nil {
+				return ignoreConflict(err)
+			}
+		}
+		return nil
+	}
+	poll(ctx, t, "Ready once the pods are (simulated) ready", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+		if err := markReady(ctx); err != nil {
+			return false, "", err
+		}
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionTrue, tenantcluster.ReasonControlPlaneReady) &&
+			hasCondition(got, v1alpha1.ConditionEtcdReady, metav1.ConditionTrue, "") &&
+			hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
+			got.Status.ObservedVersion == tc.Spec.Version && got.Status.ObservedGeneration == got.Generation, conditionsString(got), nil
+	})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=existing") {
+		t.Errorf("after a member was ready, etcd must join as existing: %v", sts.Spec.Template.Spec.Containers[0].Args)
+	}
+
+	t.Run("re-reconcile changes nothing", func(t *testing.T) {
+		before := readOwned(t)
+		// A second reconciler on the same manager, called directly, so the
+		// passes are known to have run (and finished) before comparing.
+		r := &tenantcluster.Reconciler{
+			Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+			Recorder: mgr.GetEventRecorder("tenantcluster-test"),
+			Images:   tenantcluster.DefaultImages(""),
+		}
+		for range 2 {
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+			if err != nil || !res.IsZero() {
+				t.Fatalf("Reconcile = %+v, %v", res, err)
+			}
+		}
+		after := readOwned(t)
+		for k, rv := range before {
+			if after[k] != rv {
+				t.Errorf("%s changed: resourceVersion %s -> %s", k, rv, after[k])
+			}
+		}
+	})
+
+	// A new certificate rolls exactly the pods that mount it: a new SAN
+	// reissues the serving certificate, which only kube-apiserver mounts.
+	t.Run("reissued certificate rolls the API server only", func(t *testing.T) {
+		checksums := func() map[string]string {
+			out := map[string]string{}
+			for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
+				dep := &appsv1.Deployment{}
+				if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
+					t.Fatal(err)
+				}
+				out[d] = dep.Spec.Template.Annotations[build.AnnotationChecksum]
+			}
+			s := &appsv1.StatefulSet{}
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, s); err != nil {
+				t.Fatal(err)
+			}
+			out["-etcd"] = s.Spec.Template.Annotations[build.AnnotationChecksum]
+			return out
+		}
+		before := checksums()
+		cur, err := getTC(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(cur.DeepCopy())
+		cur.Spec.APIServer.CertSANs = append(cur.Spec.APIServer.CertSANs, "api.cluster1.example.org")
+		if err := env.Client.Patch(ctx, cur, patch); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "serving certificate reissued and API server rolled", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+			s := &corev1.Secret{}
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-apiserver"}, s); err != nil {
+				return false, "", err
+			}
+			block, _ := pem.Decode(s.Data["tls.crt"])
+			if block == nil {
+				return false, "no certificate yet", nil
+			}
+			leaf, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return false, "", err
+			}
+			if leaf.VerifyHostname("api.cluster1.example.org") != nil {
+				return false, fmt.Sprintf("SANs %v", leaf.DNSNames), nil
+			}
+			if err := markReady(ctx); err != nil {
+				return false, "", err
+			}
+			got, err := getTC(ctx, key)
+			if err != nil {
+				return false, "", err
+			}
+			after := checksums()
+			return after["-apiserver"] != before["-apiserver"] &&
+				hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionTrue, ""), conditionsString(got), nil
+		})
+		after := checksums()
+		for _, k := range []string{"-controller-manager", "-scheduler", "-etcd"} {
+			if after[k] != before[k] {
+				t.Errorf("%s rolled (checksum %s -> %s) for a certificate it does not mount", k, before[k], after[k])
+			}
+		}
+	})
+
+	t.Run("deletion", func(t *testing.T) {
+		if err := env.Client.Delete(ctx, got); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "TenantCluster gone", time.Minute, func(ctx context.Context) (bool, string, error) {
+			_, err := getTC(ctx, key)
+			if apierrors.IsNotFound(err) {
+				return true, "", nil
+			}
+			return false, fmt.Sprint(err), client.IgnoreNotFound(err)
+		})
+		// The PVC protection finalizer (added by the API server's
+		// admission) holds a deleted claim until its controller, absent
+		// from envtest, sees no pod uses it; deletion requested is the
+		// observable fact.
+		for _, n := range pvcNames {
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: n}, pvc)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pvc.DeletionTimestamp.IsZero() {
+				t.Errorf("PVC %s was not deleted (volumeReclaimPolicy Delete)", n)
+			}
+		}
+	})
+}
+
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// TestInvalidSpec: a spec the CRD admits but the builders reject (a name too
+// long for the derived object names) is reported as Ready=False/InvalidSpec
+// with the field error, with a Warning event, and nothing is created.
+func TestInvalidSpec(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "a-tenant-cluster-name-that-is-far-too-long-to-derive-names"
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	var got *v1alpha1.TenantCluster
+	poll(ctx, t, "InvalidSpec", time.Minute, func(ctx context.Context) (bool, string, error) {
+		var err error
+		if got, err = getTC(ctx, key); err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, tenantcluster.ReasonInvalidSpec), conditionsString(got), nil
+	})
+	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+	if !strings.Contains(c.Message, "metadata.name") {
+		t.Errorf("message %q does not name the field", c.Message)
+	}
+	// Called directly: an invalid spec is not an error to retry.
+	r := &tenantcluster.Reconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("")}
+	if res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil || !res.IsZero() {
+		t.Errorf("Reconcile = %+v, %v; want no error and no requeue", res, err)
+	}
+	certs := &cmapi.CertificateList{}
+	if err := env.Client.List(ctx, certs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(certs.Items) != 0 {
+		t.Errorf("%d Certificates created for an invalid spec", len(certs.Items))
+	}
+	poll(ctx, t, "Warning event", time.Minute, func(ctx context.Context) (bool, string, error) {
+		events := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.UID == got.UID && e.Type == corev1.EventTypeWarning && strings.Contains(e.Reason, tenantcluster.ReasonInvalidSpec)
+		}), fmt.Sprintf("%d events", len(events.Items)), nil
+	})
+	// Deletion still works for a spec that never resolved.
+	if err := env.Client.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "invalid TenantCluster gone", time.Minute, func(ctx context.Context) (bool, string, error) {
+		_, err := getTC(ctx, key)
+		return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
+}
+
+// leastPrivilegeClient is a client with only the generated ClusterRole
+// (config/rbac/role.yaml, which the operator chart ships), so a missing
+// +kubebuilder:rbac marker fails the test instead of the first real install.
+func leastPrivilegeClient(ctx context.Context, t *testing.T) client.Client {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.Unmarshal(b, role); err != nil {
+		t.Fatal(err)
+	}
+	const user = "tenantcluster-controller-test"
+	role.Name = user
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user, APIGroup: rbacv1.GroupName}},
+	}
+	for _, obj := range []client.Object{role, binding} {
+		if err := env.Client.Create(ctx, obj); client.IgnoreAlreadyExists(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	authn, err := env.AddUser(envtest.User{Name: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(authn.Config(), client.Options{Scheme: env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestLeastPrivilege runs whole reconciles, creation to deletion, as an
+// identity that has only the generated RBAC. The TenantCluster is exposed on
+// a fixed external IP, the path that needs no load balancer.
+func TestLeastPrivilege(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	c := leastPrivilegeClient(ctx, t)
+	r := &tenantcluster.Reconciler{Client: c, APIReader: c, Scheme: env.Scheme,
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s")}
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "cluster2"
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.7", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	poll(ctx, t, "reconciled with the generated RBAC", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			return false, "", err
+		}
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, "") &&
+			got.Status.AdminKubeconfigSecret != "", conditionsString(got), nil
+	})
+	got, err := getTC(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Endpoint != "https://203.0.113.7:443" {
+		t.Errorf("endpoint = %q", got.Status.Endpoint)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd"}, sts); err != nil {
+		t.Fatal(err)
+	}
+	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "mirror.example.com/k8s/etcd:3.6.4-0" {
+		t.Errorf("etcd image %s, want it from the configured registry", img)
+	}
+	// One etcd member gets no disruption budget: it could never be evicted.
+	pdb := &policyv1.PodDisruptionBudget{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd"}, pdb); !apierrors.IsNotFound(err) {
+		t.Errorf("single etcd member has a PodDisruptionBudget (err %v)", err)
+	}
+	// Scaling the API server down to one removes its budget, which would
+	// otherwise block every drain of that node.
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.APIServer.Replicas = ptrTo(int32(1))
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "API server budget removed", time.Minute, func(ctx context.Context) (bool, string, error) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			return false, "", err
+		}
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-apiserver"}, pdb)
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return !pdb.DeletionTimestamp.IsZero(), "still there", nil
+	})
+
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data-cluster2-etcd-0", Namespace: ns, Labels: sts.Spec.VolumeClaimTemplates[0].Labels},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("2Gi")}},
+		},
+	}
+	if err := env.Client.Create(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Delete(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "deleted with the generated RBAC", time.Minute, func(ctx context.Context) (bool, string, error) {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+			return false, "", err
+		}
+		_, err := getTC(ctx, key)
+		return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err == nil && pvc.DeletionTimestamp.IsZero() {
+		t.Error("etcd volume not deleted")
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
