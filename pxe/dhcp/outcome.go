@@ -22,6 +22,7 @@ const (
 	IgnoredNotPXE      Outcome = "ignored_not_pxe"
 	Ignored            Outcome = "ignored"
 	DroppedQueueFull   Outcome = "dropped_queue_full"
+	DroppedOverload    Outcome = "dropped_overload"
 	Malformed          Outcome = "malformed"
 	Failed             Outcome = "error"
 )
@@ -78,7 +79,12 @@ func typeLabel(req *dhcpv4.DHCPv4) string {
 	if req == nil {
 		return "unknown"
 	}
-	switch t := req.MessageType(); t {
+	return messageTypeLabel(req.MessageType())
+}
+
+// messageTypeLabel bounds the label set to the types DHCPv4 defines.
+func messageTypeLabel(t dhcpv4.MessageType) string {
+	switch t {
 	case dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeOffer, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeDecline,
 		dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak, dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeInform:
 		return t.String()

@@ -181,11 +181,16 @@ func (s *Server) read(ctx context.Context, c net.PacketConn, free, queue chan *b
 		}
 		b.n, b.conn, b.at = n, c, time.Now()
 		b.peer, _ = addr.(*net.UDPAddr)
+		mt, known := peekMessageType(b.data[:n])
+		if known && shed(mt, len(queue), cap(queue)) {
+			// Reuse b for the next read: the shed packet costs nothing.
+			s.metrics.count(messageTypeLabel(mt), DroppedOverload)
+			continue
+		}
 		select {
 		case queue <- b:
 			b = <-free
 		default:
-			// Reuse b for the next read: the dropped packet costs nothing.
 			s.metrics.count("unknown", DroppedQueueFull)
 		}
 	}
