@@ -119,8 +119,10 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 	$(STATICCHECK) ./...
 
 # Debian packages the tests drive as real peers: busybox's udhcpc and ISC
-# dhclient (DHCP clients in network namespaces), iproute2 (namespaces).
-APT_PACKAGES := busybox-static isc-dhcp-client iproute2
+# dhclient (DHCP clients in network namespaces), iproute2 (namespaces),
+# tftp-hpa, atftp and curl (TFTP and HTTP clients), and ipxe, whose
+# binaries kubefarm-pxe serves (found at /usr/lib/ipxe, never committed).
+APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp ipxe curl
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests need (as root; otherwise say which are missing).

@@ -1,0 +1,422 @@
+package main_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/iana"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+func randomBytes(t *testing.T, n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func freeUDPPort(t *testing.T) int {
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// bootImage is a BootImage whose artifacts are served by an HTTP server
+// the test runs on loopback.
+type bootImage struct {
+	obj                    *kubefarmv1.BootImage
+	kernel, initrd, rootfs []byte
+}
+
+func newBootImage(t *testing.T, nameStr, blobURL string, blobs map[string][]byte) bootImage {
+	b := bootImage{kernel: randomBytes(t, 4096), initrd: randomBytes(t, 8192), rootfs: randomBytes(t, 65536)}
+	for _, d := range [][]byte{b.kernel, b.initrd, b.rootfs} {
+		blobs["/"+sha(d)] = d
+	}
+	b.obj = &kubefarmv1.BootImage{
+		ObjectMeta: metav1.ObjectMeta{Name: nameStr},
+		Spec: kubefarmv1.BootImageSpec{
+			KubeletVersion: "v1.34.0",
+			Kernel:         kubefarmv1.Artifact{Digest: sha(b.kernel), URL: blobURL + "/" + sha(b.kernel)},
+			Initrd:         kubefarmv1.Artifact{Digest: sha(b.initrd), URL: blobURL + "/" + sha(b.initrd)},
+			Rootfs:         kubefarmv1.Artifact{Digest: sha(b.rootfs), URL: blobURL + "/" + sha(b.rootfs)},
+		},
+	}
+	return b
+}
+
+// TestBinary builds kubefarm-pxe and runs it against a real API server. It
+// checks the wiring end to end: the cache and its MAC index feed the HTTP
+// boot service (the script names the served image, not the desired one),
+// the lease syncer feeds DHCP (an iPXE client is sent to the script URL,
+// which is then fetched), TFTP serves undionly.kpxe, logs are JSON, and
+// SIGTERM stops the process cleanly.
+func TestBinary(t *testing.T) {
+	const undionly = "/usr/lib/ipxe/undionly.kpxe"
+	want, err := os.ReadFile(undionly)
+	if err != nil {
+		t.Skipf("SKIPPED, NOT PASSED: %s missing; install the Debian package ipxe", undionly)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	env, err := testenv.Start(testenv.Options{})
+	t.Cleanup(func() {
+		if env != nil {
+			_ = env.Stop()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(t.TempDir(), "kubefarm-pxe")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	user, err := env.AddUser(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcData, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kcData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// Artifacts come from a plain HTTP server on loopback.
+	blobs := map[string][]byte{}
+	blobSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, ok := blobs[r.URL.Path]; ok {
+			_, _ = w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(blobSrv.Close)
+	oldImg := newBootImage(t, "node-old", blobSrv.URL, blobs)
+	newImg := newBootImage(t, "node-new", blobSrv.URL, blobs)
+
+	c := env.Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pxe-"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	const mac = "02:42:00:00:00:07"
+	for _, o := range []*kubefarmv1.BootImage{oldImg.obj, newImg.obj} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating BootImage %s: %v", o.Name, err)
+		}
+	}
+	pool := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: "node-new",
+			Network:    kubefarmv1.BootNetwork{Subnet: "127.0.0.0/8", Gateway: "127.0.0.1"},
+			KernelArgs: []string{"console=ttyS0"},
+			Machines:   []kubefarmv1.MachineEntry{{Name: "m7", MACs: []string{mac}, IP: "127.0.0.1"}},
+		},
+	}
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	m := &kubefarmv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "m7"},
+		Spec: kubefarmv1.MachineSpec{
+			Pool: "workers", Cluster: "c1", Hostname: "m7", MACs: []string{mac}, IP: "127.0.0.1", DesiredImage: "node-new",
+		},
+	}
+	if err := c.Create(ctx, m); err != nil {
+		t.Fatalf("creating Machine: %v", err)
+	}
+	// The rollout controller has not moved this machine yet: it is pinned
+	// to the old image while the pool wants the new one.
+	m.Status.ServedImage = &kubefarmv1.ImageRef{Name: "node-old", Digest: oldImg.obj.Spec.Rootfs.Digest}
+	if err := c.Status().Update(ctx, m); err != nil {
+		t.Fatalf("setting servedImage: %v", err)
+	}
+
+	httpPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
+	tftpAddr := fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
+	cmd := exec.Command(binary,
+		"--kubeconfig", kubeconfig,
+		"--server-ip", "127.0.0.1",
+		"--interface", "lo",
+		"--http-addr", httpAddr,
+		"--tftp-addr", tftpAddr,
+		"--cache-dir", t.TempDir(),
+		"--workers", "2", "--queue", "16",
+	)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	var logBuf lockedBuffer
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logBuf.write(sc.Text() + "\n")
+		}
+	}()
+	go func() {
+		<-logDone
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("kubefarm-pxe log:\n%s", logBuf.string())
+		}
+	})
+
+	get := func(url string) (int, []byte) {
+		resp, err := http.Get(url)
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, b
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true,
+			func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	base := "http://" + httpAddr
+	poll("/healthz never answered 200", func() bool { code, _ := get(base + "/healthz"); return code == 200 })
+
+	// DHCP: an iPXE client (user class "iPXE") on loopback is sent to its
+	// script URL. ciaddr makes the server answer unicast to our socket
+	// instead of broadcasting.
+	hw, _ := net.ParseMAC(mac)
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// discover sends one DISCOVER and returns the OFFER, or nil when none
+	// came within the read deadline (the lease table may not be filled yet).
+	discover := func(mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+		req, err := dhcpv4.NewDiscovery(hw, append([]dhcpv4.Modifier{dhcpv4.WithClientIP(net.IPv4(127, 0, 0, 1))}, mods...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.WriteTo(req.ToBytes(), &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 67}); err != nil {
+			return nil
+		}
+		buf := make([]byte, 1500)
+		for {
+			_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+			n, _, err := conn.ReadFrom(buf)
+			if err != nil {
+				return nil
+			}
+			resp, err := dhcpv4.FromBytes(buf[:n])
+			// Skip late answers to earlier attempts.
+			if err == nil && resp.MessageType() == dhcpv4.MessageTypeOffer && resp.TransactionID == req.TransactionID {
+				return resp
+			}
+		}
+	}
+	var offer *dhcpv4.DHCPv4
+	poll("DHCP never offered", func() bool {
+		offer = discover(dhcpv4.WithOption(dhcpv4.OptClientArch(iana.EFI_X86_64)), dhcpv4.WithUserClass("iPXE", false))
+		return offer != nil
+	})
+	scriptURL := offer.BootFileNameOption()
+	if want := base + "/boot/" + mac + ".ipxe"; scriptURL != want {
+		t.Fatalf("DHCP boot file for iPXE %q, want %q", scriptURL, want)
+	}
+	// A BIOS PXE ROM is sent to TFTP for undionly.kpxe.
+	bios := discover(dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)))
+	if bios == nil || bios.BootFileNameOption() != "undionly.kpxe" || !bios.ServerIPAddr.Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Fatalf("BIOS offer: %v", bios)
+	}
+
+	// HTTP: the script DHCP pointed at, once the cache has the machine.
+	var script string
+	poll("script never served", func() bool {
+		code, b := get(scriptURL)
+		script = string(b)
+		return code == 200
+	})
+	o := oldImg.obj.Spec
+	for _, d := range []string{o.Kernel.Digest, o.Initrd.Digest, "kubefarm.image=" + o.Rootfs.Digest} {
+		if !strings.Contains(script, d) {
+			t.Errorf("script does not name the served image's %s:\n%s", d, script)
+		}
+	}
+	if strings.Contains(script, newImg.obj.Spec.Kernel.Digest) {
+		t.Errorf("script names the desired image, not the served one:\n%s", script)
+	}
+	if !strings.HasPrefix(script, "#!ipxe\nkernel "+base+"/artifacts/"+o.Kernel.Digest+" console=ttyS0 ") {
+		t.Errorf("script:\n%s", script)
+	}
+	if code, b := get(base + "/artifacts/" + o.Rootfs.Digest); code != 200 || !bytes.Equal(b, oldImg.rootfs) {
+		t.Errorf("rootfs: %d, %d bytes", code, len(b))
+	}
+	if code, _ := get(base + "/boot/02:42:00:00:00:08.ipxe"); code != 404 {
+		t.Errorf("unknown MAC: %d, want 404", code)
+	}
+
+	// Boot configuration: the window is open (the script was just served)
+	// but this build has no join token issuer, so 503; a MAC that is not
+	// this peer's is 403.
+	if code, b := get(base + "/config/" + mac); code != 503 {
+		t.Errorf("/config: %d %s, want 503", code, b)
+	}
+	if code, _ := get(base + "/config/02:42:00:00:00:08"); code != 403 {
+		t.Errorf("/config unknown MAC: %d, want 403", code)
+	}
+	// Boot report: recorded in the Machine's status.
+	const bootID = "6b1f7f0e-3a0d-4c8e-9d8e-2f4b5c6d7e8f"
+	report := `{"mac":"` + mac + `","bootID":"` + bootID + `","imageDigest":"` + o.Rootfs.Digest + `"}`
+	resp, err := http.Post(base+"/report", "application/json", strings.NewReader(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Errorf("/report: %s", resp.Status)
+	}
+	got := &kubefarmv1.Machine{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(m), got); err != nil {
+		t.Fatal(err)
+	}
+	if lb := got.Status.LastBoot; lb == nil || lb.BootID != bootID || lb.ImageDigest != o.Rootfs.Digest {
+		t.Errorf("status.lastBoot = %+v", lb)
+	}
+	if got.Status.ServedImage == nil || got.Status.ServedImage.Name != "node-old" {
+		t.Errorf("the report patch touched status.servedImage: %+v", got.Status.ServedImage)
+	}
+
+	// TFTP: undionly.kpxe over curl (and tftp-hpa when installed).
+	out := filepath.Join(t.TempDir(), "undionly.kpxe")
+	if b, err := exec.CommandContext(ctx, "curl", "-sS", "--tftp-blksize", "1428", "-o", out, "tftp://"+tftpAddr+"/undionly.kpxe").CombinedOutput(); err != nil {
+		t.Errorf("curl tftp: %v %s", err, b)
+	}
+	if got, _ := os.ReadFile(out); !bytes.Equal(got, want) {
+		t.Errorf("curl tftp: %d bytes, not identical to %s", len(got), undionly)
+	}
+	if _, err := exec.LookPath("tftp"); err == nil {
+		out2 := filepath.Join(t.TempDir(), "undionly.kpxe")
+		host, port, _ := net.SplitHostPort(tftpAddr)
+		_ = exec.CommandContext(ctx, "tftp", "-m", "binary", host, port, "-c", "get", "undionly.kpxe", out2).Run()
+		if got, _ := os.ReadFile(out2); !bytes.Equal(got, want) {
+			t.Errorf("tftp-hpa: %d bytes, not identical to %s", len(got), undionly)
+		}
+	}
+
+	code, metrics := get(base + "/metrics")
+	for _, s := range []string{
+		`kubefarm_pxe_http_requests_total{code="200",route="boot"}`,
+		`kubefarm_pxe_tftp_transfers_total{result="ok"}`,
+		`kubefarm_pxe_dhcp_packets_total`,
+	} {
+		if code != 200 || !bytes.Contains(metrics, []byte(s)) {
+			t.Errorf("/metrics lacks %s", s)
+		}
+	}
+
+	// A second machine claiming the same MAC (admission would refuse it;
+	// the test API server has no webhooks) makes the MAC ambiguous: the
+	// index finds both and the script is no longer served.
+	dup := m.DeepCopy()
+	dup.ObjectMeta = metav1.ObjectMeta{Namespace: ns.Name, Name: "m7-dup"}
+	dup.Status = kubefarmv1.MachineStatus{}
+	if err := c.Create(ctx, dup); err != nil {
+		t.Fatal(err)
+	}
+	poll("an ambiguous MAC kept being served", func() bool { code, _ := get(scriptURL); return code == 404 })
+
+	// SIGTERM: a clean, prompt exit.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v", err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("no exit within 45s of SIGTERM")
+	}
+	lines := strings.Split(strings.TrimSpace(logBuf.string()), "\n")
+	for _, l := range lines {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(l), &entry); err != nil || entry["msg"] == nil {
+			t.Errorf("log line is not structured JSON: %q", l)
+			break
+		}
+	}
+	if !strings.Contains(logBuf.string(), `"msg":"stopped"`) {
+		t.Errorf("no clean stop in the log")
+	}
+}
+
+// lockedBuffer collects the binary's log while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) write(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *lockedBuffer) string() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

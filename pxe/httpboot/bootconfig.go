@@ -1,0 +1,219 @@
+package httpboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// NetworkUnavailableTaint keeps pods off a node until the agent has checked
+// its CNI chain (ARCHITECTURE.md, boot step 4). The kubelet registers with
+// it; only the agent lifts it.
+var NetworkUnavailableTaint = corev1.Taint{Key: "kubefarm.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule}
+
+// NodeConfig is what kubefarm-agent fetches at /config/<mac> once per boot.
+type NodeConfig struct {
+	Machine     string                 `json:"machine"`
+	Cluster     string                 `json:"cluster"`
+	Hostname    string                 `json:"hostname"`
+	ImageDigest string                 `json:"imageDigest,omitempty"`
+	Labels      map[string]string      `json:"labels,omitempty"`
+	Taints      []corev1.Taint         `json:"taints"`
+	Kubelet     kubefarmv1.KubeletSpec `json:"kubelet"`
+	// JoinToken is the bootstrap token for this machine alone.
+	JoinToken string `json:"joinToken"`
+}
+
+// NodeConfigFor derives a machine's node configuration from its pool: the
+// pool's labels and taints, then each tag's in the machine's tag order (a
+// later tag overrides an earlier one for the same label key, or the same
+// taint key and effect), then the network-unavailable taint. Pure: the join
+// token is added by the caller.
+func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig, error) {
+	if m == nil || pool == nil {
+		return NodeConfig{}, errors.New("machine and pool are required")
+	}
+	if m.Namespace != pool.Namespace || m.Spec.Pool != pool.Name {
+		return NodeConfig{}, fmt.Errorf("machine %s/%s is not in pool %s/%s", m.Namespace, m.Name, pool.Namespace, pool.Name)
+	}
+	labels := map[string]string{}
+	type tk struct {
+		key    string
+		effect corev1.TaintEffect
+	}
+	var order []tk
+	taints := map[tk]corev1.Taint{}
+	addTaints := func(ts []corev1.Taint) {
+		for _, t := range ts {
+			k := tk{t.Key, t.Effect}
+			if _, seen := taints[k]; !seen {
+				order = append(order, k)
+			}
+			taints[k] = t
+		}
+	}
+	for k, v := range pool.Spec.Labels {
+		labels[k] = v
+	}
+	addTaints(pool.Spec.Taints)
+	for _, name := range m.Spec.Tags {
+		tag, ok := pool.Spec.Tags[name]
+		if !ok {
+			return NodeConfig{}, fmt.Errorf("tag %q is not defined in pool %q", name, pool.Name)
+		}
+		for k, v := range tag.Labels {
+			labels[k] = v
+		}
+		addTaints(tag.Taints)
+	}
+	addTaints([]corev1.Taint{NetworkUnavailableTaint})
+	out := NodeConfig{
+		Machine:  m.Namespace + "/" + m.Name,
+		Cluster:  m.Spec.Cluster,
+		Hostname: m.Spec.Hostname,
+		Kubelet:  pool.Spec.Kubelet,
+		Taints:   make([]corev1.Taint, 0, len(order)),
+	}
+	if _, d := ImageFor(m); d != "" {
+		out.ImageDigest = d
+	}
+	if len(labels) > 0 {
+		out.Labels = labels
+	}
+	for _, k := range order {
+		out.Taints = append(out.Taints, taints[k])
+	}
+	return out, nil
+}
+
+// JoinTokens issues the per-machine bootstrap token of the tenant cluster.
+// It must return a token valid for this machine alone, short-lived and
+// single-use; the implementation lives with the tenant cluster client.
+type JoinTokens interface {
+	Issue(ctx context.Context, m *kubefarmv1.Machine) (string, error)
+}
+
+// BootWindows tracks, per machine, the window in which its boot
+// configuration may be fetched: it opens when this replica serves the
+// machine's iPXE script and closes after TTL or on first use.
+//
+// It is per replica on purpose. The script names this replica
+// (kubefarm.server), so the agent of that boot asks this replica; a replica
+// that restarts forgets its windows and the machine must boot again, which
+// fails safe.
+type BootWindows struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu   sync.Mutex
+	open map[string]time.Time // machine key -> when the window opened
+}
+
+// NewBootWindows makes a tracker; now is the clock (time.Now when nil).
+func NewBootWindows(ttl time.Duration, now func() time.Time) *BootWindows {
+	if now == nil {
+		now = time.Now
+	}
+	return &BootWindows{ttl: ttl, now: now, open: map[string]time.Time{}}
+}
+
+// Open starts (or restarts) the window of machine key.
+func (w *BootWindows) Open(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	// Sweep expired entries now and then so the map stays the size of the
+	// machines booting within one TTL, not of every machine ever booted.
+	if len(w.open) >= 1024 && len(w.open)%256 == 0 {
+		for k, t := range w.open {
+			if now.Sub(t) > w.ttl {
+				delete(w.open, k)
+			}
+		}
+	}
+	w.open[key] = now
+}
+
+// Consume closes the window of key. It returns when the window opened and
+// whether it was open.
+func (w *BootWindows) Consume(key string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.open[key]
+	delete(w.open, key)
+	return t, ok && w.now().Sub(t) <= w.ttl
+}
+
+// Restore reopens a window consumed by a request that then failed for a
+// reason of the server's (e.g. the token issuer was unreachable), keeping
+// its original opening time so that retries cannot extend it. A window
+// reopened meanwhile by a new boot is left alone.
+func (w *BootWindows) Restore(key string, opened time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.open[key]; !ok {
+		w.open[key] = opened
+	}
+}
+
+// IsOpen reports whether key's window is open, without consuming it.
+func (w *BootWindows) IsOpen(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.open[key]
+	return ok && w.now().Sub(t) <= w.ttl
+}
+
+// BootReport is what the agent posts to /report after a boot.
+type BootReport struct {
+	MAC         string `json:"mac"`
+	BootID      string `json:"bootID"`
+	ImageDigest string `json:"imageDigest"`
+}
+
+// Validate checks the report's fields; MAC is returned normalised.
+func (r BootReport) Validate() (string, error) {
+	mac, err := NormalizeMAC(r.MAC)
+	if err != nil {
+		return "", err
+	}
+	if !validBootID(r.BootID) {
+		return "", errors.New("bootID must be a UUID as in /proc/sys/kernel/random/boot_id")
+	}
+	if !validDigest(r.ImageDigest) {
+		return "", errors.New("imageDigest must be sha256:<64 hex>")
+	}
+	return mac, nil
+}
+
+// validBootID accepts the kernel's boot_id form: 8-4-4-4-12 lower-case hex.
+func validBootID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// BootRecorder writes a machine's status.lastBoot.
+type BootRecorder interface {
+	RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error
+}

@@ -1,0 +1,227 @@
+package httpboot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+func TestNodeConfigFor(t *testing.T) {
+	p := pool()
+	p.Spec.Labels = map[string]string{"role": "worker", "zone": "a"}
+	p.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "pool", Effect: corev1.TaintEffectNoSchedule}}
+	p.Spec.Kubelet = kubefarmv1.KubeletSpec{MaxPods: 50}
+	p.Spec.Tags["gpu"] = kubefarmv1.TagSpec{
+		Labels: map[string]string{"gpu": "true", "zone": "b"},
+		Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}, {Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute}},
+	}
+	m := machine("img1", &kubefarmv1.ImageRef{Name: "img1", Digest: dR}, "debug", "gpu")
+	m.Spec.Cluster, m.Spec.Hostname = "c1", "node-1"
+
+	got, err := NodeConfigFor(m, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NodeConfig{
+		Machine: "t1/m1", Cluster: "c1", Hostname: "node-1", ImageDigest: dR,
+		Labels: map[string]string{"role": "worker", "zone": "b", "gpu": "true"},
+		Taints: []corev1.Taint{
+			{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute},
+			NetworkUnavailableTaint,
+		},
+		Kubelet: kubefarmv1.KubeletSpec{MaxPods: 50},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+
+	if _, err := NodeConfigFor(machine("img1", nil, "nope"), p); err == nil {
+		t.Error("undefined tag accepted")
+	}
+	other := machine("img1", nil)
+	other.Spec.Pool = "elsewhere"
+	if _, err := NodeConfigFor(other, p); err == nil {
+		t.Error("machine of another pool accepted")
+	}
+}
+
+func TestBootWindows(t *testing.T) {
+	now := time.Unix(1000, 0)
+	w := NewBootWindows(5*time.Minute, func() time.Time { return now })
+	if _, ok := w.Consume("a"); ok {
+		t.Fatal("window open before Open")
+	}
+	w.Open("a")
+	opened, ok := w.Consume("a")
+	if !ok {
+		t.Fatal("open window not consumed")
+	}
+	if _, ok := w.Consume("a"); ok {
+		t.Fatal("window used twice")
+	}
+	w.Restore("a", opened)
+	if _, ok := w.Consume("a"); !ok {
+		t.Fatal("restored window not open")
+	}
+	w.Open("b")
+	now = now.Add(5*time.Minute + time.Second)
+	if w.IsOpen("b") {
+		t.Fatal("window open after TTL")
+	}
+	if _, ok := w.Consume("b"); ok {
+		t.Fatal("expired window consumed")
+	}
+	// A restore cannot extend a window past its original TTL.
+	w.Restore("b", opened)
+	if w.IsOpen("b") {
+		t.Fatal("restore extended an expired window")
+	}
+}
+
+func TestBootReportValidate(t *testing.T) {
+	good := BootReport{MAC: "02-00-00-00-00-01", BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: dR}
+	if mac, err := good.Validate(); err != nil || mac != "02:00:00:00:00:01" {
+		t.Fatalf("good report: %q, %v", mac, err)
+	}
+	for _, mut := range []func(*BootReport){
+		func(r *BootReport) { r.MAC = "nope" },
+		func(r *BootReport) { r.BootID = "" },
+		func(r *BootReport) { r.BootID = strings.ToUpper(r.BootID) },
+		func(r *BootReport) { r.BootID = "0f1e2d3c04b5a-6978-8796-a5b4c3d2e1f0" },
+		func(r *BootReport) { r.ImageDigest = "sha256:abc" },
+	} {
+		r := good
+		mut(&r)
+		if _, err := r.Validate(); err == nil {
+			t.Errorf("%+v accepted", r)
+		}
+	}
+}
+
+type fakeTokens struct {
+	err error
+	n   int
+}
+
+func (f *fakeTokens) Issue(_ context.Context, m *kubefarmv1.Machine) (string, error) {
+	f.n++
+	return "abcdef.0123456789abcdef", f.err
+}
+
+type fakeRecorder struct {
+	mu   sync.Mutex
+	recs []kubefarmv1.BootRecord
+}
+
+func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recs = append(f.recs, rec)
+	m.Status.LastBoot = &rec // what the API write does, seen through the fake
+	return nil
+}
+
+func TestConfigAndReport(t *testing.T) {
+	f := newHandlerFixture(t, testr.New(t))
+	const mac, ip = "02:00:00:00:00:01", "10.0.0.11"
+	f.machines.machines[mac].Spec.IP = ip
+	f.machines.machines[mac].Spec.Hostname = "node-1"
+	now := time.Unix(5000, 0)
+	f.h.cfg.Windows = NewBootWindows(10*time.Minute, func() time.Time { return now })
+	tokens := &fakeTokens{}
+	rec := &fakeRecorder{}
+	f.h.cfg.Recorder = rec
+
+	req := func(method, path, from, body string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "http://10.0.0.2:8080"+path, strings.NewReader(body))
+		r.RemoteAddr = from
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		return w
+	}
+	cfg := "/config/" + mac
+	mine := ip + ":40000"
+
+	if w := req("GET", cfg, mine, ""); w.Code != 403 {
+		t.Fatalf("before boot: %d, want 403", w.Code)
+	}
+	if w := req("GET", "/boot/"+mac+".ipxe", mine, ""); w.Code != 200 {
+		t.Fatalf("script: %d", w.Code)
+	}
+	// Window open, but no issuer: 503 and the window stays open.
+	if w := req("GET", cfg, mine, ""); w.Code != 503 {
+		t.Fatalf("no issuer: %d, want 503", w.Code)
+	}
+	f.h.cfg.Tokens = tokens
+	for _, tc := range []struct{ name, path, from string }{
+		{"other IP", cfg, "10.0.0.12:40000"},
+		{"other MAC", "/config/02:00:00:00:00:02", mine},
+		{"unknown MAC", "/config/02:00:00:00:00:99", mine},
+		{"bad MAC", "/config/../../x", mine},
+	} {
+		if w := req("GET", tc.path, tc.from, ""); w.Code != 403 || w.Body.String() != "forbidden\n" {
+			t.Errorf("%s: %d %q, want 403 forbidden", tc.name, w.Code, w.Body.String())
+		}
+	}
+	// Issuer failure keeps the window.
+	tokens.err = errors.New("tenant API down")
+	if w := req("GET", cfg, mine, ""); w.Code != 503 {
+		t.Fatalf("issuer failure: %d, want 503", w.Code)
+	}
+	tokens.err = nil
+	w := req("GET", cfg, mine, "")
+	if w.Code != 200 || w.Header().Get("Cache-Control") != "no-store" {
+		t.Fatalf("config: %d %v", w.Code, w.Header())
+	}
+	var nc NodeConfig
+	if err := json.Unmarshal(w.Body.Bytes(), &nc); err != nil {
+		t.Fatal(err)
+	}
+	if nc.JoinToken != "abcdef.0123456789abcdef" || nc.Hostname != "node-1" || nc.Machine != "t1/m1" {
+		t.Errorf("config: %+v", nc)
+	}
+	if w := req("GET", cfg, mine, ""); w.Code != 403 {
+		t.Fatalf("second use: %d, want 403", w.Code)
+	}
+	// A new boot opens a new window, which expires.
+	req("GET", "/boot/"+mac+".ipxe", mine, "")
+	now = now.Add(11 * time.Minute)
+	if w := req("GET", cfg, mine, ""); w.Code != 403 {
+		t.Fatalf("expired window: %d, want 403", w.Code)
+	}
+
+	// Reports.
+	good := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) + `"}`
+	for _, tc := range []struct {
+		name, method, from, body string
+		code                     int
+	}{
+		{"GET", "GET", mine, "", 405},
+		{"other IP", "POST", "10.0.0.12:1", good, 403},
+		{"garbage", "POST", mine, "{", 400},
+		{"unknown field", "POST", mine, `{"mac":"` + mac + `","x":1}`, 400},
+		{"bad digest", "POST", mine, strings.Replace(good, "sha256:", "md5:", 1), 400},
+		{"too large", "POST", mine, `{"mac":"` + strings.Repeat(" ", 5000) + `"}`, 400},
+		{"good", "POST", mine, good, 204},
+		{"repeat", "POST", mine, good, 204},
+	} {
+		if w := req(tc.method, "/report", tc.from, tc.body); w.Code != tc.code {
+			t.Errorf("report %s: %d, want %d (%s)", tc.name, w.Code, tc.code, w.Body.String())
+		}
+	}
+	if len(rec.recs) != 1 || rec.recs[0].BootID != "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0" || rec.recs[0].ImageDigest != sha(f.rootfs) {
+		t.Errorf("recorded %+v, want one record", rec.recs)
+	}
+}

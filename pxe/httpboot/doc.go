@@ -1,0 +1,36 @@
+// Package httpboot is the HTTP side of kubefarm-pxe: what iPXE fetches once
+// it runs, and what UEFI HTTP boot firmware fetches first.
+//
+// Routes (GET and HEAD, except POST /report):
+//
+//   - /boot/<mac>.ipxe: the machine's iPXE script (Script, a pure
+//     function). The MAC may be upper case or '-' separated; it is
+//     normalised to the API's lower-case colon form. Unknown MAC: 404. The
+//     image is the machine's status.servedImage, falling back to
+//     spec.desiredImage only before the rollout controller has pinned one
+//     (see ImageFor). The image's artifacts are cached before the script is
+//     returned, so the script never names a file that would 404.
+//   - /artifacts/sha256:<64 hex>: a cached kernel, initrd or rootfs, with
+//     Range, If-None-Match (the ETag is the digest) and sendfile, marked
+//     immutable since the name is the content's hash.
+//   - /ipxe/<binary>: the iPXE binaries for UEFI HTTP boot, with the same
+//     allow-list as the TFTP service.
+//   - /config/<mac>: the machine's node configuration and join token, for
+//     kubefarm-agent. Only to the machine's leased IP, for its MAC, inside
+//     its boot window (opened by serving its script, BootWindows), once;
+//     every other request gets the same 403.
+//   - POST /report: the agent's boot ID and image digest, recorded in the
+//     Machine's status.lastBoot (BootRecorder), again only from the
+//     machine's leased IP.
+//   - /healthz, /metrics.
+//
+// Store is the content-addressed cache: downloads go to a temporary file,
+// are verified against their sha256 and only then linked into place, never
+// over an existing digest; concurrent requests for one digest share one
+// download. Artifacts come from an OCI repository's blobs (by digest) or
+// from plain HTTP(S) URLs.
+//
+// Machines abstracts the lookups; CacheMachines implements it on a
+// controller-runtime cache with a field index on spec.macs, so a lookup is
+// one index read whatever the number of machines.
+package httpboot

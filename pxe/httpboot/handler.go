@@ -1,0 +1,461 @@
+package httpboot
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/tftp"
+)
+
+// Route names, the label values of the request metrics. A fixed set keeps
+// the metric's cardinality bounded whatever paths clients send.
+const (
+	RouteBoot      = "boot"
+	RouteArtifacts = "artifacts"
+	RouteIPXE      = "ipxe"
+	RouteConfig    = "config"
+	RouteReport    = "report"
+	RouteHealthz   = "healthz"
+	RouteMetrics   = "metrics"
+	RouteOther     = "other"
+)
+
+// Config of the HTTP boot handler.
+type Config struct {
+	// BaseURL is how booting machines reach this service,
+	// http://<server-ip>[:port]; it goes into every script.
+	BaseURL string
+	// IPXEDir holds the iPXE binaries served at /ipxe/<name> to UEFI HTTP
+	// boot clients; the names allowed are those of package tftp.
+	IPXEDir string
+	// EnsureTimeout bounds how long a /boot request waits for the
+	// machine's artifacts to be cached (default 2 minutes). iPXE retries a
+	// failed script fetch, so a slow first download costs a retry, not a
+	// failed boot.
+	EnsureTimeout time.Duration
+	// Ready, when set, gates /healthz (e.g. the cache has synced).
+	Ready func() bool
+	// Windows tracks boot windows: serving a script opens one, /config
+	// consumes it. Nil disables /config (every request gets 403).
+	Windows *BootWindows
+	// Tokens issues join tokens for /config. Nil: /config answers 503 to
+	// an otherwise authorised request, without consuming its window.
+	Tokens JoinTokens
+	// Recorder writes boot reports. Nil: /report answers 503.
+	Recorder BootRecorder
+}
+
+// Metrics of the HTTP boot handler.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+}
+
+// NewMetrics registers the HTTP metrics on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubefarm", Subsystem: "pxe_http", Name: "requests_total",
+			Help: "HTTP boot requests, by route and status code.",
+		}, []string{"route", "code"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubefarm", Subsystem: "pxe_http", Name: "bytes_total",
+			Help: "Response body bytes sent, by route.",
+		}, []string{"route"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.bytes} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Handler serves iPXE scripts, artifacts and iPXE binaries.
+type Handler struct {
+	cfg      Config
+	machines Machines
+	store    *Store
+	metrics  *Metrics
+	metricsH http.Handler
+	log      logr.Logger
+}
+
+// NewHandler builds the handler. gather serves /metrics (nil: 404); m may
+// be nil.
+func NewHandler(cfg Config, machines Machines, store *Store, m *Metrics, gather prometheus.Gatherer, log logr.Logger) (*Handler, error) {
+	if err := validBaseURL(cfg.BaseURL); err != nil {
+		return nil, err
+	}
+	if machines == nil || store == nil {
+		return nil, errors.New("machines and store are required")
+	}
+	if cfg.EnsureTimeout <= 0 {
+		cfg.EnsureTimeout = 2 * time.Minute
+	}
+	h := &Handler{cfg: cfg, machines: machines, store: store, metrics: m, log: log}
+	if gather != nil {
+		h.metricsH = promhttp.HandlerFor(gather, promhttp.HandlerOpts{})
+	}
+	return h, nil
+}
+
+// ServeHTTP dispatches on exact path shapes rather than a pattern mux, so
+// that every accepted path is one this file spells out.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	route, serve := h.route(r.URL.Path)
+	rw := &countingWriter{ResponseWriter: w}
+	defer func() {
+		if h.metrics != nil {
+			code := rw.code
+			if code == 0 {
+				code = http.StatusOK
+			}
+			h.metrics.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+			h.metrics.bytes.WithLabelValues(route).Add(float64(rw.n))
+		}
+	}()
+	allow, ok := "GET, HEAD", r.Method == http.MethodGet || r.Method == http.MethodHead
+	if route == RouteReport {
+		allow, ok = "POST", r.Method == http.MethodPost
+	}
+	if !ok {
+		rw.Header().Set("Allow", allow)
+		http.Error(rw, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	serve(rw, r)
+}
+
+func (h *Handler) route(p string) (string, http.HandlerFunc) {
+	switch {
+	case p == "/healthz":
+		return RouteHealthz, h.healthz
+	case p == "/metrics" && h.metricsH != nil:
+		return RouteMetrics, h.metricsH.ServeHTTP
+	case strings.HasPrefix(p, "/boot/") && strings.HasSuffix(p, ".ipxe"):
+		mac := strings.TrimSuffix(strings.TrimPrefix(p, "/boot/"), ".ipxe")
+		return RouteBoot, func(w http.ResponseWriter, r *http.Request) { h.boot(w, r, mac) }
+	case strings.HasPrefix(p, "/artifacts/"):
+		d := strings.TrimPrefix(p, "/artifacts/")
+		return RouteArtifacts, func(w http.ResponseWriter, r *http.Request) { h.artifact(w, r, d) }
+	case strings.HasPrefix(p, "/config/"):
+		mac := strings.TrimPrefix(p, "/config/")
+		return RouteConfig, func(w http.ResponseWriter, r *http.Request) { h.config(w, r, mac) }
+	case p == "/report":
+		return RouteReport, h.report
+	case strings.HasPrefix(p, "/ipxe/"):
+		n := strings.TrimPrefix(p, "/ipxe/")
+		return RouteIPXE, func(w http.ResponseWriter, r *http.Request) { h.ipxe(w, r, n) }
+	default:
+		return RouteOther, http.NotFound
+	}
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
+	if h.cfg.Ready != nil && !h.cfg.Ready() {
+		http.Error(w, "cache not synced", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
+	mac, err := NormalizeMAC(rawMAC)
+	if err != nil {
+		http.Error(w, "bad MAC address", http.StatusBadRequest)
+		return
+	}
+	m, ok := h.machines.ByMAC(mac)
+	if !ok {
+		h.log.V(1).Info("script for unknown MAC", "mac", mac, "peer", r.RemoteAddr)
+		http.NotFound(w, r)
+		return
+	}
+	log := h.log.WithValues("mac", mac, "machine", m.Namespace+"/"+m.Name, "peer", r.RemoteAddr)
+	// The objects below missing is a state the controllers will repair (a
+	// pool or image being created), so 503: retry later, not "no such
+	// machine".
+	imgName, _ := ImageFor(m)
+	img, ok := h.machines.BootImage(imgName)
+	if !ok {
+		log.Info("machine's boot image not found", "image", imgName)
+		http.Error(w, "boot image not available", http.StatusServiceUnavailable)
+		return
+	}
+	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
+	if !ok {
+		log.Info("machine's pool not found", "pool", m.Spec.Pool)
+		http.Error(w, "node pool not available", http.StatusServiceUnavailable)
+		return
+	}
+	script, err := Script(m, img, pool, h.cfg.BaseURL)
+	if err != nil {
+		log.Error(err, "building iPXE script")
+		http.Error(w, "cannot build boot script", http.StatusServiceUnavailable)
+		return
+	}
+	// Fetch the artifacts before handing out a script that names them: a
+	// script whose kernel 404s fails the boot, a 503 here is retried.
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EnsureTimeout)
+	defer cancel()
+	for _, a := range []kubefarmv1.Artifact{img.Spec.Kernel, img.Spec.Initrd, img.Spec.Rootfs} {
+		if err := h.store.Ensure(ctx, a, img.Spec.Repository); err != nil {
+			log.Error(err, "caching artifact", "image", img.Name, "digest", a.Digest)
+			http.Error(w, "boot artifacts not available yet", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	if h.cfg.Windows != nil && r.Method == http.MethodGet {
+		h.cfg.Windows.Open(m.Namespace + "/" + m.Name)
+	}
+	log.Info("serving boot script", "image", img.Name, "rootfs", img.Spec.Rootfs.Digest)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	// Scripts change when the served image flips; never cache them.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(script)))
+	if r.Method == http.MethodHead {
+		return
+	}
+	_, _ = io.WriteString(w, script)
+}
+
+func (h *Handler) artifact(w http.ResponseWriter, r *http.Request, digest string) {
+	if !validDigest(digest) {
+		http.NotFound(w, r)
+		return
+	}
+	f, err := h.store.Open(digest)
+	if err != nil {
+		if !errors.Is(err, ErrNotCached) {
+			h.log.Error(err, "opening artifact", "digest", digest)
+		}
+		http.NotFound(w, r)
+		return
+	}
+	defer f.Close()
+	serveFile(w, r, f, `"`+digest+`"`, "public, max-age=31536000, immutable")
+}
+
+func (h *Handler) ipxe(w http.ResponseWriter, r *http.Request, name string) {
+	if tftp.ValidateName(name) != nil || h.cfg.IPXEDir == "" {
+		http.NotFound(w, r)
+		return
+	}
+	f, err := os.Open(filepath.Join(h.cfg.IPXEDir, name))
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	defer f.Close()
+	// Binaries are replaced by package upgrades under the same name: let
+	// ServeContent's Last-Modified drive revalidation instead of an ETag.
+	serveFile(w, r, f, "", "no-cache")
+}
+
+// serveFile hands an *os.File to http.ServeContent, which answers Range and
+// conditional requests and, through the ResponseWriter's ReadFrom, lets the
+// kernel copy the file to the socket (sendfile).
+func serveFile(w http.ResponseWriter, r *http.Request, f *os.File, etag, cacheControl string) {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", cacheControl)
+	if etag != "" {
+		w.Header().Set("ETag", etag)
+	}
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+// countingWriter records the status code and body bytes for metrics. It
+// implements io.ReaderFrom so that wrapping does not turn off sendfile.
+type countingWriter struct {
+	http.ResponseWriter
+	code int
+	n    int64
+}
+
+func (c *countingWriter) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	n, err := c.ResponseWriter.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) ReadFrom(r io.Reader) (int64, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	var n int64
+	var err error
+	if rf, ok := c.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(struct{ io.Writer }{c.ResponseWriter}, r)
+	}
+	c.n += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the real writer.
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// forbidden answers 403 with one body for every reason, so that a prober
+// learns nothing about which MACs exist or whose IP it lacks; the reason
+// goes to the log.
+func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, reason string, kv ...any) {
+	h.log.Info("config/report request refused", append([]any{"reason", reason, "peer", r.RemoteAddr, "path", r.URL.Path}, kv...)...)
+	http.Error(w, "forbidden", http.StatusForbidden)
+}
+
+// peerMachine finds the machine of mac and checks that the request comes
+// from the address it leases. It answers the request itself when not.
+func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC string) (*kubefarmv1.Machine, bool) {
+	mac, err := NormalizeMAC(rawMAC)
+	if err != nil {
+		h.forbidden(w, r, "bad MAC")
+		return nil, false
+	}
+	m, ok := h.machines.ByMAC(mac)
+	if !ok {
+		h.forbidden(w, r, "unknown MAC", "mac", mac)
+		return nil, false
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	peer := net.ParseIP(host)
+	if err != nil || peer == nil || !peer.Equal(net.ParseIP(m.Spec.IP)) {
+		h.forbidden(w, r, "not from the machine's leased IP", "mac", mac, "machine", m.Namespace+"/"+m.Name)
+		return nil, false
+	}
+	return m, true
+}
+
+// config serves the machine's boot configuration with its join token:
+// only to the machine's leased IP, for its MAC, inside its boot window,
+// once. Anything else is 403.
+func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) {
+	if h.cfg.Windows == nil {
+		h.forbidden(w, r, "boot configuration disabled")
+		return
+	}
+	m, ok := h.peerMachine(w, r, rawMAC)
+	if !ok {
+		return
+	}
+	key := m.Namespace + "/" + m.Name
+	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
+	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
+	if !ok {
+		log.Info("machine's pool not found", "pool", m.Spec.Pool)
+		http.Error(w, "node pool not available", http.StatusServiceUnavailable)
+		return
+	}
+	nc, err := NodeConfigFor(m, pool)
+	if err != nil {
+		log.Error(err, "building node configuration")
+		http.Error(w, "cannot build node configuration", http.StatusServiceUnavailable)
+		return
+	}
+	if h.cfg.Tokens == nil {
+		if h.cfg.Windows.IsOpen(key) {
+			log.Info("no join token issuer configured")
+			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
+			return
+		}
+		h.forbidden(w, r, "no open boot window", "machine", key)
+		return
+	}
+	opened, ok := h.cfg.Windows.Consume(key)
+	if !ok {
+		h.forbidden(w, r, "no open boot window", "machine", key)
+		return
+	}
+	tok, err := h.cfg.Tokens.Issue(r.Context(), m)
+	if err != nil {
+		h.cfg.Windows.Restore(key, opened)
+		log.Error(err, "issuing join token")
+		http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
+		return
+	}
+	nc.JoinToken = tok
+	body, err := json.Marshal(nc)
+	if err != nil {
+		h.cfg.Windows.Restore(key, opened)
+		log.Error(err, "encoding node configuration")
+		http.Error(w, "cannot encode node configuration", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("served boot configuration")
+	w.Header().Set("Content-Type", "application/json")
+	// It carries a credential: no cache anywhere may keep it.
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
+
+// maxReport bounds a report body; a real one is about 150 bytes.
+const maxReport = 4096
+
+// report records what a machine booted in its status.lastBoot. Only the
+// machine's leased IP may report for its MAC.
+func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
+	var rep BootReport
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReport))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		http.Error(w, "bad report", http.StatusBadRequest)
+		return
+	}
+	if _, err := rep.Validate(); err != nil {
+		http.Error(w, "bad report: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	m, ok := h.peerMachine(w, r, rep.MAC)
+	if !ok {
+		return
+	}
+	log := h.log.WithValues("machine", m.Namespace+"/"+m.Name, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
+	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest {
+		// Agents retry; a repeat is not a new boot and needs no write.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if h.cfg.Recorder == nil {
+		http.Error(w, "boot reports not recorded here", http.StatusServiceUnavailable)
+		return
+	}
+	rec := kubefarmv1.BootRecord{BootID: rep.BootID, ImageDigest: rep.ImageDigest, Time: metav1.NewTime(time.Now())}
+	if err := h.cfg.Recorder.RecordBoot(r.Context(), m, rec); err != nil {
+		log.Error(err, "recording boot")
+		http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("boot recorded")
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,123 @@
+package httpboot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// Machines is what the handler needs to know about the API's objects.
+type Machines interface {
+	// ByMAC finds the machine with a boot MAC (lower case, colon form).
+	ByMAC(mac string) (*kubefarmv1.Machine, bool)
+	// BootImage finds a cluster-scoped BootImage by name.
+	BootImage(name string) (*kubefarmv1.BootImage, bool)
+	// Pool finds a NodePool.
+	Pool(namespace, name string) (*kubefarmv1.NodePool, bool)
+}
+
+// MACIndex is the cache field index of Machines by each of spec.macs.
+const MACIndex = "spec.macs"
+
+// readTimeout bounds one cache read. Reads are in memory once the
+// informers have synced; the bound only matters before that, when the cache
+// would otherwise block a request until the first list completes.
+const readTimeout = 5 * time.Second
+
+// CacheMachines implements Machines over a controller-runtime cache.
+type CacheMachines struct {
+	cache cache.Cache
+	log   logr.Logger
+}
+
+// NewCacheMachines registers the MAC index on c. Call it before c.Start:
+// field indexes cannot be added to a running informer.
+func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*CacheMachines, error) {
+	if err := c.IndexField(ctx, &kubefarmv1.Machine{}, MACIndex, func(o client.Object) []string {
+		m, ok := o.(*kubefarmv1.Machine)
+		if !ok {
+			return nil
+		}
+		// The API admits only the lower-case colon form, so the stored
+		// value is the key; NormalizeMAC makes the lookup side match.
+		return m.Spec.MACs
+	}); err != nil {
+		return nil, fmt.Errorf("indexing machines by MAC: %w", err)
+	}
+	// Register every informer now, before the cache starts, so that the
+	// first boot request reads a synced cache instead of lazily starting a
+	// watch and blocking on its first list.
+	for _, o := range []client.Object{&kubefarmv1.Machine{}, &kubefarmv1.NodePool{}, &kubefarmv1.BootImage{}} {
+		if _, err := c.GetInformer(ctx, o, cache.BlockUntilSynced(false)); err != nil {
+			return nil, fmt.Errorf("informer for %T: %w", o, err)
+		}
+	}
+	return &CacheMachines{cache: c, log: log}, nil
+}
+
+// ByMAC is a lookup in the index, O(1) in the number of machines. Two
+// machines claiming one MAC (which admission should prevent) is treated as
+// unknown: booting either could hand a node the wrong identity.
+func (c *CacheMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	var l kubefarmv1.MachineList
+	if err := c.cache.List(ctx, &l, client.MatchingFields{MACIndex: mac}); err != nil {
+		c.log.Error(err, "listing machines by MAC", "mac", mac)
+		return nil, false
+	}
+	switch len(l.Items) {
+	case 1:
+		return &l.Items[0], true
+	case 0:
+		return nil, false
+	default:
+		c.log.Info("MAC claimed by several machines; not booting it", "mac", mac, "machines", len(l.Items))
+		return nil, false
+	}
+}
+
+// BootImage reads one BootImage from the cache.
+func (c *CacheMachines) BootImage(name string) (*kubefarmv1.BootImage, bool) {
+	var b kubefarmv1.BootImage
+	return &b, c.get(types.NamespacedName{Name: name}, &b)
+}
+
+// Pool reads one NodePool from the cache.
+func (c *CacheMachines) Pool(namespace, name string) (*kubefarmv1.NodePool, bool) {
+	var p kubefarmv1.NodePool
+	return &p, c.get(types.NamespacedName{Namespace: namespace, Name: name}, &p)
+}
+
+func (c *CacheMachines) get(key types.NamespacedName, obj client.Object) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
+	defer cancel()
+	if err := c.cache.Get(ctx, key, obj); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			c.log.Error(err, "reading from cache", "kind", fmt.Sprintf("%T", obj), "key", key.String())
+		}
+		return false
+	}
+	return true
+}
+
+// StatusRecorder writes status.lastBoot with a merge patch on the status
+// subresource: it touches only that field, so it never races the rollout
+// controller's writes to the rest of the status.
+type StatusRecorder struct {
+	Client client.Client
+}
+
+// RecordBoot implements BootRecorder.
+func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+	patched := m.DeepCopy()
+	patched.Status.LastBoot = &rec
+	return s.Client.Status().Patch(ctx, patched, client.MergeFrom(m))
+}

@@ -1,0 +1,186 @@
+package httpboot
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// MaxCmdline bounds the kernel command line iPXE passes on. x86's
+// COMMAND_LINE_SIZE is 2048; a longer line is silently cut by the kernel,
+// which could drop the kubefarm.* arguments at its end.
+const MaxCmdline = 2048
+
+// NormalizeMAC turns a MAC as a client or a URL may spell it (upper case,
+// '-' or ':' separated) into the form the API stores: lower case, colon
+// separated. Only 6-byte Ethernet addresses are accepted.
+func NormalizeMAC(s string) (string, error) {
+	if len(s) != 17 {
+		return "", errors.New("not a 6-byte MAC address")
+	}
+	sep := s[2]
+	if sep != ':' && sep != '-' {
+		return "", errors.New("not a 6-byte MAC address")
+	}
+	var b strings.Builder
+	b.Grow(17)
+	for i := 0; i < 17; i++ {
+		c := s[i]
+		if i%3 == 2 {
+			// Mixed separators are rejected: no client sends them.
+			if c != sep {
+				return "", errors.New("not a 6-byte MAC address")
+			}
+			b.WriteByte(':')
+			continue
+		}
+		switch {
+		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
+		case c >= 'A' && c <= 'F':
+			c += 'a' - 'A'
+		default:
+			return "", errors.New("not a 6-byte MAC address")
+		}
+		b.WriteByte(c)
+	}
+	return b.String(), nil
+}
+
+// ValidateKernelArg checks one kernel argument before it goes into an iPXE
+// script line. The script is a program: a newline would start a new iPXE
+// command, whitespace would split the argument, '$' would be expanded as an
+// iPXE setting (${...}), and a line starting with '#' is a comment. Only
+// printable ASCII without those is let through.
+func ValidateKernelArg(arg string) error {
+	if arg == "" {
+		return errors.New("empty kernel argument")
+	}
+	if len(arg) > 512 {
+		return errors.New("kernel argument longer than 512 bytes")
+	}
+	if arg[0] == '#' {
+		return fmt.Errorf("kernel argument %q starts with '#'", arg)
+	}
+	for i := 0; i < len(arg); i++ {
+		c := arg[i]
+		if c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("kernel argument %q has whitespace, a control or a non-ASCII byte", arg)
+		}
+		if c == '$' || c == '\\' || c == '"' || c == '\'' {
+			return fmt.Errorf("kernel argument %q has %q, which iPXE would interpret", arg, c)
+		}
+	}
+	// kubefarm.* are set by kubefarm-pxe and read by the node's boot hooks;
+	// a pool or tag must not be able to point a node at another rootfs.
+	if strings.HasPrefix(arg, "kubefarm.") {
+		return fmt.Errorf("kernel argument %q: kubefarm.* arguments are reserved", arg)
+	}
+	return nil
+}
+
+// validDigest reports whether d is sha256:<64 lower-case hex>.
+func validDigest(d string) bool {
+	_, ok := digestHex(d)
+	return ok
+}
+
+// ImageFor names the BootImage to serve to a machine and the rootfs digest
+// it must have ("" when not pinned).
+//
+// It is status.servedImage, not spec.desiredImage: the rollout controller
+// moves servedImage one machine at a time (cordon, drain, flip, reboot), so
+// a machine that reboots out of turn, e.g. after a crash, must come back on
+// the image it ran, not jump ahead of the rollout. Only on first boot, before
+// the controller has pinned anything, is desiredImage the right answer:
+// there is no running image to preserve.
+func ImageFor(m *kubefarmv1.Machine) (name, digest string) {
+	if s := m.Status.ServedImage; s != nil && s.Name != "" {
+		return s.Name, s.Digest
+	}
+	return m.Spec.DesiredImage, ""
+}
+
+// Script builds the iPXE script that boots machine m on image img. pool
+// supplies the kernel arguments: the pool's, then each of the machine's tags'
+// in the order the machine lists them. baseURL is where this service answers
+// (http://<server>[:port], no trailing slash); it is configuration, never the
+// request's Host header, so a client cannot redirect other downloads.
+func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.NodePool, baseURL string) (string, error) {
+	if m == nil || img == nil || pool == nil {
+		return "", errors.New("machine, image and pool are required")
+	}
+	if err := validBaseURL(baseURL); err != nil {
+		return "", err
+	}
+	name, pinned := ImageFor(m)
+	if name != img.Name {
+		return "", fmt.Errorf("image %q is not the machine's image %q", img.Name, name)
+	}
+	k, i, r := img.Spec.Kernel.Digest, img.Spec.Initrd.Digest, img.Spec.Rootfs.Digest
+	for _, d := range []string{k, i, r} {
+		if !validDigest(d) {
+			return "", fmt.Errorf("image %q: invalid digest %q", img.Name, d)
+		}
+	}
+	if pinned != "" && pinned != r {
+		// BootImages are immutable, so this means the pin and the image
+		// disagree; booting either could be the wrong one.
+		return "", fmt.Errorf("served image %q pins rootfs %s but the image has %s", name, pinned, r)
+	}
+
+	args := append([]string(nil), pool.Spec.KernelArgs...)
+	for _, t := range m.Spec.Tags {
+		tag, ok := pool.Spec.Tags[t]
+		if !ok {
+			return "", fmt.Errorf("tag %q is not defined in pool %q", t, pool.Name)
+		}
+		args = append(args, tag.KernelArgs...)
+	}
+	for _, a := range args {
+		if err := ValidateKernelArg(a); err != nil {
+			return "", err
+		}
+	}
+	args = append(args,
+		"kubefarm.image="+r,
+		"kubefarm.rootfs="+baseURL+"/artifacts/"+r,
+		"kubefarm.server="+baseURL,
+	)
+	cmdline := strings.Join(args, " ")
+	if len(cmdline) > MaxCmdline {
+		return "", fmt.Errorf("kernel command line is %d bytes, over %d", len(cmdline), MaxCmdline)
+	}
+
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	b.WriteString("kernel " + baseURL + "/artifacts/" + k + " " + cmdline + "\n")
+	b.WriteString("initrd " + baseURL + "/artifacts/" + i + "\n")
+	b.WriteString("boot\n")
+	return b.String(), nil
+}
+
+// validBaseURL accepts only http://<IPv4 or host>[:port]: the URL is pasted
+// into the script, so it gets the same scrutiny as a kernel argument.
+func validBaseURL(u string) error {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok || rest == "" {
+		return fmt.Errorf("base URL %q must be http://host[:port]", u)
+	}
+	host := rest
+	if h, p, err := net.SplitHostPort(rest); err == nil {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return fmt.Errorf("base URL %q has a bad port", u)
+		}
+		host = h
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
+			return fmt.Errorf("base URL %q must be http://host[:port]", u)
+		}
+	}
+	return nil
+}

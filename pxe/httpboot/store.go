@@ -1,0 +1,261 @@
+package httpboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// ErrNotCached is returned by Open for a digest the cache does not hold.
+var ErrNotCached = errors.New("artifact not in cache")
+
+// digestHex returns the hex part of sha256:<64 lower-case hex>.
+func digestHex(d string) (string, bool) {
+	h, ok := strings.CutPrefix(d, "sha256:")
+	if !ok || len(h) != 64 {
+		return "", false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return "", false
+		}
+	}
+	return h, true
+}
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// Dir is the cache directory. Files live in Dir/sha256/<hex>; downloads
+	// are written under Dir/tmp first, on the same file system, so that the
+	// final rename is atomic.
+	Dir string
+	// MaxSize bounds one artifact (default 4 GiB: a generous rootfs). A
+	// download past it is abandoned, so a wrong URL cannot fill the disk.
+	MaxSize int64
+	// Timeout bounds one download (default 30 minutes).
+	Timeout time.Duration
+	// HTTPClient fetches URL artifacts (default: a client without a total
+	// timeout, since Timeout already bounds the download).
+	HTTPClient *http.Client
+	// RemoteOptions are passed to go-containerregistry for OCI blobs, e.g.
+	// remote.WithAuthFromKeychain.
+	RemoteOptions []remote.Option
+	// NameOptions parse repository references, e.g. name.Insecure for a
+	// registry served over plain HTTP.
+	NameOptions []name.Option
+}
+
+// Store is the local content-addressed artifact cache.
+type Store struct {
+	cfg  StoreConfig
+	root *os.Root // Dir/sha256: opened once, so reads cannot leave it
+
+	mu       sync.Mutex
+	inflight map[string]*download
+}
+
+type download struct {
+	done chan struct{}
+	err  error
+}
+
+// NewStore creates the cache layout under cfg.Dir and removes temporary
+// files left by a previous process that died mid-download.
+func NewStore(cfg StoreConfig) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("a cache directory is required")
+	}
+	if cfg.MaxSize <= 0 {
+		cfg.MaxSize = 4 << 30
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Minute
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	for _, d := range []string{"sha256", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	stale, _ := filepath.Glob(filepath.Join(cfg.Dir, "tmp", "*"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
+	root, err := os.OpenRoot(filepath.Join(cfg.Dir, "sha256"))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{cfg: cfg, root: root, inflight: map[string]*download{}}, nil
+}
+
+// Close releases the cache directory.
+func (s *Store) Close() error { return s.root.Close() }
+
+// Open returns the cached file for digest, or ErrNotCached.
+func (s *Store) Open(digest string) (*os.File, error) {
+	h, ok := digestHex(digest)
+	if !ok {
+		return nil, ErrNotCached
+	}
+	f, err := s.root.Open(h)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNotCached
+	}
+	return f, err
+}
+
+// Has reports whether digest is cached.
+func (s *Store) Has(digest string) bool {
+	h, ok := digestHex(digest)
+	if !ok {
+		return false
+	}
+	_, err := s.root.Stat(h)
+	return err == nil
+}
+
+// Ensure makes artifact a available in the cache: from the OCI repository
+// when one is given (the blob with that digest), else from a.URL. The
+// content is verified against the digest before it becomes visible; a
+// cached digest is never downloaded or written again.
+//
+// Concurrent calls for one digest share one download. The download runs on
+// its own context bounded by Timeout, so a caller that gives up (ctx done)
+// does not fail the download for the others; it just stops waiting.
+func (s *Store) Ensure(ctx context.Context, a kubefarmv1.Artifact, repository string) error {
+	h, ok := digestHex(a.Digest)
+	if !ok {
+		return fmt.Errorf("invalid digest %q", a.Digest)
+	}
+	if s.Has(a.Digest) {
+		return nil
+	}
+	s.mu.Lock()
+	d, running := s.inflight[h]
+	if !running {
+		d = &download{done: make(chan struct{})}
+		s.inflight[h] = d
+		go func() {
+			d.err = s.fetch(a, h, repository)
+			s.mu.Lock()
+			delete(s.inflight, h)
+			s.mu.Unlock()
+			close(d.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-d.done:
+		return d.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Store) fetch(a kubefarmv1.Artifact, h, repository string) error {
+	// Checked again under the in-flight entry: a download that finished
+	// between Has and taking the lock must not be repeated.
+	if s.Has(a.Digest) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	body, err := s.source(ctx, a, repository)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+
+	tmp, err := os.CreateTemp(filepath.Join(s.cfg.Dir, "tmp"), h+".*")
+	if err != nil {
+		return err
+	}
+	// Removing the temp file is right on every path: on success it has
+	// been hard-linked to its final name first.
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+
+	sum := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(body, s.cfg.MaxSize+1))
+	if err != nil {
+		return fmt.Errorf("downloading %s: %w", a.Digest, err)
+	}
+	if n > s.cfg.MaxSize {
+		return fmt.Errorf("downloading %s: larger than %d bytes", a.Digest, s.cfg.MaxSize)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != h {
+		return fmt.Errorf("downloading %s: content has digest sha256:%s", a.Digest, got)
+	}
+	if err := tmp.Chmod(0o444); err != nil {
+		return err
+	}
+	// Sync before publishing: after a crash the name must never point at
+	// a file whose blocks did not make it to disk.
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	// Link, not rename: link fails if the name exists, so a cached digest
+	// is never replaced, even by identical bytes under a reader's feet.
+	if err := os.Link(tmp.Name(), filepath.Join(s.cfg.Dir, "sha256", h)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// source opens the artifact's bytes.
+func (s *Store) source(ctx context.Context, a kubefarmv1.Artifact, repository string) (io.ReadCloser, error) {
+	if repository != "" {
+		ref, err := name.NewDigest(repository+"@"+a.Digest, s.cfg.NameOptions...)
+		if err != nil {
+			return nil, fmt.Errorf("repository %q: %w", repository, err)
+		}
+		layer, err := remote.Layer(ref, append([]remote.Option{remote.WithContext(ctx)}, s.cfg.RemoteOptions...)...)
+		if err != nil {
+			return nil, fmt.Errorf("blob %s: %w", ref, err)
+		}
+		// Compressed is the blob exactly as stored, which is what the
+		// digest names; Uncompressed would gunzip it.
+		rc, err := layer.Compressed()
+		if err != nil {
+			return nil, fmt.Errorf("blob %s: %w", ref, err)
+		}
+		return rc, nil
+	}
+	if a.URL == "" {
+		return nil, fmt.Errorf("artifact %s has neither a repository nor a URL", a.Digest)
+	}
+	if !strings.HasPrefix(a.URL, "http://") && !strings.HasPrefix(a.URL, "https://") {
+		return nil, fmt.Errorf("artifact %s: URL must be http or https", a.Digest)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", a.Digest, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("artifact %s: %s answered %s", a.Digest, a.URL, resp.Status)
+	}
+	return resp.Body, nil
+}

@@ -1,0 +1,359 @@
+package tftp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	pintftp "github.com/pin/tftp/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want error
+	}{
+		{"undionly.kpxe", nil},
+		{"ipxe.efi", nil},
+		{"snponly.efi", nil},
+		{"ipxe-arm64.efi", nil},
+		{"", ErrEmptyName},
+		{"../../etc/passwd", ErrBadCharacter},
+		{"..", ErrBadCharacter},
+		{".", ErrBadCharacter},
+		{".hidden", ErrBadCharacter},
+		{"/undionly.kpxe", ErrBadCharacter},
+		{"/etc/passwd", ErrBadCharacter},
+		{"ipxe/undionly.kpxe", ErrBadCharacter},
+		{`..\undionly.kpxe`, ErrBadCharacter},
+		{"undionly.kpxe\x00.txt", ErrBadCharacter},
+		{"undionly.kpxe\n", ErrBadCharacter},
+		{"undionly .kpxe", ErrBadCharacter},
+		{"undionly.kpxé", ErrBadCharacter},
+		{strings.Repeat("a", MaxNameLen+1), ErrNameTooLong},
+		{strings.Repeat("a", MaxNameLen), ErrNotAllowed},
+		{"UNDIONLY.KPXE", ErrNotAllowed}, // names are case-sensitive on disk
+		{"ipxe.pxe", ErrNotAllowed},      // present in /usr/lib/ipxe but not allow-listed
+		{"undionly.kpxe.", ErrNotAllowed},
+	} {
+		if got := ValidateName(tc.name); !errors.Is(got, tc.want) {
+			t.Errorf("ValidateName(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func FuzzValidateName(f *testing.F) {
+	for _, s := range []string{"undionly.kpxe", "../../etc/passwd", "/ipxe.efi", "a\x00b", ".", "..", "ipxe.efi/..", "snponly.efi"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if ValidateName(name) != nil {
+			return
+		}
+		// Whatever passes must be a single, allow-listed path element:
+		// joining it to a directory cannot leave that directory.
+		if filepath.Base(name) != name || filepath.Clean(name) != name || filepath.IsAbs(name) {
+			t.Fatalf("accepted %q, which is not one clean path element", name)
+		}
+		found := false
+		for _, a := range DefaultFiles {
+			found = found || a == name
+		}
+		if !found {
+			t.Fatalf("accepted %q, which is not allow-listed", name)
+		}
+	})
+}
+
+func TestConfigRejectsBadAllowList(t *testing.T) {
+	if _, err := NewServer(Config{Files: []string{"../x"}}, nil, testr.New(t)); err == nil {
+		t.Fatal("an allow-list entry with a path escape was accepted")
+	}
+}
+
+// fixture is a running server on loopback.
+type fixture struct {
+	addr    string
+	port    string
+	dir     string
+	metrics *Metrics
+}
+
+// startServer serves dir on 127.0.0.1:<free port> until the test ends.
+func startServer(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(cfg, m, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, conn) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	addr := conn.LocalAddr().(*net.UDPAddr)
+	return &fixture{addr: addr.String(), port: strconv.Itoa(addr.Port), dir: s.cfg.Dir, metrics: m}
+}
+
+// testDir holds the Debian iPXE binaries when installed, plus a random
+// ipxe-arm64.efi whose size is an exact multiple of 1428 so that the
+// zero-length final block is exercised.
+func testDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, n := range []string{"undionly.kpxe", "ipxe.efi", "snponly.efi"} {
+		b, err := os.ReadFile(filepath.Join(DefaultDir, n))
+		if errors.Is(err, os.ErrNotExist) {
+			t.Skipf("SKIPPED, NOT PASSED: %s/%s is missing; install the Debian package ipxe", DefaultDir, n)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, n), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := make([]byte, 1428*40)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ipxe-arm64.efi"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func need(t *testing.T, bin, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		t.Skipf("SKIPPED, NOT PASSED: %s not found; install the Debian package %s", bin, pkg)
+	}
+	return p
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Logf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+func sameFile(t *testing.T, want, got string) {
+	t.Helper()
+	w, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatalf("fetched file: %v", err)
+	}
+	if !bytes.Equal(w, g) {
+		t.Fatalf("%s: fetched %d bytes, not identical to the %d-byte source", filepath.Base(want), len(g), len(w))
+	}
+}
+
+func TestClients(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir})
+	files := []string{"undionly.kpxe", "ipxe.efi", "snponly.efi", "ipxe-arm64.efi"}
+
+	t.Run("tftp-hpa", func(t *testing.T) {
+		// tftp-hpa 5.2 negotiates no options (no blksize, no tsize): this is
+		// the plain RFC 1350 path with 512-byte blocks that old PXE ROMs use.
+		bin := need(t, "tftp", "tftp-hpa")
+		for _, n := range files {
+			out := filepath.Join(t.TempDir(), n)
+			run(t, bin, "-m", "binary", "127.0.0.1", f.port, "-c", "get", n, out)
+			sameFile(t, filepath.Join(dir, n), out)
+		}
+	})
+	t.Run("atftp", func(t *testing.T) {
+		bin := need(t, "atftp", "atftp")
+		for _, n := range files {
+			out := filepath.Join(t.TempDir(), n)
+			log := run(t, bin, "--trace", "--option", "blksize 1428", "--option", "tsize 0", "-g", "-r", n, "-l", out, "127.0.0.1", f.port)
+			sameFile(t, filepath.Join(dir, n), out)
+			// atftp prints the OACK it received; both options must be in it,
+			// tsize with the file's real size.
+			fi, _ := os.Stat(filepath.Join(dir, n))
+			if !strings.Contains(log, "blksize: 1428") || !strings.Contains(log, "tsize: "+strconv.FormatInt(fi.Size(), 10)) {
+				t.Errorf("%s: OACK did not carry blksize 1428 and tsize %d:\n%s", n, fi.Size(), log)
+			}
+		}
+	})
+	t.Run("atftp blksize capped", func(t *testing.T) {
+		// A client asking for more than MaxBlockSize gets the cap in the
+		// OACK, so blocks still fit an Ethernet frame.
+		bin := need(t, "atftp", "atftp")
+		out := filepath.Join(t.TempDir(), "ipxe.efi")
+		log := run(t, bin, "--trace", "--option", "blksize 8192", "-g", "-r", "ipxe.efi", "-l", out, "127.0.0.1", f.port)
+		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
+		if !strings.Contains(log, "blksize: 1468") {
+			t.Errorf("OACK did not cap blksize at 1468:\n%s", log)
+		}
+	})
+	t.Run("curl", func(t *testing.T) {
+		bin := need(t, "curl", "curl")
+		for _, n := range files {
+			out := filepath.Join(t.TempDir(), n)
+			run(t, bin, "-sS", "--max-time", "60", "--tftp-blksize", "1428", "-o", out, "tftp://127.0.0.1:"+f.port+"/"+n)
+			sameFile(t, filepath.Join(dir, n), out)
+		}
+	})
+	t.Run("path escape refused", func(t *testing.T) {
+		bin := need(t, "atftp", "atftp")
+		out := filepath.Join(t.TempDir(), "passwd")
+		log := run(t, bin, "-g", "-r", "../../etc/passwd", "-l", out, "127.0.0.1", f.port)
+		if b, _ := os.ReadFile(out); len(b) > 0 {
+			t.Fatalf("path escape served %d bytes", len(b))
+		}
+		if !strings.Contains(log, "forbidden character") {
+			t.Errorf("atftp did not report the refusal:\n%s", log)
+		}
+		if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultRefused)); got != 1 {
+			t.Errorf("refused transfers = %v, want 1", got)
+		}
+	})
+	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultOK)); got < 1 {
+		t.Errorf("ok transfers = %v, want >= 1", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.bytes); got < 1 {
+		t.Errorf("bytes = %v, want > 0", got)
+	}
+}
+
+// TestProtocol drives the server with pin/tftp's own client for the cases
+// the command-line clients cannot express cleanly.
+func TestProtocol(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir, Files: append([]string{"missing.efi"}, DefaultFiles...)})
+	c, err := pintftp.NewClient(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetTimeout(2 * time.Second)
+	c.SetBlockSize(1428)
+	c.RequestTSize(true)
+
+	t.Run("get with tsize", func(t *testing.T) {
+		wt, err := c.Receive("ipxe-arm64.efi", "octet")
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := os.ReadFile(filepath.Join(dir, "ipxe-arm64.efi"))
+		if n, ok := wt.(pintftp.IncomingTransfer).Size(); !ok || n != int64(len(want)) {
+			t.Errorf("tsize = %d, %v; want %d", n, ok, len(want))
+		}
+		var buf bytes.Buffer
+		if _, err := wt.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf.Bytes(), want) {
+			t.Fatal("content differs")
+		}
+	})
+	for _, tc := range []struct{ name, file, result string }{
+		{"escape", "../../etc/passwd", ResultRefused},
+		{"absolute", "/etc/passwd", ResultRefused},
+		{"not allow-listed", "ipxe.pxe", ResultRefused},
+		{"allow-listed but absent", "missing.efi", ResultNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(tc.result))
+			if _, err := c.Receive(tc.file, "octet"); err == nil {
+				t.Fatalf("%q was served", tc.file)
+			}
+			if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(tc.result)); got != before+1 {
+				t.Errorf("%s count went %v -> %v", tc.result, before, got)
+			}
+		})
+	}
+	t.Run("write refused", func(t *testing.T) {
+		rf, err := c.Send("undionly.kpxe", "octet")
+		if err == nil {
+			_, err = rf.ReadFrom(strings.NewReader("overwrite"))
+		}
+		if err == nil {
+			t.Fatal("write accepted")
+		}
+		want, _ := os.ReadFile(filepath.Join(dir, "undionly.kpxe"))
+		if bytes.Contains(want, []byte("overwrite")) {
+			t.Fatal("file changed")
+		}
+		if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultWrite)); got != 1 {
+			t.Errorf("write_refused = %v, want 1", got)
+		}
+	})
+}
+
+// TestBusy holds every transfer slot with a client that stops acknowledging,
+// and checks that a further request is refused at once rather than queued.
+func TestBusy(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir, MaxTransfers: 1, Timeout: time.Second, Retries: 1})
+
+	// A raw RRQ that is never acknowledged keeps the one slot busy until
+	// Timeout x Retries runs out.
+	hold, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	srv, _ := net.ResolveUDPAddr("udp4", f.addr)
+	rrq := append([]byte{0, 1}, []byte("undionly.kpxe\x00octet\x00")...)
+	if _, err := hold.WriteTo(rrq, srv); err != nil {
+		t.Fatal(err)
+	}
+	// The first DATA packet proves the slot is taken.
+	buf := make([]byte, 600)
+	if err := hold.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := hold.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 {
+		t.Fatalf("no DATA for the holding request: n=%d err=%v", n, err)
+	}
+
+	c, err := pintftp.NewClient(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetTimeout(2 * time.Second)
+	_, err = c.Receive("ipxe.efi", "octet")
+	if err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("second transfer: err = %v, want a busy refusal", err)
+	}
+	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultBusy)); got != 1 {
+		t.Errorf("busy = %v, want 1", got)
+	}
+}
