@@ -58,13 +58,18 @@ func (c *Cluster) running(name string) (int, bool) {
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil || strings.Contains(string(stat), ") Z ") {
+		return 0, false // gone, or a zombie
+	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !strings.Contains(string(cmdline), c.StateDir) {
+	if err != nil {
 		return 0, false
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err == nil && strings.Contains(string(stat), ") Z ") {
-		return 0, false // a zombie is dead
+	// Right after exec the kernel briefly shows an empty command line; the
+	// process is ours then. Otherwise it must name this cluster's state.
+	if len(cmdline) > 0 && !strings.Contains(string(cmdline), c.StateDir) {
+		return 0, false
 	}
 	return pid, true
 }
