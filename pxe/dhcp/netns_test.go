@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"net"
 	"os"
 	"os/exec"
@@ -174,11 +175,22 @@ func TestRelayedExchange(t *testing.T) {
 	if nakResp.MessageType() != dhcpv4.MessageTypeNak || !nakResp.IsBroadcast() {
 		t.Fatalf("nak: %s", nakResp.Summary())
 	}
-	for _, c := range []struct {
+	wants := []struct {
 		typ  string
 		o    Outcome
 		want float64
-	}{{"DISCOVER", IgnoredUnknown, 1}, {"DISCOVER", Offered, 1}, {"REQUEST", Acked, 1}, {"REQUEST", Nak, 1}} {
+	}{{"DISCOVER", IgnoredUnknown, 1}, {"DISCOVER", Offered, 1}, {"REQUEST", Acked, 1}, {"REQUEST", Nak, 1}}
+	// Workers count after they send, so the last reply can arrive before
+	// its count: wait for the counters, bounded.
+	_ = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, c := range wants {
+			if testutil.ToFloat64(m.packets.WithLabelValues(c.typ, string(c.o))) != c.want {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, c := range wants {
 		if got := testutil.ToFloat64(m.packets.WithLabelValues(c.typ, string(c.o))); got != c.want {
 			t.Errorf("%s/%s = %v, want %v", c.typ, c.o, got, c.want)
 		}
@@ -400,8 +412,12 @@ func TestProxyDHCP(t *testing.T) {
 		!ack.ClientIPAddr.Equal(client) || !ack.YourIPAddr.IsUnspecified() || ack.BootFileName != "ipxe.efi" {
 		t.Fatalf("proxy ack from %s: %s", from, ack.Summary())
 	}
-	if got := testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked))); got != 1 {
-		t.Fatalf("acked = %v", got)
+	// The worker counts after it sends, so the reply can arrive first.
+	acked := func(context.Context) (bool, error) {
+		return testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked))) == 1, nil
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, acked); err != nil {
+		t.Fatalf("acked = %v", testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked))))
 	}
 }
 
