@@ -231,16 +231,8 @@ func leastPrivilegeKubeconfig(ctx context.Context, t *testing.T, env *testenv.En
 			t.Fatalf("creating %T: %v", obj, err)
 		}
 	}
-	authn, err := env.AddUser(envtest.User{Name: user})
+	path, err := env.WriteKubeconfig(envtest.User{Name: user}, t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := authn.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

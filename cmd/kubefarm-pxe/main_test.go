@@ -107,16 +107,8 @@ func TestBinary(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	user, err := env.AddUser(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}})
+	kubeconfig, err := env.WriteKubeconfig(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}}, t.TempDir())
 	if err != nil {
-		t.Fatal(err)
-	}
-	kcData, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kcData, 0o600); err != nil {
 		t.Fatal(err)
 	}
 

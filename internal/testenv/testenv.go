@@ -157,16 +157,8 @@ func certManagerCRDDir(root string) (string, error) {
 }
 
 func (e *Env) startCertManager(path string) error {
-	user, err := e.AddUser(envtest.User{Name: "cert-manager", Groups: []string{"system:masters"}})
+	kubeconfigPath, err := e.WriteKubeconfig(envtest.User{Name: "cert-manager", Groups: []string{"system:masters"}}, e.Dir)
 	if err != nil {
-		return err
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return err
-	}
-	kubeconfigPath := filepath.Join(e.Dir, "cert-manager.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
 		return err
 	}
 	logPath := filepath.Join(e.Dir, "cert-manager.log")
@@ -252,4 +244,19 @@ func Main(m interface{ Run() int }, opts Options, env **Env) {
 		fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
 	}
 	os.Exit(code)
+}
+
+// WriteKubeconfig provisions user (see AddUser) and writes a kubeconfig for
+// it into dir, for a binary under test; it returns the file's path.
+func (e *Env) WriteKubeconfig(user envtest.User, dir string) (string, error) {
+	authn, err := e.AddUser(user)
+	if err != nil {
+		return "", err
+	}
+	data, err := authn.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, user.Name+".kubeconfig")
+	return path, os.WriteFile(path, data, 0o600)
 }
