@@ -304,13 +304,23 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	if err := r.apply(ctx, tc, api, apiLive); err != nil {
 		return ctrl.Result{}, err
 	}
-	apiCond, _ := apiServerCondition(apiLive)
+	apiCond, apiReady := apiServerCondition(apiLive)
 	r.setCondition(tc, apiCond)
+	// The tenant's own RBAC, once its API server answers: until then the
+	// admin kubeconfig is useless, so Ready waits for it.
+	var result ctrl.Result
+	var extra []string
+	if apiReady {
+		if err := applyTenantRBAC(ctx, c, secrets); err != nil {
+			logger.Info("tenant RBAC not applied yet", "error", err.Error())
+			extra = append(extra, "tenant RBAC not applied yet: "+err.Error())
+			result.RequeueAfter = tenantRBACRetry
+		}
+	}
 	if err := r.reconcilePDBs(ctx, tc, c); err != nil {
 		return ctrl.Result{}, err
 	}
 	live := []*appsv1.Deployment{apiLive}
-	var extra []string
 	for _, b := range []struct {
 		what  string
 		build func(*build.Cluster, build.SecretData) (*appsv1.Deployment, error)
@@ -342,7 +352,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	if allRolledOut {
 		tc.Status.ObservedVersion = c.Version
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // observeWhileIssuing reports etcd and the API server from the cache while

@@ -80,6 +80,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
+	installFakeTenants()
 	mgr, err = manager.New(env.Config, manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
@@ -452,6 +453,22 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		return nil
 	}
+	// The tenant's API server does not answer yet: its RBAC cannot be
+	// written, so the admin kubeconfig would not work, and Ready waits.
+	setTenantDown(tenantHost(name, ns), true)
+	poll(ctx, t, "Ready withheld while the tenant's RBAC cannot be written", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+		if err := markReady(ctx); err != nil {
+			return false, "", err
+		}
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
+			ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "tenant RBAC not applied yet"), conditionsString(got), nil
+	})
+	setTenantDown(tenantHost(name, ns), false)
 	poll(ctx, t, "Ready once the pods are (simulated) ready", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := markReady(ctx); err != nil {
 			return false, "", err
@@ -465,6 +482,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
 			got.Status.ObservedVersion == tc.Spec.Version && got.Status.ObservedGeneration == got.Generation, conditionsString(got), nil
 	})
+	checkTenantRBAC(ctx, t, name, ns)
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
 		t.Fatal(err)
 	}
