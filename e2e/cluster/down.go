@@ -29,6 +29,7 @@ func (c *Cluster) Down() error {
 	for _, pid := range processesMentioning(c.containerdSocket()) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	c.stop("dns", 5*time.Second)
 	c.stop("registry", 5*time.Second)
 	c.cleanupNetwork()
 	for _, link := range c.containerLogLinks() {

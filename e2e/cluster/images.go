@@ -38,6 +38,9 @@ func (c *Cluster) Images() []Image {
 		return Image{Ref: ref, Files: []ImageFile{{Path: "/usr/local/bin/" + binary, Source: src, Mode: 0o755}},
 			Entrypoint: append([]string{"/usr/local/bin/" + binary}, args...)}
 	}
+	atRoot := func(ref, binary, src string) Image {
+		return Image{Ref: ref, Files: []ImageFile{{Path: "/" + binary, Source: src, Mode: 0o755}}, Entrypoint: []string{"/" + binary}}
+	}
 	up := func(name string) string { return filepath.Join(c.BinDir, name) }
 	own := func(name string) string { return filepath.Join(c.CacheDir(), "bin", name) }
 	images := []Image{
@@ -46,8 +49,9 @@ func (c *Cluster) Images() []Image {
 		bin("quay.io/jetstack/cert-manager-controller:"+CertManagerVersion, "cert-manager-controller", up("cert-manager-controller")),
 		bin("quay.io/jetstack/cert-manager-cainjector:"+CertManagerVersion, "cert-manager-cainjector", up("cert-manager-cainjector")),
 		bin("registry.k8s.io/etcd:"+EtcdImageTag, "etcd", up("etcd")),
-		bin("registry.k8s.io/kas-network-proxy/proxy-server:"+KonnectivityVersion, "proxy-server", up("konnectivity-server")),
-		bin("registry.k8s.io/kas-network-proxy/proxy-agent:"+KonnectivityVersion, "proxy-agent", up("konnectivity-agent")),
+		// The upstream Konnectivity images have their binary at the root.
+		atRoot("registry.k8s.io/kas-network-proxy/proxy-server:"+KonnectivityVersion, "proxy-server", up("konnectivity-server")),
+		atRoot("registry.k8s.io/kas-network-proxy/proxy-agent:"+KonnectivityVersion, "proxy-agent", up("konnectivity-agent")),
 		{Ref: BusyboxImage, Entrypoint: []string{"/bin/busybox"}, Files: []ImageFile{
 			{Path: "/bin/busybox", Source: "/bin/busybox", Mode: 0o755},
 			{Path: "/www/index.html", Content: "kubefarm-e2e\n"},

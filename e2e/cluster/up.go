@@ -63,6 +63,8 @@ func (c *Cluster) Up(ctx context.Context) error {
 		{"controllers", c.startControllers},
 		{"kubelet", c.startKubelet},
 		{"kube-proxy", c.startKubeProxy},
+		{"dns", c.startDNS},
+		{"storage", c.ensureStorage},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -170,7 +172,7 @@ failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://%s
 clusterDomain: cluster.local
-clusterDNS: [10.96.0.10]
+clusterDNS: [%q]
 tlsCertFile: %q
 tlsPrivateKeyFile: %q
 # The host's disks are shared with builds; do not evict test pods over them.
@@ -179,7 +181,7 @@ imageGCHighThresholdPercent: 100
 podCIDR: %q
 podLogsDir: %q
 serializeImagePulls: false
-`, pki+"/ca.crt", c.containerdSocket(), pki+"/kubelet-serving.crt", pki+"/kubelet-serving.key", c.PodCIDR, c.path("pod-logs"))
+`, pki+"/ca.crt", c.containerdSocket(), c.NodeIP.String(), pki+"/kubelet-serving.crt", pki+"/kubelet-serving.key", c.PodCIDR, c.path("pod-logs"))
 }
 
 func (c *Cluster) kubeProxyConfig() string {

@@ -3,7 +3,8 @@
 //	e2e-cluster up   --state DIR --bin DIR   # cluster, images, cert-manager, kubefarm-operator
 //	e2e-cluster down --state DIR [--verify]  # remove everything; --verify fails on leftovers
 //
-// `registry` is the local OCI registry that `up` starts in the background.
+// `registry` is the local OCI registry and `dns` the cluster DNS that `up`
+// starts in the background.
 package main
 
 import (
@@ -24,7 +25,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|registry [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|registry|dns [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -39,6 +40,18 @@ func main() {
 		dir := fs.String("dir", "", "blob directory")
 		_ = fs.Parse(os.Args[2:])
 		err = cluster.ServeRegistry(*addr, *dir)
+	case "dns":
+		fs := flag.NewFlagSet("dns", flag.ExitOnError)
+		addr := fs.String("addr", "", "listen address (the node's address, port 53)")
+		kubeconfig := fs.String("kubeconfig", "", "admin kubeconfig of the cluster")
+		domain := fs.String("domain", "cluster.local", "cluster domain")
+		_ = fs.Parse(os.Args[2:])
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = cluster.ServeDNS(ctx, *addr, *kubeconfig, *domain)
+		stop()
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
