@@ -37,20 +37,8 @@ const namespace = "kubefarm-system"
 func TestBinary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	env, err := testenv.Start(testenv.Options{CertManager: true})
-	t.Cleanup(func() {
-		if env != nil {
-			_ = env.Stop()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary := filepath.Join(t.TempDir(), "kubefarm-manager")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	env := testenv.StartT(t, testenv.Options{CertManager: true})
+	binary := testenv.BuildBinary(t, "kubefarm-manager")
 
 	certDir, caPEM, err := env.IssueServingCertificate(ctx, namespace)
 	if err != nil {

@@ -94,19 +94,8 @@ func TestBinary(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	env, err := testenv.Start(testenv.Options{})
-	t.Cleanup(func() {
-		if env != nil {
-			_ = env.Stop()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary := filepath.Join(t.TempDir(), "kubefarm-pxe")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	env := testenv.StartT(t, testenv.Options{})
+	binary := testenv.BuildBinary(t, "kubefarm-pxe")
 	kubeconfig, err := env.WriteKubeconfig(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}}, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

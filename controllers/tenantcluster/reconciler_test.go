@@ -88,18 +88,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	mgrCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer testenv.RunManager(mgr)()
 	return m.Run(), nil
 }
 

@@ -24,9 +24,7 @@ var debPackages = []string{"containerd", "runc", "containernetworking-plugins", 
 func EnsurePackages() error {
 	var missing []string
 	for _, p := range debPackages {
-		if exec.Command("dpkg-query", "-W", "-f=${Status}", p).Run() != nil {
-			missing = append(missing, p)
-		} else if out, _ := exec.Command("dpkg-query", "-W", "-f=${Status}", p).Output(); string(out) != "install ok installed" {
+		if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", p).Output(); err != nil || string(out) != "install ok installed" {
 			missing = append(missing, p)
 		}
 	}

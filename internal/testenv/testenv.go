@@ -9,6 +9,7 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -259,4 +261,47 @@ func (e *Env) WriteKubeconfig(user envtest.User, dir string) (string, error) {
 	}
 	path := filepath.Join(dir, user.Name+".kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
+}
+
+// StartT starts an environment for one test and stops it when the test ends.
+func StartT(t testing.TB, opts Options) *Env {
+	t.Helper()
+	env, err := Start(opts)
+	t.Cleanup(func() {
+		if env != nil {
+			_ = env.Stop()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// BuildBinary builds the main package in the test's working directory into
+// a temporary folder, so a test runs the binary that ships.
+func BuildBinary(t testing.TB, name string) string {
+	t.Helper()
+	binary := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return binary
+}
+
+// RunManager starts a controller-runtime manager (or anything with Start) in
+// the background; the returned function stops it and waits until it has.
+func RunManager(mgr interface{ Start(context.Context) error }) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }

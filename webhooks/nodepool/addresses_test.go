@@ -122,7 +122,6 @@ func TestRejectionListIsBounded(t *testing.T) {
 // this file's tests after those above).
 func TestFailsClosed(t *testing.T) {
 	stopManager()
-	<-managerDone
 	stopManager = nil
 	p := pool(newNamespace(t), "unchecked", machine("u1", "02:43:00:00:00:01", "10.40.4.1"))
 	err := env.Client.Create(context.Background(), p)

@@ -20,10 +20,8 @@ import (
 
 var (
 	env *testenv.Env
-	// stopManager stops the in-process kubefarm-manager; managerDone closes
-	// when it has stopped.
-	stopManager context.CancelFunc
-	managerDone chan struct{}
+	// stopManager stops the in-process kubefarm-manager and waits for it.
+	stopManager func()
 )
 
 // TestMain runs a real API server and cert-manager, has cert-manager issue the
@@ -46,7 +44,6 @@ func run(m *testing.M) (int, error) {
 		defer func() {
 			if stopManager != nil {
 				stopManager()
-				<-managerDone
 			}
 			if err := env.Stop(); err != nil {
 				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
@@ -72,15 +69,7 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	var mgrCtx context.Context
-	mgrCtx, stopManager = context.WithCancel(ctx)
-	managerDone = make(chan struct{})
-	go func() {
-		defer close(managerDone)
-		if err := mgr.Start(mgrCtx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	stopManager = testenv.RunManager(mgr)
 	if err := env.InstallWebhooks(ctx, port, caPEM); err != nil {
 		return 1, err
 	}

@@ -32,22 +32,7 @@ func buildAll(t *testing.T, c *Cluster, secrets SecretData) []runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts, err := EtcdStatefulSet(c, EtcdClusterNew, secrets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := APIServerDeployment(c, secrets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcm, err := ControllerManagerDeployment(c, secrets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := SchedulerDeployment(c, secrets)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sts, api, kcm, sched := workloadObjects(t, c, secrets)
 	out = append(out, cm, EtcdService(c), sts, APIServerService(c), api, kcm, sched)
 	for _, p := range PodDisruptionBudgets(c) {
 		out = append(out, p)
@@ -265,8 +250,8 @@ func TestLeaderElectedDeployments(t *testing.T) {
 	}
 }
 
-// workloads returns every pod template of a tenant.
-func workloads(t *testing.T, c *Cluster, secrets SecretData) map[string]corev1.PodTemplateSpec {
+// workloadObjects builds the four control plane workloads of a tenant.
+func workloadObjects(t *testing.T, c *Cluster, secrets SecretData) (*appsv1.StatefulSet, *appsv1.Deployment, *appsv1.Deployment, *appsv1.Deployment) {
 	t.Helper()
 	sts, err := EtcdStatefulSet(c, EtcdClusterNew, secrets)
 	if err != nil {
@@ -284,6 +269,13 @@ func workloads(t *testing.T, c *Cluster, secrets SecretData) map[string]corev1.P
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sts, api, kcm, sched
+}
+
+// workloads returns every pod template of a tenant.
+func workloads(t *testing.T, c *Cluster, secrets SecretData) map[string]corev1.PodTemplateSpec {
+	t.Helper()
+	sts, api, kcm, sched := workloadObjects(t, c, secrets)
 	return map[string]corev1.PodTemplateSpec{
 		"etcd": sts.Spec.Template, "apiserver": api.Spec.Template,
 		"controller-manager": kcm.Spec.Template, "scheduler": sched.Spec.Template,
