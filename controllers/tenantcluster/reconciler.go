@@ -46,6 +46,8 @@ const (
 	DefaultRegistry        = "registry.k8s.io"
 	DefaultEtcdTag         = "3.6.4-0"
 	DefaultKonnectivityTag = "v0.34.0"
+	// DefaultCoreDNSTag is the CoreDNS release Kubernetes v1.34 ships with.
+	DefaultCoreDNSTag = "v1.12.1"
 )
 
 // AdminKubeconfigKey is the key of the kubeconfig in the admin kubeconfig
@@ -70,7 +72,7 @@ func DefaultImages(registry string) build.Images {
 	if registry == "" {
 		registry = DefaultRegistry
 	}
-	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag}
+	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag, CoreDNSTag: DefaultCoreDNSTag}
 }
 
 // Reconciler reconciles TenantClusters.

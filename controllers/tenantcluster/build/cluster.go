@@ -60,8 +60,11 @@ type Images struct {
 	// EtcdTag is the tag of <Registry>/etcd, e.g. "3.6.5-0".
 	EtcdTag string
 	// KonnectivityTag is the tag of <Registry>/kas-network-proxy/proxy-server,
-	// e.g. "v0.34.0".
+	// e.g. "v0.34.0". The agent DaemonSet in the tenant uses the same tag
+	// of <Registry>/kas-network-proxy/proxy-agent.
 	KonnectivityTag string
+	// CoreDNSTag is the tag of <Registry>/coredns/coredns, e.g. "v1.12.1".
+	CoreDNSTag string
 }
 
 // Options are the inputs that do not come from the TenantCluster.
