@@ -21,19 +21,25 @@ KUBERNETES_VERSION   := $(call mod_version,hack/tools/go.mod,k8s.io/kubernetes)
 CERT_MANAGER_VERSION := $(call mod_version,hack/tools/cert-manager/go.mod,github.com/cert-manager/cert-manager)
 k8s_minor := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
 
+# The previous minor's control plane, for the e2e upgrade scenario.
+PREV_KUBERNETES_VERSION := $(call mod_version,hack/tools/k8s-prev/go.mod,k8s.io/kubernetes)
+
 # Kubernetes reads its version from ldflags; without them nodes report v0.0.0-master.
-K8S_LDFLAGS := -s -w \
-  -X k8s.io/component-base/version.gitVersion=$(KUBERNETES_VERSION) \
+k8s_ldflags = -s -w \
+  -X k8s.io/component-base/version.gitVersion=$(1) \
   -X k8s.io/component-base/version.gitMajor=1 \
-  -X k8s.io/component-base/version.gitMinor=$(k8s_minor) \
+  -X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1))) \
   -X k8s.io/component-base/version.gitTreeState=clean \
   -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z \
-  -X k8s.io/client-go/pkg/version.gitVersion=$(KUBERNETES_VERSION) \
+  -X k8s.io/client-go/pkg/version.gitVersion=$(1) \
   -X k8s.io/client-go/pkg/version.gitMajor=1 \
-  -X k8s.io/client-go/pkg/version.gitMinor=$(k8s_minor)
+  -X k8s.io/client-go/pkg/version.gitMinor=$(word 2,$(subst ., ,$(1)))
+K8S_LDFLAGS := $(call k8s_ldflags,$(KUBERNETES_VERSION))
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
-TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector)
+PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
+TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector) \
+  $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
 # The subset the integration tests (envtest) start.
 ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller)
 
@@ -56,6 +62,9 @@ envtest-tools: $(ENVTEST_BINARIES) ## Build only the binaries the integration te
 
 $(addprefix $(BIN)/,$(K8S_BINARIES)): $(BIN)/%: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+
+$(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)): $(BIN)/k8s-prev/%: hack/tools/k8s-prev/go.mod hack/tools/k8s-prev/go.sum
+	cd hack/tools/k8s-prev && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(call k8s_ldflags,$(PREV_KUBERNETES_VERSION))' -o $@ k8s.io/kubernetes/cmd/$*
 
 $(BIN)/etcd: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
@@ -106,10 +115,13 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 TEST_PKGS     ?= ./...
 
 .PHONY: verify-pins
-verify-pins: ## Fail when the cert-manager API the project uses differs from the controllers hack/tools builds.
+verify-pins: ## Fail when the cert-manager API or the e2e image versions differ from what hack/tools builds.
 	@root="$(call mod_version,go.mod,github.com/cert-manager/cert-manager)"; \
 	if [ "$$root" != "$(CERT_MANAGER_VERSION)" ]; then \
 	  echo "go.mod pins cert-manager $$root but hack/tools/cert-manager builds $(CERT_MANAGER_VERSION)"; exit 1; fi
+	@for pair in "KubernetesVersion $(KUBERNETES_VERSION)" "PreviousKubernetesVersion $(PREV_KUBERNETES_VERSION)"; do \
+	  set -- $$pair; got=$$(sed -nE "s/^[[:space:]]*$$1[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\1/p" e2e/cluster/images.go); \
+	  if [ "$$got" != "$$2" ]; then echo "e2e/cluster/images.go: $$1 is $$got but the tools build $$2"; exit 1; fi; done
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).

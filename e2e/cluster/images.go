@@ -9,12 +9,15 @@ import (
 
 // Versions of the upstream images, matching the pinned binaries.
 const (
-	KubernetesVersion   = "v1.34.4"
-	CertManagerVersion  = "v1.21.2"
-	KonnectivityVersion = "v0.34.0"
-	EtcdImageTag        = "3.6.4-0"
-	ManagerImage        = "ghcr.io/kubefarm/kubefarm-manager:e2e"
-	BusyboxImage        = "docker.io/library/busybox:kubefarm-e2e"
+	KubernetesVersion = "v1.34.4"
+	// PreviousKubernetesVersion is the control plane a tenant starts on in
+	// the upgrade scenario (built by hack/tools/k8s-prev into bin/k8s-prev).
+	PreviousKubernetesVersion = "v1.33.4"
+	CertManagerVersion        = "v1.21.2"
+	KonnectivityVersion       = "v0.34.0"
+	EtcdImageTag              = "3.6.4-0"
+	ManagerImage              = "ghcr.io/kubefarm/kubefarm-manager:e2e"
+	BusyboxImage              = "docker.io/library/busybox:kubefarm-e2e"
 )
 
 // BuildProjectBinaries builds the project's own binaries that go into images
@@ -59,6 +62,9 @@ func (c *Cluster) Images() []Image {
 	}
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+KubernetesVersion, k, up(k)))
+	}
+	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
 	}
 	return images
 }
