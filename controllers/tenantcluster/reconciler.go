@@ -323,11 +323,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		return ctrl.Result{}, err
 	}
 	live := []*appsv1.Deployment{apiLive}
+	follower := c
+	if v := followerVersion(c.Version, tc.Status.ObservedVersion, apiLive); v != c.Version {
+		held := *c
+		held.Version = v
+		follower = &held
+		// Not a reason for Ready=False: the control plane serves
+		// throughout; status.observedVersion tells the upgrade's progress.
+		logger.Info("upgrade in progress: controller-manager and scheduler wait for the API servers", "running", v, "desired", c.Version)
+	}
 	for _, b := range []struct {
 		what  string
 		build func(*build.Cluster, build.SecretData) (*appsv1.Deployment, error)
 	}{{"kube-controller-manager", build.ControllerManagerDeployment}, {"kube-scheduler", build.SchedulerDeployment}} {
-		d, err := b.build(c, secrets)
+		d, err := b.build(follower, secrets)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

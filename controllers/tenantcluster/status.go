@@ -303,3 +303,29 @@ func nodeReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// followerVersion is the Kubernetes version kube-controller-manager and
+// kube-scheduler run. They must never be newer than any API server (the
+// version skew policy), so during an upgrade they keep the version the
+// cluster last ran everywhere (status.observedVersion) until every API
+// server pod runs the desired version; then they follow.
+func followerVersion(desired, observed string, api *appsv1.Deployment) string {
+	if observed == "" || observed == desired {
+		return desired
+	}
+	if rolledOut(api) && runsVersion(api, desired) {
+		return desired
+	}
+	return observed
+}
+
+// runsVersion says whether the Deployment's template runs kube-apiserver
+// images of the given version tag.
+func runsVersion(d *appsv1.Deployment, version string) bool {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == build.ComponentAPIServer {
+			return strings.HasSuffix(c.Image, ":"+version)
+		}
+	}
+	return false
+}

@@ -297,3 +297,33 @@ func TestTenantOfLabel(t *testing.T) {
 		t.Errorf("unlabelled Secret maps to %v", got)
 	}
 }
+
+func TestFollowerVersion(t *testing.T) {
+	withImage := func(d *appsv1.Deployment, version string) *appsv1.Deployment {
+		d.Spec.Template.Spec.Containers = []corev1.Container{
+			{Name: build.ComponentAPIServer, Image: "registry.k8s.io/kube-apiserver:" + version},
+			{Name: build.ComponentKonnectivity, Image: "registry.k8s.io/kas-network-proxy/proxy-server:v0.34.0"},
+		}
+		return d
+	}
+	const old, next = "v1.33.4", "v1.34.4"
+	for _, tc := range []struct {
+		name     string
+		observed string
+		api      *appsv1.Deployment
+		want     string
+	}{
+		{"first install", "", withImage(deploy(2, 1, 0, 0, 0, 0), next), next},
+		{"no upgrade", next, withImage(deploy(2, 1, 1, 2, 2, 2), next), next},
+		{"api servers rolling", old, withImage(deploy(2, 2, 2, 3, 1, 2), next), old},
+		{"new template not observed yet", old, withImage(deploy(2, 2, 1, 2, 2, 2), next), old},
+		{"rolled out, still the old version", old, withImage(deploy(2, 1, 1, 2, 2, 2), old), old},
+		{"every api server runs the new version", old, withImage(deploy(2, 2, 2, 2, 2, 2), next), next},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := followerVersion(next, tc.observed, tc.api); got != tc.want {
+				t.Errorf("followerVersion = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
