@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -146,6 +147,16 @@ var (
 	konnectivityMounts = []secretMount{certAndKey(RoleKonnectivityServer), kubeconfigMount(RoleKonnectivityClient)}
 )
 
+// APIServerShutdownDelay is how long a terminating kube-apiserver keeps
+// serving after its readiness turns red (see APIServerFlags), and
+// apiServerTerminationGrace how long it may take in all: the delay, then up
+// to a minute of in-flight requests (the server's default request timeout)
+// draining.
+const (
+	APIServerShutdownDelay    = 5 * time.Second
+	apiServerTerminationGrace = APIServerShutdownDelay + 70*time.Second
+)
+
 // APIServerDeployment builds kube-apiserver with, when Konnectivity is on, a
 // konnectivity-server container in the same pod. They share the Unix socket
 // through an emptyDir, so the API server's egress to the tenant never leaves
@@ -180,6 +191,7 @@ func APIServerDeployment(c *Cluster, secrets SecretData) (*appsv1.Deployment, er
 	configKeys := apiConfigKeys
 	pod := c.basePodSpec(ComponentAPIServer)
 	pod.Containers = []corev1.Container{api}
+	pod.TerminationGracePeriodSeconds = ptrTo(int64(apiServerTerminationGrace.Seconds()))
 	if c.Konnectivity {
 		kargs, err := KonnectivityServerFlags(c)
 		if err != nil {
