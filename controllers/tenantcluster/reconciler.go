@@ -124,8 +124,8 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch
-// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
@@ -547,6 +547,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 		return err
 	}
 	if tc.Spec.VolumeReclaimPolicy == v1alpha1.VolumeReclaimDelete {
+		if done, err := r.deletePKI(ctx, tc); err != nil || !done {
+			return err
+		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
 				continue
@@ -567,6 +570,58 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 	controllerutil.RemoveFinalizer(tc, Finalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
 		client.FieldOwner(FieldOwner)))
+}
+
+// deletePKI deletes the tenant's Certificates and then the Secrets
+// cert-manager wrote for them. cert-manager does not own those Secrets (its
+// owner-reference option is off by default), so garbage collection would
+// leave every key of a deleted tenant behind; and while a Certificate
+// exists cert-manager recreates a deleted Secret, so the Certificates go
+// first and the Secrets only once the Certificates are gone (their deletion
+// events bring the next pass). With volumeReclaimPolicy Retain all of it
+// stays with the volumes: the retained etcd data holds service-account
+// tokens and CA bundles that only the same keys keep valid for a
+// TenantCluster recreated on them.
+func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) (done bool, err error) {
+	certs := &cmapi.CertificateList{}
+	if err := r.Client.List(ctx, certs, client.InNamespace(tc.Namespace)); err != nil {
+		return false, err
+	}
+	remaining := 0
+	for i := range certs.Items {
+		cert := &certs.Items[i]
+		if !metav1.IsControlledBy(cert, tc) {
+			continue
+		}
+		remaining++
+		if !cert.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, cert, client.Preconditions{UID: &cert.UID}); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting Certificate %s: %w", cert.Name, err)
+		}
+	}
+	if remaining > 0 {
+		return false, nil
+	}
+	list := &corev1.SecretList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{build.LabelTenantCluster: tc.Name},
+		client.HasLabels{build.LabelPKIRole}); err != nil {
+		return false, err
+	}
+	for i := range list.Items {
+		s := &list.Items[i]
+		// No UID precondition: whatever holds this name now is the
+		// tenant's key material and goes too.
+		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting certificate Secret %s: %w", s.Name, err)
+		}
+	}
+	if len(list.Items) > 0 {
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "SecretsDeleted", "Delete",
+			"deleted %d certificate Secrets (volumeReclaimPolicy Delete)", len(list.Items))
+	}
+	return true, nil
 }
 
 // emitTransitions records an event for every condition whose status or

@@ -594,6 +594,16 @@ func TestTenantClusterLifecycle(t *testing.T) {
 				t.Errorf("PVC %s was not deleted (volumeReclaimPolicy Delete)", n)
 			}
 		}
+		// cert-manager's Secrets have no owner; the finalizer deletes them.
+		secrets := &corev1.SecretList{}
+		if err := env.Client.List(ctx, secrets, client.InNamespace(ns), client.HasLabels{build.LabelPKIRole}); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range secrets.Items {
+			if s.DeletionTimestamp.IsZero() {
+				t.Errorf("certificate Secret %s left behind (volumeReclaimPolicy Delete)", s.Name)
+			}
+		}
 	})
 }
 
