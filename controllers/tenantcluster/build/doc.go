@@ -19,7 +19,10 @@
 //   - ConfigMap (admission and egress configuration, component kubeconfigs);
 //   - EtcdService, EtcdStatefulSet, APIServerService, APIServerDeployment,
 //     ControllerManagerDeployment, SchedulerDeployment;
-//   - TenantRBAC, applied inside the tenant with the super-admin identity;
+//   - TenantRBAC, then Addons (bootstrap-token RBAC, cluster-info, kubelet
+//     configuration, konnectivity-agent, kube-proxy, CoreDNS, the probe-host
+//     admission policy), applied inside the tenant with the super-admin
+//     identity;
 //   - AdminKubeconfig for the admin kubeconfig Secret.
 //
 // Observed state enters only as explicit parameters: the external address

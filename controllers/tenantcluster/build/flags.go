@@ -295,8 +295,8 @@ func APIServerFlags(c *Cluster) ([]string, error) {
 		// finish. The pod's grace period covers both.
 		"shutdown-delay-duration":   APIServerShutdownDelay.String(),
 		"shutdown-send-retry-after": "true",
-		"tls-cert-file":                    pkiFile(RoleAPIServer, secretCertKey),
-		"tls-private-key-file":             pkiFile(RoleAPIServer, secretPrivateKeyKey),
+		"tls-cert-file":             pkiFile(RoleAPIServer, secretCertKey),
+		"tls-private-key-file":      pkiFile(RoleAPIServer, secretPrivateKeyKey),
 	}
 	// Without an external IP the API server would advertise its pod IP,
 	// which tenant nodes cannot reach; better to advertise nothing than a
@@ -344,9 +344,9 @@ func ControllerManagerFlags(c *Cluster) ([]string, error) {
 		// connections; afterwards new requests get 429 with Retry-After,
 		// which clients retry on another replica, while in-flight ones
 		// finish. The pod's grace period covers both.
-		"shutdown-delay-duration":   APIServerShutdownDelay.String(),
-		"shutdown-send-retry-after": "true",
-		"use-service-account-credentials":  "true",
+		"shutdown-delay-duration":         APIServerShutdownDelay.String(),
+		"shutdown-send-retry-after":       "true",
+		"use-service-account-credentials": "true",
 	}
 	if c.PodCIDR.IsValid() {
 		d["allocate-node-cidrs"] = "true"

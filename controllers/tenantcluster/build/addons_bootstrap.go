@@ -1,0 +1,235 @@
+package build
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	clusterRoleBindingMeta = metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding"}
+	clusterRoleMeta        = metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"}
+	roleMeta               = metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"}
+	roleBindingMeta        = metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"}
+	configMapMeta          = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
+)
+
+func groupSubject(name string) rbacv1.Subject {
+	return rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}
+}
+
+func clusterRoleBinding(name, role string, subjects ...rbacv1.Subject) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		TypeMeta:   clusterRoleBindingMeta,
+		ObjectMeta: addonMeta("", name, nil),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   subjects,
+	}
+}
+
+// bootstrapClusterRoleBindings are what a machine needs to join with a
+// kubefarm bootstrap token and keep its client certificate afterwards:
+//   - create a CSR for its first client certificate (system:node-bootstrapper);
+//   - have that CSR approved automatically by kube-controller-manager's
+//     csrapproving controller, which approves a kubelet client CSR when its
+//     requester may create "certificatesigningrequests/nodeclient";
+//   - as a node (group system:nodes), have the renewal of its own client
+//     certificate approved the same way (selfnodeclient).
+//
+// Serving-certificate CSRs (serverTLSBootstrap) are deliberately not
+// auto-approved here: the manager approves them only for the names and
+// addresses of the machine that asks.
+func bootstrapClusterRoleBindings() []client.Object {
+	return []client.Object{
+		clusterRoleBinding("kubefarm:kubelet-bootstrap", "system:node-bootstrapper", groupSubject(GroupBootstrappers)),
+		clusterRoleBinding("kubefarm:node-autoapprove-bootstrap",
+			"system:certificates.k8s.io:certificatesigningrequests:nodeclient", groupSubject(GroupBootstrappers)),
+		clusterRoleBinding("kubefarm:node-autoapprove-certificate-rotation",
+			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", groupSubject(groupNodes)),
+	}
+}
+
+// getConfigMapRBAC is a Role allowing "get" of one ConfigMap by name (no
+// list or watch, so nothing else in the namespace is visible) and its
+// RoleBinding.
+func getConfigMapRBAC(namespace, name, configMap string, subjects ...rbacv1.Subject) (*rbacv1.Role, *rbacv1.RoleBinding) {
+	return &rbacv1.Role{
+			TypeMeta:   roleMeta,
+			ObjectMeta: addonMeta(namespace, name, nil),
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"configmaps"},
+				ResourceNames: []string{configMap}, Verbs: []string{"get"},
+			}},
+		}, &rbacv1.RoleBinding{
+			TypeMeta:   roleBindingMeta,
+			ObjectMeta: addonMeta(namespace, name, nil),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   subjects,
+		}
+}
+
+// clusterInfoRBAC lets anyone read kube-public/cluster-info: a joining
+// machine has no trusted CA yet and reads it anonymously, then trusts it only
+// if a JWS signature made with its bootstrap token matches. The content is
+// public by design (the CA certificate and the endpoint).
+func clusterInfoRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
+	return getConfigMapRBAC(nsKubePublic, "kubefarm:bootstrap-signer-clusterinfo", clusterInfoName,
+		rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: userAnonymous},
+		groupSubject(GroupBootstrappers))
+}
+
+// kubeletConfigRBAC lets nodes, and machines still joining, read the
+// kubelet configuration.
+func kubeletConfigRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
+	return getConfigMapRBAC(nsKubeSystem, "kubefarm:kubelet-config", KubeletConfigMapName,
+		groupSubject(groupNodes), groupSubject(GroupBootstrappers))
+}
+
+// clusterInfo is kube-public/cluster-info: a kubeconfig with the endpoint
+// and CA and no user, which joining machines read before they trust the API
+// server. The bootstrapsigner controller of kube-controller-manager adds a
+// "jws-kubeconfig-<token-id>" key per bootstrap token, signing the
+// "kubeconfig" value. The object carries only "kubeconfig", so server-side
+// apply makes kubefarm the owner of data.kubeconfig alone (ConfigMap data
+// is a map whose keys are owned separately) and never removes the
+// signatures; the reconciler must apply it, never update or replace it.
+// The kubeconfig bytes are deterministic, so re-applying does not change
+// the signed content and the signatures stay valid.
+func clusterInfo(c *Cluster, in AddonInputs) (*corev1.ConfigMap, error) {
+	cfg := clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{c.Name: {
+			Server:                   in.Endpoint,
+			CertificateAuthorityData: in.CACert,
+		}},
+	}
+	b, err := clientcmd.Write(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster-info kubeconfig: %w", err)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   configMapMeta,
+		ObjectMeta: addonMeta(nsKubePublic, clusterInfoName, nil),
+		Data:       map[string]string{clusterInfoKey: string(b)},
+	}, nil
+}
+
+// KubeletConfiguration is kubelet.config.k8s.io/v1beta1 KubeletConfiguration,
+// limited to the fields kubefarm sets. The upstream type (k8s.io/kubelet) is
+// not a dependency of kubefarm, and a local struct keeps the file to what we
+// mean to set; everything else is the kubelet's default.
+type KubeletConfiguration struct {
+	APIVersion               string       `json:"apiVersion"`
+	Kind                     string       `json:"kind"`
+	Authentication           KubeletAuthn `json:"authentication"`
+	Authorization            KubeletAuthz `json:"authorization"`
+	CgroupDriver             string       `json:"cgroupDriver"`
+	ClusterDNS               []string     `json:"clusterDNS"`
+	ClusterDomain            string       `json:"clusterDomain"`
+	ContainerRuntimeEndpoint string       `json:"containerRuntimeEndpoint"`
+	RotateCertificates       bool         `json:"rotateCertificates"`
+	ServerTLSBootstrap       bool         `json:"serverTLSBootstrap"`
+}
+
+// KubeletAuthn is how the kubelet authenticates requests to its API.
+type KubeletAuthn struct {
+	Anonymous KubeletEnabled      `json:"anonymous"`
+	Webhook   KubeletAuthnWebhook `json:"webhook"`
+	X509      KubeletX509         `json:"x509"`
+}
+
+// KubeletEnabled is an {enabled: bool} block.
+type KubeletEnabled struct {
+	Enabled bool `json:"enabled"`
+}
+
+// KubeletAuthnWebhook delegates bearer-token authentication to the API
+// server (TokenReview).
+type KubeletAuthnWebhook struct {
+	Enabled  bool   `json:"enabled"`
+	CacheTTL string `json:"cacheTTL"`
+}
+
+// KubeletX509 authenticates client certificates signed by a CA.
+type KubeletX509 struct {
+	ClientCAFile string `json:"clientCAFile"`
+}
+
+// KubeletAuthz is how the kubelet authorizes requests to its API.
+type KubeletAuthz struct {
+	Mode    string              `json:"mode"`
+	Webhook KubeletAuthzWebhook `json:"webhook"`
+}
+
+// KubeletAuthzWebhook caches SubjectAccessReview answers.
+type KubeletAuthzWebhook struct {
+	CacheAuthorizedTTL   string `json:"cacheAuthorizedTTL"`
+	CacheUnauthorizedTTL string `json:"cacheUnauthorizedTTL"`
+}
+
+// KubeletConfig renders the kubelet configuration of the tenant's nodes as
+// YAML (sigs.k8s.io/yaml sorts keys, so the bytes are deterministic):
+//   - clusterDNS and clusterDomain point pods at the tenant's DNS Service;
+//   - the kubelet API accepts client certificates from the cluster CA
+//     (kube-apiserver's kubelet client) and bearer tokens checked by
+//     TokenReview, never anonymous requests, and authorizes every request
+//     with SubjectAccessReview (Webhook), i.e. the tenant's RBAC;
+//   - rotateCertificates renews the client certificate before it expires;
+//     serverTLSBootstrap gets the serving certificate from the cluster CA
+//     by CSR instead of a self-signed one, so kube-apiserver can verify
+//     the kubelet (the manager approves those CSRs);
+//   - cgroupDriver systemd because the node images boot systemd, which must
+//     be the only manager of the cgroup tree; containerd in the image is
+//     configured the same way;
+//   - containerRuntimeEndpoint is containerd's default socket, written out
+//     so the kubelet does not depend on a changing default.
+//
+// resolvConf is left at the kubelet's default (/etc/resolv.conf): the image
+// decides whether that is a systemd-resolved stub.
+func KubeletConfig(c *Cluster) ([]byte, error) {
+	cfg := KubeletConfiguration{
+		APIVersion: "kubelet.config.k8s.io/v1beta1",
+		Kind:       "KubeletConfiguration",
+		Authentication: KubeletAuthn{
+			Anonymous: KubeletEnabled{Enabled: false},
+			Webhook:   KubeletAuthnWebhook{Enabled: true, CacheTTL: "2m0s"},
+			X509:      KubeletX509{ClientCAFile: kubeletCAFile},
+		},
+		Authorization: KubeletAuthz{
+			Mode:    "Webhook",
+			Webhook: KubeletAuthzWebhook{CacheAuthorizedTTL: "5m0s", CacheUnauthorizedTTL: "30s"},
+		},
+		CgroupDriver:             "systemd",
+		ClusterDNS:               []string{c.DNSServiceIP.String()},
+		ClusterDomain:            c.ClusterDomain,
+		ContainerRuntimeEndpoint: "unix:///run/containerd/containerd.sock",
+		RotateCertificates:       true,
+		ServerTLSBootstrap:       true,
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet configuration: %w", err)
+	}
+	return b, nil
+}
+
+// kubeletCAFile is where the node's cluster CA lives; the node's bootstrap
+// writes it next to the kubelet's other files.
+const kubeletCAFile = "/etc/kubernetes/pki/ca.crt"
+
+func kubeletConfigMap(c *Cluster) (*corev1.ConfigMap, error) {
+	b, err := KubeletConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   configMapMeta,
+		ObjectMeta: addonMeta(nsKubeSystem, KubeletConfigMapName, nil),
+		Data:       map[string]string{KubeletConfigKey: string(b)},
+	}, nil
+}
