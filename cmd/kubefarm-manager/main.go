@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/manager"
 )
 
@@ -36,6 +37,9 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 		"how long the leader keeps trying to renew before it steps down")
 	fs.DurationVar(&o.GracefulShutdown, "graceful-shutdown-timeout", 30*time.Second,
 		"how long running reconciles may take to finish on shutdown")
+	fs.DurationVar(&o.AddonsResync, "tenant-addons-resync", tenantcluster.DefaultAddonsResync,
+		"how often each tenant's add-ons (bootstrap RBAC, cluster-info, kubelet config, konnectivity-agent, kube-proxy, "+
+			"CoreDNS, the probe-host policy) are applied again, which repairs deletions and edits made inside the tenant")
 	fs.StringVar(&o.ImageRegistry, "image-registry", "registry.k8s.io",
 		"registry prefix of the tenant control plane images (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, "+
 			"kas-network-proxy/proxy-server), e.g. a mirror such as mirror.example.com/k8s; the Kubernetes tags follow each "+

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -88,6 +89,16 @@ type Reconciler struct {
 	// Images and AdminClusterDomain are passed to the builders.
 	Images             build.Images
 	AdminClusterDomain string
+	// AddonsResync is how often the add-ons are applied again to repair
+	// changes made inside the tenant; zero means DefaultAddonsResync.
+	AddonsResync time.Duration
+}
+
+func (r *Reconciler) addonsResync() time.Duration {
+	if r.AddonsResync > 0 {
+		return r.AddonsResync
+	}
+	return DefaultAddonsResync
 }
 
 // SetupWithManager registers the controller. Owning the Certificates makes
@@ -187,11 +198,6 @@ func (r *Reconciler) setCondition(tc *v1alpha1.TenantCluster, c metav1.Condition
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantCluster) (ctrl.Result, error) {
 	logger := log.FromContext(ctx)
-	// AddonsReady belongs to the add-ons controller, which does not exist
-	// yet; say so rather than leave the condition out.
-	r.setCondition(tc, metav1.Condition{Type: v1alpha1.ConditionAddonsReady, Status: metav1.ConditionUnknown,
-		Reason: ReasonNotImplemented, Message: "tenant add-ons are not managed yet"})
-
 	// Resolve twice: first to validate the spec and learn the Service's name,
 	// then with the address the admin cluster published for that Service.
 	c, err := build.Resolve(tc, r.options(""))
@@ -275,6 +281,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		}
 		r.setCondition(tc, etcdCond)
 		r.setCondition(tc, apiCond)
+		if meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionAddonsReady) == nil {
+			r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, ReasonWaitingForCertificates, "waiting for certificates"))
+		}
 		r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, nil))
 		return ctrl.Result{}, nil
 	}
@@ -308,17 +317,29 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	}
 	apiCond, apiReady := apiServerCondition(apiLive)
 	r.setCondition(tc, apiCond)
-	// The tenant's own RBAC, once its API server answers: until then the
-	// admin kubeconfig is useless, so Ready waits for it.
+	// The tenant's own RBAC and add-ons, once its API server answers:
+	// without them the admin kubeconfig can do nothing and no node can
+	// join, so Ready waits for them. They are applied again every
+	// AddonsResync, since nothing in the admin cluster notices a change
+	// inside the tenant.
 	var result ctrl.Result
 	var extra []string
+	addonsCond := notReady(v1alpha1.ConditionAddonsReady, ReasonWaitingForAPIServer, "waiting for the tenant API server")
 	if apiReady {
-		if err := applyTenantRBAC(ctx, c, secrets); err != nil {
-			logger.Info("tenant RBAC not applied yet", "error", err.Error())
-			extra = append(extra, "tenant RBAC not applied yet: "+err.Error())
-			result.RequeueAfter = tenantRBACRetry
+		var rbacApplied bool
+		addonsCond, rbacApplied = r.reconcileTenantObjects(ctx, tc, c, secrets, svc, endpoint)
+		switch {
+		case !rbacApplied:
+			logger.Info("tenant RBAC not applied yet", "error", addonsCond.Message)
+			result.RequeueAfter = tenantRetry
+		case addonsCond.Status != metav1.ConditionTrue && addonsCond.Reason == ReasonApplyFailed:
+			logger.Info("tenant add-ons not applied", "error", addonsCond.Message)
+			result.RequeueAfter = tenantRetry
+		default:
+			result.RequeueAfter = r.addonsResync()
 		}
 	}
+	r.setCondition(tc, addonsCond)
 	if err := r.reconcilePDBs(ctx, tc, c); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -352,7 +373,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	if endpoint == "" {
 		extra = append(extra, "the external endpoint is not known yet (waiting for the Service's address)")
 	}
-	r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, extra))
+	r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond, addonsCond}, extra))
 
 	// The observed version moves only when every component runs it, so
 	// during an upgrade it keeps naming the version still (partly) running.

@@ -60,7 +60,8 @@ func run(m *testing.M) (int, error) {
 	// The controller's log goes to the test output, shown when a test fails.
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 	var err error
-	env, err = testenv.Start(testenv.Options{CertManager: true})
+	env, err = testenv.Start(testenv.Options{CertManager: true,
+		APIServerFlags: map[string]string{"service-cluster-ip-range": tenantServiceCIDR}})
 	if env != nil {
 		defer func() {
 			if err := env.Stop(); err != nil {
@@ -84,6 +85,7 @@ func run(m *testing.M) (int, error) {
 	mgr, err = manager.New(env.Config, manager.Options{
 		MetricsAddr: "0", ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
+		AddonsResync: testAddonsResync,
 	})
 	if err != nil {
 		return 1, err
@@ -367,7 +369,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if !hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") {
 			t.Errorf("Ready is not False: %s", conditionsString(got))
 		}
-		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionUnknown, tenantcluster.ReasonNotImplemented) {
+		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForAPIServer) {
 			t.Errorf("AddonsReady: %s", conditionsString(got))
 		}
 		if got.Status.ObservedVersion != "" {
@@ -455,7 +457,8 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
-			ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "tenant RBAC not applied yet"), conditionsString(got), nil
+			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonApplyFailed) &&
+			ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "connection refused (simulated)"), conditionsString(got), nil
 	})
 	setTenantDown(tenantHost(name, ns), false)
 	poll(ctx, t, "Ready once the pods are (simulated) ready", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
@@ -469,9 +472,11 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionTrue, tenantcluster.ReasonControlPlaneReady) &&
 			hasCondition(got, v1alpha1.ConditionEtcdReady, metav1.ConditionTrue, "") &&
 			hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
+			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionTrue, tenantcluster.ReasonApplied) &&
 			got.Status.ObservedVersion == tc.Spec.Version && got.Status.ObservedGeneration == got.Generation, conditionsString(got), nil
 	})
 	checkTenantRBAC(ctx, t, name, ns)
+	t.Run("add-ons applied in the tenant", func(t *testing.T) { checkTenantAddons(ctx, t, "https://"+lbIP+":6443") })
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
 		t.Fatal(err)
 	}
@@ -488,16 +493,24 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			Recorder: mgr.GetEventRecorder("tenantcluster-test"),
 			Images:   tenantcluster.DefaultImages(""),
 		}
+		addonsBefore := addonVersions(ctx, t)
 		for range 2 {
+			// A Ready cluster comes back only to apply its add-ons again.
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-			if err != nil || !res.IsZero() {
-				t.Fatalf("Reconcile = %+v, %v", res, err)
+			if err != nil || res.RequeueAfter != tenantcluster.DefaultAddonsResync {
+				t.Fatalf("Reconcile = %+v, %v; want a requeue after %s", res, err, tenantcluster.DefaultAddonsResync)
 			}
 		}
 		after := readOwned(t)
 		for k, rv := range before {
 			if after[k] != rv {
 				t.Errorf("%s changed: resourceVersion %s -> %s", k, rv, after[k])
+			}
+		}
+		addonsAfter := addonVersions(ctx, t)
+		for k, rv := range addonsBefore {
+			if addonsAfter[k] != rv {
+				t.Errorf("tenant add-on %s changed: resourceVersion %s -> %s", k, rv, addonsAfter[k])
 			}
 		}
 	})
@@ -565,6 +578,8 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("an add-on switched off is deleted", func(t *testing.T) { checkAddonSwitchOff(ctx, t, key) })
 
 	t.Run("deletion", func(t *testing.T) {
 		if err := env.Client.Delete(ctx, got); err != nil {

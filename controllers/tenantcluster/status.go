@@ -28,7 +28,6 @@ const (
 	ReasonNotAvailable           = "NotAvailable"
 	ReasonEndpointPending        = "EndpointPending"
 	ReasonControlPlaneReady      = "ControlPlaneReady"
-	ReasonNotImplemented         = "NotImplemented"
 	ReasonReconcileError         = "ReconcileError"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 )
 
-// tenantRBACRetry is how soon a failed write of the tenant's RBAC is
+// tenantRetry is how soon a failed write into the tenant cluster is
 // retried: nothing in the admin cluster changes when the tenant's API
 // server starts answering, so no watch would bring the next pass.
-const tenantRBACRetry = 10 * time.Second
+const tenantRetry = 10 * time.Second
 
 // tenantClientTimeout bounds every request to a tenant API server, so an
 // unreachable tenant cannot hold a reconcile worker.
@@ -47,29 +47,29 @@ func tenantRESTConfig(c *build.Cluster, secrets build.SecretData) (*rest.Config,
 	}, nil
 }
 
-// applyTenantRBAC writes build.TenantRBAC into the tenant cluster: without
-// the binding of the admin group to cluster-admin, the admin kubeconfig
-// authenticates but may do nothing. Server-side apply, so it is idempotent
-// and every pass can run it.
-func applyTenantRBAC(ctx context.Context, c *build.Cluster, secrets build.SecretData) error {
-	cfg, err := tenantRESTConfig(c, secrets)
-	if err != nil {
-		return err
-	}
-	tenant, err := newTenantClient(cfg)
-	if err != nil {
-		return fmt.Errorf("tenant client: %w", err)
-	}
-	for _, crb := range build.TenantRBAC(c) {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crb)
+// applyInTenant server-side applies objects in the tenant cluster, in
+// order, with the manager's field owner. ForceOwnership: kubefarm declares
+// these objects; a hand edit in the tenant is put back.
+func applyInTenant(ctx context.Context, tenant client.Client, objs []client.Object) error {
+	for _, o := range objs {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return err
 		}
+		delete(m, "status")
 		pruneNulls(m)
 		u := &unstructured.Unstructured{Object: m}
 		if err := tenant.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), applyOptions...); err != nil {
-			return fmt.Errorf("applying ClusterRoleBinding %s in the tenant cluster: %w", crb.Name, err)
+			return fmt.Errorf("applying %s %s in the tenant cluster: %w", u.GetKind(), objectName(u), err)
 		}
 	}
 	return nil
+}
+
+// objectName is namespace/name, or name for cluster-scoped objects.
+func objectName(o client.Object) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
 }

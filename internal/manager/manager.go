@@ -39,6 +39,9 @@ type Options struct {
 	// ImageRegistry is the registry prefix of the tenant control plane
 	// images (kube-apiserver, etcd, ...); empty means registry.k8s.io.
 	ImageRegistry string
+	// AddonsResync is how often tenant add-ons are applied again to repair
+	// changes made inside a tenant; zero means the controller's default.
+	AddonsResync time.Duration
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -111,11 +114,12 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // leader; the webhooks registered beside them run on every replica.
 func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	if err := (&tenantcluster.Reconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder("tenantcluster-controller"),
-		Images:    tenantcluster.DefaultImages(opts.ImageRegistry),
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Scheme:       mgr.GetScheme(),
+		Recorder:     mgr.GetEventRecorder("tenantcluster-controller"),
+		Images:       tenantcluster.DefaultImages(opts.ImageRegistry),
+		AddonsResync: opts.AddonsResync,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the TenantCluster controller: %w", err)
 	}

@@ -36,6 +36,10 @@ import (
 type Options struct {
 	// CertManager starts the cert-manager controllers.
 	CertManager bool
+	// APIServerFlags are set on kube-apiserver on top of envtest's own
+	// (flag name without dashes to value), for tests of features the API
+	// server only has when asked, such as enable-bootstrap-token-auth.
+	APIServerFlags map[string]string
 }
 
 // Env is a running control plane.
@@ -122,6 +126,10 @@ func Start(opts Options) (*Env, error) {
 		// Two cores shared with compilers: give the API server time.
 		ControlPlaneStartTimeout: 90 * time.Second,
 		ControlPlaneStopTimeout:  30 * time.Second,
+	}
+	args := e.env.ControlPlane.GetAPIServer().Configure()
+	for flag, value := range opts.APIServerFlags {
+		args.Set(flag, value)
 	}
 	e.Config, err = e.env.Start()
 	if err != nil {
