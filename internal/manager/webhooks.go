@@ -8,6 +8,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/webhooks/nodepool"
+	tcwebhook "github.com/kubefarm/kubefarm/webhooks/tenantcluster"
 )
 
 // setupWebhooks registers every admission webhook and the cache indexes they read.
@@ -19,6 +20,11 @@ func setupWebhooks(mgr ctrl.Manager) error {
 		WithValidator(&nodepool.AddressValidator{Reader: mgr.GetCache()}).
 		Complete(); err != nil {
 		return fmt.Errorf("registering the NodePool webhook: %w", err)
+	}
+	if err := (&tcwebhook.VersionValidator{
+		MinVersion: tcwebhook.DefaultMinVersion, MaxVersion: tcwebhook.DefaultMaxVersion,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the TenantCluster webhook: %w", err)
 	}
 	return nil
 }

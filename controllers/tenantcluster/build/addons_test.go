@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 const testCAPEM = "-----BEGIN CERTIFICATE-----\nMIIBfakeCAcert00\n-----END CERTIFICATE-----\n"
@@ -709,5 +710,13 @@ func TestProbeHostPolicy(t *testing.T) {
 	}
 	if g := celNoHost("c.lifecycle.preStop"); !strings.HasPrefix(g, "(!(has(c.lifecycle) && has(c.lifecycle.preStop)) || ") {
 		t.Errorf("nested handler not guarded level by level: %s", g)
+	}
+}
+
+// The join RBAC binds the group the token issuer puts tokens in; the two
+// packages must agree or no machine can join.
+func TestBootstrapGroupMatchesTokenIssuer(t *testing.T) {
+	if GroupBootstrappers != bootstraptoken.DefaultGroup {
+		t.Fatalf("build.GroupBootstrappers %q != bootstraptoken.DefaultGroup %q", GroupBootstrappers, bootstraptoken.DefaultGroup)
 	}
 }
