@@ -338,15 +338,7 @@ func ControllerManagerFlags(c *Cluster) ([]string, error) {
 		"root-ca-file":                     pkiFile(RoleCA, secretCertKey),
 		"service-account-private-key-file": pkiFile(RoleServiceAccount, secretPrivateKeyKey),
 		"service-cluster-ip-range":         c.ServiceCIDR.String(),
-		// Graceful rollouts without failed requests: on SIGTERM the server
-		// turns /readyz red and keeps serving for the delay, long enough
-		// for the endpoints and kube-proxy to stop sending it new
-		// connections; afterwards new requests get 429 with Retry-After,
-		// which clients retry on another replica, while in-flight ones
-		// finish. The pod's grace period covers both.
-		"shutdown-delay-duration":         APIServerShutdownDelay.String(),
-		"shutdown-send-retry-after":       "true",
-		"use-service-account-credentials": "true",
+		"use-service-account-credentials":  "true",
 	}
 	if c.PodCIDR.IsValid() {
 		d["allocate-node-cidrs"] = "true"
