@@ -134,7 +134,7 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 # dhclient (DHCP clients in network namespaces), iproute2 (namespaces),
 # tftp-hpa, atftp and curl (TFTP and HTTP clients), and ipxe, whose
 # binaries kubefarm-pxe serves (found at /usr/lib/ipxe, never committed).
-APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp ipxe curl
+APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp ipxe curl qemu-system-x86 ipxe-qemu ovmf
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests need (as root; otherwise say which are missing).

@@ -1,0 +1,674 @@
+package bootchain
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+)
+
+// NICModules are the drivers of the virtual NICs the test uses: e1000 for
+// the BIOS machine, virtio-net for the UEFI one (OVMF drives virtio-net
+// itself; it has no e1000 driver).
+var NICModules = []string{"e1000", "virtio_pci", "virtio_net"}
+
+// The boot network inside the namespace.
+const (
+	bridge   = "kfbr0"
+	serverIP = "10.77.0.1"
+	subnet   = "10.77.0.0/24"
+	httpPort = 8080
+	ipxeDir  = "/usr/lib/ipxe"
+	ovmf     = "/usr/share/ovmf/OVMF.fd"
+)
+
+// vm is one virtual machine of the test and how it boots.
+type vm struct {
+	name, mac, ip string
+	uefi          bool
+}
+
+// uefiInitrdTag names the initrd on the UEFI machine's kernel command line.
+const uefiInitrdTag = "uefi-initrd"
+
+func (v vm) tags() []string {
+	if v.uefi {
+		return []string{uefiInitrdTag}
+	}
+	return nil
+}
+
+var (
+	biosVM = vm{name: "bios", mac: "52:54:00:77:00:11", ip: "10.77.0.11"}
+	uefiVM = vm{name: "uefi", mac: "52:54:00:77:00:12", ip: "10.77.0.12", uefi: true}
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// requireFacility skips, loudly, when this machine cannot run the test at
+// all: not root, or no qemu. Everything else missing is a failure.
+func requireFacility(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("SKIPPED, NOT PASSED: the boot chain test needs root (network namespaces, tap devices)")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("SKIPPED, NOT PASSED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86 ipxe-qemu ovmf)")
+	}
+	for _, f := range []string{filepath.Join(ipxeDir, "ipxe.efi"), "/usr/lib/ipxe/qemu/efi-e1000.rom", ovmf, DefaultBusybox} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s is missing: install the Debian packages ipxe, ipxe-qemu, ovmf and busybox-static", f)
+		}
+	}
+	if err := CheckStatic(DefaultBusybox); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Fatalf("/dev/net/tun: %v", err)
+	}
+}
+
+// lockedBuffer collects a process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// chain is the running server side: API server, kubefarm-pxe in the
+// namespace, the boot image.
+type chain struct {
+	ns        string
+	env       *testenv.Env
+	namespace string
+	image     *kubefarmv1.BootImage
+	kernelLen int
+	initrdLen int
+	http      *http.Client
+	serverLog *lockedBuffer
+}
+
+// TestBootChain boots virtual machines from kubefarm-pxe: see doc.go.
+func TestBootChain(t *testing.T) {
+	requireFacility(t)
+	// The watch client logs through controller-runtime; nothing to say here.
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The kernel (cached) and the initrd.
+	pkg, err := KernelPackage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := FetchKernel(ctx, filepath.Join(root, "_build", "bootchain-cache"), pkg, NICModules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel, err := os.ReadFile(k.Vmlinuz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var initrdBuf bytes.Buffer
+	if err := BuildInitrd(&initrdBuf, DefaultBusybox, k.Modules); err != nil {
+		t.Fatal(err)
+	}
+	initrd := initrdBuf.Bytes()
+	// The initrd never mounts a root file system, but a BootImage has one
+	// and kubefarm-pxe caches it before serving the script.
+	rootfs := []byte("kubefarm bootchain test: a root file system the initrd does not mount\n")
+	t.Logf("kernel %s (%s, %d bytes), initrd %d bytes with %d modules", k.Package, k.Release, len(kernel), len(initrd), len(k.Modules))
+
+	// The binary first: building is the heaviest step, better before the
+	// API server starts competing for the two cores.
+	binary := filepath.Join(t.TempDir(), "kubefarm-pxe")
+	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/kubefarm-pxe")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Logf("prepared kernel, initrd and binary in %s", time.Since(start).Round(time.Millisecond))
+
+	ns := newNetns(t)
+	run(t, "ip", "-n", ns, "link", "add", bridge, "type", "bridge", "forward_delay", "0", "stp_state", "0")
+	run(t, "ip", "-n", ns, "addr", "add", serverIP+"/24", "dev", bridge)
+	run(t, "ip", "-n", ns, "link", "set", bridge, "up")
+
+	env := testenv.StartT(t, testenv.Options{})
+	c := &chain{ns: ns, env: env, kernelLen: len(kernel), initrdLen: len(initrd), http: nsHTTPClient(ns), serverLog: &lockedBuffer{}}
+
+	// The artifact origin, listening inside the namespace where
+	// kubefarm-pxe can reach it.
+	blobs := map[string][]byte{"/" + sha(kernel): kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
+	originLn := listenIn(t, ns, "127.0.0.1:0")
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, ok := blobs[r.URL.Path]; ok {
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	origin.Listener.Close()
+	origin.Listener = originLn
+	origin.Start()
+	t.Cleanup(origin.Close)
+	originURL := "http://" + originLn.Addr().String()
+
+	// The API server listens on the host's loopback; kubefarm-pxe reaches
+	// it through a forwarder listening on the namespace's.
+	apiURL, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn := listenIn(t, ns, "127.0.0.1:0")
+	forward(t, apiLn, apiURL.Host)
+	kubeconfig, err := env.WriteKubeconfig(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := clientcmd.LoadFromFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range kc.Clusters {
+		cl.Server = "https://" + apiLn.Addr().String()
+	}
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	// The API objects: an image, a pool, its two machines.
+	cl := env.Client
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bootchain-"}}
+	if err := cl.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	c.namespace = nsObj.Name
+	c.image = &kubefarmv1.BootImage{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootchain"},
+		Spec: kubefarmv1.BootImageSpec{
+			KubeletVersion: "v1.34.0",
+			Kernel:         kubefarmv1.Artifact{Digest: sha(kernel), URL: originURL + "/" + sha(kernel)},
+			Initrd:         kubefarmv1.Artifact{Digest: sha(initrd), URL: originURL + "/" + sha(initrd)},
+			Rootfs:         kubefarmv1.Artifact{Digest: sha(rootfs), URL: originURL + "/" + sha(rootfs)},
+		},
+	}
+	if err := cl.Create(ctx, c.image); err != nil {
+		t.Fatalf("creating BootImage: %v", err)
+	}
+	vms := []vm{biosVM, uefiVM}
+	pool := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "vms"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: c.image.Name,
+			Network: kubefarmv1.BootNetwork{Subnet: subnet, Gateway: serverIP},
+			// panic=-1 with qemu's -no-reboot: a panic ends the VM at once.
+			KernelArgs: []string{"console=ttyS0", "panic=-1"},
+		},
+	}
+	// Debian's iPXE (1.0.0+git-20190125) predates iPXE's LoadFile2 initrd
+	// support: under UEFI the kernel's EFI stub only finds the initrd when
+	// its command line names it, initrd=<iPXE image name>, and iPXE names
+	// an image after its URL's last path segment. kubefarm-pxe's script
+	// does not add it, so the UEFI machine carries it in a tag.
+	pool.Spec.Tags = map[string]kubefarmv1.TagSpec{
+		uefiInitrdTag: {KernelArgs: []string{"initrd=" + sha(initrd)}},
+	}
+	for _, v := range vms {
+		pool.Spec.Machines = append(pool.Spec.Machines, kubefarmv1.MachineEntry{Name: v.name, MACs: []string{v.mac}, IP: v.ip, Tags: v.tags()})
+	}
+	if err := cl.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	for _, v := range vms {
+		m := &kubefarmv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: v.name},
+			Spec: kubefarmv1.MachineSpec{
+				Pool: pool.Name, Cluster: "c1", Hostname: v.name, MACs: []string{v.mac}, IP: v.ip, DesiredImage: c.image.Name, Tags: v.tags(),
+			},
+		}
+		if err := cl.Create(ctx, m); err != nil {
+			t.Fatalf("creating Machine %s: %v", v.name, err)
+		}
+	}
+
+	// kubefarm-pxe, as production runs it, in the namespace.
+	cmd := exec.Command("ip", "netns", "exec", ns, binary,
+		"--kubeconfig", kubeconfig,
+		"--server-ip", serverIP,
+		"--interface", bridge,
+		"--http-addr", net.JoinHostPort(serverIP, strconv.Itoa(httpPort)),
+		"--tftp-addr", net.JoinHostPort(serverIP, "69"),
+		"--ipxe-dir", ipxeDir,
+		"--cache-dir", t.TempDir(),
+		"--zap-log-level", "debug",
+	)
+	cmd.Stdout, cmd.Stderr = c.serverLog, c.serverLog
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // `ip netns exec` execs the binary: this is its PID
+		<-exited
+		if t.Failed() {
+			t.Logf("kubefarm-pxe log:\n%s", c.serverLog.String())
+		}
+	})
+
+	// Ready: the cache has synced, and the script is served for both
+	// machines. HEAD caches the artifacts without opening boot windows.
+	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
+	for _, path := range []string{"/healthz", "/boot/" + biosVM.mac + ".ipxe", "/boot/" + uefiVM.mac + ".ipxe"} {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			select {
+			case err := <-exited:
+				exited <- err
+				return false, fmt.Errorf("kubefarm-pxe exited: %v", err)
+			default:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodHead, base+path, nil)
+			resp, err := c.http.Do(req)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			resp.Body.Close()
+			last = resp.Status
+			return resp.StatusCode == http.StatusOK, nil
+		})
+		if err != nil {
+			t.Fatalf("kubefarm-pxe %s never answered 200 (last: %s): %v", path, last, err)
+		}
+	}
+	t.Logf("kubefarm-pxe serving after %s", time.Since(start).Round(time.Millisecond))
+
+	t.Run("BIOS", func(t *testing.T) { c.boot(t, biosVM) })
+	t.Run("UEFI", func(t *testing.T) { c.boot(t, uefiVM) })
+	t.Logf("whole test: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// boot starts v in qemu and waits for its report in the Machine's status.
+func (c *chain) boot(t *testing.T, v vm) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	console, capture := filepath.Join(dir, "console.log"), filepath.Join(dir, "nic.pcap")
+	hw, _ := net.ParseMAC(v.mac)
+	before := c.metrics(t)
+	logOffset := len(c.serverLog.String())
+
+	tap := "kftap-" + v.name
+	run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
+	run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
+	run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
+
+	// Watch the Machine before the VM can report.
+	wc, err := client.NewWithWatch(c.env.Config, client.Options{Scheme: c.env.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &kubefarmv1.MachineList{}, client.InNamespace(c.namespace), client.MatchingFields{"metadata.name": v.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	args := []string{
+		"-machine", "pc,accel=tcg", "-m", "512", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
+		// vnet_hdr=off: the capture then holds plain Ethernet frames.
+		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no,vnet_hdr=off",
+		"-object", "filter-dump,id=d0,netdev=n0,file=" + capture,
+		"-boot", "n", "-no-reboot",
+	}
+	if v.uefi {
+		// No option ROM: OVMF's own virtio-net driver and PXE do the
+		// firmware's part, as a UEFI server's firmware would.
+		args = append(args, "-bios", ovmf, "-device", "virtio-net-pci,netdev=n0,mac="+v.mac+",romfile=")
+	} else {
+		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
+		args = append(args, "-device", "e1000,netdev=n0,mac="+v.mac)
+	}
+	var qemuOut lockedBuffer
+	q := exec.Command("ip", append([]string{"netns", "exec", c.ns, "qemu-system-x86_64"}, args...)...)
+	q.Stdout, q.Stderr = &qemuOut, &qemuOut
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	qexit := make(chan error, 1)
+	go func() { qexit <- q.Wait() }()
+	qemuDone := false
+	t.Cleanup(func() {
+		if !qemuDone {
+			_ = q.Process.Kill()
+			<-qexit
+		}
+		if t.Failed() {
+			if keep, err := os.MkdirTemp("", "kubefarm-bootchain-"+v.name+"-"); err == nil {
+				_ = copyFile(console, filepath.Join(keep, "console.log"))
+				_ = copyFile(capture, filepath.Join(keep, "nic.pcap"))
+				t.Logf("kept the console log and the NIC's packet capture in %s", keep)
+			}
+			b, _ := os.ReadFile(console)
+			t.Logf("serial console of %s:\n%s", v.name, tail(string(b), 150))
+			if tr, err := readPcap(capture, hw); err == nil {
+				t.Logf("packets of %s:\n%s", v.name, tr)
+			} else {
+				t.Logf("packet capture: %v", err)
+			}
+			t.Logf("qemu output: %s", qemuOut.String())
+		}
+	})
+
+	// The proof: the report, recorded by kubefarm-pxe in status.lastBoot.
+	var rec *kubefarmv1.BootRecord
+	for rec == nil {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the Machine watch ended")
+			}
+			if m, isM := ev.Object.(*kubefarmv1.Machine); isM && ev.Type != watch.Deleted && m.Status.LastBoot != nil {
+				rec = m.Status.LastBoot
+			}
+		case err := <-qexit:
+			qemuDone = true
+			t.Fatalf("qemu exited before %s reported its boot: %v", v.name, err)
+		case <-ctx.Done():
+			t.Fatalf("%s did not report its boot within the deadline", v.name)
+		}
+	}
+	reported := time.Since(start)
+	if rec.ImageDigest != c.image.Spec.Rootfs.Digest {
+		t.Errorf("reported image %s, want %s", rec.ImageDigest, c.image.Spec.Rootfs.Digest)
+	}
+	if !isUUID(rec.BootID) {
+		t.Errorf("boot ID %q is not a UUID", rec.BootID)
+	}
+	// The initrd powers the machine off after its report.
+	select {
+	case err := <-qexit:
+		qemuDone = true
+		if err != nil {
+			t.Errorf("qemu: %v", err)
+		}
+	case <-ctx.Done():
+		t.Errorf("%s did not power off after reporting", v.name)
+	}
+	t.Logf("%s: reported boot %s after %s, powered off after %s", v.name, rec.BootID, reported.Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
+
+	b, err := os.ReadFile(console)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := string(b)
+	for _, want := range []string{"Linux version", "bootchain: init running", "bootchain: leased " + v.ip, "kubefarm.image=" + rec.ImageDigest, ReportLine} {
+		if !strings.Contains(cons, want) {
+			t.Errorf("serial console lacks %q", want)
+		}
+	}
+	if strings.Contains(cons, FailedLine) {
+		t.Errorf("the initrd reported a failure")
+	}
+	if !strings.Contains(cons, rec.BootID) {
+		t.Errorf("the console does not show boot ID %s being reported", rec.BootID)
+	}
+
+	// The client's side, from the NIC's packet capture.
+	tr, err := readPcap(capture, hw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s on the wire:\n%s", v.name, tr)
+	viaTFTP := c.checkWire(t, v, tr)
+	// The server's side: its metrics and log.
+	c.checkServer(t, v, viaTFTP, before, c.metrics(t), c.serverLog.String()[logOffset:])
+}
+
+// checkWire asserts every stage the VM went through on its NIC. For the
+// UEFI machine it reports whether the firmware loaded iPXE over TFTP (PXE)
+// or, having failed that, over HTTP (UEFI HTTP boot).
+func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) (viaTFTP bool) {
+	t.Helper()
+	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
+	script := base + "/boot/" + v.mac + ".ipxe"
+	var firmwareTFTP, firmwareHTTP, ipxeScript, kernelAck bool
+	for _, r := range tr.Replies {
+		if r.Type != dhcpv4.MessageTypeAck && r.Type != dhcpv4.MessageTypeOffer {
+			continue
+		}
+		if !r.YourIP.Equal(net.ParseIP(v.ip)) {
+			t.Errorf("DHCP %s offered %s, want %s", r.Type, r.YourIP, v.ip)
+		}
+		switch {
+		case r.ClientIPXE && r.BootFile == script:
+			ipxeScript = true
+		case !r.ClientIPXE && r.ClientArch == 7 && r.BootFile == "ipxe.efi":
+			firmwareTFTP = true
+		case !r.ClientIPXE && r.ClientArch == 16 && r.BootFile == base+"/ipxe/ipxe.efi":
+			firmwareHTTP = true
+		case !r.ClientIPXE && r.ClientArch == -1 && r.BootFile == "":
+			// The initrd's udhcpc: an address, no boot file.
+			kernelAck = kernelAck || r.Type == dhcpv4.MessageTypeAck
+		case !r.ClientIPXE:
+			t.Errorf("unexpected DHCP reply to a non-iPXE client (arch %d): %s %q", r.ClientArch, r.Type, r.BootFile)
+		}
+	}
+	if !ipxeScript {
+		t.Errorf("no DHCP reply sent iPXE to %s", script)
+	}
+	if !kernelAck {
+		t.Errorf("no DHCP ACK for the booted kernel's client")
+	}
+	if v.uefi {
+		if !firmwareTFTP {
+			t.Errorf("no DHCP reply sent the UEFI firmware's PXE (arch 7) to TFTP ipxe.efi")
+		}
+		viaTFTP = contains(tr.TFTPReads, "ipxe.efi")
+		if !viaTFTP {
+			// OVMF files kubefarm-pxe's PXE answer as a BINL offer (option
+			// 60 "PXEClient" without option 43) and asks port 4011, where
+			// an authoritative kubefarm-pxe does not listen; after its
+			// retries it falls back to UEFI HTTP boot. See the trace.
+			t.Logf("NOTE: %s's firmware PXE did not read ipxe.efi over TFTP; it fell back to UEFI HTTP boot", v.name)
+			if !firmwareHTTP || !hasRequest(tr, "GET /ipxe/ipxe.efi ") {
+				t.Errorf("the firmware loaded iPXE neither over TFTP nor over UEFI HTTP boot")
+			}
+		}
+	} else if len(tr.TFTPReads) != 0 {
+		t.Errorf("TFTP reads by a client already running iPXE: %q", tr.TFTPReads)
+	}
+	img := c.image.Spec
+	for _, want := range []string{
+		"GET /boot/" + v.mac + ".ipxe ",
+		"GET /artifacts/" + img.Kernel.Digest + " ",
+		"GET /artifacts/" + img.Initrd.Digest + " ",
+		"POST /report ",
+	} {
+		if !hasRequest(tr, want) {
+			t.Errorf("no HTTP request %q from %s", strings.TrimSpace(want), v.name)
+		}
+	}
+	return viaTFTP
+}
+
+func hasRequest(tr *wireTrace, prefix string) bool {
+	for _, r := range tr.HTTPRequests {
+		if strings.HasPrefix(r, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkServer asserts kubefarm-pxe's own record of the boot: metric deltas
+// over the boot and its log lines with the machine's address.
+func (c *chain) checkServer(t *testing.T, v vm, viaTFTP bool, before, after map[string]float64, log string) {
+	t.Helper()
+	delta := func(series string) float64 { return after[series] - before[series] }
+	atLeast := map[string]float64{
+		`kubefarm_pxe_dhcp_packets_total{result="offered",type="DISCOVER"}`: 2, // iPXE, kernel (+ UEFI firmware)
+		`kubefarm_pxe_dhcp_packets_total{result="acked",type="REQUEST"}`:    2,
+		`kubefarm_pxe_http_requests_total{code="200",route="boot"}`:         1,
+		`kubefarm_pxe_http_requests_total{code="200",route="artifacts"}`:    2,
+		`kubefarm_pxe_http_requests_total{code="204",route="report"}`:       1,
+		`kubefarm_pxe_http_bytes_total{route="artifacts"}`:                  float64(c.kernelLen + c.initrdLen),
+	}
+	if v.uefi {
+		atLeast[`kubefarm_pxe_dhcp_packets_total{result="offered",type="DISCOVER"}`] = 3
+		atLeast[`kubefarm_pxe_dhcp_packets_total{result="acked",type="REQUEST"}`] = 3
+		if viaTFTP {
+			atLeast[`kubefarm_pxe_tftp_transfers_total{result="ok"}`] = 1
+		} else {
+			atLeast[`kubefarm_pxe_http_requests_total{code="200",route="ipxe"}`] = 1
+		}
+	}
+	for s, want := range atLeast {
+		if got := delta(s); got < want {
+			t.Errorf("%s rose by %v during the boot, want at least %v", s, got, want)
+		}
+	}
+	var lines []string
+	for _, want := range []string{`"msg":"serving boot script"`, `"msg":"boot recorded"`} {
+		found := false
+		sc := bufio.NewScanner(strings.NewReader(log))
+		for sc.Scan() {
+			if l := sc.Text(); strings.Contains(l, want) && strings.Contains(l, `"peer":"`+v.ip+`:`) {
+				found = true
+				lines = append(lines, l)
+			}
+		}
+		if !found {
+			t.Errorf("kubefarm-pxe did not log %s for peer %s", want, v.ip)
+		}
+	}
+	if viaTFTP {
+		found := false
+		sc := bufio.NewScanner(strings.NewReader(log))
+		for sc.Scan() {
+			if l := sc.Text(); strings.Contains(l, `"msg":"tftp transfer done"`) && strings.Contains(l, v.ip) && strings.Contains(l, `"file":"ipxe.efi"`) {
+				found = true
+				lines = append(lines, l)
+			}
+		}
+		if !found {
+			t.Errorf("kubefarm-pxe did not log a TFTP transfer of ipxe.efi to %s", v.ip)
+		}
+	}
+	t.Logf("kubefarm-pxe's record of %s:\n%s", v.name, strings.Join(lines, "\n"))
+}
+
+// metrics scrapes kubefarm-pxe's /metrics into series -> value, the series
+// spelled as in the text format (labels sorted by name).
+func (c *chain) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := c.http.Get(fmt.Sprintf("http://%s:%d/metrics", serverIP, httpPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, l := range strings.Split(string(body), "\n") {
+		if l == "" || l[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		if f, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+			out[l[:i]] = f
+		}
+	}
+	return out
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			if c != '-' {
+				return false
+			}
+		} else if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,213 @@
+package bootchain
+
+import (
+	"compress/gzip"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// DefaultBusybox is where Debian's busybox-static installs its binary.
+const DefaultBusybox = "/bin/busybox"
+
+// CheckStatic fails unless path is a statically linked ELF executable: the
+// initrd has no C library for anything else.
+func CheckStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked (install busybox-static, not busybox)", path)
+		}
+	}
+	return nil
+}
+
+// ReportLine is what /init prints on the console once kubefarm-pxe
+// accepted its report; "bootchain: FAILED" starts every failure line.
+const (
+	ReportLine = "bootchain: report accepted"
+	FailedLine = "bootchain: FAILED"
+)
+
+// BuildInitrd writes a gzip-compressed newc initramfs to w: busybox (a
+// static binary), the kernel modules to load in the given order, and an
+// /init that brings the first network interface up with DHCP and reports
+// the boot to kubefarm-pxe (see InitScript).
+func BuildInitrd(w io.Writer, busybox string, modules []string) error {
+	if err := CheckStatic(busybox); err != nil {
+		return err
+	}
+	zw := gzip.NewWriter(w)
+	cw := &cpioWriter{w: zw}
+	for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
+		cw.dir(d)
+	}
+	// The kernel opens /dev/console for init before anything is mounted.
+	cw.add("dev/console", 0o020600, nil, 5, 1)
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return err
+	}
+	cw.add("bin/busybox", 0o100755, bb, 0, 0)
+	cw.add("bin/sh", 0o120777, []byte("busybox"), 0, 0)
+	var names []string
+	for _, m := range modules {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			return err
+		}
+		name := filepath.Base(m)
+		cw.add("lib/modules/"+name, 0o100644, b, 0, 0)
+		names = append(names, name)
+	}
+	cw.add("udhcpc.sh", 0o100755, []byte(udhcpcScript), 0, 0)
+	cw.add("init", 0o100755, []byte(InitScript(names)), 0, 0)
+	cw.trailer()
+	if cw.err != nil {
+		return cw.err
+	}
+	return zw.Close()
+}
+
+// udhcpcScript configures the address udhcpc obtained.
+const udhcpcScript = `#!/bin/sh
+case "$1" in
+bound|renew)
+	ifconfig "$interface" "$ip" netmask "$subnet" up
+	echo "bootchain: leased $ip netmask $subnet on $interface from $serverid"
+	;;
+esac
+exit 0
+`
+
+// InitScript is the initrd's /init for modules (file names under
+// /lib/modules, in load order). It reads kubefarm.server and
+// kubefarm.image from the kernel command line that kubefarm-pxe's iPXE
+// script sets, and POSTs {"mac","bootID","imageDigest"} to
+// <kubefarm.server>/report, the API kubefarm-agent uses on a real node.
+func InitScript(modules []string) string {
+	return `#!/bin/busybox sh
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+exec >/dev/console 2>&1
+log() { echo "bootchain: $*"; }
+fail() { echo "` + FailedLine + `: $*"; poweroff -f; sleep 60; }
+log "init running on kernel $(uname -r)"
+for m in ` + strings.Join(modules, " ") + `; do
+	insmod "/lib/modules/$m" || log "insmod $m failed"
+done
+ifc=
+i=0
+while [ -z "$ifc" ]; do
+	for n in /sys/class/net/*; do
+		n="${n##*/}"
+		[ "$n" != lo ] && [ -e "/sys/class/net/$n/address" ] && ifc="$n"
+	done
+	[ -n "$ifc" ] && break
+	i=$((i+1))
+	[ $i -gt 100 ] && fail "no network interface appeared"
+	sleep 0.1
+done
+ip link set "$ifc" up
+log "interface $ifc $(cat /sys/class/net/$ifc/address)"
+udhcpc -i "$ifc" -f -q -n -t 10 -T 2 -s /udhcpc.sh || fail "no DHCP lease on $ifc"
+server=
+image=
+for a in $(cat /proc/cmdline); do
+	case "$a" in
+	kubefarm.server=*) server="${a#kubefarm.server=}" ;;
+	kubefarm.image=*) image="${a#kubefarm.image=}" ;;
+	esac
+done
+[ -n "$server" ] || fail "no kubefarm.server= on the kernel command line"
+[ -n "$image" ] || fail "no kubefarm.image= on the kernel command line"
+hp="${server#http://}"
+host="${hp%%:*}"
+port=80
+[ "$hp" != "$host" ] && port="${hp#*:}"
+mac="$(cat /sys/class/net/$ifc/address)"
+bootid="$(cat /proc/sys/kernel/random/boot_id)"
+body='{"mac":"'"$mac"'","bootID":"'"$bootid"'","imageDigest":"'"$image"'"}'
+log "reporting $body to $host:$port"
+n=0
+while :; do
+	# busybox-static's wget crashes in static glibc's NSS: write HTTP by hand.
+	# nc half-closes the connection when its input ends, and Go's HTTP
+	# server cancels a request whose client closed: keep the input open
+	# until the answer has arrived (at most 10 s).
+	rm -f /tmp/resp
+	{
+		printf 'POST /report HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
+			"$hp" "${#body}" "$body"
+		w=0
+		while [ ! -s /tmp/resp ] && [ $w -lt 100 ]; do sleep 0.1; w=$((w+1)); done
+	} | nc "$host" "$port" >/tmp/resp
+	status="$(head -n 1 /tmp/resp | tr -d '\r')"
+	log "report answer: $status"
+	case "$status" in "HTTP/1.1 204"*) break ;; esac
+	n=$((n+1))
+	[ $n -ge 5 ] && fail "report not accepted: $status"
+	sleep 1
+done
+echo "` + ReportLine + `"
+poweroff -f
+sleep 60
+`
+}
+
+// cpioWriter writes the "newc" cpio format the kernel unpacks into its
+// initramfs (Documentation/driver-api/early-userspace/buffer-format.rst).
+type cpioWriter struct {
+	w   io.Writer
+	ino int
+	n   int64
+	err error
+}
+
+func (c *cpioWriter) write(b []byte) {
+	if c.err != nil {
+		return
+	}
+	var n int
+	n, c.err = c.w.Write(b)
+	c.n += int64(n)
+}
+
+func (c *cpioWriter) pad() {
+	if r := c.n % 4; r != 0 {
+		c.write(make([]byte, 4-r))
+	}
+}
+
+func (c *cpioWriter) dir(name string) { c.add(name, 0o040755, nil, 0, 0) }
+
+// add writes one entry; mode carries the file type bits, rdev the device
+// numbers of a device node.
+func (c *cpioWriter) add(name string, mode uint32, data []byte, rdevMajor, rdevMinor int) {
+	c.ino++
+	nlink := 1
+	if mode&0o170000 == 0o040000 {
+		nlink = 2
+	}
+	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+		c.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdevMajor, rdevMinor, len(name)+1, 0)
+	c.write([]byte(hdr))
+	c.write(append([]byte(name), 0))
+	c.pad()
+	c.write(data)
+	c.pad()
+}
+
+func (c *cpioWriter) trailer() {
+	c.ino = -1 // the trailer's inode is 0
+	c.add("TRAILER!!!", 0, nil, 0, 0)
+}

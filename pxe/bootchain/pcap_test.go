@@ -1,0 +1,162 @@
+package bootchain
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// wireTrace is what the virtual machine's NIC saw, read from the packet
+// capture qemu's filter-dump writes: the client's side of every stage.
+type wireTrace struct {
+	// Lines is a readable trace, one line per interesting packet.
+	Lines []string
+	// DHCP replies to the machine: message type and boot file, and what the
+	// client said about itself in the request that preceded them.
+	Replies []dhcpReply
+	// TFTPReads are the file names of TFTP read requests.
+	TFTPReads []string
+	// HTTPRequests are the request lines ("GET /boot/... HTTP/1.1").
+	HTTPRequests []string
+}
+
+type dhcpReply struct {
+	Type     dhcpv4.MessageType
+	YourIP   net.IP
+	BootFile string
+	// ClientIPXE and ClientArch describe the request with the same
+	// transaction ID: user class "iPXE" and option 93 (-1: absent).
+	ClientIPXE bool
+	ClientArch int
+}
+
+func (t *wireTrace) String() string { return strings.Join(t.Lines, "\n") }
+
+// readPcap parses a classic pcap file of Ethernet frames (what qemu's
+// filter-dump writes) for DHCP, TFTP and HTTP packets of client mac.
+func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 24 {
+		return nil, errors.New("pcap file shorter than its header")
+	}
+	var bo binary.ByteOrder = binary.LittleEndian
+	switch binary.LittleEndian.Uint32(b) {
+	case 0xa1b2c3d4:
+	case 0xd4c3b2a1:
+		bo = binary.BigEndian
+	default:
+		return nil, fmt.Errorf("not a pcap file (magic %x)", b[:4])
+	}
+	tr := &wireTrace{}
+	requests := map[dhcpv4.TransactionID]*dhcpv4.DHCPv4{}
+	var t0 uint32
+	for off := 24; off+16 <= len(b); {
+		sec, usec, incl := bo.Uint32(b[off:]), bo.Uint32(b[off+4:]), int(bo.Uint32(b[off+8:]))
+		off += 16
+		if off+incl > len(b) {
+			break // a capture cut short by the VM's end
+		}
+		frame := b[off : off+incl]
+		off += incl
+		if t0 == 0 {
+			t0 = sec
+		}
+		at := fmt.Sprintf("%4d.%03ds", sec-t0, usec/1000)
+		if len(frame) < 14+20 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
+			continue
+		}
+		ip := frame[14:]
+		ihl := int(ip[0]&0x0f) * 4
+		if ihl < 20 || len(ip) < ihl {
+			continue
+		}
+		src, dst, proto := net.IP(ip[12:16]), net.IP(ip[16:20]), ip[9]
+		l4 := ip[ihl:]
+		switch {
+		case proto == 17 && len(l4) >= 8:
+			sport, dport := binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
+			payload := l4[8:]
+			switch {
+			case dport == 67 || sport == 67:
+				m, err := dhcpv4.FromBytes(payload)
+				if err != nil || !bytes.Equal(m.ClientHWAddr, mac) {
+					continue
+				}
+				if m.OpCode == dhcpv4.OpcodeBootRequest {
+					requests[m.TransactionID] = m
+					tr.Lines = append(tr.Lines, fmt.Sprintf("%s DHCP %s from %s user-class=%q arch=%v vendor=%q",
+						at, m.MessageType(), m.ClientHWAddr, m.UserClass(), archOf(m), m.ClassIdentifier()))
+					continue
+				}
+				r := dhcpReply{Type: m.MessageType(), YourIP: m.YourIPAddr, BootFile: m.BootFileNameOption(), ClientArch: -1}
+				if r.BootFile == "" {
+					r.BootFile = m.BootFileName
+				}
+				if req, ok := requests[m.TransactionID]; ok {
+					r.ClientArch = archOf(req)
+					for _, c := range req.UserClass() {
+						r.ClientIPXE = r.ClientIPXE || c == "iPXE"
+					}
+				}
+				tr.Replies = append(tr.Replies, r)
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s DHCP %s from %s: yiaddr %s siaddr %s file %q",
+					at, r.Type, src, r.YourIP, m.ServerIPAddr, r.BootFile))
+			case dport == 69 && len(payload) > 2 && binary.BigEndian.Uint16(payload) == 1:
+				name, _, _ := bytes.Cut(payload[2:], []byte{0})
+				tr.TFTPReads = append(tr.TFTPReads, string(name))
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s TFTP RRQ %q from %s to %s", at, name, src, dst))
+			case dport == 4011:
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s UDP %s:%d -> %s:4011 (PXE boot server request), %d bytes", at, src, sport, dst, len(payload)))
+			case sport == 69 || dport == 69 || sport > 1023 && dport > 1023:
+				// TFTP data and acknowledgements: too many to list.
+			default:
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s UDP %s:%d -> %s:%d, %d bytes", at, src, sport, dst, dport, len(payload)))
+			}
+		case proto == 1 && len(l4) >= 36 && l4[0] == 3 && len(l4) >= 8+int(l4[8]&0x0f)*4+4:
+			// Destination unreachable: which UDP port was closed.
+			tr.Lines = append(tr.Lines, fmt.Sprintf("%s ICMP unreachable (code %d) %s -> %s for port %d", at, l4[1], src, dst,
+				binary.BigEndian.Uint16(l4[8+int(l4[8]&0x0f)*4+2:])))
+		case proto == 6 && len(l4) >= 20:
+			doff := int(l4[12]>>4) * 4
+			if doff < 20 || len(l4) < doff {
+				continue
+			}
+			payload := l4[doff:]
+			for _, method := range []string{"GET ", "HEAD ", "POST "} {
+				if bytes.HasPrefix(payload, []byte(method)) {
+					line, _, _ := bytes.Cut(payload, []byte("\r\n"))
+					// iPXE escapes ':' in paths; compare unescaped.
+					if u, err := url.PathUnescape(string(line)); err == nil {
+						line = []byte(u)
+					}
+					tr.HTTPRequests = append(tr.HTTPRequests, string(line))
+					tr.Lines = append(tr.Lines, fmt.Sprintf("%s HTTP %s -> %s: %s", at, src, dst, line))
+				}
+			}
+			if bytes.HasPrefix(payload, []byte("HTTP/1.")) {
+				line, _, _ := bytes.Cut(payload, []byte("\r\n"))
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s HTTP %s -> %s: %s", at, src, dst, line))
+			}
+		}
+	}
+	return tr, nil
+}
+
+// archOf returns the first option 93 value, or -1 when absent.
+func archOf(m *dhcpv4.DHCPv4) int {
+	raw := m.Options.Get(dhcpv4.OptionClientSystemArchitectureType)
+	if len(raw) < 2 {
+		return -1
+	}
+	return int(binary.BigEndian.Uint16(raw))
+}
