@@ -144,10 +144,16 @@ type APIServerExpose struct {
 
 // EtcdSpec configures the tenant's etcd.
 type EtcdSpec struct {
-	// Replicas is 1 or 3. Three tolerates the loss of one member.
+	// Replicas is 1 or 3. Three tolerates the loss of one member. It cannot
+	// change after creation: growing or shrinking etcd means adding or
+	// removing members one at a time through etcd's membership API, with
+	// quorum checked at each step, which kubefarm does not do yet. Scaling
+	// a cluster today is a backup and restore into a new TenantCluster
+	// (see docs/etcd.md).
 	// +optional
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Enum=1;3
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: etcd membership changes are not supported yet (see docs/etcd.md)"
 	Replicas int32 `json:"replicas,omitempty"`
 
 	// StorageSize is the size of each member's volume.

@@ -302,6 +302,8 @@ func TestImmutableFields(t *testing.T) {
 			[]string{"spec.network.serviceCIDR", "is immutable"}},
 		{"TenantCluster clusterDomain", tc, func() { tc.Spec.Network.ClusterDomain = "tenant.local" },
 			[]string{"spec.network.clusterDomain", "is immutable"}},
+		{"TenantCluster etcd replicas", tc, func() { tc.Spec.Etcd.Replicas = 1 },
+			[]string{"spec.etcd.replicas", "is immutable"}},
 		{"NodePool cluster", pool, func() { pool.Spec.Cluster = "cluster2" },
 			[]string{"spec.cluster", "is immutable"}},
 		{"Machine pool", machine, func() { machine.Spec.Pool = "other" },
