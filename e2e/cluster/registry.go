@@ -64,29 +64,38 @@ type Image struct {
 
 // PushImages builds each image (or takes it from the cache when its inputs
 // did not change) and pushes it to the local registry under its usual
-// repository path, where containerd's mirror configuration finds it.
-func (c *Cluster) PushImages(ctx context.Context, images []Image) error {
+// repository path, where containerd's mirror configuration finds it. It
+// returns the digest of each image by reference, so that a workload can be
+// pinned to exactly what was just built (a warm bring-up with a rebuilt
+// image must roll the pods, which an unchanged tag would not).
+func (c *Cluster) PushImages(ctx context.Context, images []Image) (map[string]string, error) {
+	digests := map[string]string{}
 	for _, im := range images {
 		start := time.Now()
 		img, err := c.cachedImage(im)
 		if err != nil {
-			return fmt.Errorf("building %s: %w", im.Ref, err)
+			return nil, fmt.Errorf("building %s: %w", im.Ref, err)
 		}
+		d, err := img.Digest()
+		if err != nil {
+			return nil, fmt.Errorf("digest of %s: %w", im.Ref, err)
+		}
+		digests[im.Ref] = d.String()
 		ref, err := name.ParseReference(im.Ref)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// registry.k8s.io/pause:3.10 is served as 127.0.0.1:5001/pause:3.10.
 		local, err := name.ParseReference(c.RegistryAddr+"/"+ref.Context().RepositoryStr()+":"+ref.Identifier(), name.Insecure)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := remote.Write(local, img, remote.WithContext(ctx)); err != nil {
-			return fmt.Errorf("pushing %s: %w", im.Ref, err)
+			return nil, fmt.Errorf("pushing %s: %w", im.Ref, err)
 		}
 		fmt.Printf("  image %s (%.1fs)\n", im.Ref, time.Since(start).Seconds())
 	}
-	return nil
+	return digests, nil
 }
 
 // cachedImage keeps built images as OCI layouts in CacheDir, keyed by a

@@ -103,7 +103,11 @@ func up(args []string) error {
 	if err := phase("binaries", func() error { return c.BuildProjectBinaries(root) }); err != nil {
 		return err
 	}
-	if err := phase("images", func() error { return c.PushImages(ctx, c.Images()) }); err != nil {
+	var digests map[string]string
+	if err := phase("images", func() (err error) {
+		digests, err = c.PushImages(ctx, c.Images())
+		return err
+	}); err != nil {
 		return err
 	}
 	if err := phase("cert-manager", func() error {
@@ -118,7 +122,9 @@ func up(args []string) error {
 	if err := phase("kubefarm", func() error {
 		repo, tag, _ := strings.Cut(cluster.ManagerImage, ":")
 		if err := c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
-			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Always"}}); err != nil {
+			// By digest: a rebuilt manager rolls on a warm bring-up.
+			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "digest": digests[cluster.ManagerImage],
+				"pullPolicy": "IfNotPresent"}}); err != nil {
 			return err
 		}
 		// The webhook fails closed: it only works once cert-manager's CA
