@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
 )
 
@@ -155,6 +156,12 @@ func TestTenantCluster(t *testing.T) {
 	})
 
 	t.Run("the probe-host policy and PodSecurity reject bad pods", func(t *testing.T) {
+		// The tenant's controller manager creates the default service
+		// account; until then every pod is refused for lacking it.
+		waitFor(t, "the tenant's default service account never appeared", 2*time.Minute, func(ctx context.Context) (bool, error) {
+			_, err := tenant.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil, nil
+		})
 		probeHost := testPod("probe-host")
 		probeHost.Spec.Containers[0].LivenessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
 			HTTPGet: &corev1.HTTPGetAction{Host: "169.254.169.254", Path: "/latest/meta-data/", Port: intstr.FromInt32(80)},
@@ -168,7 +175,11 @@ func TestTenantCluster(t *testing.T) {
 		for _, bad := range []struct {
 			pod  *corev1.Pod
 			want string
-		}{{probeHost, "host"}, {hookHost, "host"}, {hostNetwork, "hostNetwork"}} {
+		}{
+			{probeHost, "ValidatingAdmissionPolicy '" + build.ProbeHostPolicyName + "'"},
+			{hookHost, "ValidatingAdmissionPolicy '" + build.ProbeHostPolicyName + "'"},
+			{hostNetwork, `violates PodSecurity "baseline`},
+		} {
 			// Policies are enforced once the API server has loaded them;
 			// the first create after an apply may still pass, so retry
 			// until the rejection shows (and clean up a pod that got in).
@@ -230,6 +241,7 @@ func TestTenantCluster(t *testing.T) {
 	t.Run("a forced certificate renewal rolls without downtime", func(t *testing.T) {
 		certName := tc.Name + "-apiserver"
 		before := servingSerial(t, tenantCfg)
+		checksumBefore := podTemplateChecksum(ctx, t, cs, ns.Name, tc.Name+"-apiserver")
 		load := startLoad(t, tenantCfg)
 		if err := triggerRenewal(ctx, c, client.ObjectKey{Namespace: ns.Name, Name: certName}); err != nil {
 			load.stop()
@@ -246,10 +258,19 @@ func TestTenantCluster(t *testing.T) {
 			if err != nil {
 				return false, nil
 			}
-			return serialOf(s.Data["tls.crt"]) != before && rolledOutDeployment(ctx, cs, ns.Name, tc.Name+"-apiserver"), nil
+			return serialOf(s.Data["tls.crt"]) != before &&
+				podTemplateChecksum(ctx, t, cs, ns.Name, tc.Name+"-apiserver") != checksumBefore &&
+				rolledOutDeployment(ctx, cs, ns.Name, tc.Name+"-apiserver"), nil
 		})
 		ok, failed, errs := load.stop()
+		// Every API server serves the new certificate: a few fresh
+		// connections land on both replicas.
 		after := servingSerial(t, tenantCfg)
+		for range 6 {
+			if s := servingSerial(t, tenantCfg); s != after {
+				t.Errorf("API servers serve different certificates after the roll: %s and %s", after, s)
+			}
+		}
 		t.Logf("renewal rolled in %.1fs (serial %s -> %s); %d API calls succeeded, %d failed", time.Since(start).Seconds(), before, after, ok, failed)
 		if after == before {
 			t.Errorf("the API server still serves serial %s", before)
@@ -397,6 +418,17 @@ func serialOf(certPEM []byte) string {
 		return ""
 	}
 	return cert.SerialNumber.String()
+}
+
+// podTemplateChecksum is the checksum annotation kubefarm puts on a pod
+// template; it changes when a mounted certificate does.
+func podTemplateChecksum(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	d, err := cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Annotations[build.AnnotationChecksum]
 }
 
 func rolledOutDeployment(ctx context.Context, cs kubernetes.Interface, ns, name string) bool {
