@@ -149,10 +149,23 @@ deps: ## Install the Debian packages the tests need (as root; otherwise say whic
 test: deps tools verify-pins verify-generated lint ## Unit, integration (real kube-apiserver, etcd, cert-manager) and end-to-end tests.
 	@mkdir -p $(BUILD)
 	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log
+	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
 	@# A skipped test is not a passing test: the run fails loudly instead.
 	@if grep -h -- '--- SKIP' $(BUILD)/test.log $(BUILD)/e2e.log; then echo "tests were skipped (above); make test runs them all"; exit 1; fi
 	@echo "$$(cat $(BUILD)/test.log $(BUILD)/e2e.log | grep -c -- '--- PASS') passed, $$(cat $(BUILD)/test.log $(BUILD)/e2e.log | grep -c -- '--- FAIL' || true) failed"
+
+# Every fuzz target over the network-facing parsers and routes, briefly: the
+# seed corpus always runs with the unit tests; this explores beyond it. A
+# finding is written under the package's testdata/fuzz and fails the run.
+FUZZ_TIME ?= 10s
+FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/tftp:FuzzValidateName
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZ_TIME (default 10s).
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn for $(FUZZ_TIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZ_TIME) $$pkg || exit 1; done
 
 .PHONY: test-one
 test-one: envtest-tools ## Run one test: make test-one PKG=./webhooks/nodepool RUN=TestFailsClosed
