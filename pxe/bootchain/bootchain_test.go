@@ -57,16 +57,6 @@ type vm struct {
 	uefi          bool
 }
 
-// uefiInitrdTag names the initrd on the UEFI machine's kernel command line.
-const uefiInitrdTag = "uefi-initrd"
-
-func (v vm) tags() []string {
-	if v.uefi {
-		return []string{uefiInitrdTag}
-	}
-	return nil
-}
-
 var (
 	biosVM = vm{name: "bios", mac: "52:54:00:77:00:11", ip: "10.77.0.11"}
 	uefiVM = vm{name: "uefi", mac: "52:54:00:77:00:12", ip: "10.77.0.12", uefi: true}
@@ -254,16 +244,12 @@ func TestBootChain(t *testing.T) {
 			KernelArgs: []string{"console=ttyS0", "panic=-1"},
 		},
 	}
-	// Debian's iPXE (1.0.0+git-20190125) predates iPXE's LoadFile2 initrd
-	// support: under UEFI the kernel's EFI stub only finds the initrd when
-	// its command line names it, initrd=<iPXE image name>, and iPXE names
-	// an image after its URL's last path segment. kubefarm-pxe's script
-	// does not add it, so the UEFI machine carries it in a tag.
-	pool.Spec.Tags = map[string]kubefarmv1.TagSpec{
-		uefiInitrdTag: {KernelArgs: []string{"initrd=" + sha(initrd)}},
-	}
+	// No tags, no initrd= of the test's own: Debian's iPXE
+	// (1.0.0+git-20190125) predates LoadFile2 initrd support, so the UEFI
+	// machine finds its initrd only through the initrd= that
+	// kubefarm-pxe's script puts on the command line.
 	for _, v := range vms {
-		pool.Spec.Machines = append(pool.Spec.Machines, kubefarmv1.MachineEntry{Name: v.name, MACs: []string{v.mac}, IP: v.ip, Tags: v.tags()})
+		pool.Spec.Machines = append(pool.Spec.Machines, kubefarmv1.MachineEntry{Name: v.name, MACs: []string{v.mac}, IP: v.ip})
 	}
 	if err := cl.Create(ctx, pool); err != nil {
 		t.Fatalf("creating NodePool: %v", err)
@@ -272,7 +258,7 @@ func TestBootChain(t *testing.T) {
 		m := &kubefarmv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: v.name},
 			Spec: kubefarmv1.MachineSpec{
-				Pool: pool.Name, Cluster: "c1", Hostname: v.name, MACs: []string{v.mac}, IP: v.ip, DesiredImage: c.image.Name, Tags: v.tags(),
+				Pool: pool.Name, Cluster: "c1", Hostname: v.name, MACs: []string{v.mac}, IP: v.ip, DesiredImage: c.image.Name,
 			},
 		}
 		if err := cl.Create(ctx, m); err != nil {
@@ -455,7 +441,7 @@ func (c *chain) boot(t *testing.T, v vm) {
 		t.Fatal(err)
 	}
 	cons := string(b)
-	for _, want := range []string{"Linux version", "bootchain: init running", "bootchain: leased " + v.ip, "kubefarm.image=" + rec.ImageDigest, ReportLine} {
+	for _, want := range []string{"Linux version", "initrd=initrd", "bootchain: init running", "bootchain: leased " + v.ip, "kubefarm.image=" + rec.ImageDigest, ReportLine} {
 		if !strings.Contains(cons, want) {
 			t.Errorf("serial console lacks %q", want)
 		}
@@ -473,19 +459,24 @@ func (c *chain) boot(t *testing.T, v vm) {
 		t.Fatal(err)
 	}
 	t.Logf("%s on the wire:\n%s", v.name, tr)
-	viaTFTP := c.checkWire(t, v, tr)
+	c.checkWire(t, v, tr)
 	// The server's side: its metrics and log.
-	c.checkServer(t, v, viaTFTP, before, c.metrics(t), c.serverLog.String()[logOffset:])
+	c.checkServer(t, v, before, c.metrics(t), c.serverLog.String()[logOffset:])
 }
 
-// checkWire asserts every stage the VM went through on its NIC. For the
-// UEFI machine it reports whether the firmware loaded iPXE over TFTP (PXE)
-// or, having failed that, over HTTP (UEFI HTTP boot).
-func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) (viaTFTP bool) {
+// pxeNoDiscovery is the option 43 of a PXE reply: PXE_DISCOVERY_CONTROL
+// (sub-option 6) = 8, boot the file in the reply without boot server
+// discovery.
+var pxeNoDiscovery = []byte{6, 1, 8, 255}
+
+// checkWire asserts every stage the VM went through on its NIC: the UEFI
+// firmware's PXE loads ipxe.efi over TFTP, and neither it nor iPXE asks
+// port 4011 for anything.
+func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 	t.Helper()
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
 	script := base + "/boot/" + v.mac + ".ipxe"
-	var firmwareTFTP, firmwareHTTP, ipxeScript, kernelAck bool
+	var firmwareTFTP, ipxeScript, kernelAck bool
 	for _, r := range tr.Replies {
 		if r.Type != dhcpv4.MessageTypeAck && r.Type != dhcpv4.MessageTypeOffer {
 			continue
@@ -496,10 +487,22 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) (viaTFTP bool) {
 		switch {
 		case r.ClientIPXE && r.BootFile == script:
 			ipxeScript = true
+			// iPXE takes a "PXEClient" reply without siaddr for a
+			// ProxyDHCP offer and asks port 4011 before booting.
+			if r.VendorClass != "" || r.VendorOptions != nil {
+				t.Errorf("DHCP %s with iPXE's script carries option 60 %q / option 43 %x, want neither", r.Type, r.VendorClass, r.VendorOptions)
+			}
+			// Nor should it wait 2 s for ProxyDHCP offers.
+			if !bytes.Equal(r.IPXEOptions, []byte{0xb0, 1, 1}) {
+				t.Errorf("DHCP %s with iPXE's script: option 175 %x, want b00101 (no-pxedhcp)", r.Type, r.IPXEOptions)
+			}
 		case !r.ClientIPXE && r.ClientArch == 7 && r.BootFile == "ipxe.efi":
 			firmwareTFTP = true
-		case !r.ClientIPXE && r.ClientArch == 16 && r.BootFile == base+"/ipxe/ipxe.efi":
-			firmwareHTTP = true
+			// Without option 43 EDK2 takes a "PXEClient" reply for a BINL
+			// offer and asks port 4011 for the boot file.
+			if r.VendorClass != "PXEClient" || !bytes.Equal(r.VendorOptions, pxeNoDiscovery) {
+				t.Errorf("DHCP %s of ipxe.efi to the firmware: option 60 %q, option 43 %x; want PXEClient and %x", r.Type, r.VendorClass, r.VendorOptions, pxeNoDiscovery)
+			}
 		case !r.ClientIPXE && r.ClientArch == -1 && r.BootFile == "":
 			// The initrd's udhcpc: an address, no boot file.
 			kernelAck = kernelAck || r.Type == dhcpv4.MessageTypeAck
@@ -517,19 +520,26 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) (viaTFTP bool) {
 		if !firmwareTFTP {
 			t.Errorf("no DHCP reply sent the UEFI firmware's PXE (arch 7) to TFTP ipxe.efi")
 		}
-		viaTFTP = contains(tr.TFTPReads, "ipxe.efi")
-		if !viaTFTP {
-			// OVMF files kubefarm-pxe's PXE answer as a BINL offer (option
-			// 60 "PXEClient" without option 43) and asks port 4011, where
-			// an authoritative kubefarm-pxe does not listen; after its
-			// retries it falls back to UEFI HTTP boot. See the trace.
-			t.Logf("NOTE: %s's firmware PXE did not read ipxe.efi over TFTP; it fell back to UEFI HTTP boot", v.name)
-			if !firmwareHTTP || !hasRequest(tr, "GET /ipxe/ipxe.efi ") {
-				t.Errorf("the firmware loaded iPXE neither over TFTP nor over UEFI HTTP boot")
-			}
+		if !contains(tr.TFTPReads, "ipxe.efi") {
+			t.Errorf("the firmware's PXE did not read ipxe.efi over TFTP (reads: %q)", tr.TFTPReads)
+		}
+		if hasRequest(tr, "GET /ipxe/") {
+			t.Errorf("the firmware fell back to UEFI HTTP boot")
 		}
 	} else if len(tr.TFTPReads) != 0 {
 		t.Errorf("TFTP reads by a client already running iPXE: %q", tr.TFTPReads)
+	}
+	// An authoritative kubefarm-pxe does not listen on 4011: every
+	// request there is a stall of seconds (iPXE) to a minute (EDK2).
+	unreachable4011 := 0
+	for _, p := range tr.Unreachable {
+		if p == 4011 {
+			unreachable4011++
+		}
+	}
+	if tr.BootServerRequests != 0 || unreachable4011 != 0 {
+		t.Errorf("%d packets to port 4011, %d ICMP port unreachable for it: a client took a reply for a ProxyDHCP/BINL offer",
+			tr.BootServerRequests, unreachable4011)
 	}
 	img := c.image.Spec
 	for _, want := range []string{
@@ -542,7 +552,6 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) (viaTFTP bool) {
 			t.Errorf("no HTTP request %q from %s", strings.TrimSpace(want), v.name)
 		}
 	}
-	return viaTFTP
 }
 
 func hasRequest(tr *wireTrace, prefix string) bool {
@@ -556,7 +565,7 @@ func hasRequest(tr *wireTrace, prefix string) bool {
 
 // checkServer asserts kubefarm-pxe's own record of the boot: metric deltas
 // over the boot and its log lines with the machine's address.
-func (c *chain) checkServer(t *testing.T, v vm, viaTFTP bool, before, after map[string]float64, log string) {
+func (c *chain) checkServer(t *testing.T, v vm, before, after map[string]float64, log string) {
 	t.Helper()
 	delta := func(series string) float64 { return after[series] - before[series] }
 	atLeast := map[string]float64{
@@ -570,11 +579,10 @@ func (c *chain) checkServer(t *testing.T, v vm, viaTFTP bool, before, after map[
 	if v.uefi {
 		atLeast[`kubefarm_pxe_dhcp_packets_total{result="offered",type="DISCOVER"}`] = 3
 		atLeast[`kubefarm_pxe_dhcp_packets_total{result="acked",type="REQUEST"}`] = 3
-		if viaTFTP {
-			atLeast[`kubefarm_pxe_tftp_transfers_total{result="ok"}`] = 1
-		} else {
-			atLeast[`kubefarm_pxe_http_requests_total{code="200",route="ipxe"}`] = 1
-		}
+		atLeast[`kubefarm_pxe_tftp_transfers_total{result="ok"}`] = 1
+	}
+	if got := delta(`kubefarm_pxe_http_requests_total{code="200",route="ipxe"}`); got != 0 {
+		t.Errorf("%v iPXE binaries served over HTTP: a firmware fell back to UEFI HTTP boot", got)
 	}
 	for s, want := range atLeast {
 		if got := delta(s); got < want {
@@ -595,7 +603,7 @@ func (c *chain) checkServer(t *testing.T, v vm, viaTFTP bool, before, after map[
 			t.Errorf("kubefarm-pxe did not log %s for peer %s", want, v.ip)
 		}
 	}
-	if viaTFTP {
+	if v.uefi {
 		found := false
 		sc := bufio.NewScanner(strings.NewReader(log))
 		for sc.Scan() {

@@ -20,17 +20,17 @@
 //     kubefarm-pxe sends it straight to its script URL: TFTP is not
 //     involved, as in production for any client already running iPXE;
 //   - UEFI: OVMF's own virtio-net driver and PXE (no option ROM) do DHCP
-//     with client architecture 7 and are offered ipxe.efi over TFTP. Today
-//     OVMF does not fetch it: kubefarm-pxe's answer says "PXEClient"
-//     (option 60) without PXE option 43, which EDK2 takes for a BINL offer
-//     and follows with a request to port 4011, where an authoritative
-//     kubefarm-pxe does not listen. After about 70 s OVMF falls back to
-//     UEFI HTTP boot (architecture 16), which kubefarm-pxe answers with
-//     /ipxe/ipxe.efi. The test accepts either path, requires one, and says
-//     which one it saw. That iPXE does DHCP again as "iPXE" and goes on as
-//     above. Debian's iPXE (2019) also predates LoadFile2 initrd support,
-//     so the UEFI machine's kernel finds its initrd only through an
-//     initrd=<image name> argument, which the test adds with a pool tag;
+//     with client architecture 7 and are offered ipxe.efi over TFTP. The
+//     reply says "PXEClient" (option 60) with PXE option 43 sub-option 6
+//     = 8 (use this boot file, no boot server discovery), so EDK2 takes it
+//     for a PXE offer, not a BINL one, and reads ipxe.efi over TFTP at
+//     once. That iPXE does DHCP again as "iPXE" and goes on as above.
+//     Debian's iPXE (2019) predates LoadFile2 initrd support: the kernel's
+//     EFI stub finds the initrd only through the initrd=initrd argument
+//     that kubefarm-pxe's script adds (it names the image initrd);
+//   - neither firmware nor iPXE sends anything to port 4011, where an
+//     authoritative kubefarm-pxe does not listen: iPXE gets its script URL
+//     without "PXEClient", which it would take for a ProxyDHCP offer;
 //   - in both, iPXE fetches the script over HTTP and then, by digest, the
 //     kernel and initrd from kubefarm-pxe's artifact cache, which filled it
 //     from the origin and verified it against the BootImage's digests.
@@ -42,8 +42,9 @@
 // /init that loads them, obtains its address from kubefarm-pxe's DHCP with
 // udhcpc, and POSTs the machine's MAC, the kernel's boot ID and the
 // kubefarm.image digest from its command line to kubefarm.server's /report
-// (with busybox nc: busybox-static's wget crashes in static glibc's NSS).
-// Then it powers the machine off.
+// (with busybox nc: busybox-static's wget crashes in static glibc's NSS;
+// nc half-closes the connection once the request is sent, which
+// kubefarm-pxe must and does answer). Then it powers the machine off.
 //
 // The proof of the chain is that report: kubefarm-pxe accepts it only from
 // the machine's leased address and writes it into the Machine's

@@ -141,16 +141,10 @@ log "reporting $body to $host:$port"
 n=0
 while :; do
 	# busybox-static's wget crashes in static glibc's NSS: write HTTP by hand.
-	# nc half-closes the connection when its input ends, and Go's HTTP
-	# server cancels a request whose client closed: keep the input open
-	# until the answer has arrived (at most 10 s).
-	rm -f /tmp/resp
-	{
-		printf 'POST /report HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
-			"$hp" "${#body}" "$body"
-		w=0
-		while [ ! -s /tmp/resp ] && [ $w -lt 100 ]; do sleep 0.1; w=$((w+1)); done
-	} | nc "$host" "$port" >/tmp/resp
+	# nc half-closes the connection as soon as its input ends and then
+	# reads the answer: kubefarm-pxe must record the boot all the same.
+	printf 'POST /report HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
+		"$hp" "${#body}" "$body" | nc "$host" "$port" >/tmp/resp
 	status="$(head -n 1 /tmp/resp | tr -d '\r')"
 	log "report answer: $status"
 	case "$status" in "HTTP/1.1 204"*) break ;; esac

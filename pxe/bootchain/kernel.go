@@ -38,9 +38,9 @@ type Kernel struct {
 // KernelPackage asks apt which kernel image package KernelMetaPackage
 // depends on.
 func KernelPackage(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "apt-cache", "depends", KernelMetaPackage).CombinedOutput()
+	out, err := aptRun(ctx, "", "apt-cache", "depends", KernelMetaPackage)
 	if err != nil {
-		return "", fmt.Errorf("apt-cache depends %s: %v: %s", KernelMetaPackage, err, bytes.TrimSpace(out))
+		return "", err
 	}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -79,10 +79,8 @@ func FetchKernel(ctx context.Context, cacheDir, pkg string, modules []string) (*
 
 	// apt drops privileges to _apt for downloads unless told otherwise; the
 	// cache folder need not be readable by that user.
-	cmd := exec.CommandContext(ctx, "apt-get", "download", "-o", "APT::Sandbox::User=root", pkg)
-	cmd.Dir = work
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("apt-get download %s: %v: %s", pkg, err, bytes.TrimSpace(out))
+	if _, err := aptRun(ctx, work, "apt-get", "download", "-o", "APT::Sandbox::User=root", pkg); err != nil {
+		return nil, err
 	}
 	debs, _ := filepath.Glob(filepath.Join(work, "*.deb"))
 	if len(debs) != 1 {
@@ -133,6 +131,40 @@ func FetchKernel(ctx context.Context, cacheDir, pkg string, modules []string) (*
 		}
 	}
 	return &k, nil
+}
+
+// aptListsDir holds apt's package lists.
+const aptListsDir = "/var/lib/apt/lists"
+
+// aptRun runs an apt command in dir and returns its output. When it fails
+// and apt has no package lists, as on a machine whose packages were all
+// installed and whose lists were then cleaned (container images do this),
+// it runs `apt-get update` once and tries again. Its error says which.
+func aptRun(ctx context.Context, dir, name string, args ...string) ([]byte, error) {
+	run := func() ([]byte, error) {
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return out, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+		}
+		return out, nil
+	}
+	out, err := run()
+	if err == nil {
+		return out, nil
+	}
+	if lists, _ := filepath.Glob(filepath.Join(aptListsDir, "*_Packages*")); len(lists) > 0 {
+		return nil, fmt.Errorf("%w (apt has package lists in %s, so apt-get update was not run)", err, aptListsDir)
+	}
+	if upd, uerr := exec.CommandContext(ctx, "apt-get", "update").CombinedOutput(); uerr != nil {
+		return nil, fmt.Errorf("%w; apt has no package lists and apt-get update failed: %v: %s", err, uerr, bytes.TrimSpace(upd))
+	}
+	out, err = run()
+	if err != nil {
+		return nil, fmt.Errorf("%w (apt had no package lists; this is after apt-get update)", err)
+	}
+	return out, nil
 }
 
 // moduleClosure resolves module names to .ko files under modDir (an

@@ -25,6 +25,12 @@ type wireTrace struct {
 	TFTPReads []string
 	// HTTPRequests are the request lines ("GET /boot/... HTTP/1.1").
 	HTTPRequests []string
+	// BootServerRequests counts UDP packets to port 4011 (PXE boot server
+	// or ProxyDHCP requests).
+	BootServerRequests int
+	// Unreachable are the UDP ports of ICMP destination unreachable
+	// messages.
+	Unreachable []uint16
 }
 
 type dhcpReply struct {
@@ -35,6 +41,11 @@ type dhcpReply struct {
 	// transaction ID: user class "iPXE" and option 93 (-1: absent).
 	ClientIPXE bool
 	ClientArch int
+	// VendorClass is the reply's option 60, VendorOptions its option 43.
+	VendorClass   string
+	VendorOptions []byte
+	// IPXEOptions is the reply's option 175, iPXE's own.
+	IPXEOptions []byte
 }
 
 func (t *wireTrace) String() string { return strings.Join(t.Lines, "\n") }
@@ -72,6 +83,12 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 			t0 = sec
 		}
 		at := fmt.Sprintf("%4d.%03ds", sec-t0, usec/1000)
+		if len(frame) >= 14+40+1 && binary.BigEndian.Uint16(frame[12:]) == 0x86dd && frame[14+6] == 58 {
+			// ICMPv6 (router or neighbour solicitations, say): the time a
+			// client spends on IPv6 shows between its IPv4 stages.
+			tr.Lines = append(tr.Lines, fmt.Sprintf("%s ICMPv6 type %d from %s", at, frame[14+40], net.IP(frame[14+8:14+24])))
+			continue
+		}
 		if len(frame) < 14+20 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
 			continue
 		}
@@ -98,7 +115,9 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 						at, m.MessageType(), m.ClientHWAddr, m.UserClass(), archOf(m), m.ClassIdentifier()))
 					continue
 				}
-				r := dhcpReply{Type: m.MessageType(), YourIP: m.YourIPAddr, BootFile: m.BootFileNameOption(), ClientArch: -1}
+				r := dhcpReply{Type: m.MessageType(), YourIP: m.YourIPAddr, BootFile: m.BootFileNameOption(), ClientArch: -1,
+					VendorClass: m.ClassIdentifier(), VendorOptions: m.Options.Get(dhcpv4.OptionVendorSpecificInformation),
+					IPXEOptions: m.Options.Get(dhcpv4.GenericOptionCode(175))}
 				if r.BootFile == "" {
 					r.BootFile = m.BootFileName
 				}
@@ -109,13 +128,14 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 					}
 				}
 				tr.Replies = append(tr.Replies, r)
-				tr.Lines = append(tr.Lines, fmt.Sprintf("%s DHCP %s from %s: yiaddr %s siaddr %s file %q",
-					at, r.Type, src, r.YourIP, m.ServerIPAddr, r.BootFile))
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s DHCP %s from %s: yiaddr %s siaddr %s file %q vendor=%q opt43=%x opt175=%x",
+					at, r.Type, src, r.YourIP, m.ServerIPAddr, r.BootFile, r.VendorClass, r.VendorOptions, r.IPXEOptions))
 			case dport == 69 && len(payload) > 2 && binary.BigEndian.Uint16(payload) == 1:
 				name, _, _ := bytes.Cut(payload[2:], []byte{0})
 				tr.TFTPReads = append(tr.TFTPReads, string(name))
 				tr.Lines = append(tr.Lines, fmt.Sprintf("%s TFTP RRQ %q from %s to %s", at, name, src, dst))
 			case dport == 4011:
+				tr.BootServerRequests++
 				tr.Lines = append(tr.Lines, fmt.Sprintf("%s UDP %s:%d -> %s:4011 (PXE boot server request), %d bytes", at, src, sport, dst, len(payload)))
 			case sport == 69 || dport == 69 || sport > 1023 && dport > 1023:
 				// TFTP data and acknowledgements: too many to list.
@@ -124,8 +144,9 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 			}
 		case proto == 1 && len(l4) >= 36 && l4[0] == 3 && len(l4) >= 8+int(l4[8]&0x0f)*4+4:
 			// Destination unreachable: which UDP port was closed.
-			tr.Lines = append(tr.Lines, fmt.Sprintf("%s ICMP unreachable (code %d) %s -> %s for port %d", at, l4[1], src, dst,
-				binary.BigEndian.Uint16(l4[8+int(l4[8]&0x0f)*4+2:])))
+			port := binary.BigEndian.Uint16(l4[8+int(l4[8]&0x0f)*4+2:])
+			tr.Unreachable = append(tr.Unreachable, port)
+			tr.Lines = append(tr.Lines, fmt.Sprintf("%s ICMP unreachable (code %d) %s -> %s for port %d", at, l4[1], src, dst, port))
 		case proto == 6 && len(l4) >= 20:
 			doff := int(l4[12]>>4) * 4
 			if doff < 20 || len(l4) < doff {

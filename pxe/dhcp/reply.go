@@ -176,11 +176,8 @@ func proxyReply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DH
 	}
 	// PXE discovery control (vendor option 43, sub-option 6, bit 3): the
 	// boot file is in this reply, do not multicast for boot servers.
-	resp.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = []byte{6, 1, 8, 255}
-	if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
-		// Firmware checks that the client machine identifier is echoed.
-		resp.Options[dhcpv4.OptionClientMachineIdentifier.Code()] = uuid
-	}
+	resp.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = pxeDiscoveryControl()
+	// bootOptions echoes the client machine identifier (option 97).
 	resp, _ = bootOptions(cfg, false)(req, resp)
 	if resp.Options.Get(dhcpv4.OptionClassIdentifier) == nil {
 		resp.Options[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
@@ -328,15 +325,54 @@ func bootOptions(cfg Config, echoPXEClient bool) Handler {
 			resp.BootFileName = r.File
 		}
 		o[dhcpv4.OptionBootfileName.Code()] = []byte(r.File)
+		if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
+			// PXE 2.1 table 2-1: firmware checks that the client machine
+			// identifier comes back.
+			o[dhcpv4.OptionClientMachineIdentifier.Code()] = uuid
+		}
 		switch {
 		case r.VendorClass != "":
 			o[dhcpv4.OptionClassIdentifier.Code()] = []byte(r.VendorClass)
-		case echoPXEClient && strings.HasPrefix(req.ClassIdentifier(), "PXEClient"):
-			// Some PXE ROMs ignore offers that do not say PXEClient.
+		case echoPXEClient && r.Protocol == bootfile.TFTP && strings.HasPrefix(req.ClassIdentifier(), "PXEClient"):
+			// Some PXE ROMs ignore offers that do not say PXEClient. Saying
+			// it makes this a PXE server's reply (PXE 2.1, 2.2.4), which
+			// then also needs option 43: without it EDK2 files the reply as
+			// a BINL offer and asks port 4011 for the boot file, where an
+			// authoritative server does not listen.
 			o[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
+			o[dhcpv4.OptionVendorSpecificInformation.Code()] = pxeDiscoveryControl()
+		}
+		// A client already running iPXE gets no "PXEClient": iPXE takes a
+		// PXEClient offer without siaddr for a ProxyDHCP offer and sends a
+		// ProxyDHCPREQUEST to port 4011 first. As the authoritative server
+		// tells it not to wait for ProxyDHCP offers either (iPXE waits 2 s
+		// for them after an offer without PXEClient): its boot file is here.
+		if echoPXEClient && r.Protocol == bootfile.HTTP && r.VendorClass == "" && isIPXE(req) {
+			o[optionIPXEEncap] = ipxeNoPXEDHCP()
 		}
 		return resp, true
 	}
+}
+
+// pxeDiscoveryControl is vendor option 43 of a PXE reply: sub-option 6
+// (PXE_DISCOVERY_CONTROL) = 8, bit 3: use the boot file in this reply, no
+// boot server discovery and no boot menu (PXE 2.1, table 2-1).
+func pxeDiscoveryControl() []byte { return []byte{6, 1, 8, 255} }
+
+// optionIPXEEncap is iPXE's encapsulated option block (175); its
+// sub-option 0xb0 (no-pxedhcp) = 1 makes iPXE skip waiting for ProxyDHCP
+// offers and ignore PXE options (iPXE's include/ipxe/dhcp.h).
+const optionIPXEEncap = 175
+
+func ipxeNoPXEDHCP() []byte { return []byte{0xb0, 1, 1} }
+
+func isIPXE(req *dhcpv4.DHCPv4) bool {
+	for _, c := range bootRequest(req).UserClasses {
+		if c == bootfile.UserClassIPXE {
+			return true
+		}
+	}
+	return false
 }
 
 // bootRequest extracts the facts bootfile.Decide needs.

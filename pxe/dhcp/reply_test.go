@@ -54,6 +54,20 @@ func withArch(a ...iana.Arch) dhcpv4.Modifier { return dhcpv4.WithOption(dhcpv4.
 func withVendor(v string) dhcpv4.Modifier     { return dhcpv4.WithOption(dhcpv4.OptClassIdentifier(v)) }
 func withSID(ip net.IP) dhcpv4.Modifier       { return dhcpv4.WithOption(dhcpv4.OptServerIdentifier(ip)) }
 func withReqIP(ip net.IP) dhcpv4.Modifier     { return dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)) }
+func withUUID(id []byte) dhcpv4.Modifier {
+	return dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier, id))
+}
+
+// clientUUID is an option 97 value: type 0, then the 16-byte UUID.
+var clientUUID = []byte{0, 0x8e, 0x1d, 0x3b, 0x44, 0x52, 0x10, 0x4c, 0x3a, 0x9e, 0x0f, 0x51, 0x63, 0x77, 0x00, 0x12, 0x01}
+
+// ipxeNoProxyWait is iPXE's option 175 with sub-option 0xb0 (no-pxedhcp)
+// = 1: do not wait for ProxyDHCP offers.
+var ipxeNoProxyWait = []byte{0xb0, 1, 1}
+
+// pxeNoDiscovery is option 43 with PXE_DISCOVERY_CONTROL (sub-option 6)
+// = 8: boot the file in this reply, no boot server discovery.
+var pxeNoDiscovery = []byte{6, 1, 8, 255}
 
 // check is an assertion on a reply.
 type check func(t *testing.T, r *dhcpv4.DHCPv4)
@@ -147,17 +161,34 @@ func TestReply(t *testing.T) {
 		// Authoritative mode.
 		{name: "discover bios pxe -> offer with tftp boot", req: request(dhcpv4.MessageTypeDiscover, pxeBIOS...), lease: testLease(), cfg: testConfig(),
 			checks: append([]check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), ciaddr(net.IPv4zero), siaddr(serverID),
-				file("undionly.kpxe"), opt(66, []byte("10.28.0.2")), opt(60, []byte("PXEClient"))}, fullLease...)},
+				file("undionly.kpxe"), opt(66, []byte("10.28.0.2")), opt(60, []byte("PXEClient")), opt(43, pxeNoDiscovery), opt(97, nil)}, fullLease...)},
+		// EDK2 (OVMF) files a PXEClient offer without option 43 as a BINL
+		// offer and asks port 4011 for the boot file; sub-option 6 = 8
+		// makes it a PXE offer whose boot file is used as is.
+		{name: "discover x86-64 uefi pxe -> tftp with pxe discovery control and uuid echoed", req: request(dhcpv4.MessageTypeDiscover,
+			withArch(iana.EFI_BC), withVendor("PXEClient:Arch:00007:UNDI:003000"), withUUID(clientUUID)), lease: testLease(), cfg: testConfig(),
+			checks: append([]check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file("ipxe.efi"), siaddr(serverID), opt(60, []byte("PXEClient")),
+				opt(43, pxeNoDiscovery), opt(97, clientUUID)}, fullLease...)},
 		{name: "discover x86-64 uefi", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.EFI_X86_64), withVendor("PXEClient:Arch:00007")), lease: testLease(), cfg: testConfig(),
-			checks: []check{msgType(dhcpv4.MessageTypeOffer), file("ipxe.efi"), siaddr(serverID)}},
-		{name: "discover uefi http boot", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.EFI_X86_64_HTTP), withVendor("HTTPClient:Arch:00016:UNDI:003001")), lease: testLease(), cfg: testConfig(),
-			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file("http://10.28.0.2:8080/ipxe/ipxe.efi"), opt(60, []byte("HTTPClient")), opt(66, nil), siaddr(net.IPv4zero)}},
-		{name: "discover from iPXE -> script url", req: request(dhcpv4.MessageTypeDiscover, append(pxeBIOS, dhcpv4.WithUserClass("iPXE", false))...), lease: testLease(), cfg: testConfig(),
-			checks: []check{msgType(dhcpv4.MessageTypeOffer), file("http://10.28.0.2:8080/boot/52:54:00:12:34:56.ipxe")}},
+			checks: []check{msgType(dhcpv4.MessageTypeOffer), file("ipxe.efi"), siaddr(serverID), opt(43, pxeNoDiscovery), opt(175, nil)}},
+		{name: "discover pxe arch without PXEClient vendor class -> no option 60 or 43", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.EFI_BC)), lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeOffer), file("ipxe.efi"), siaddr(serverID), opt(60, nil), opt(43, nil)}},
+		{name: "discover uefi http boot", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.EFI_X86_64_HTTP), withVendor("HTTPClient:Arch:00016:UNDI:003001"), withUUID(clientUUID)), lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file("http://10.28.0.2:8080/ipxe/ipxe.efi"), opt(60, []byte("HTTPClient")), opt(66, nil), siaddr(net.IPv4zero),
+				opt(43, nil), opt(97, clientUUID)}},
+		// iPXE sends PXEClient too, but takes a PXEClient offer without
+		// siaddr for a ProxyDHCP offer and asks port 4011 before booting:
+		// its script URL comes without option 60 and 43.
+		{name: "discover from iPXE -> script url, not a PXE offer", req: request(dhcpv4.MessageTypeDiscover, append(pxeBIOS, dhcpv4.WithUserClass("iPXE", false), withUUID(clientUUID))...), lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeOffer), file("http://10.28.0.2:8080/boot/52:54:00:12:34:56.ipxe"), siaddr(net.IPv4zero), opt(60, nil), opt(43, nil), opt(97, clientUUID),
+				opt(175, ipxeNoProxyWait)}},
+		{name: "request from iPXE -> ack with script url, not a PXE ack", req: request(dhcpv4.MessageTypeRequest, append(pxeBIOS, dhcpv4.WithUserClass("iPXE", false), withSID(serverID), withReqIP(leaseIP))...),
+			lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP), file("http://10.28.0.2:8080/boot/52:54:00:12:34:56.ipxe"), opt(60, nil), opt(43, nil), opt(175, ipxeNoProxyWait)}},
 		{name: "discover from iPXE, rfc 3004 user class", req: request(dhcpv4.MessageTypeDiscover, dhcpv4.WithUserClass("iPXE", true)), lease: testLease(), cfg: testConfig(),
 			checks: []check{file("http://10.28.0.2:8080/boot/52:54:00:12:34:56.ipxe")}},
 		{name: "discover without arch -> address only", req: request(dhcpv4.MessageTypeDiscover), lease: testLease(), cfg: testConfig(),
-			checks: append([]check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file(""), opt(67, nil), opt(66, nil), opt(60, nil)}, fullLease...)},
+			checks: append([]check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file(""), opt(67, nil), opt(66, nil), opt(60, nil), opt(43, nil)}, fullLease...)},
 		{name: "discover unknown arch -> address only", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.Arch(2))), lease: testLease(), cfg: testConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(leaseIP), file(""), opt(67, nil)}},
 		{name: "discover unknown mac", req: request(dhcpv4.MessageTypeDiscover, pxeBIOS...), cfg: testConfig(), wantErr: ErrUnknown},
@@ -171,7 +202,10 @@ func TestReply(t *testing.T) {
 					}
 				}}},
 		{name: "request selecting -> ack", req: request(dhcpv4.MessageTypeRequest, append(pxeBIOS, withSID(serverID), withReqIP(leaseIP))...), lease: testLease(), cfg: testConfig(),
-			checks: append([]check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP), file("undionly.kpxe")}, fullLease...)},
+			checks: append([]check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP), file("undionly.kpxe"), opt(60, []byte("PXEClient")), opt(43, pxeNoDiscovery)}, fullLease...)},
+		{name: "request selecting uefi pxe -> ack with pxe discovery control", req: request(dhcpv4.MessageTypeRequest,
+			withArch(iana.EFI_BC), withVendor("PXEClient:Arch:00007:UNDI:003000"), withUUID(clientUUID), withSID(serverID), withReqIP(leaseIP)), lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP), file("ipxe.efi"), opt(60, []byte("PXEClient")), opt(43, pxeNoDiscovery), opt(97, clientUUID)}},
 		{name: "request init-reboot without server id -> ack", req: request(dhcpv4.MessageTypeRequest, withReqIP(leaseIP)), lease: testLease(), cfg: testConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP)}},
 		{name: "request renewing by ciaddr -> ack", req: request(dhcpv4.MessageTypeRequest, dhcpv4.WithClientIP(leaseIP)), lease: testLease(), cfg: testConfig(),
@@ -188,6 +222,8 @@ func TestReply(t *testing.T) {
 		{name: "request unknown mac", req: request(dhcpv4.MessageTypeRequest, withReqIP(leaseIP)), cfg: testConfig(), wantErr: ErrUnknown},
 		{name: "inform -> ack without address or lease time", req: request(dhcpv4.MessageTypeInform, dhcpv4.WithClientIP(leaseIP)), lease: testLease(), cfg: testConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(net.IPv4zero), ciaddr(leaseIP), opt(51, nil), opt(1, []byte{255, 255, 0, 0}), opt(12, []byte("m1")), opt(67, nil)}},
+		{name: "inform from a pxe client -> no pxe options", req: request(dhcpv4.MessageTypeInform, append(pxeBIOS, dhcpv4.WithClientIP(leaseIP), withUUID(clientUUID))...), lease: testLease(), cfg: testConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeAck), opt(67, nil), opt(60, nil), opt(43, nil), opt(97, nil)}},
 		{name: "release", req: request(dhcpv4.MessageTypeRelease, dhcpv4.WithClientIP(leaseIP), withSID(serverID)), lease: testLease(), cfg: testConfig(), wantErr: ErrReleased},
 		{name: "release for another server", req: request(dhcpv4.MessageTypeRelease, withSID(otherID)), lease: testLease(), cfg: testConfig(), wantErr: ErrOtherServer},
 		{name: "decline", req: request(dhcpv4.MessageTypeDecline, withSID(serverID), withReqIP(leaseIP)), lease: testLease(), cfg: testConfig(), wantErr: ErrDeclined},
@@ -221,10 +257,14 @@ func TestReply(t *testing.T) {
 			dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16})))...),
 			lease: testLease(), cfg: proxyConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(net.IPv4zero), siaddr(serverID), file("undionly.kpxe"), opt(60, []byte("PXEClient")),
-				opt(43, []byte{6, 1, 8, 255}), opt(97, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}), opt(54, serverID),
+				opt(43, pxeNoDiscovery), opt(97, []byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}), opt(54, serverID),
 				opt(51, nil), opt(1, nil), opt(3, nil), opt(6, nil), opt(12, nil)}},
 		{name: "proxy discover http boot", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.EFI_ARM64_HTTP), withVendor("HTTPClient:Arch:00019")), lease: testLease(), cfg: proxyConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(net.IPv4zero), file("http://10.28.0.2:8080/ipxe/ipxe-arm64.efi"), opt(60, []byte("HTTPClient"))}},
+		// In proxy mode the address server's offer decides whether iPXE
+		// waits for ProxyDHCP: never tell it not to.
+		{name: "proxy discover from iPXE -> script url, PXEClient, no iPXE options", req: request(dhcpv4.MessageTypeDiscover, append(pxeBIOS, dhcpv4.WithUserClass("iPXE", false))...), lease: testLease(), cfg: proxyConfig(),
+			checks: []check{msgType(dhcpv4.MessageTypeOffer), yiaddr(net.IPv4zero), file("http://10.28.0.2:8080/boot/52:54:00:12:34:56.ipxe"), opt(60, []byte("PXEClient")), opt(43, pxeNoDiscovery), opt(175, nil)}},
 		{name: "proxy ignores non-pxe clients", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.INTEL_X86PC)), lease: testLease(), cfg: proxyConfig(), wantErr: ErrNotPXE},
 		{name: "proxy ignores pxe clients it has no boot file for", req: request(dhcpv4.MessageTypeDiscover, withArch(iana.Arch(2)), withVendor("PXEClient:Arch:00002")), lease: testLease(), cfg: proxyConfig(), wantErr: ErrNotPXE},
 		{name: "proxy ignores unknown macs", req: request(dhcpv4.MessageTypeDiscover, pxeBIOS...), cfg: proxyConfig(), wantErr: ErrUnknown},

@@ -1,11 +1,17 @@
 package httpboot
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -223,5 +229,122 @@ func TestConfigAndReport(t *testing.T) {
 	}
 	if len(rec.recs) != 1 || rec.recs[0].BootID != "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0" || rec.recs[0].ImageDigest != sha(f.rootfs) {
 		t.Errorf("recorded %+v, want one record", rec.recs)
+	}
+}
+
+// slowWriter stands for the API behind /report and /config: its writes
+// take a while and, like client-go, give up when their context ends.
+type slowWriter struct {
+	delay time.Duration
+	mu    sync.Mutex
+	calls int
+	recs  []kubefarmv1.BootRecord
+}
+
+func (s *slowWriter) write(ctx context.Context) error {
+	s.mu.Lock()
+	s.calls++
+	s.mu.Unlock()
+	if _, ok := ctx.Deadline(); !ok {
+		return errors.New("API write without a deadline")
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(s.delay):
+		return nil
+	}
+}
+
+func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+	if err := s.write(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs = append(s.recs, rec)
+	return nil
+}
+
+func (s *slowWriter) done() (calls int, recs []kubefarmv1.BootRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, s.recs
+}
+
+func (s *slowWriter) Issue(ctx context.Context, _ *kubefarmv1.Machine) (string, error) {
+	return "abcdef.0123456789abcdef", s.write(ctx)
+}
+
+// halfClose sends a raw HTTP/1.1 request to addr, shuts its sending side
+// down at once, as busybox nc does when its input ends, and reads the
+// answer.
+func halfClose(t *testing.T, addr, method, path, body string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	req := method + " " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n"
+	if body != "" {
+		req += "Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
+	}
+	if _, err := io.WriteString(c, req+"\r\n"+body); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return resp
+}
+
+// TestAPIWritesSurviveHalfClose: a client that half-closes its connection
+// after the request still waits for the answer. net/http cancels the
+// request's context when it reads that EOF; the API writes of /report and
+// /config must not be abandoned because of it (the write may land while
+// the client is told 503, and its retry ends the same way).
+func TestAPIWritesSurviveHalfClose(t *testing.T) {
+	f := newHandlerFixture(t, testr.New(t))
+	const mac = "02:00:00:00:00:01"
+	m := f.machines.machines[mac]
+	m.Spec.IP = "127.0.0.1" // the test's client connects from loopback
+	m.Spec.Hostname = "node-1"
+	// Long enough for the server to have read the client's EOF, which
+	// cancels the request's context, before the write returns.
+	api := &slowWriter{delay: 300 * time.Millisecond}
+	f.h.cfg.Recorder = api
+	f.h.cfg.Tokens = api
+	f.h.cfg.Windows = NewBootWindows(10*time.Minute, time.Now)
+	srv := httptest.NewServer(f.h)
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	report := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) + `"}`
+	resp := halfClose(t, addr, http.MethodPost, "/report", report)
+	if resp.StatusCode != http.StatusNoContent {
+		b, _ := io.ReadAll(resp.Body)
+		t.Errorf("report from a half-closed connection: %s %q, want 204", resp.Status, b)
+	}
+	if _, recs := api.done(); len(recs) != 1 || recs[0].BootID != "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0" {
+		t.Errorf("recorded %+v, want the boot", recs)
+	}
+
+	f.h.cfg.Windows.Open("t1/m1")
+	resp = halfClose(t, addr, http.MethodGet, "/config/"+mac, "")
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "abcdef.0123456789abcdef") {
+		t.Errorf("config from a half-closed connection: %s %q, want 200 with the token", resp.Status, b)
+	}
+	if calls, _ := api.done(); calls != 2 {
+		t.Errorf("%d API writes, want 2", calls)
 	}
 }

@@ -397,7 +397,9 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		h.forbidden(w, r, "no open boot window", "machine", key)
 		return
 	}
-	tok, err := h.cfg.Tokens.Issue(r.Context(), m)
+	ctx, cancel := apiWriteContext(r)
+	defer cancel()
+	tok, err := h.cfg.Tokens.Issue(ctx, m)
 	if err != nil {
 		h.cfg.Windows.Restore(key, opened)
 		log.Error(err, "issuing join token")
@@ -417,6 +419,21 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	// It carries a credential: no cache anywhere may keep it.
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(body)
+}
+
+// APIWriteTimeout bounds an API write a request makes: issuing a join
+// token, recording a boot.
+const APIWriteTimeout = 30 * time.Second
+
+// apiWriteContext is the context of an API write made for r: r's values
+// without its cancellation, bounded by APIWriteTimeout. net/http cancels a
+// request's context as soon as it reads EOF on the connection, which is
+// also what a client that half-closes after its request sends (busybox nc
+// does) while it still waits for the answer. Abandoning the write then
+// would answer 503 about a write that may well land, and the client's
+// retry would be cut short the same way.
+func apiWriteContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), APIWriteTimeout)
 }
 
 // maxReport bounds a report body; a real one is about 150 bytes.
@@ -451,7 +468,9 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := kubefarmv1.BootRecord{BootID: rep.BootID, ImageDigest: rep.ImageDigest, Time: metav1.NewTime(time.Now())}
-	if err := h.cfg.Recorder.RecordBoot(r.Context(), m, rec); err != nil {
+	ctx, cancel := apiWriteContext(r)
+	defer cancel()
+	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec); err != nil {
 		log.Error(err, "recording boot")
 		http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
 		return

@@ -134,8 +134,8 @@ func TestHandler(t *testing.T) {
 	k, i, r := sha(f.kernel), sha(f.initrd), sha(f.rootfs)
 	script := "#!ipxe\n" +
 		"kernel " + base + "/artifacts/" + k + " console=ttyS0,115200n8 quiet debug loglevel=7" +
-		" kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + "\n" +
-		"initrd " + base + "/artifacts/" + i + "\nboot\n"
+		" initrd=initrd kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + "\n" +
+		"initrd --name initrd " + base + "/artifacts/" + i + "\nboot\n"
 	script2 := strings.Replace(script, " debug loglevel=7", "", 1)
 
 	for _, tc := range []struct {

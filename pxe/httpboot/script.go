@@ -78,8 +78,25 @@ func ValidateKernelArg(arg string) error {
 	if strings.HasPrefix(arg, "kubefarm.") {
 		return fmt.Errorf("kernel argument %q: kubefarm.* arguments are reserved", arg)
 	}
+	// The script names the initrd itself (see initrdName); a second
+	// initrd= would make the EFI stub open a file iPXE does not have.
+	if strings.HasPrefix(arg, "initrd=") {
+		return fmt.Errorf("kernel argument %q: initrd= is set by kubefarm-pxe", arg)
+	}
 	return nil
 }
+
+// initrdName is the name the script gives the initrd image in iPXE, and
+// the initrd= argument on the kernel command line names it. Under UEFI an
+// iPXE without LoadFile2 initrd support (before 1.21, e.g. Debian's 2019
+// build) hands the kernel no initrd at all: the kernel's EFI stub loads it
+// itself, by that name, from the file system iPXE exposes its images on.
+// With LoadFile2 the stub takes the initrd from there and ignores
+// initrd=. Under BIOS iPXE passes every fetched initrd through the Linux
+// boot protocol, and the kernel ignores an initrd= it cannot parse as
+// start,size (early_param "initrd" in init/do_mounts_initrd.c), so the
+// argument is harmless there.
+const initrdName = "initrd"
 
 // validDigest reports whether d is sha256:<64 lower-case hex>.
 func validDigest(d string) bool {
@@ -145,6 +162,7 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 		}
 	}
 	args = append(args,
+		"initrd="+initrdName,
 		"kubefarm.image="+r,
 		"kubefarm.rootfs="+baseURL+"/artifacts/"+r,
 		"kubefarm.server="+baseURL,
@@ -157,7 +175,7 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
 	b.WriteString("kernel " + baseURL + "/artifacts/" + k + " " + cmdline + "\n")
-	b.WriteString("initrd " + baseURL + "/artifacts/" + i + "\n")
+	b.WriteString("initrd --name " + initrdName + " " + baseURL + "/artifacts/" + i + "\n")
 	b.WriteString("boot\n")
 	return b.String(), nil
 }

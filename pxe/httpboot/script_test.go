@@ -76,8 +76,8 @@ func TestScript(t *testing.T) {
 			img:  oldImg,
 			want: "#!ipxe\n" +
 				"kernel " + base + "/artifacts/" + dK + " console=ttyS0,115200n8 quiet debug loglevel=7 nouveau.modeset=0" +
-				" kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base + "\n" +
-				"initrd " + base + "/artifacts/" + dI + "\n" +
+				" initrd=initrd kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base + "\n" +
+				"initrd --name initrd " + base + "/artifacts/" + dI + "\n" +
 				"boot\n",
 		},
 		{
@@ -92,8 +92,8 @@ func TestScript(t *testing.T) {
 			img:  newImg,
 			want: "#!ipxe\n" +
 				"kernel " + base + "/artifacts/" + dK2 + " console=ttyS0,115200n8 quiet nouveau.modeset=0 debug loglevel=7" +
-				" kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + "\n" +
-				"initrd " + base + "/artifacts/" + dI2 + "\n" +
+				" initrd=initrd kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + "\n" +
+				"initrd --name initrd " + base + "/artifacts/" + dI2 + "\n" +
 				"boot\n",
 		},
 		{
@@ -104,8 +104,8 @@ func TestScript(t *testing.T) {
 			base: "http://10.0.0.2",
 			want: "#!ipxe\n" +
 				"kernel http://10.0.0.2/artifacts/" + dK2 +
-				" kubefarm.image=" + dR2 + " kubefarm.rootfs=http://10.0.0.2/artifacts/" + dR2 + " kubefarm.server=http://10.0.0.2\n" +
-				"initrd http://10.0.0.2/artifacts/" + dI2 + "\n" +
+				" initrd=initrd kubefarm.image=" + dR2 + " kubefarm.rootfs=http://10.0.0.2/artifacts/" + dR2 + " kubefarm.server=http://10.0.0.2\n" +
+				"initrd --name initrd http://10.0.0.2/artifacts/" + dI2 + "\n" +
 				"boot\n",
 		},
 		{
@@ -119,6 +119,9 @@ func TestScript(t *testing.T) {
 		{name: "comment line", m: machine("new", nil), img: newImg, pool: func(p *kubefarmv1.NodePool) { p.Spec.KernelArgs = []string{"#!ipxe"} }, wantErr: "starts with '#'"},
 		{name: "setting expansion", m: machine("new", nil), img: newImg, pool: func(p *kubefarmv1.NodePool) { p.Spec.KernelArgs = []string{"x=${net0/ip}"} }, wantErr: "iPXE would interpret"},
 		{name: "reserved kubefarm arg", m: machine("new", nil), img: newImg, pool: func(p *kubefarmv1.NodePool) { p.Spec.KernelArgs = []string{"kubefarm.rootfs=http://evil/x"} }, wantErr: "reserved"},
+		// The script names the initrd; a pool's own initrd= would make a
+		// UEFI kernel's EFI stub look for a file iPXE does not have.
+		{name: "initrd= is the script's", m: machine("new", nil), img: newImg, pool: func(p *kubefarmv1.NodePool) { p.Spec.KernelArgs = []string{"initrd=" + dI2} }, wantErr: "initrd= is set by kubefarm-pxe"},
 		{name: "too long", m: machine("new", nil), img: newImg, pool: func(p *kubefarmv1.NodePool) {
 			p.Spec.KernelArgs = nil
 			for i := 0; i < 10; i++ {
@@ -198,6 +201,9 @@ func TestValidateKernelArg(t *testing.T) {
 		`x="y"`:                  false,
 		"x=\\n":                  false,
 		"kubefarm.image=x":       false,
+		"initrd=initrd":          false,
+		"initrd=/boot/ucode.img": false,
+		"rd.initrd=x":            true,
 		"é":                      false,
 		strings.Repeat("a", 513): false,
 	} {
