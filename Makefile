@@ -207,3 +207,16 @@ bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kube
 	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log
 	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
 	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
+	$(MAKE) --no-print-directory bench-tenant
+
+TENANT_BENCH_RUNS    ?= 5
+TENANT_BENCH_TENANTS ?= 50
+
+.PHONY: bench-tenant
+bench-tenant: envtest-tools ## TenantCluster benchmarks: manager memory and reconcile time with 50 tenants (envtest), then seconds to Ready on the e2e cluster (root; leaves it up).
+	@mkdir -p $(BUILD)
+	$(GO) build -o $(BIN)/tenant-scale-bench ./hack/bench/tenantcluster/scale
+	$(GO) build -o $(BIN)/tenant-ready-bench ./hack/bench/tenantcluster/ready
+	$(BIN)/tenant-scale-bench -tenants $(TENANT_BENCH_TENANTS) -out $(BUILD)/bench-tenant-scale.json 2>&1 | tee $(BUILD)/bench-tenant-scale.log
+	$(MAKE) --no-print-directory e2e-up
+	$(BIN)/tenant-ready-bench -runs $(TENANT_BENCH_RUNS) -out $(BUILD)/bench-tenant-ready.json 2>&1 | tee $(BUILD)/bench-tenant-ready.log
