@@ -296,6 +296,75 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 	})
 
+	// envtest runs no kubelet, no StatefulSet or Deployment controller: no
+	// pod ever runs, and the conditions must say so.
+	t.Run("not ready without pods", func(t *testing.T) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEtcdReady)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tenantcluster.ReasonMembersNotReady || !strings.Contains(c.Message, "no pods running yet") {
+			t.Errorf("EtcdReady = %+v, want False/MembersNotReady saying no pods run", c)
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, sts); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=new") {
+			t.Errorf("a first install must bootstrap a new etcd cluster: %v", sts.Spec.Template.Spec.Containers[0].Args)
+		}
+		// The API server is created only once etcd answers: started
+		// earlier it would crash-loop into a long restart back-off.
+		if !hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForEtcd) {
+			t.Errorf("APIServerReady: %s", conditionsString(got))
+		}
+		err = env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-apiserver"}, &appsv1.Deployment{})
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the API server Deployment exists before etcd is ready (err %v)", err)
+		}
+		if !hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") {
+			t.Errorf("Ready is not False: %s", conditionsString(got))
+		}
+		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForAPIServer) {
+			t.Errorf("AddonsReady: %s", conditionsString(got))
+		}
+		if got.Status.ObservedVersion != "" {
+			t.Errorf("observedVersion = %q before any pod ran", got.Status.ObservedVersion)
+		}
+		events := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.UID == got.UID && e.Reason == v1alpha1.ConditionCertificatesReady+tenantcluster.ReasonIssued && e.Type == corev1.EventTypeNormal
+		}) {
+			t.Errorf("no Normal event for the issued certificates among %d events", len(events.Items))
+		}
+	})
+
+	// etcd's members become (simulated) ready: the rest of the control
+	// plane is created.
+	poll(ctx, t, "API server created once etcd is ready", time.Minute, func(ctx context.Context) (bool, string, error) {
+		s := &appsv1.StatefulSet{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, s); err != nil {
+			return false, "", err
+		}
+		if s.Status.ReadyReplicas == 0 || s.Status.ObservedGeneration != s.Generation {
+			n := *s.Spec.Replicas
+			s.Status = appsv1.StatefulSetStatus{ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: n,
+				CurrentReplicas: n, UpdatedReplicas: n, AvailableReplicas: n}
+			if err := env.Client.Status().Update(ctx, s); err != nil {
+				return false, "status update: " + err.Error(), ignoreConflict(err)
+			}
+		}
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, tenantcluster.ReasonNotAvailable), conditionsString(got), nil
+	})
+
 	// Workloads and their owner references.
 	owned := map[string]client.Object{
 		"StatefulSet " + name + "-etcd":                 &appsv1.StatefulSet{},
@@ -333,9 +402,6 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			}
 		}
 		sts := owned["StatefulSet "+name+"-etcd"].(*appsv1.StatefulSet)
-		if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=new") {
-			t.Errorf("a first install must bootstrap a new etcd cluster: %v", sts.Spec.Template.Spec.Containers[0].Args)
-		}
 		if img := sts.Spec.Template.Spec.Containers[0].Image; img != "registry.k8s.io/etcd:3.6.4-0" {
 			t.Errorf("etcd image %s", img)
 		}
@@ -347,42 +413,6 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			if c.Name == build.ComponentAPIServer && c.Image != "registry.k8s.io/kube-apiserver:v1.34.4" {
 				t.Errorf("kube-apiserver image %s", c.Image)
 			}
-		}
-	})
-
-	// envtest runs no kubelet, no StatefulSet or Deployment controller: no
-	// pod ever runs, and the conditions must say so.
-	t.Run("not ready without pods", func(t *testing.T) {
-		got, err := getTC(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []struct{ typ, reason string }{
-			{v1alpha1.ConditionEtcdReady, tenantcluster.ReasonMembersNotReady},
-			{v1alpha1.ConditionAPIServerReady, tenantcluster.ReasonNotAvailable},
-		} {
-			c := meta.FindStatusCondition(got.Status.Conditions, want.typ)
-			if c == nil || c.Status != metav1.ConditionFalse || c.Reason != want.reason || !strings.Contains(c.Message, "no pods running yet") {
-				t.Errorf("%s = %+v, want False/%s saying no pods run", want.typ, c, want.reason)
-			}
-		}
-		if !hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") {
-			t.Errorf("Ready is not False: %s", conditionsString(got))
-		}
-		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForAPIServer) {
-			t.Errorf("AddonsReady: %s", conditionsString(got))
-		}
-		if got.Status.ObservedVersion != "" {
-			t.Errorf("observedVersion = %q before any pod ran", got.Status.ObservedVersion)
-		}
-		events := &eventsv1.EventList{}
-		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.UID == got.UID && e.Reason == v1alpha1.ConditionCertificatesReady+tenantcluster.ReasonIssued && e.Type == corev1.EventTypeNormal
-		}) {
-			t.Errorf("no Normal event for the issued certificates among %d events", len(events.Items))
 		}
 	})
 
@@ -430,7 +460,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
 			dep := &appsv1.Deployment{}
 			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
-				return err
+				return client.IgnoreNotFound(err)
 			}
 			if dep.Status.ObservedGeneration == dep.Generation {
 				continue

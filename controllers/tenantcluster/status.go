@@ -29,6 +29,7 @@ const (
 	ReasonEndpointPending        = "EndpointPending"
 	ReasonControlPlaneReady      = "ControlPlaneReady"
 	ReasonReconcileError         = "ReconcileError"
+	ReasonWaitingForEtcd         = "WaitingForEtcd"
 )
 
 // namedCertificate is a Certificate the reconciler applied, with what it read
