@@ -258,9 +258,12 @@ func TestTenantCluster(t *testing.T) {
 			if err != nil {
 				return false, nil
 			}
-			return serialOf(s.Data["tls.crt"]) != before &&
-				podTemplateChecksum(ctx, t, cs, ns.Name, tc.Name+"-apiserver") != checksumBefore &&
-				rolledOutDeployment(ctx, cs, ns.Name, tc.Name+"-apiserver"), nil
+			checksum := podTemplateChecksum(ctx, t, cs, ns.Name, tc.Name+"-apiserver")
+			return serialOf(s.Data["tls.crt"]) != before && checksum != checksumBefore &&
+				rolledOutDeployment(ctx, cs, ns.Name, tc.Name+"-apiserver") &&
+				// Old pods drain for a few seconds after the rollout
+				// counts them out; wait until they are gone.
+				onlyPodsWithChecksum(ctx, cs, ns.Name, tc.Name, checksum), nil
 		})
 		ok, failed, errs := load.stop()
 		// Every API server serves the new certificate: a few fresh
@@ -429,6 +432,23 @@ func podTemplateChecksum(ctx context.Context, t *testing.T, cs kubernetes.Interf
 		t.Fatal(err)
 	}
 	return d.Spec.Template.Annotations[build.AnnotationChecksum]
+}
+
+// onlyPodsWithChecksum says whether every API server pod, terminating ones
+// included, runs the pod template with the given checksum.
+func onlyPodsWithChecksum(ctx context.Context, cs kubernetes.Interface, ns, cluster, checksum string) bool {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: build.LabelName + "=" + build.ComponentAPIServer + "," + build.LabelInstance + "=" + cluster,
+	})
+	if err != nil || len(pods.Items) == 0 {
+		return false
+	}
+	for _, p := range pods.Items {
+		if p.Annotations[build.AnnotationChecksum] != checksum {
+			return false
+		}
+	}
+	return true
 }
 
 func rolledOutDeployment(ctx context.Context, cs kubernetes.Interface, ns, name string) bool {
