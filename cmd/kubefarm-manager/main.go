@@ -40,6 +40,9 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 	fs.DurationVar(&o.AddonsResync, "tenant-addons-resync", tenantcluster.DefaultAddonsResync,
 		"how often each tenant's add-ons (bootstrap RBAC, cluster-info, kubelet config, konnectivity-agent, kube-proxy, "+
 			"CoreDNS, the probe-host policy) are applied again, which repairs deletions and edits made inside the tenant")
+	fs.StringVar(&o.PXENamespace, "pxe-namespace", "kubefarm-system",
+		"namespace kubefarm-pxe runs in: each tenant's token issuer kubeconfig (a tenant identity that may only manage "+
+			"bootstrap tokens) is written there as Secret token-issuer-<namespace>-<cluster>-<hash>; empty writes none")
 	fs.StringVar(&o.ImageRegistry, "image-registry", "registry.k8s.io",
 		"registry prefix of the tenant control plane images (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, "+
 			"kas-network-proxy/proxy-server), e.g. a mirror such as mirror.example.com/k8s; the Kubernetes tags follow each "+

@@ -28,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -38,6 +39,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
@@ -65,6 +67,8 @@ type options struct {
 	namespace       string
 	shutdownTimeout time.Duration
 	bootWindow      time.Duration
+	podNamespace    string
+	joinTokenTTL    time.Duration
 }
 
 func bindFlags(fs *flag.FlagSet, o *options) {
@@ -95,6 +99,12 @@ func bindFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.namespace, "namespace", "", "only serve Machines and NodePools of this namespace; empty means all")
 	fs.DurationVar(&o.bootWindow, "boot-window", 10*time.Minute,
 		"how long after serving a machine's iPXE script its agent may fetch its boot configuration (once)")
+	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"),
+		"namespace this replica runs in (default $POD_NAMESPACE): the token issuer credentials kubefarm-manager writes there "+
+			"(its --pxe-namespace) are the only Secrets read, so join tokens need only get/list/watch on Secrets of this namespace; "+
+			"empty disables join tokens (/config answers 503)")
+	fs.DurationVar(&o.joinTokenTTL, "join-token-ttl", jointoken.DefaultTTL,
+		"how long a machine's join token (a bootstrap token in its tenant cluster) is valid; at most 24h")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"how long in-flight HTTP requests and TFTP transfers may take to finish on SIGTERM")
 }
@@ -146,10 +156,18 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err := kubefarmv1.AddToScheme(scheme); err != nil {
 		return err
 	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
 	copts := cache.Options{Scheme: scheme}
 	if o.namespace != "" {
 		copts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
 		// BootImages are cluster-scoped; DefaultNamespaces does not apply.
+	}
+	if o.podNamespace != "" {
+		// Secrets only of this namespace, and only the credentials:
+		// whatever --namespace says for Machines.
+		copts = jointoken.CacheOptions(o.podNamespace, copts)
 	}
 	c, err := cache.New(cfg, copts)
 	if err != nil {
@@ -164,6 +182,21 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	machines, err := httpboot.NewCacheMachines(ctx, c, log.WithName("machines"))
 	if err != nil {
 		return err
+	}
+	var tokens httpboot.JoinTokens
+	if o.podNamespace != "" {
+		// Registered now so that the credentials are part of the cache
+		// sync that makes the replica ready.
+		if _, err := c.GetInformer(ctx, &corev1.Secret{}); err != nil {
+			return fmt.Errorf("watching the token issuer credentials: %w", err)
+		}
+		issuer, err := jointoken.New(jointoken.Config{Reader: c, Namespace: o.podNamespace, TTL: o.joinTokenTTL})
+		if err != nil {
+			return fmt.Errorf("--join-token-ttl: %w", err)
+		}
+		tokens = issuer
+	} else {
+		log.Info("no --pod-namespace (or $POD_NAMESPACE): join tokens disabled, /config answers 503")
 	}
 
 	store, err := httpboot.NewStore(httpboot.StoreConfig{
@@ -198,8 +231,10 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		EnsureTimeout: o.ensureTimeout,
 		Windows:       httpboot.NewBootWindows(o.bootWindow, nil),
 		Recorder:      httpboot.StatusRecorder{Client: writer},
-		// Tokens: no issuer yet (it needs the tenant cluster's client), so
-		// /config answers 503 to authorised requests and 403 to the rest.
+		// A tenant without a credential (not ready yet, or written into
+		// another namespace) makes Issue fail: /config answers 503 to the
+		// machine, which retries, and logs which Secret is missing.
+		Tokens: tokens,
 		Ready: func() bool {
 			select {
 			case <-ready:

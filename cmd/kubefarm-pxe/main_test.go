@@ -31,6 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -167,6 +169,8 @@ func TestBinary(t *testing.T) {
 		"--tftp-addr", tftpAddr,
 		"--cache-dir", t.TempDir(),
 		"--workers", "2", "--queue", "16",
+		// The test's namespace plays kubefarm-pxe's own.
+		"--pod-namespace", ns.Name,
 	)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -290,13 +294,66 @@ func TestBinary(t *testing.T) {
 	}
 
 	// Boot configuration: the window is open (the script was just served)
-	// but this build has no join token issuer, so 503; a MAC that is not
-	// this peer's is 403.
+	// but the tenant c1 has no token issuer credential yet, so 503, and the
+	// log names the missing Secret; a MAC that is not this peer's is 403.
+	credName := bootstraptoken.CredentialSecretName(ns.Name, "c1")
 	if code, b := get(base + "/config/" + mac); code != 503 {
 		t.Errorf("/config: %d %s, want 503", code, b)
 	}
 	if code, _ := get(base + "/config/02:42:00:00:00:08"); code != 403 {
 		t.Errorf("/config unknown MAC: %d, want 403", code)
+	}
+	poll("the log names the missing credential", func() bool { return strings.Contains(logBuf.string(), credName+" not found") })
+
+	// The credential arrives, as kubefarm-manager writes it: a kubeconfig
+	// of kubefarm:token-issuer, whose tenant Role (the API server under
+	// test plays the tenant too) is the one the controller applies. The
+	// failed request left the window open: now the machine gets its token.
+	role, binding := build.TokenIssuerRBAC()
+	for _, o := range []client.Object{role, binding} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issuerKubeconfig, err := env.WriteKubeconfig(envtest.User{Name: bootstraptoken.IssuerUser}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := os.ReadFile(issuerKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: credName, Labels: bootstraptoken.CredentialLabels(ns.Name, "c1")},
+		Data:       map[string][]byte{bootstraptoken.KeyKubeconfig: kc},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var nodeConfig struct {
+		Machine   string `json:"machine"`
+		JoinToken string `json:"joinToken"`
+	}
+	poll("/config serves a join token once the credential exists", func() bool {
+		code, b := get(base + "/config/" + mac)
+		return code == 200 && json.Unmarshal(b, &nodeConfig) == nil
+	})
+	tok, err := bootstraptoken.Parse(nodeConfig.JoinToken)
+	if err != nil || nodeConfig.Machine != ns.Name+"/m7" {
+		t.Errorf("/config: machine %q, join token not one (%v)", nodeConfig.Machine, err)
+	} else {
+		s := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstraptoken.SecretName(tok.ID)}, s); err != nil {
+			t.Errorf("the token's Secret: %v", err)
+		} else if s.Labels[bootstraptoken.LabelMachine] != "m7" {
+			t.Errorf("token labels %v", s.Labels)
+		}
+		if strings.Contains(logBuf.string(), nodeConfig.JoinToken) {
+			t.Error("the join token is in kubefarm-pxe's log")
+		}
+	}
+	// Once: the window is consumed.
+	if code, _ := get(base + "/config/" + mac); code != 403 {
+		t.Errorf("second /config: %d, want 403", code)
 	}
 	// Boot report: recorded in the Machine's status.
 	const bootID = "6b1f7f0e-3a0d-4c8e-9d8e-2f4b5c6d7e8f"

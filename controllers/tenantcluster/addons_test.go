@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,9 @@ func addonObjects() []client.Object {
 	return []client.Object{
 		&corev1.ConfigMap{ObjectMeta: objMeta("kube-public", "cluster-info")},
 		&corev1.ConfigMap{ObjectMeta: objMeta("kube-system", build.KubeletConfigMapName)},
+		// kubefarm-pxe's token issuer may manage bootstrap tokens.
+		&rbacv1.Role{ObjectMeta: objMeta("kube-system", "kubefarm:token-issuer")},
+		&rbacv1.RoleBinding{ObjectMeta: objMeta("kube-system", "kubefarm:token-issuer")},
 		&appsv1.DaemonSet{ObjectMeta: objMeta("kube-system", "konnectivity-agent")},
 		&appsv1.DaemonSet{ObjectMeta: objMeta("kube-system", "kube-proxy")},
 		&appsv1.Deployment{ObjectMeta: objMeta("kube-system", "coredns")},

@@ -39,6 +39,13 @@ func (r *Reconciler) apply(ctx context.Context, owner *v1alpha1.TenantCluster, o
 	if err := controllerutil.SetControllerReference(owner, obj, r.Scheme); err != nil {
 		return err
 	}
+	return r.applyUnowned(ctx, obj, into)
+}
+
+// applyUnowned is apply without the owner reference, for the one object
+// outside the TenantCluster's namespace, which an owner reference cannot
+// reach (the garbage collector would delete it at once as an orphan).
+func (r *Reconciler) applyUnowned(ctx context.Context, obj, into client.Object) error {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return fmt.Errorf("converting %T %s: %w", obj, obj.GetName(), err)

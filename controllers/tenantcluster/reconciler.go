@@ -35,6 +35,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 // Finalizer holds a TenantCluster until the controller has handled what
@@ -92,6 +93,12 @@ type Reconciler struct {
 	// AddonsResync is how often the add-ons are applied again to repair
 	// changes made inside the tenant; zero means DefaultAddonsResync.
 	AddonsResync time.Duration
+	// PXENamespace is the namespace kubefarm-pxe runs in. The controller
+	// writes there, per tenant, the token issuer's kubeconfig
+	// (bootstraptoken.CredentialSecretName), so that kubefarm-pxe needs to
+	// read Secrets of its own namespace only, never the tenants' PKI.
+	// Empty: no credential is written (no kubefarm-pxe issues join tokens).
+	PXENamespace string
 }
 
 func (r *Reconciler) addonsResync() time.Duration {
@@ -462,6 +469,9 @@ func (r *Reconciler) applyKubeconfigs(ctx context.Context, tc *v1alpha1.TenantCl
 	if err := r.apply(ctx, tc, r.kubeconfigSecret(c, InternalAdminKubeconfigSecretName(c.Name), internal), nil); err != nil {
 		return err
 	}
+	if err := r.applyTokenIssuerCredential(ctx, c, secrets); err != nil {
+		return err
+	}
 	if endpoint == "" {
 		return nil
 	}
@@ -490,6 +500,60 @@ func (r *Reconciler) kubeconfigSecret(c *build.Cluster, name string, kubeconfig 
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{AdminKubeconfigKey: kubeconfig},
 	}
+}
+
+// applyTokenIssuerCredential writes the token issuer's kubeconfig into
+// PXENamespace. It points at the in-cluster endpoint, like the internal
+// admin kubeconfig: kubefarm-pxe runs in the admin cluster and need not
+// reach the external address. The Secret is in another namespace than the
+// TenantCluster, so it can have no owner reference; reconcileDelete
+// deletes it.
+func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *build.Cluster, secrets build.SecretData) error {
+	if r.PXENamespace == "" {
+		return nil
+	}
+	s := secrets[c.SecretName(build.RoleTokenIssuer)]
+	kubeconfig, err := build.Kubeconfig(c.Name, c.InClusterEndpoint(), build.UserTokenIssuer,
+		build.ClientCredentials{CAData: s["ca.crt"], CertData: s["tls.crt"], KeyData: s["tls.key"]})
+	if err != nil {
+		return err
+	}
+	labels := bootstraptoken.CredentialLabels(c.Namespace, c.Name)
+	labels[build.LabelManagedBy] = "kubefarm"
+	secret := &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: bootstraptoken.CredentialSecretName(c.Namespace, c.Name), Namespace: r.PXENamespace, Labels: labels,
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{bootstraptoken.KeyKubeconfig: kubeconfig},
+	}
+	err = r.applyUnowned(ctx, secret, nil)
+	if apierrors.IsNotFound(err) {
+		// The namespace does not exist: kubefarm-pxe is not installed
+		// there. The tenant's control plane does not depend on it, so this
+		// is no reason to hold the TenantCluster back; the next pass
+		// writes the credential once the namespace is there.
+		log.FromContext(ctx).Info("not writing the token issuer credential: the PXE namespace does not exist", "namespace", r.PXENamespace)
+		return nil
+	}
+	return err
+}
+
+// deleteTokenIssuerCredential deletes the credential written by
+// applyTokenIssuerCredential. It is deleted whatever the volumeReclaimPolicy:
+// it grants access to a tenant that is going away, and a TenantCluster
+// recreated on retained PKI writes it again.
+func (r *Reconciler) deleteTokenIssuerCredential(ctx context.Context, tc *v1alpha1.TenantCluster) error {
+	if r.PXENamespace == "" {
+		return nil
+	}
+	s := &corev1.Secret{}
+	s.Namespace, s.Name = r.PXENamespace, bootstraptoken.CredentialSecretName(tc.Namespace, tc.Name)
+	if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting the token issuer credential %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
 }
 
 // reconcileEtcd applies the etcd StatefulSet with the initial cluster state
@@ -573,13 +637,18 @@ func (r *Reconciler) reconcilePDBs(ctx context.Context, tc *v1alpha1.TenantClust
 }
 
 // reconcileDelete runs while the TenantCluster is being deleted. Everything
-// the controller wrote carries an owner reference to it, so the garbage
-// collector removes those; the finalizer exists for etcd's volumes, which
+// the controller wrote in the TenantCluster's namespace carries an owner
+// reference to it, so the garbage collector removes those; the finalizer
+// exists for the token issuer credential in PXENamespace, which no owner
+// reference can reach across namespaces, and for etcd's volumes, which
 // belong to the StatefulSet controller's claims and outlive the
 // StatefulSet: they are deleted or kept as spec.volumeReclaimPolicy says.
 func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) error {
 	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
 		return nil
+	}
+	if err := r.deleteTokenIssuerCredential(ctx, tc); err != nil {
+		return err
 	}
 	pvcs, err := r.etcdVolumes(ctx, tc)
 	if err != nil {

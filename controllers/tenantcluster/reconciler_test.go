@@ -34,6 +34,7 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -86,12 +87,25 @@ func run(m *testing.M) (int, error) {
 		MetricsAddr: "0", ProbeAddr: "0",
 		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
 		AddonsResync: testAddonsResync,
+		PXENamespace: pxeNamespace,
 	})
 	if err != nil {
 		return 1, err
 	}
 	defer testenv.RunManager(mgr)()
 	return m.Run(), nil
+}
+
+// pxeNamespace is where the manager under test writes the token issuer
+// credentials: the namespace the serving certificate was issued in, which
+// exists.
+const pxeNamespace = "kubefarm-system"
+
+// tokenIssuerCredential reads the token issuer credential of ns/name from
+// the PXE namespace.
+func tokenIssuerCredential(ctx context.Context, ns, name string) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	return s, env.Client.Get(ctx, types.NamespacedName{Namespace: pxeNamespace, Name: bootstraptoken.CredentialSecretName(ns, name)}, s)
 }
 
 func newNamespace(t *testing.T) string {
@@ -222,8 +236,8 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	if err := env.Client.List(ctx, certs, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	if len(certs.Items) != 16 {
-		t.Errorf("%d Certificates, want 16", len(certs.Items))
+	if len(certs.Items) != 17 {
+		t.Errorf("%d Certificates, want 17", len(certs.Items))
 	}
 
 	secret := func(n string) *corev1.Secret {
@@ -274,6 +288,51 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		if s := internal.Clusters[internal.Contexts[internal.CurrentContext].Cluster].Server; s != fmt.Sprintf("https://%s-apiserver.%s.svc:6443", name, ns) {
 			t.Errorf("in-cluster kubeconfig server = %s", s)
+		}
+	})
+
+	// kubefarm-pxe's credential: in its own namespace, labelled for its
+	// cache, the token issuer's identity and nothing more, at the
+	// in-cluster endpoint.
+	t.Run("token issuer credential", func(t *testing.T) {
+		s, err := tokenIssuerCredential(ctx, ns, name)
+		if err != nil {
+			t.Fatalf("token issuer credential in %s: %v", pxeNamespace, err)
+		}
+		for k, v := range map[string]string{
+			"kubefarm.io/credential": "token-issuer", "kubefarm.io/tenant-cluster": name, "kubefarm.io/tenant-namespace": ns,
+		} {
+			if s.Labels[k] != v {
+				t.Errorf("label %s = %q, want %q", k, s.Labels[k], v)
+			}
+		}
+		if len(s.OwnerReferences) != 0 {
+			t.Errorf("owner references %v across namespaces", s.OwnerReferences)
+		}
+		cfg, err := clientcmd.Load(s.Data[bootstraptoken.KeyKubeconfig])
+		if err != nil {
+			t.Fatalf("parsing the token issuer kubeconfig: %v", err)
+		}
+		kctx := cfg.Contexts[cfg.CurrentContext]
+		if kctx == nil {
+			t.Fatalf("current context %q missing", cfg.CurrentContext)
+		}
+		cluster, user := cfg.Clusters[kctx.Cluster], cfg.AuthInfos[kctx.AuthInfo]
+		if cluster.Server != fmt.Sprintf("https://%s-apiserver.%s.svc:6443", name, ns) {
+			t.Errorf("server = %s, want the in-cluster endpoint", cluster.Server)
+		}
+		if ca := parseCert(t, cluster.CertificateAuthorityData); !ca.Equal(caCert) {
+			t.Errorf("kubeconfig trusts %q, not the cluster CA", ca.Subject)
+		}
+		leaf := parseCert(t, user.ClientCertificateData)
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("token issuer certificate does not chain to the cluster CA: %v", err)
+		}
+		if leaf.Subject.CommonName != "kubefarm:token-issuer" || len(leaf.Subject.Organization) != 0 {
+			t.Errorf("token issuer identity = CN %q O %v, want kubefarm:token-issuer and no group", leaf.Subject.CommonName, leaf.Subject.Organization)
+		}
+		if len(user.ClientKeyData) == 0 {
+			t.Error("no client key")
 		}
 	})
 
@@ -649,6 +708,9 @@ func TestTenantClusterLifecycle(t *testing.T) {
 				t.Errorf("certificate Secret %s left behind (volumeReclaimPolicy Delete)", s.Name)
 			}
 		}
+		if _, err := tokenIssuerCredential(ctx, ns, name); !apierrors.IsNotFound(err) {
+			t.Errorf("token issuer credential left behind in %s (err %v)", pxeNamespace, err)
+		}
 	})
 }
 
@@ -706,7 +768,15 @@ func TestInvalidSpec(t *testing.T) {
 			return e.Regarding.UID == got.UID && e.Type == corev1.EventTypeWarning && strings.Contains(e.Reason, tenantcluster.ReasonInvalidSpec)
 		}), fmt.Sprintf("%d events", len(events.Items)), nil
 	})
-	// Deletion still works for a spec that never resolved.
+	// Deletion still works for a spec that never resolved. A token issuer
+	// credential (left, say, by an earlier valid spec) goes too, although
+	// volumeReclaimPolicy is Retain: it grants access to a tenant that is
+	// going away.
+	stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: pxeNamespace, Name: bootstraptoken.CredentialSecretName(ns, tc.Name),
+		Labels: bootstraptoken.CredentialLabels(ns, tc.Name)}}
+	if err := env.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
 	if err := env.Client.Delete(ctx, got); err != nil {
 		t.Fatal(err)
 	}
@@ -714,6 +784,9 @@ func TestInvalidSpec(t *testing.T) {
 		_, err := getTC(ctx, key)
 		return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
 	})
+	if _, err := tokenIssuerCredential(ctx, ns, tc.Name); !apierrors.IsNotFound(err) {
+		t.Errorf("token issuer credential left behind with volumeReclaimPolicy Retain (err %v)", err)
+	}
 }
 
 // leastPrivilegeClient is a client with only the generated ClusterRole
@@ -764,7 +837,8 @@ func TestLeastPrivilege(t *testing.T) {
 	defer cancel()
 	c := leastPrivilegeClient(ctx, t)
 	r := &tenantcluster.Reconciler{Client: c, APIReader: c, Scheme: env.Scheme,
-		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s")}
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s"),
+		PXENamespace: pxeNamespace}
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
 	tc.Name = "cluster2"
@@ -792,6 +866,9 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	if got.Status.Endpoint != "https://203.0.113.7:443" {
 		t.Errorf("endpoint = %q", got.Status.Endpoint)
+	}
+	if _, err := tokenIssuerCredential(ctx, ns, tc.Name); err != nil {
+		t.Errorf("token issuer credential not written with the generated RBAC: %v", err)
 	}
 	sts := &appsv1.StatefulSet{}
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd"}, sts); err != nil {
@@ -848,6 +925,9 @@ func TestLeastPrivilege(t *testing.T) {
 	})
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc); err == nil && pvc.DeletionTimestamp.IsZero() {
 		t.Error("etcd volume not deleted")
+	}
+	if _, err := tokenIssuerCredential(ctx, ns, tc.Name); !apierrors.IsNotFound(err) {
+		t.Errorf("token issuer credential left behind (err %v)", err)
 	}
 }
 

@@ -42,6 +42,9 @@ type Options struct {
 	// AddonsResync is how often tenant add-ons are applied again to repair
 	// changes made inside a tenant; zero means the controller's default.
 	AddonsResync time.Duration
+	// PXENamespace is where kubefarm-pxe runs; the TenantCluster controller
+	// writes each tenant's token issuer credential there. Empty writes none.
+	PXENamespace string
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -120,6 +123,7 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		Recorder:     mgr.GetEventRecorder("tenantcluster-controller"),
 		Images:       tenantcluster.DefaultImages(opts.ImageRegistry),
 		AddonsResync: opts.AddonsResync,
+		PXENamespace: opts.PXENamespace,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the TenantCluster controller: %w", err)
 	}

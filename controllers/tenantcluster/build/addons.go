@@ -162,6 +162,8 @@ func buildAddons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 	roles, roleBindings = append(roles, r), append(roleBindings, rb)
 	r, rb = kubeletConfigRBAC()
 	roles, roleBindings = append(roles, r), append(roleBindings, rb)
+	r, rb = TokenIssuerRBAC()
+	roles, roleBindings = append(roles, r), append(roleBindings, rb)
 
 	ci, err := clusterInfo(c, in)
 	if err != nil {

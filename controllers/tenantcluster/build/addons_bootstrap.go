@@ -10,6 +10,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 var (
@@ -89,6 +91,36 @@ func clusterInfoRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
 func kubeletConfigRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
 	return getConfigMapRBAC(nsKubeSystem, "kubefarm:kubelet-config", KubeletConfigMapName,
 		groupSubject(groupNodes), groupSubject(GroupBootstrappers))
+}
+
+// TokenIssuerRBAC is the Role (and its RoleBinding to UserTokenIssuer)
+// with which kubefarm-pxe issues, revokes and prunes the machines' bootstrap
+// tokens: Secrets in kube-system, nothing cluster-wide, nothing elsewhere.
+//
+// It is wider than the job, and cannot be narrower: RBAC cannot restrict
+// "create" by name (the name is not known when the request is authorized),
+// so the user may create any Secret in kube-system, not only
+// bootstrap-token-*; and "delete" must cover every token name, which are
+// random. get and list (for Prune) read every Secret of kube-system. Hence
+// the credential is its own certificate and lives only in kubefarm-pxe's
+// namespace, and kube-system should hold no Secret more valuable than the
+// ability to join a node (the tenant's service-account signing key and
+// certificates are in the admin cluster, not in here).
+func TokenIssuerRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
+	name := bootstraptoken.IssuerRole
+	return &rbacv1.Role{
+			TypeMeta:   roleMeta,
+			ObjectMeta: addonMeta(bootstraptoken.Namespace, name, nil),
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{""}, Resources: []string{"secrets"},
+				Verbs: []string{"create", "get", "list", "delete"},
+			}},
+		}, &rbacv1.RoleBinding{
+			TypeMeta:   roleBindingMeta,
+			ObjectMeta: addonMeta(bootstraptoken.Namespace, name, nil),
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: UserTokenIssuer}},
+		}
 }
 
 // clusterInfo is kube-public/cluster-info: a kubeconfig with the endpoint

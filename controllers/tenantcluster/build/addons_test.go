@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -83,8 +84,10 @@ var (
 		"ClusterRoleBinding kubefarm:node-autoapprove-certificate-rotation",
 		"Role kube-public/kubefarm:bootstrap-signer-clusterinfo",
 		"Role kube-system/kubefarm:kubelet-config",
+		"Role kube-system/kubefarm:token-issuer",
 		"RoleBinding kube-public/kubefarm:bootstrap-signer-clusterinfo",
 		"RoleBinding kube-system/kubefarm:kubelet-config",
+		"RoleBinding kube-system/kubefarm:token-issuer",
 		"ConfigMap kube-public/cluster-info",
 		"ConfigMap kube-system/kubelet-config",
 	}
@@ -114,8 +117,10 @@ func TestAddonsOrderAndNames(t *testing.T) {
 		"ClusterRoleBinding kubefarm:coredns",
 		"Role kube-public/kubefarm:bootstrap-signer-clusterinfo",
 		"Role kube-system/kubefarm:kubelet-config",
+		"Role kube-system/kubefarm:token-issuer",
 		"RoleBinding kube-public/kubefarm:bootstrap-signer-clusterinfo",
 		"RoleBinding kube-system/kubefarm:kubelet-config",
+		"RoleBinding kube-system/kubefarm:token-issuer",
 		"ServiceAccount kube-system/konnectivity-agent",
 		"ServiceAccount kube-system/kube-proxy",
 		"ServiceAccount kube-system/coredns",
@@ -364,6 +369,26 @@ func TestBootstrapRBAC(t *testing.T) {
 	role := findAddon[*rbacv1.Role](t, objs, "Role kube-system/kubefarm:kubelet-config")
 	if !slices.Equal(role.Rules[0].ResourceNames, []string{KubeletConfigMapName}) {
 		t.Errorf("kubelet-config rules %+v", role.Rules)
+	}
+}
+
+// TestTokenIssuerRBAC: the token issuer may touch Secrets of kube-system
+// and nothing else, and the binding names its user alone.
+func TestTokenIssuerRBAC(t *testing.T) {
+	objs := mustAddons(t, addonCluster(t), allAddons())
+	role := findAddon[*rbacv1.Role](t, objs, "Role kube-system/kubefarm:token-issuer")
+	want := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "delete"}}
+	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0], want) {
+		t.Errorf("rules %+v, want only %+v", role.Rules, want)
+	}
+	rb := findAddon[*rbacv1.RoleBinding](t, objs, "RoleBinding kube-system/kubefarm:token-issuer")
+	if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name || len(rb.Subjects) != 1 ||
+		!hasSubject(rb.Subjects, rbacv1.UserKind, UserTokenIssuer) {
+		t.Errorf("binding roleRef %+v subjects %+v", rb.RoleRef, rb.Subjects)
+	}
+	cert := CertificateFor(addonCluster(t), RoleTokenIssuer)
+	if cert.Spec.CommonName != UserTokenIssuer || cert.Spec.Subject != nil {
+		t.Errorf("the binding's user %q is not the certificate's identity (CN %q, subject %+v)", UserTokenIssuer, cert.Spec.CommonName, cert.Spec.Subject)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 // PKIRole is one certificate (or key) of a tenant control plane. It is the
@@ -56,6 +58,12 @@ const (
 	// CA. The controller uses it only to create the RBAC bindings the other
 	// identities need; it is never handed to users.
 	RoleSuperAdmin PKIRole = "super-admin"
+	// RoleTokenIssuer is kubefarm-pxe's identity in the tenant: it creates,
+	// revokes and prunes the machines' bootstrap tokens and nothing else
+	// (the Role from TokenIssuerRBAC). A certificate of its own, rather
+	// than the admin's, so that the credential kubefarm-pxe holds cannot
+	// do more than issue tokens.
+	RoleTokenIssuer PKIRole = "token-issuer"
 	// RoleServiceAccount holds the key that signs service-account tokens.
 	// See certificateFor for why it is a cert-manager Certificate.
 	RoleServiceAccount PKIRole = "service-account"
@@ -69,8 +77,11 @@ const (
 	UserKonnectivityServer = "system:konnectivity-server"
 	UserAdmin              = "kubefarm:admin"
 	UserSuperAdmin         = "kubefarm:super-admin"
-	GroupClusterAdmins     = "kubefarm:cluster-admins"
-	GroupMasters           = "system:masters"
+	// UserTokenIssuer has no organization: its only permissions are the
+	// tenant Role bound to this user by name.
+	UserTokenIssuer    = bootstraptoken.IssuerUser
+	GroupClusterAdmins = "kubefarm:cluster-admins"
+	GroupMasters       = "system:masters"
 	// FrontProxyClientName must match --requestheader-allowed-names.
 	FrontProxyClientName = "front-proxy-client"
 )
@@ -131,6 +142,7 @@ func (c *Cluster) certDefs() []certDef {
 		{role: RoleKonnectivityClient, issuer: ca, cn: UserKonnectivityServer, usages: clientUsages},
 		{role: RoleAdmin, issuer: ca, cn: UserAdmin, orgs: []string{GroupClusterAdmins}, usages: clientUsages},
 		{role: RoleSuperAdmin, issuer: ca, cn: UserSuperAdmin, orgs: []string{GroupMasters}, usages: clientUsages},
+		{role: RoleTokenIssuer, issuer: ca, cn: UserTokenIssuer, usages: clientUsages},
 
 		{role: RoleFrontProxyClient, issuer: fp, cn: FrontProxyClientName, usages: clientUsages},
 

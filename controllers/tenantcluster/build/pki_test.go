@@ -43,8 +43,8 @@ func TestCertificatesAreConsistent(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	certs := Certificates(c)
-	if len(certs) != 16 {
-		t.Errorf("got %d certificates, want 16", len(certs))
+	if len(certs) != 17 {
+		t.Errorf("got %d certificates, want 17", len(certs))
 	}
 	for _, cert := range certs {
 		role := cert.Labels[LabelPKIRole]
@@ -96,6 +96,7 @@ func TestCertificateIdentities(t *testing.T) {
 		{RoleKonnectivityClient, "alpha-ca", false, "system:konnectivity-server", nil, client},
 		{RoleAdmin, "alpha-ca", false, "kubefarm:admin", []string{"kubefarm:cluster-admins"}, client},
 		{RoleSuperAdmin, "alpha-ca", false, "kubefarm:super-admin", []string{"system:masters"}, client},
+		{RoleTokenIssuer, "alpha-ca", false, "kubefarm:token-issuer", nil, client},
 	}
 	for _, tt := range cases {
 		t.Run(string(tt.role), func(t *testing.T) {

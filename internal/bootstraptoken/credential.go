@@ -1,0 +1,61 @@
+package bootstraptoken
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// The token issuer's credential. kubefarm-manager writes, for every
+// TenantCluster, a kubeconfig of the tenant user IssuerUser into a Secret in
+// kubefarm-pxe's namespace; kubefarm-pxe reads it to issue join tokens. The
+// names live here, beside the tokens, because both sides must agree on them
+// and neither should import the other.
+const (
+	// IssuerUser is the tenant identity (client certificate CN, no
+	// organization) that issues, revokes and prunes join tokens. The
+	// tenant's Role IssuerRole in kube-system is bound to this user alone.
+	IssuerUser = "kubefarm:token-issuer"
+	// IssuerRole names the tenant Role and RoleBinding of IssuerUser.
+	IssuerRole = "kubefarm:token-issuer"
+
+	// LabelCredential marks the Secrets kubefarm-pxe may read: its cache
+	// selects on LabelCredential=CredentialTokenIssuer, so nothing else in
+	// its namespace is ever loaded into its memory.
+	LabelCredential       = "kubefarm.io/credential"
+	CredentialTokenIssuer = "token-issuer"
+	// LabelTenantCluster and LabelTenantNamespace name the TenantCluster a
+	// credential belongs to; the Secret lives in another namespace than
+	// its tenant, so the namespace needs a label of its own.
+	LabelTenantCluster   = "kubefarm.io/tenant-cluster"
+	LabelTenantNamespace = "kubefarm.io/tenant-namespace"
+	// KeyKubeconfig is the data key of the kubeconfig in the Secret.
+	KeyKubeconfig = "kubeconfig"
+)
+
+// maxSecretName is the longest valid Secret name (a DNS subdomain).
+const maxSecretName = 253
+
+// CredentialSecretName names the token issuer credential of TenantCluster
+// namespace/cluster: token-issuer-<namespace>-<cluster>-<hash>. All tenants'
+// credentials share one namespace, and "-" may appear inside both names, so
+// "a-b"/"c" and "a"/"b-c" would collide without the hash of the pair; a
+// collision would hand one tenant's machines tokens of another tenant. The
+// readable part is cut if needed to stay a valid name.
+func CredentialSecretName(namespace, cluster string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + cluster))
+	suffix := "-" + hex.EncodeToString(sum[:4])
+	base := "token-issuer-" + namespace + "-" + cluster
+	if len(base)+len(suffix) > maxSecretName {
+		base = base[:maxSecretName-len(suffix)]
+	}
+	return base + suffix
+}
+
+// CredentialLabels are the labels of the credential of namespace/cluster.
+func CredentialLabels(namespace, cluster string) map[string]string {
+	return map[string]string{
+		LabelCredential:      CredentialTokenIssuer,
+		LabelTenantCluster:   cluster,
+		LabelTenantNamespace: namespace,
+	}
+}
