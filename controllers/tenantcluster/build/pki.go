@@ -147,7 +147,10 @@ func (c *Cluster) certDefs() []certDef {
 		{role: RoleFrontProxyClient, issuer: fp, cn: FrontProxyClientName, usages: clientUsages},
 
 		{role: RoleAPIServerEtcdClient, issuer: etcd, cn: "kube-apiserver-etcd-client", usages: clientUsages},
-		{role: RoleEtcdServer, issuer: etcd, cn: "etcd-server", usages: serverUsages, dns: etcdDNS, ips: etcdIPs},
+		// Client auth too: etcd's own gRPC gateway dials the member with
+		// the server certificate, which without it logs a key-usage
+		// rejection on every start.
+		{role: RoleEtcdServer, issuer: etcd, cn: "etcd-server", usages: peerUsages, dns: etcdDNS, ips: etcdIPs},
 		// Peers dial each other and accept each other's dials with the same
 		// certificate, so it needs both usages.
 		{role: RoleEtcdPeer, issuer: etcd, cn: "etcd-peer", usages: peerUsages, dns: etcdDNS, ips: etcdIPs},

@@ -88,7 +88,7 @@ func TestCertificateIdentities(t *testing.T) {
 		{RoleAPIServerKubeletClient, "alpha-ca", false, "kubefarm:apiserver-kubelet-client", nil, client},
 		{RoleAPIServerEtcdClient, "alpha-etcd-ca", false, "kube-apiserver-etcd-client", nil, client},
 		{RoleFrontProxyClient, "alpha-front-proxy-ca", false, "front-proxy-client", nil, client},
-		{RoleEtcdServer, "alpha-etcd-ca", false, "etcd-server", nil, server},
+		{RoleEtcdServer, "alpha-etcd-ca", false, "etcd-server", nil, both},
 		{RoleEtcdPeer, "alpha-etcd-ca", false, "etcd-peer", nil, both},
 		{RoleControllerManager, "alpha-ca", false, "system:kube-controller-manager", nil, client},
 		{RoleScheduler, "alpha-ca", false, "system:kube-scheduler", nil, client},
