@@ -1,0 +1,941 @@
+package replicas
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/iana"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+)
+
+// The boot network.
+const (
+	bridge     = "kfbr0"
+	lanIP      = "10.78.0.1" // gateway, DNS, artifact origin
+	subnet     = "10.78.0.0/24"
+	httpPort   = 8080
+	originPort = 8081
+	// apiAddr is where each replica's namespace reaches the API server.
+	apiAddr = "127.0.0.1:6443"
+	ipxeDir = "/usr/lib/ipxe"
+	// Every client namespace calls its interface this.
+	ifname = "eth0"
+	// leaseTime is the pool's lease time.
+	leaseTime = 10 * time.Minute
+)
+
+var dnsServers = []string{lanIP, "10.78.0.53"}
+
+const domain = "farm.test"
+
+// clientKind is what the Go client pretends to be.
+type clientKind int
+
+const (
+	iPXE     clientKind = iota // iPXE running: user class "iPXE" -> HTTP script URL
+	biosROM                    // BIOS PXE ROM: arch 0, PXEClient -> TFTP undionly.kpxe
+	uefiFirm                   // UEFI x86-64 firmware PXE: arch 7 -> TFTP ipxe.efi
+)
+
+func (k clientKind) String() string {
+	return [...]string{"iPXE", "BIOS PXE ROM", "UEFI PXE"}[k]
+}
+
+// machine is one Machine of the pool and how the test's client talks for it.
+type machine struct {
+	name string
+	macs []string
+	ip   string
+	tags []string
+	kind clientKind
+	// mac is the MAC the client uses (one of macs).
+	mac string
+	// selects is the replica whose OFFER the client takes (0: A, 1: B).
+	selects int
+}
+
+var machines = []machine{
+	{name: "m1", macs: []string{"52:54:00:78:00:11"}, ip: "10.78.0.11", kind: iPXE, mac: "52:54:00:78:00:11", selects: 0},
+	{name: "m2", macs: []string{"52:54:00:78:00:12"}, ip: "10.78.0.12", tags: []string{"ntp"}, kind: biosROM, mac: "52:54:00:78:00:12", selects: 1},
+	{name: "m3", macs: []string{"52:54:00:78:00:13", "52:54:00:78:01:13"}, ip: "10.78.0.13", tags: []string{"ntp"}, kind: uefiFirm,
+		mac: "52:54:00:78:01:13", selects: 0},
+}
+
+// ntpOption is the "ntp" tag's DHCP option 42 (NTP servers): 10.78.0.1.
+var ntpOption = []byte{10, 78, 0, 1}
+
+// replica is one kubefarm-pxe process and its namespace.
+type replica struct {
+	name, ns, ip string
+	pxe          *netnstest.PXE
+}
+
+func (r *replica) base() string { return fmt.Sprintf("http://%s:%d", r.ip, httpPort) }
+
+// farm is everything the subtests share.
+type farm struct {
+	lan      string
+	replicas [2]*replica
+	lanHTTP  *http.Client // from the LAN namespace: metrics, scripts
+	kernel   []byte
+	image    *kubefarmv1.BootImage
+	probe    string // the Go client's namespace
+	replies  chan reply
+	// conn is the Go client's socket: port 68, bound to the probe's
+	// interface (SO_BINDTODEVICE), broadcast allowed.
+	conn net.PacketConn
+	// leasedFrom: machine name -> replica index whose ACK it holds.
+	leasedFrom map[string]int
+}
+
+// reply is one DHCP packet the Go client received.
+type reply struct {
+	pkt *dhcpv4.DHCPv4
+	src *net.UDPAddr
+}
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+// TestTwoReplicas: see doc.go.
+func TestTwoReplicas(t *testing.T) {
+	netnstest.RequireRoot(t)
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Fatal("busybox is not installed (apt-get install -y busybox): udhcpc and tftp are the real clients of this test")
+	}
+	for _, f := range []string{"undionly.kpxe", "ipxe.efi"} {
+		if _, err := os.Stat(filepath.Join(ipxeDir, f)); err != nil {
+			t.Fatalf("%s: install the Debian package ipxe", err)
+		}
+	}
+	ctrllog.SetLogger(logr.Discard())
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+
+	binary := netnstest.BuildPXE(ctx, t)
+	t.Logf("built kubefarm-pxe in %s", time.Since(start).Round(time.Millisecond))
+
+	f := &farm{leasedFrom: map[string]int{}}
+	f.lan = netnstest.New(t, "kfrep-lan")
+	netnstest.Bridge(t, f.lan, bridge, lanIP+"/24")
+	f.lanHTTP = netnstest.HTTPClient(f.lan)
+
+	env := testenv.StartT(t, testenv.Options{})
+	apiURL, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("API server up after %s", time.Since(start).Round(time.Millisecond))
+
+	// The artifact origin, on the LAN: a BootImage's published blobs.
+	f.kernel = []byte("kubefarm replicas test: not a kernel\n")
+	initrd := []byte("kubefarm replicas test: not an initrd\n")
+	rootfs := []byte("kubefarm replicas test: not a root file system\n")
+	blobs := map[string][]byte{"/" + sha(f.kernel): f.kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
+	originLn := netnstest.Listen(t, f.lan, net.JoinHostPort(lanIP, strconv.Itoa(originPort)))
+	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, ok := blobs[r.URL.Path]; ok {
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	origin.Listener.Close()
+	origin.Listener = originLn
+	origin.Start()
+	t.Cleanup(origin.Close)
+	originURL := fmt.Sprintf("http://%s:%d", lanIP, originPort)
+
+	f.createObjects(ctx, t, env, originURL, initrd, rootfs)
+
+	// Both replicas, each in its own namespace on the bridge, each reaching
+	// the API server through its own forwarder at the same address.
+	kubeconfig := netnstest.APIKubeconfig(t, env, "kubefarm-pxe", apiAddr)
+	for i, ip := range []string{"10.78.0.2", "10.78.0.3"} {
+		r := &replica{name: string(rune('A' + i)), ip: ip}
+		r.ns = netnstest.New(t, "kfrep-"+strings.ToLower(r.name))
+		netnstest.Attach(t, f.lan, bridge, "kfrep"+r.name, r.ns, ifname, "", ip+"/24")
+		netnstest.Forward(t, netnstest.Listen(t, r.ns, apiAddr), apiURL.Host)
+		r.pxe = netnstest.StartPXE(t, r.name, r.ns, binary,
+			"--kubeconfig", kubeconfig,
+			"--server-ip", ip,
+			"--interface", ifname,
+			"--http-addr", net.JoinHostPort(ip, strconv.Itoa(httpPort)),
+			"--tftp-addr", net.JoinHostPort(ip, "69"),
+			"--ipxe-dir", ipxeDir,
+			"--cache-dir", t.TempDir(),
+		)
+		f.replicas[i] = r
+	}
+	// Ready: cache synced, and every machine's script served (HEAD caches
+	// the artifacts without opening boot windows).
+	for _, r := range f.replicas {
+		urls := []string{r.base() + "/healthz"}
+		for _, m := range machines {
+			for _, mac := range m.macs {
+				urls = append(urls, r.base()+"/boot/"+mac+".ipxe")
+			}
+		}
+		r.pxe.WaitHTTP(ctx, t, f.lanHTTP, 2*time.Minute, urls...)
+	}
+	t.Logf("both replicas serving after %s", time.Since(start).Round(time.Millisecond))
+
+	// The Go client: a namespace on the bridge whose interface has m1's
+	// MAC (it rebinds m1's lease later) and, until then, no address. A UDP
+	// socket bound to the interface sends the broadcasts from 0.0.0.0 and
+	// receives every broadcast reply, from both replicas.
+	f.probe = netnstest.New(t, "kfrep-probe")
+	netnstest.Attach(t, f.lan, bridge, "kfrepP", f.probe, ifname, machines[0].mac, "")
+	if err := netnstest.Do(f.probe, func() (err error) {
+		f.conn, err = server4.NewIPv4UDPConn(ifname, &net.UDPAddr{Port: dhcpv4.ClientPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.replies = make(chan reply, 64)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		buf := make([]byte, 4096)
+		for {
+			n, from, err := f.conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			p, err := dhcpv4.FromBytes(buf[:n])
+			if err != nil || p.OpCode != dhcpv4.OpcodeBootReply {
+				continue
+			}
+			src, _ := from.(*net.UDPAddr)
+			f.replies <- reply{pkt: p, src: src}
+		}
+	}()
+	t.Cleanup(func() {
+		f.conn.Close()
+		<-readerDone
+	})
+
+	phase := time.Now()
+	t.Run("IdenticalAnswers", func(t *testing.T) {
+		for _, m := range machines {
+			t.Run(m.name, func(t *testing.T) { f.identical(ctx, t, m) })
+		}
+	})
+	t.Logf("identical answers checked in %s", time.Since(phase).Round(time.Millisecond))
+	if t.Failed() {
+		return
+	}
+
+	phase = time.Now()
+	t.Run("KillOne", func(t *testing.T) { f.killOne(ctx, t) })
+	t.Logf("kill-one checked in %s", time.Since(phase).Round(time.Millisecond))
+	t.Logf("whole test: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// createObjects writes the BootImage, the NodePool, and its Machines with
+// status.servedImage pinned as the NodePool controller does on first boot.
+func (f *farm) createObjects(ctx context.Context, t *testing.T, env *testenv.Env, originURL string, initrd, rootfs []byte) {
+	t.Helper()
+	cl := env.Client
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "replicas-"}}
+	if err := cl.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	f.image = &kubefarmv1.BootImage{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicas"},
+		Spec: kubefarmv1.BootImageSpec{
+			KubeletVersion: "v1.34.0",
+			Kernel:         kubefarmv1.Artifact{Digest: sha(f.kernel), URL: originURL + "/" + sha(f.kernel)},
+			Initrd:         kubefarmv1.Artifact{Digest: sha(initrd), URL: originURL + "/" + sha(initrd)},
+			Rootfs:         kubefarmv1.Artifact{Digest: sha(rootfs), URL: originURL + "/" + sha(rootfs)},
+		},
+	}
+	if err := cl.Create(ctx, f.image); err != nil {
+		t.Fatalf("creating BootImage: %v", err)
+	}
+	pool := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: nsObj.Name, Name: "farm"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: f.image.Name,
+			Network: kubefarmv1.BootNetwork{
+				Subnet: subnet, Gateway: lanIP, DNS: dnsServers, Domain: domain,
+				LeaseTime: &metav1.Duration{Duration: leaseTime},
+			},
+			KernelArgs: []string{"console=ttyS0"},
+			Tags: map[string]kubefarmv1.TagSpec{
+				"ntp": {
+					KernelArgs:  []string{"ntp=on"},
+					DHCPOptions: []kubefarmv1.DHCPOption{{Code: 42, Value: "0x" + hex.EncodeToString(ntpOption)}},
+				},
+			},
+		},
+	}
+	for _, m := range machines {
+		pool.Spec.Machines = append(pool.Spec.Machines, kubefarmv1.MachineEntry{Name: m.name, MACs: m.macs, IP: m.ip, Tags: m.tags})
+	}
+	if err := cl.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	for _, m := range machines {
+		obj := &kubefarmv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: nsObj.Name, Name: m.name},
+			Spec: kubefarmv1.MachineSpec{
+				Pool: pool.Name, Cluster: "c1", Hostname: m.name, MACs: m.macs, IP: m.ip, Tags: m.tags, DesiredImage: f.image.Name,
+			},
+		}
+		if err := cl.Create(ctx, obj); err != nil {
+			t.Fatalf("creating Machine %s: %v", m.name, err)
+		}
+		obj.Status.ServedImage = &kubefarmv1.ImageRef{Name: f.image.Name, Digest: f.image.Spec.Rootfs.Digest}
+		if err := cl.Status().Update(ctx, obj); err != nil {
+			t.Fatalf("pinning Machine %s's served image: %v", m.name, err)
+		}
+	}
+}
+
+// clientOptions are the options that make a request look like kind.
+func clientOptions(kind clientKind) []dhcpv4.Modifier {
+	prl := dhcpv4.WithRequestedOptions(dhcpv4.OptionSubnetMask, dhcpv4.OptionRouter, dhcpv4.OptionDomainNameServer,
+		dhcpv4.OptionHostName, dhcpv4.OptionDomainName, dhcpv4.OptionBootfileName, dhcpv4.OptionTFTPServerName, dhcpv4.OptionNTPServers)
+	switch kind {
+	case iPXE:
+		return []dhcpv4.Modifier{prl, dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)),
+			dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001")),
+			dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionUserClassInformation, []byte("iPXE")))}
+	case biosROM:
+		return []dhcpv4.Modifier{prl, dhcpv4.WithOption(dhcpv4.OptClientArch(iana.INTEL_X86PC)),
+			dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00000:UNDI:002001"))}
+	default:
+		uuid := append([]byte{0}, bytes.Repeat([]byte{0x78}, 16)...)
+		return []dhcpv4.Modifier{prl, dhcpv4.WithOption(dhcpv4.OptClientArch(iana.EFI_BC)),
+			dhcpv4.WithOption(dhcpv4.OptClassIdentifier("PXEClient:Arch:00007:UNDI:003016")),
+			dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier, uuid))}
+	}
+}
+
+func (f *farm) send(t *testing.T, p *dhcpv4.DHCPv4) {
+	t.Helper()
+	if _, err := f.conn.WriteTo(p.ToBytes(), &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// await receives replies with xid until done says it has what it needs.
+func (f *farm) await(ctx context.Context, t *testing.T, xid dhcpv4.TransactionID, what string, done func([]reply) bool) []reply {
+	t.Helper()
+	var got []reply
+	for !done(got) {
+		select {
+		case r := <-f.replies:
+			if r.pkt.TransactionID == xid {
+				got = append(got, r)
+			}
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v; got %d replies: %s", what, ctx.Err(), len(got), summaries(got))
+		}
+	}
+	return got
+}
+
+// drain returns the replies with xid already received, without waiting.
+func (f *farm) drain(xid dhcpv4.TransactionID) []reply {
+	var got []reply
+	for {
+		select {
+		case r := <-f.replies:
+			if r.pkt.TransactionID == xid {
+				got = append(got, r)
+			}
+		default:
+			return got
+		}
+	}
+}
+
+func summaries(rs []reply) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "\n  from %s: %s", r.src, r.pkt.Summary())
+	}
+	return b.String()
+}
+
+// identical: one DISCOVER, an OFFER from each replica, identical but for
+// each replica's own address; a REQUEST selecting one replica, an ACK from
+// it and silence from the other.
+func (f *farm) identical(ctx context.Context, t *testing.T, m machine) {
+	hw, _ := net.ParseMAC(m.mac)
+	before := f.counters(ctx, t)
+
+	disc, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(hw), dhcpv4.WithBroadcast(true),
+		dhcpv4.WithMessageType(dhcpv4.MessageTypeDiscover)}, clientOptions(m.kind)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, disc)
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	offers := f.await(octx, t, disc.TransactionID, "an OFFER from each replica", func(rs []reply) bool {
+		seen := map[string]bool{}
+		for _, r := range rs {
+			seen[r.src.IP.String()] = true
+		}
+		return seen[f.replicas[0].ip] && seen[f.replicas[1].ip]
+	})
+	// Each replica counts a packet after sending its reply: once both have
+	// counted this DISCOVER, every reply to it has been sent.
+	after := f.waitCounted(ctx, t, before, "DISCOVER", 1)
+	for i, r := range f.replicas {
+		if d := after[i].delta(before[i], "DISCOVER", "offered"); d != 1 {
+			t.Errorf("replica %s counted %v DISCOVERs offered, want 1 (all: %v)", r.name, d, after[i].deltas(before[i]))
+		}
+	}
+	offers = append(offers, f.drain(disc.TransactionID)...)
+	if len(offers) != 2 {
+		t.Fatalf("%d replies to one DISCOVER, want exactly 2:%s", len(offers), summaries(offers))
+	}
+	byReplica := [2]*dhcpv4.DHCPv4{}
+	for _, o := range offers {
+		i := f.replicaAt(o.src.IP)
+		if i < 0 || byReplica[i] != nil {
+			t.Fatalf("replies:%s", summaries(offers))
+		}
+		if o.pkt.MessageType() != dhcpv4.MessageTypeOffer {
+			t.Fatalf("replica %s answered the DISCOVER with %s", f.replicas[i].name, o.pkt.MessageType())
+		}
+		byReplica[i] = o.pkt
+	}
+	f.checkValues(t, m, byReplica[0], f.replicas[0])
+	f.checkValues(t, m, byReplica[1], f.replicas[1])
+	na, nb := normalize(byReplica[0], f.replicas[0].ip), normalize(byReplica[1], f.replicas[1].ip)
+	if diff := diffFields(na, nb); diff != "" {
+		t.Errorf("the replicas' OFFERs to %s (%s) differ beyond their own address:%s", m.name, m.kind, diff)
+	} else {
+		t.Logf("OFFERs of A and B to %s (%s) agree in all %d fields compared:%s", m.name, m.kind, len(na), render(na))
+	}
+	f.sameScript(ctx, t, m)
+
+	// REQUEST in SELECTING state, naming one replica.
+	sel, other := f.replicas[m.selects], f.replicas[1-m.selects]
+	offer := byReplica[m.selects]
+	before = after
+	req, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(hw), dhcpv4.WithBroadcast(true),
+		dhcpv4.WithTransactionID(disc.TransactionID), dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(sel.ip))),
+		dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr))}, clientOptions(m.kind)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, req)
+	acks := f.await(octx, t, req.TransactionID, "the ACK of replica "+sel.name, func(rs []reply) bool {
+		for _, r := range rs {
+			if r.src.IP.Equal(net.ParseIP(sel.ip)) {
+				return true
+			}
+		}
+		return false
+	})
+	after = f.waitCounted(ctx, t, before, "REQUEST", 1)
+	if d := after[m.selects].delta(before[m.selects], "REQUEST", "acked"); d != 1 {
+		t.Errorf("replica %s counted %v REQUESTs acked, want 1 (all: %v)", sel.name, d, after[m.selects].deltas(before[m.selects]))
+	}
+	if d := after[1-m.selects].delta(before[1-m.selects], "REQUEST", "ignored_other_server"); d != 1 {
+		t.Errorf("replica %s counted %v REQUESTs ignored as another server's, want 1 (all: %v)", other.name, d,
+			after[1-m.selects].deltas(before[1-m.selects]))
+	}
+	acks = append(acks, f.drain(req.TransactionID)...)
+	if len(acks) != 1 {
+		t.Fatalf("%d replies to a REQUEST naming replica %s, want its ACK alone:%s", len(acks), sel.name, summaries(acks))
+	}
+	ack := acks[0].pkt
+	if ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("replica %s answered the REQUEST with %s", sel.name, ack.Summary())
+	}
+	f.checkValues(t, m, ack, sel)
+	no, nk := normalize(offer, sel.ip), normalize(ack, sel.ip)
+	delete(no, "option 53")
+	delete(nk, "option 53")
+	if diff := diffFields(no, nk); diff != "" {
+		t.Errorf("replica %s's ACK to %s differs from its OFFER:%s", sel.name, m.name, diff)
+	}
+	f.leasedFrom[m.name] = m.selects
+	t.Logf("REQUEST naming %s: ACK %s from %s, %s silent", sel.name, ack.YourIPAddr, sel.name, other.name)
+}
+
+// checkValues asserts what the API objects say a reply to m must carry,
+// and that the per-replica fields are r's own address.
+func (f *farm) checkValues(t *testing.T, m machine, p *dhcpv4.DHCPv4, r *replica) {
+	t.Helper()
+	own := net.ParseIP(r.ip).To4()
+	errf := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("%s from replica %s to %s: "+format, append([]any{p.MessageType(), r.name, m.name}, args...)...)
+	}
+	if sid := p.ServerIdentifier(); !sid.Equal(own) {
+		errf("server identifier %v, want %s", sid, own)
+	}
+	if !p.YourIPAddr.Equal(net.ParseIP(m.ip)) {
+		errf("yiaddr %s, want %s", p.YourIPAddr, m.ip)
+	}
+	if mask := p.SubnetMask(); mask.String() != net.CIDRMask(24, 32).String() {
+		errf("subnet mask %v", mask)
+	}
+	if rt := p.Router(); len(rt) != 1 || !rt[0].Equal(net.ParseIP(lanIP)) {
+		errf("router %v, want %s", rt, lanIP)
+	}
+	if dns := p.DNS(); fmt.Sprint(dns) != fmt.Sprint([]net.IP{net.ParseIP(dnsServers[0]).To4(), net.ParseIP(dnsServers[1]).To4()}) {
+		errf("DNS %v, want %v", dns, dnsServers)
+	}
+	if d := p.DomainName(); d != domain {
+		errf("domain %q", d)
+	}
+	if h := p.HostName(); h != m.name {
+		errf("hostname %q", h)
+	}
+	if lt := p.IPAddressLeaseTime(0); lt != leaseTime {
+		errf("lease time %s, want %s", lt, leaseTime)
+	}
+	ntp := p.Options.Get(dhcpv4.OptionNTPServers)
+	if len(m.tags) > 0 != (ntp != nil) || ntp != nil && !bytes.Equal(ntp, ntpOption) {
+		errf("option 42 %x (tags %v)", ntp, m.tags)
+	}
+	file, opt67 := p.BootFileName, string(p.Options.Get(dhcpv4.OptionBootfileName))
+	tftpName := string(p.Options.Get(dhcpv4.OptionTFTPServerName))
+	switch m.kind {
+	case iPXE:
+		want := r.base() + "/boot/" + m.mac + ".ipxe"
+		if file != want || opt67 != want {
+			errf("boot file %q / option 67 %q, want %q", file, opt67, want)
+		}
+		if !p.ServerIPAddr.IsUnspecified() || tftpName != "" {
+			errf("siaddr %s, option 66 %q for an HTTP boot", p.ServerIPAddr, tftpName)
+		}
+	case biosROM, uefiFirm:
+		want := "undionly.kpxe"
+		if m.kind == uefiFirm {
+			want = "ipxe.efi"
+		}
+		if file != want || opt67 != want {
+			errf("boot file %q / option 67 %q, want %q", file, opt67, want)
+		}
+		if !p.ServerIPAddr.Equal(own) || tftpName != r.ip {
+			errf("siaddr %s, option 66 %q, want its own address %s", p.ServerIPAddr, tftpName, r.ip)
+		}
+	}
+}
+
+// normalize renders every header field and option of p, with replica's own
+// address (the per-replica fields) replaced by <self>. Option 54 is the
+// identity itself and is left out; checkValues asserts it.
+func normalize(p *dhcpv4.DHCPv4, self string) map[string]string {
+	sub := func(s string) string { return strings.ReplaceAll(s, self, "<self>") }
+	f := map[string]string{
+		"op":     p.OpCode.String(),
+		"htype":  p.HWType.String(),
+		"hops":   strconv.Itoa(int(p.HopCount)),
+		"xid":    p.TransactionID.String(),
+		"secs":   strconv.Itoa(int(p.NumSeconds)),
+		"flags":  strconv.Itoa(int(p.Flags)),
+		"ciaddr": p.ClientIPAddr.String(),
+		"yiaddr": p.YourIPAddr.String(),
+		"siaddr": sub(p.ServerIPAddr.String()),
+		"giaddr": p.GatewayIPAddr.String(),
+		"chaddr": p.ClientHWAddr.String(),
+		"sname":  p.ServerHostName,
+		"file":   sub(p.BootFileName),
+	}
+	for code, v := range p.Options {
+		if code == dhcpv4.OptionServerIdentifier.Code() {
+			continue
+		}
+		s := fmt.Sprintf("%x", v)
+		if printable(v) {
+			s = strconv.Quote(string(v))
+		}
+		f["option "+strconv.Itoa(int(code))] = sub(s)
+	}
+	return f
+}
+
+func printable(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func diffFields(a, b map[string]string) string {
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	var out []string
+	for k := range keys {
+		va, oka := a[k]
+		vb, okb := b[k]
+		if oka != okb || va != vb {
+			out = append(out, fmt.Sprintf("\n  %s: A=%q (present %v) B=%q (present %v)", k, va, oka, vb, okb))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, "")
+}
+
+func render(f map[string]string) string {
+	var out []string
+	for k, v := range f {
+		out = append(out, "\n  "+k+" = "+v)
+	}
+	sort.Strings(out)
+	return strings.Join(out, "")
+}
+
+// sameScript: both replicas serve m the same iPXE script, up to their own
+// base URL.
+func (f *farm) sameScript(ctx context.Context, t *testing.T, m machine) {
+	t.Helper()
+	var scripts [2]string
+	for i, r := range f.replicas {
+		body, err := f.get(ctx, f.lanHTTP, r.base()+"/boot/"+m.mac+".ipxe")
+		if err != nil {
+			t.Fatalf("replica %s: %v", r.name, err)
+		}
+		scripts[i] = strings.ReplaceAll(string(body), r.base(), "<self>")
+	}
+	if scripts[0] != scripts[1] {
+		t.Errorf("the replicas' iPXE scripts for %s differ:\nA:\n%s\nB:\n%s", m.name, scripts[0], scripts[1])
+	}
+	if !strings.HasPrefix(scripts[0], "#!ipxe\nkernel <self>/artifacts/"+f.image.Spec.Kernel.Digest+" ") {
+		t.Errorf("script for %s:\n%s", m.name, scripts[0])
+	}
+}
+
+func (f *farm) get(ctx context.Context, hc *http.Client, u string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, body)
+	}
+	return body, nil
+}
+
+func (f *farm) replicaAt(ip net.IP) int {
+	for i, r := range f.replicas {
+		if ip.Equal(net.ParseIP(r.ip)) {
+			return i
+		}
+	}
+	return -1
+}
+
+// counters is one scrape of kubefarm_pxe_dhcp_packets_total: {type,
+// result} -> value.
+type counters map[[2]string]float64
+
+var packetLine = regexp.MustCompile(`^kubefarm_pxe_dhcp_packets_total\{result="([^"]*)",type="([^"]*)"\} (\S+)$`)
+
+func (c counters) delta(before counters, typ, result string) float64 {
+	return c[[2]string{typ, result}] - before[[2]string{typ, result}]
+}
+
+// handled is how many packets of typ the replica finished with, whatever
+// it did with them.
+func (c counters) handled(typ string) float64 {
+	n := 0.0
+	for k, v := range c {
+		if k[0] == typ {
+			n += v
+		}
+	}
+	return n
+}
+
+func (c counters) deltas(before counters) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range c {
+		if d := v - before[k]; d != 0 {
+			out[k[0]+"/"+k[1]] = d
+		}
+	}
+	return out
+}
+
+func (f *farm) scrape(ctx context.Context, r *replica) (counters, error) {
+	body, err := f.get(ctx, f.lanHTTP, r.base()+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	c := counters{}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if m := packetLine.FindStringSubmatch(sc.Text()); m != nil {
+			v, err := strconv.ParseFloat(m[3], 64)
+			if err != nil {
+				return nil, err
+			}
+			c[[2]string{m[2], m[1]}] = v
+		}
+	}
+	return c, sc.Err()
+}
+
+// counters scrapes every live replica (a dead one's slot stays nil).
+func (f *farm) counters(ctx context.Context, t *testing.T) [2]counters {
+	t.Helper()
+	var out [2]counters
+	for i, r := range f.replicas {
+		if done, _ := r.pxe.Exited(); done {
+			continue
+		}
+		c, err := f.scrape(ctx, r)
+		if err != nil {
+			t.Fatalf("metrics of replica %s: %v", r.name, err)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// waitCounted waits until every live replica has counted n more packets of
+// typ than in before, and returns the scrape that showed it.
+func (f *farm) waitCounted(ctx context.Context, t *testing.T, before [2]counters, typ string, n float64) [2]counters {
+	t.Helper()
+	var after [2]counters
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		for i, r := range f.replicas {
+			if before[i] == nil {
+				continue
+			}
+			c, err := f.scrape(ctx, r)
+			if err != nil {
+				return false, err
+			}
+			after[i] = c
+			if c.handled(typ)-before[i].handled(typ) < n {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the replicas to count %v %s: %v (A: %v, B: %v)", n, typ, err,
+			after[0].deltas(before[0]), after[1].deltas(before[1]))
+	}
+	for i, r := range f.replicas {
+		if before[i] != nil && after[i].handled(typ)-before[i].handled(typ) != n {
+			t.Errorf("replica %s counted %v %s, want %v", r.name, after[i].handled(typ)-before[i].handled(typ), typ, n)
+		}
+	}
+	return after
+}
+
+// killOne kills replica A, then boots through B with real clients and
+// rebinds a lease A gave.
+func (f *farm) killOne(ctx context.Context, t *testing.T) {
+	a, b := f.replicas[0], f.replicas[1]
+	killed := time.Now()
+	err := a.pxe.Kill()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ProcessState.String() != "signal: killed" {
+		t.Fatalf("replica A after SIGKILL: %v", err)
+	}
+	t.Logf("replica A killed (%v) in %s", err, time.Since(killed).Round(time.Millisecond))
+
+	// A machine whose lease came from A rebinds: its lease's T2 passed
+	// with A unreachable, so it broadcasts a REQUEST with ciaddr and no
+	// server identifier (RFC 2131 4.4.5), from its configured address.
+	t.Run("RebindLeaseOfA", func(t *testing.T) {
+		m := machines[0]
+		if f.leasedFrom[m.name] != 0 {
+			t.Fatalf("%s's lease is not from A", m.name)
+		}
+		f.rebind(ctx, t, m, b)
+	})
+
+	// A new boot through B with busybox: the PXE ROM stage (DHCP, TFTP),
+	// then the iPXE stage (DHCP, the script, the kernel it names).
+	t.Run("BootThroughB", func(t *testing.T) {
+		m := machines[2] // leased from A above
+		node := netnstest.New(t, "kfrep-node")
+		netnstest.Attach(t, f.lan, bridge, "kfrepN", node, ifname, m.macs[0], "")
+		hc := netnstest.HTTPClient(node)
+
+		rom := f.udhcpc(ctx, t, node, "-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000")
+		for k, want := range map[string]string{
+			"ip": m.ip, "serverid": b.ip, "siaddr": b.ip, "boot_file": "undionly.kpxe", "tftp": b.ip,
+			"hostname": m.name, "lease": strconv.Itoa(int(leaseTime / time.Second)), "subnet": "255.255.255.0", "router": lanIP,
+		} {
+			if got := strings.TrimSpace(rom[k]); got != want {
+				t.Errorf("ROM stage: udhcpc %s = %q, want %q", k, got, want)
+			}
+		}
+		// TFTP from the lease's next server.
+		dst := filepath.Join(t.TempDir(), "nbp")
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if out, err := exec.CommandContext(tctx, "ip", "netns", "exec", node, "busybox", "tftp", "-g",
+			"-r", rom["boot_file"], "-l", dst, rom["siaddr"]).CombinedOutput(); err != nil {
+			t.Fatalf("tftp %s from %s: %v\n%s", rom["boot_file"], rom["siaddr"], err, out)
+		}
+		got, _ := os.ReadFile(dst)
+		want, err := os.ReadFile(filepath.Join(ipxeDir, "undionly.kpxe"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("TFTP undionly.kpxe: %d bytes, want the %d of %s", len(got), len(want), ipxeDir)
+		}
+
+		// iPXE: option 77 "iPXE" (hex: busybox takes numeric codes as hex).
+		ipxe := f.udhcpc(ctx, t, node, "-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000",
+			"-x", "0x4d:"+hex.EncodeToString([]byte("iPXE")))
+		script := b.base() + "/boot/" + m.macs[0] + ".ipxe"
+		if ipxe["ip"] != m.ip || ipxe["serverid"] != b.ip || ipxe["boot_file"] != script {
+			t.Fatalf("iPXE stage: udhcpc ip %q serverid %q boot_file %q, want %s, %s, %s",
+				ipxe["ip"], ipxe["serverid"], ipxe["boot_file"], m.ip, b.ip, script)
+		}
+		body, err := f.get(ctx, hc, ipxe["boot_file"])
+		if err != nil {
+			t.Fatalf("fetching the script from the lease's boot URL: %v", err)
+		}
+		var kernelURL string
+		for _, l := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(l, "kernel "); ok {
+				kernelURL, _, _ = strings.Cut(rest, " ")
+			}
+		}
+		if !strings.HasPrefix(kernelURL, b.base()+"/artifacts/") {
+			t.Fatalf("script from B names kernel %q:\n%s", kernelURL, body)
+		}
+		k, err := f.get(ctx, hc, kernelURL)
+		if err != nil {
+			t.Fatalf("fetching the kernel the script names: %v", err)
+		}
+		if !bytes.Equal(k, f.kernel) {
+			t.Errorf("kernel from B: %d bytes, not the image's", len(k))
+		}
+		t.Logf("%s booted through B: ROM lease %s from %s, TFTP %s (%d bytes), iPXE lease, script %s, kernel %d bytes",
+			m.name, rom["ip"], rom["serverid"], rom["boot_file"], len(got), ipxe["boot_file"], len(k))
+	})
+}
+
+// rebind sends m's REBINDING REQUEST from the probe namespace, now holding
+// m's address, and expects the ACK of r, the one live replica.
+func (f *farm) rebind(ctx context.Context, t *testing.T, m machine, r *replica) {
+	t.Helper()
+	netnstest.Run(t, "ip", "-n", f.probe, "addr", "add", m.ip+"/24", "dev", ifname)
+	hw, _ := net.ParseMAC(m.mac)
+	before := f.counters(ctx, t)
+	req, err := dhcpv4.New(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(hw), dhcpv4.WithClientIP(net.ParseIP(m.ip)),
+		dhcpv4.WithMessageType(dhcpv4.MessageTypeRequest)}, clientOptions(m.kind)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, req)
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	got := f.await(rctx, t, req.TransactionID, "an ACK to "+m.name+"'s REBINDING REQUEST", func(rs []reply) bool { return len(rs) > 0 })
+	after := f.waitCounted(ctx, t, before, "REQUEST", 1)
+	if d := after[1].delta(before[1], "REQUEST", "acked"); d != 1 {
+		t.Errorf("replica %s counted %v REQUESTs acked (all: %v)", r.name, d, after[1].deltas(before[1]))
+	}
+	got = append(got, f.drain(req.TransactionID)...)
+	if len(got) != 1 || !got[0].src.IP.Equal(net.ParseIP(r.ip)) {
+		t.Fatalf("replies to %s's REBINDING REQUEST, want one from replica %s:%s", m.name, r.name, summaries(got))
+	}
+	ack := got[0].pkt
+	if ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(net.ParseIP(m.ip)) {
+		t.Fatalf("REBINDING REQUEST of %s: %s", m.name, ack.Summary())
+	}
+	f.checkValues(t, m, ack, r)
+	t.Logf("%s rebound %s (lease from A) at %s: ACK %s (unicast to ciaddr), lease %s", m.name, m.ip, r.name, ack.YourIPAddr,
+		ack.IPAddressLeaseTime(0))
+}
+
+// udhcpc obtains one lease in ns with busybox udhcpc, as netns_test does,
+// and returns the environment its script saw when bound. The script also
+// configures the address, as a real client's would.
+func (f *farm) udhcpc(ctx context.Context, t *testing.T, ns string, extra ...string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "env")
+	script := filepath.Join(dir, "script.sh")
+	body := "#!/bin/sh\n" +
+		`if [ "$1" = bound ] || [ "$1" = renew ]; then ip addr flush dev "$interface"; ip addr add "$ip/$mask" dev "$interface"; ` +
+		`env > "` + out + `.tmp" && mv "` + out + `.tmp" "` + out + `"; fi` + "\nexit 0\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out)
+	uctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	args := append([]string{"netns", "exec", ns, "busybox", "udhcpc", "-f", "-i", ifname, "-n", "-q", "-t", "5", "-T", "1", "-s", script}, extra...)
+	if b, err := exec.CommandContext(uctx, "ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("udhcpc: %v\n%s", err, b)
+	}
+	envm := map[string]string{}
+	fh, err := os.Open(out)
+	if err != nil {
+		t.Fatalf("udhcpc did not bind: %v", err)
+	}
+	defer fh.Close()
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			envm[k] = v
+		}
+	}
+	return envm
+}
