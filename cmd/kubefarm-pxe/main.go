@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,7 +177,8 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 
 	// Indexes and informers are registered before the cache starts.
 	table := leases.NewTable()
-	if _, err := leases.NewSyncer(ctx, c, table, log.WithName("leases")); err != nil {
+	syncer, err := leases.NewSyncer(ctx, c, table, log.WithName("leases"))
+	if err != nil {
 		return err
 	}
 	machines, err := httpboot.NewCacheMachines(ctx, c, log.WithName("machines"))
@@ -318,6 +320,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	start("cache sync", func() error {
 		if !c.WaitForCacheSync(ctx) {
 			return errors.New("cache did not sync")
+		}
+		// Ready only once the lease table holds every machine known at
+		// start, not merely once the cache does.
+		if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced) {
+			return errors.New("lease table did not sync")
 		}
 		synced.Do(func() { close(ready) })
 		log.Info("cache synced", "leases", table.Len())

@@ -35,6 +35,10 @@ type Syncer struct {
 
 	mu     sync.Mutex
 	errors atomic.Uint64
+
+	// registrations of the handlers: each knows when the informer's
+	// initial list has been delivered to it.
+	registrations []toolscache.ResourceEventHandlerRegistration
 }
 
 // NewSyncer registers the pool index and the event handlers on c. Call it
@@ -64,11 +68,12 @@ func NewSyncer(ctx context.Context, c cache.Cache, t *Table, log logr.Logger) (*
 			s.resync(hctx, key)
 		}
 	}
-	if _, err := mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	mreg, err := mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    onMachine,
 		UpdateFunc: func(_, obj any) { onMachine(obj) },
 		DeleteFunc: onMachine,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 
@@ -81,14 +86,30 @@ func NewSyncer(ctx context.Context, c cache.Cache, t *Table, log logr.Logger) (*
 			s.resyncPool(hctx, key)
 		}
 	}
-	if _, err := pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	preg, err := pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    onPool,
 		UpdateFunc: func(_, obj any) { onPool(obj) },
 		DeleteFunc: onPool,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	s.registrations = []toolscache.ResourceEventHandlerRegistration{mreg, preg}
 	return s, nil
+}
+
+// HasSynced says whether every Machine and NodePool of the informers'
+// initial lists has gone through the handlers, i.e. the lease table holds
+// every machine known at start. A synced cache alone does not mean that:
+// handlers run after the cache has the objects, and a replica that reported
+// ready in between would ignore known machines as unknown.
+func (s *Syncer) HasSynced() bool {
+	for _, r := range s.registrations {
+		if !r.HasSynced() {
+			return false
+		}
+	}
+	return len(s.registrations) > 0
 }
 
 // Errors counts objects whose leases could not be derived.

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -246,5 +247,51 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	})
 	if err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestSyncerHasSyncedMeansTableFull: machines that exist before the syncer
+// starts are all in the table once HasSynced says so, with no further wait.
+// That is what kubefarm-pxe's readiness waits for.
+func TestSyncerHasSyncedMeansTableFull(t *testing.T) {
+	env := testenv.StartT(t, testenv.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := env.Client
+	const ns = "leases-initial"
+	must(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(t, cl.Create(ctx, &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rack1"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: "img",
+			Network: kubefarmv1.BootNetwork{Subnet: "10.29.0.0/24", Gateway: "10.29.0.1"},
+		},
+	}))
+	const n = 40
+	for i := range n {
+		must(t, cl.Create(ctx, &kubefarmv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("rack1-m%d", i)},
+			Spec: kubefarmv1.MachineSpec{Pool: "rack1", Cluster: "c1", Hostname: fmt.Sprintf("m%d", i),
+				IP: fmt.Sprintf("10.29.0.%d", 10+i), MACs: []string{fmt.Sprintf("02:00:00:00:01:%02x", i)}, DesiredImage: "img"},
+		}))
+	}
+
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	must(t, err)
+	table := NewTable()
+	syncer, err := NewSyncer(ctx, c, table, testr.New(t))
+	must(t, err)
+	if syncer.HasSynced() {
+		t.Fatal("HasSynced before the cache started")
+	}
+	cacheCtx, stopCache := context.WithCancel(ctx)
+	cacheDone := make(chan error, 1)
+	go func() { cacheDone <- c.Start(cacheCtx) }()
+	t.Cleanup(func() { stopCache(); <-cacheDone })
+	if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced) {
+		t.Fatal("the syncer never synced")
+	}
+	if got := table.Len(); got != n {
+		t.Fatalf("table holds %d leases once synced, want %d", got, n)
 	}
 }
