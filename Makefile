@@ -91,16 +91,23 @@ $(STATICCHECK):
 
 CHART := charts/kubefarm-operator
 
+# RBAC markers are per binary: the manager's role from everything but the
+# kubefarm-pxe packages, kubefarm-pxe's from its own.
+MANAGER_PKGS := ./api/...;./cmd/kubefarm-manager/...;./controllers/...;./internal/...;./webhooks/...
+PXE_PKGS     := ./cmd/kubefarm-pxe/...;./pxe/...
+
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs, RBAC and webhook manifests, and copy them into the operator chart.
 	$(CONTROLLER_GEN) object paths=./api/...
-	rm -rf config/crd/bases config/rbac config/webhook
+	rm -rf config/crd/bases config/rbac config/rbac-pxe config/webhook
 	$(CONTROLLER_GEN) crd:allowDangerousTypes=false paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=kubefarm-manager webhook paths=./... \
+	$(CONTROLLER_GEN) rbac:roleName=kubefarm-manager webhook paths="$(MANAGER_PKGS)" \
 	  output:rbac:dir=config/rbac output:webhook:dir=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=kubefarm-pxe paths="$(PXE_PKGS)" output:rbac:dir=config/rbac-pxe
 	rm -rf $(CHART)/files && mkdir -p $(CHART)/files/crds $(CHART)/files/rbac $(CHART)/files/webhook
 	cp config/crd/bases/*.yaml $(CHART)/files/crds/
 	cp config/rbac/role.yaml $(CHART)/files/rbac/
+	cp config/rbac-pxe/role.yaml $(CHART)/files/rbac/pxe-role.yaml
 	cp config/webhook/manifests.yaml $(CHART)/files/webhook/
 
 .PHONY: verify-generated

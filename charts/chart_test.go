@@ -269,6 +269,7 @@ priorityClassName: system-cluster-critical
 webhook: {certManager: {issuerRef: {name: corp-ca, kind: ClusterIssuer}}}
 metrics: {serviceMonitor: {enabled: true, labels: {release: prom}}}
 `},
+		{"pxe", pxeValues},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			linter := lint.AllWithKubeVersion(chartDir, values(t, tc.values), namespace, kv)
@@ -903,6 +904,7 @@ podLabels: {z: "1", a: "2", m: "3"}
 podAnnotations: {z: "1", a: "2", m: "3"}
 nodeSelector: {z: "1", a: "2", m: "3"}
 metrics: {serviceMonitor: {enabled: true, labels: {z: "1", a: "2"}}}
+pxe: {enabled: true, extraArgs: {z-flag: "1", a-flag: "2"}, nodeSelector: {z: "1", a: "2"}, podLabels: {z: "1", a: "2"}}
 `
 	first := manifest(render(t, values(t, vals)))
 	if !strings.Contains(first, "kind: CustomResourceDefinition") || !strings.Contains(first, "kind: Deployment") {
@@ -965,5 +967,350 @@ func TestMetrics(t *testing.T) {
 	ep := endpoints[0].(map[string]any)
 	if ep["port"] != "metrics" || ep["interval"] != "15s" || ep["path"] != "/metrics" {
 		t.Errorf("ServiceMonitor endpoint = %v, want port metrics, path /metrics, interval 15s", ep)
+	}
+}
+
+// ---- kubefarm-pxe -------------------------------------------------------------------
+
+const pxeName = "kubefarm-pxe"
+
+// pxeValues enables kubefarm-pxe with a value for every flag the chart sets.
+const pxeValues = `
+pxe:
+  enabled: true
+  image: {tag: v9.9.9}
+  logLevel: debug
+  serverIP: 10.10.0.1
+  httpAddr: ":8081"
+  httpPort: 80
+  dhcp: {interface: eth1, mode: proxy, workers: 8, queue: 256}
+  tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32}
+  ipxe: {dir: /opt/ipxe, uefiBinary: snponly.efi, hostPath: /usr/lib/ipxe}
+  cache: {type: emptyDir, sizeLimit: 30Gi}
+  artifacts: {maxSize: 8589934592, wait: 90s, insecureRegistry: true}
+  watchNamespace: farm
+  bootWindow: 5m
+  joinTokenTTL: 20m
+  shutdownTimeout: 20s
+  extraArgs: {some-future-flag: x}
+  nodeSelector: {kubefarm.io/boot-network: "true"}
+  tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: rack, operator: In, values: [a]}]}]}}}
+`
+
+func pxeDaemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSet {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	typed(t, find(t, objs, "DaemonSet", pxeName), &ds)
+	if n := len(ds.Spec.Template.Spec.Containers); n != 1 {
+		t.Fatalf("DaemonSet has %d containers, want 1", n)
+	}
+	return &ds
+}
+
+func TestPXEDisabledByDefault(t *testing.T) {
+	objs := renderObjects(t, nil)
+	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/component"] == "pxe" || strings.Contains(o.GetName(), "pxe") {
+			t.Errorf("pxe.enabled=false renders %s/%s", o.GetKind(), o.GetName())
+		}
+	}
+	for _, a := range deployment(t, objs).Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--pxe-namespace") {
+			t.Errorf("manager gets %s while pxe is disabled; its default (or extraArgs) applies", a)
+		}
+	}
+	// The manager's --pxe-namespace stays the operator's when pxe is off.
+	if _, err := tryRender(t, map[string]any{"extraArgs": map[string]any{"pxe-namespace": "elsewhere"}}); err != nil {
+		t.Errorf("extraArgs.pxe-namespace with pxe disabled: %v", err)
+	}
+}
+
+func TestPXEDaemonSet(t *testing.T) {
+	objs := renderObjects(t, values(t, pxeValues))
+
+	wantIDs := []string{"ClusterRole/" + pxeName, "ClusterRoleBinding/" + pxeName, "DaemonSet/" + pxeName,
+		"Role/" + pxeName, "RoleBinding/" + pxeName, "ServiceAccount/" + pxeName}
+	var gotIDs []string
+	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/component"] == "pxe" {
+			gotIDs = append(gotIDs, o.GetKind()+"/"+o.GetName())
+		}
+	}
+	sort.Strings(gotIDs)
+	if !reflect.DeepEqual(gotIDs, wantIDs) {
+		t.Errorf("pxe objects:\n  got  %v\n  want %v", gotIDs, wantIDs)
+	}
+
+	ds := pxeDaemonSet(t, objs)
+	if ds.Namespace != namespace {
+		t.Errorf("DaemonSet namespace %q, want %q", ds.Namespace, namespace)
+	}
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if !pod.HostNetwork {
+		t.Errorf("hostNetwork = false; DHCP and TFTP must answer on the node's boot network")
+	}
+	if pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+		t.Errorf("dnsPolicy = %q, want ClusterFirstWithHostNet (tenant .svc names)", pod.DNSPolicy)
+	}
+	if pod.ServiceAccountName != pxeName || pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+		t.Errorf("serviceAccountName %q automount %s, want %s and true", pod.ServiceAccountName, deref(pod.AutomountServiceAccountToken), pxeName)
+	}
+	if c.Image != "ghcr.io/kubefarm/kubefarm-pxe:v9.9.9" {
+		t.Errorf("image = %q", c.Image)
+	}
+	for k, v := range map[string]string{"kubefarm.io/boot-network": "true"} {
+		if pod.NodeSelector[k] != v {
+			t.Errorf("nodeSelector = %v", pod.NodeSelector)
+		}
+	}
+	if len(pod.Tolerations) != 1 || pod.Affinity == nil || pod.Affinity.NodeAffinity == nil {
+		t.Errorf("tolerations %v affinity %+v not from values", pod.Tolerations, pod.Affinity)
+	}
+
+	wantArgs := []string{
+		"--server-ip=10.10.0.1",
+		"--http-addr=:8081",
+		"--http-port=80",
+		"--tftp-addr=:69",
+		"--tftp-timeout=3s",
+		"--tftp-retries=7",
+		"--tftp-max-transfers=32",
+		"--interface=eth1",
+		"--proxy-dhcp=true",
+		"--workers=8",
+		"--queue=256",
+		"--ipxe-dir=/opt/ipxe",
+		"--uefi-binary=snponly.efi",
+		"--cache-dir=/var/cache/kubefarm-pxe",
+		"--max-artifact-size=8589934592",
+		"--artifact-wait=90s",
+		"--insecure-registry=true",
+		"--namespace=farm",
+		"--boot-window=5m",
+		"--join-token-ttl=20m",
+		"--shutdown-timeout=20s",
+		"--zap-log-level=debug",
+		"--some-future-flag=x",
+	}
+	if !reflect.DeepEqual(c.Args, wantArgs) {
+		t.Errorf("args:\n  got  %q\n  want %q", c.Args, wantArgs)
+	}
+
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.FieldRef == nil {
+			t.Errorf("env %s is not from the downward API", e.Name)
+			continue
+		}
+		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+	}
+	if env["POD_NAMESPACE"] != "metadata.namespace" || env["HOST_IP"] != "status.hostIP" {
+		t.Errorf("env = %v, want POD_NAMESPACE from metadata.namespace and HOST_IP from status.hostIP", env)
+	}
+
+	sc := c.SecurityContext
+	if sc == nil || sc.Capabilities == nil {
+		t.Fatalf("container securityContext = %+v", sc)
+	}
+	if !reflect.DeepEqual(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		!reflect.DeepEqual(sc.Capabilities.Add, []corev1.Capability{"NET_BIND_SERVICE", "NET_RAW"}) {
+		t.Errorf("capabilities drop %v add %v, want drop ALL, add NET_BIND_SERVICE and NET_RAW only", sc.Capabilities.Drop, sc.Capabilities.Add)
+	}
+	if sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Errorf("privileged %s allowPrivilegeEscalation %s readOnlyRootFilesystem %s, want false false true",
+			deref(sc.Privileged), deref(sc.AllowPrivilegeEscalation), deref(sc.ReadOnlyRootFilesystem))
+	}
+	if sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %+v, want RuntimeDefault", sc.SeccompProfile)
+	}
+
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "http" {
+			t.Errorf("probe = %+v, want GET /healthz on port http", p)
+		}
+	}
+	ports := map[string]corev1.ContainerPort{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p
+	}
+	for name, want := range map[string]struct {
+		port  int32
+		proto corev1.Protocol
+	}{"http": {8081, "TCP"}, "tftp": {69, "UDP"}, "dhcp": {67, "UDP"}, "pxe-proxy": {4011, "UDP"}} {
+		if p := ports[name]; p.ContainerPort != want.port || p.Protocol != want.proto {
+			t.Errorf("port %s = %+v, want %d/%s", name, p, want.port, want.proto)
+		}
+	}
+
+	mounts := map[string]corev1.VolumeMount{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		vols[v.Name] = v
+	}
+	if m := mounts["cache"]; m.MountPath != "/var/cache/kubefarm-pxe" || m.ReadOnly {
+		t.Errorf("cache mount = %+v", m)
+	}
+	if v := vols["cache"]; v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.String() != "30Gi" {
+		t.Errorf("cache volume = %+v, want an emptyDir of 30Gi", v.VolumeSource)
+	}
+	if m := mounts["ipxe"]; m.MountPath != "/opt/ipxe" || !m.ReadOnly {
+		t.Errorf("ipxe mount = %+v, want /opt/ipxe read-only", m)
+	}
+	if v := vols["ipxe"]; v.HostPath == nil || v.HostPath.Path != "/usr/lib/ipxe" {
+		t.Errorf("ipxe volume = %+v, want hostPath /usr/lib/ipxe", v.VolumeSource)
+	}
+
+	// The manager writes the credentials where this kubefarm-pxe reads them.
+	if args := deployment(t, objs).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--pxe-namespace="+namespace) {
+		t.Errorf("manager args %q lack --pxe-namespace=%s", args, namespace)
+	}
+}
+
+func TestPXEDefaults(t *testing.T) {
+	objs := renderObjects(t, values(t, "pxe: {enabled: true}"))
+	ds := pxeDaemonSet(t, objs)
+	c := ds.Spec.Template.Spec.Containers[0]
+	if c.Image != "ghcr.io/kubefarm/kubefarm-pxe:0.1.0" {
+		t.Errorf("image = %q, want the appVersion tag", c.Image)
+	}
+	for _, want := range []string{
+		"--server-ip=$(HOST_IP)", "--http-addr=:8080", "--http-port=0", "--tftp-addr=:69", "--interface=",
+		"--proxy-dhcp=false", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
+		"--max-artifact-size=4294967296", "--join-token-ttl=15m", "--namespace=",
+	} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("default args %q lack %q", c.Args, want)
+		}
+	}
+	var names []string
+	for _, p := range c.Ports {
+		names = append(names, p.Name)
+	}
+	if !reflect.DeepEqual(names, []string{"http", "tftp"}) {
+		t.Errorf("ports without DHCP = %v, want http and tftp", names)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "ipxe" {
+			t.Errorf("ipxe hostPath volume rendered without pxe.ipxe.hostPath")
+		}
+	}
+
+	// A specific listen host is where the kubelet must probe.
+	ds = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, httpAddr: '10.0.0.5:8080'}")))
+	if p := ds.Spec.Template.Spec.Containers[0].ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "10.0.0.5" {
+		t.Errorf("readiness probe %+v, want host 10.0.0.5", p)
+	}
+
+	objs = renderObjects(t, values(t, `
+pxe: {enabled: true, tftp: {enabled: false}, cache: {type: hostPath, hostPath: /srv/pxe}, capabilities: [NET_BIND_SERVICE]}`))
+	ds = pxeDaemonSet(t, objs)
+	c = ds.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--tftp-addr=") {
+		t.Errorf("tftp.enabled=false: args %q lack an empty --tftp-addr", c.Args)
+	}
+	if got := c.SecurityContext.Capabilities.Add; !reflect.DeepEqual(got, []corev1.Capability{"NET_BIND_SERVICE"}) {
+		t.Errorf("capabilities add = %v, want the value's", got)
+	}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.Name == "cache" && (v.HostPath == nil || v.HostPath.Path != "/srv/pxe") {
+			t.Errorf("cache volume = %+v, want hostPath /srv/pxe", v.VolumeSource)
+		}
+	}
+}
+
+func TestPXERBAC(t *testing.T) {
+	objs := renderObjects(t, values(t, "pxe: {enabled: true}"))
+
+	var role rbacv1.Role
+	typed(t, find(t, objs, "Role", pxeName), &role)
+	if role.Namespace != namespace {
+		t.Errorf("pxe Role namespace = %q, want the release namespace %q", role.Namespace, namespace)
+	}
+	wantRole := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(role.Rules, wantRole) {
+		t.Errorf("pxe Role rules:\n  got  %+v\n  want %+v", role.Rules, wantRole)
+	}
+	var rb rbacv1.RoleBinding
+	typed(t, find(t, objs, "RoleBinding", pxeName), &rb)
+	if rb.Namespace != namespace || rb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: pxeName}) ||
+		!reflect.DeepEqual(rb.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: pxeName, Namespace: namespace}}) {
+		t.Errorf("pxe RoleBinding = %+v", rb)
+	}
+
+	var cr rbacv1.ClusterRole
+	typed(t, find(t, objs, "ClusterRole", pxeName), &cr)
+	wantCluster := []rbacv1.PolicyRule{
+		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"bootimages", "machines", "nodepools"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"machines/status"}, Verbs: []string{"patch"}},
+	}
+	if !reflect.DeepEqual(cr.Rules, wantCluster) {
+		t.Errorf("pxe ClusterRole rules:\n  got  %+v\n  want %+v", cr.Rules, wantCluster)
+	}
+	for i, r := range cr.Rules {
+		if slices.Contains(r.Resources, "secrets") {
+			t.Errorf("pxe ClusterRole rule %d grants secrets", i)
+		}
+		for _, v := range [][]string{r.APIGroups, r.Resources, r.Verbs, r.ResourceNames, r.NonResourceURLs} {
+			if hasWildcard(v) {
+				t.Errorf("pxe ClusterRole rule %d uses a wildcard: %v", i, v)
+			}
+		}
+	}
+	var crb rbacv1.ClusterRoleBinding
+	typed(t, find(t, objs, "ClusterRoleBinding", pxeName), &crb)
+	if crb.RoleRef.Name != pxeName || !reflect.DeepEqual(crb.Subjects, []rbacv1.Subject{{Kind: "ServiceAccount", Name: pxeName, Namespace: namespace}}) {
+		t.Errorf("pxe ClusterRoleBinding = %+v", crb)
+	}
+
+	// The rendered rules are the generated ones.
+	gen := generated(t, "files/rbac/pxe-role.yaml")
+	for _, g := range gen {
+		rules, _, _ := unstructured.NestedSlice(g.Object, "rules")
+		rendered := find(t, objs, g.GetKind(), pxeName)
+		got, _, _ := unstructured.NestedSlice(rendered.Object, "rules")
+		if !reflect.DeepEqual(got, rules) {
+			t.Errorf("%s rules differ from files/rbac/pxe-role.yaml:\n  got  %v\n  want %v", g.GetKind(), got, rules)
+		}
+	}
+
+	var sa corev1.ServiceAccount
+	typed(t, find(t, objs, "ServiceAccount", pxeName), &sa)
+	if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+		t.Errorf("pxe ServiceAccount automountServiceAccountToken = %s, want false", deref(sa.AutomountServiceAccountToken))
+	}
+}
+
+func TestPXEValuesRejected(t *testing.T) {
+	for _, tc := range []struct{ name, values, want string }{
+		{"mode", "pxe: {enabled: true, dhcp: {mode: relay}}", "mode"},
+		{"capability", "pxe: {enabled: true, capabilities: [NET_ADMIN]}", "capabilities"},
+		{"server ip", "pxe: {enabled: true, serverIP: boot.example.com}", "serverIP"},
+		{"http addr without port", "pxe: {enabled: true, httpAddr: \"0.0.0.0\"}", "httpAddr"},
+		{"cache type", "pxe: {enabled: true, cache: {type: pvc}}", "type"},
+		{"duration", "pxe: {enabled: true, joinTokenTTL: 1 day}", "joinTokenTTL"},
+		{"unknown key", "pxe: {enabled: true, hostNetwork: false}", "hostNetwork"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tryRender(t, values(t, tc.values))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("values %q: error %v, want one naming %q", tc.values, err, tc.want)
+			}
+		})
+	}
+	for _, flag := range []string{"server-ip", "pod-namespace", "interface", "dhcp-listen", "proxy-dhcp", "cache-dir"} {
+		_, err := tryRender(t, values(t, "pxe: {enabled: true, extraArgs: {"+flag+": x}}"))
+		if err == nil || !strings.Contains(err.Error(), "pxe.extraArgs."+flag) {
+			t.Errorf("pxe.extraArgs.%s: error %v, want one naming it", flag, err)
+		}
+	}
+	if _, err := tryRender(t, values(t, "pxe: {enabled: true}\nextraArgs: {pxe-namespace: other}")); err == nil ||
+		!strings.Contains(err.Error(), "extraArgs.pxe-namespace") {
+		t.Errorf("extraArgs.pxe-namespace with pxe enabled: error %v, want one naming it", err)
 	}
 }

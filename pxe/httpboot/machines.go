@@ -31,6 +31,13 @@ const MACIndex = "spec.macs"
 // would otherwise block a request until the first list completes.
 const readTimeout = 5 * time.Second
 
+// kubefarm-pxe's cluster-wide permissions (make generate writes them to
+// config/rbac-pxe/role.yaml, the chart's files/rbac/pxe-role.yaml): the
+// cache lists and watches Machines, NodePools and BootImages (leases and
+// boot scripts), and StatusRecorder merge-patches Machines' status.
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines;nodepools;bootimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
+
 // CacheMachines implements Machines over a controller-runtime cache.
 type CacheMachines struct {
 	cache cache.Cache

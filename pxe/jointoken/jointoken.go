@@ -51,6 +51,11 @@ const TenantTimeout = 10 * time.Second
 // --pxe-namespace.
 var ErrNoCredential = errors.New("no token issuer credential")
 
+// The credentials are read in kubefarm-pxe's own namespace only: a Role.
+// The marker's namespace is the manager's --pxe-namespace default; the chart
+// takes the rules and binds them in the release namespace.
+// +kubebuilder:rbac:groups="",namespace=kubefarm-system,resources=secrets,verbs=get;list;watch
+
 // CacheOptions restricts a controller-runtime cache's Secrets to namespace
 // and the token issuer credentials in it: merge it into the cache's
 // options. Only these Secrets are ever listed, watched or held in memory,

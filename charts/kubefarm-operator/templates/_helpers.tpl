@@ -131,3 +131,42 @@ Fail if an RBAC rule grants a wildcard. Argument: dict "rules" list "where" stri
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* ---- kubefarm-pxe ---- */}}
+
+{{- define "kubefarm.pxeName" -}}
+{{- printf "%s-pxe" (include "kubefarm.fullname" .) -}}
+{{- end -}}
+
+{{/* Selector labels of the kubefarm-pxe pods. */}}
+{{- define "kubefarm.pxeSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubefarm.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: pxe
+{{- end -}}
+
+{{- define "kubefarm.pxeServiceAccountName" -}}
+{{- if .Values.pxe.serviceAccount.create -}}
+{{- default (include "kubefarm.pxeName" .) .Values.pxe.serviceAccount.name -}}
+{{- else -}}
+{{- required "pxe.serviceAccount.name is required when pxe.serviceAccount.create is false" .Values.pxe.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kubefarm.pxeImage" -}}
+{{- $img := .Values.pxe.image -}}
+{{- $tag := default .Chart.AppVersion $img.tag -}}
+{{- if $img.digest -}}
+{{- printf "%s:%s@%s" $img.repository $tag $img.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The port of pxe.httpAddr (":8080", "10.0.0.1:8080"): the probes' and the
+container port's. The schema requires an explicit port.
+*/}}
+{{- define "kubefarm.pxeHTTPPort" -}}
+{{- regexReplaceAll "^.*:([0-9]+)$" .Values.pxe.httpAddr "${1}" -}}
+{{- end -}}
