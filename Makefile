@@ -203,7 +203,7 @@ e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it
 
 ## ---- benchmarks ------------------------------------------------------------------
 
-BENCH_APT_PACKAGES := kea-admin dnsmasq-base
+BENCH_APT_PACKAGES := kea-admin dnsmasq-base tftpd-hpa nginx-light
 DHCP_BENCH_RATES ?= 1000,5000,10000,20000,30000
 DHCP_BENCH_MACHINES ?= 20000
 
@@ -214,6 +214,8 @@ bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kube
 	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log
 	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
 	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
+	$(GO) build -o $(BIN)/boot-bench ./hack/bench/boot
+	$(BIN)/boot-bench -out $(BUILD)/bench-boot.json -dir $(BUILD)/bench-boot 2>&1 | tee $(BUILD)/bench-boot.log
 	$(MAKE) --no-print-directory bench-tenant
 
 TENANT_BENCH_RUNS    ?= 5

@@ -1,0 +1,552 @@
+// Command boot-bench is the TFTP and HTTP boot benchmark of `make bench`:
+// kubefarm-pxe against tftpd-hpa for TFTP and against nginx for HTTP, on
+// 127.0.0.1, in one run.
+//
+// kubefarm-pxe runs as a child process ("boot-bench serve") built from the
+// pxe/tftp and pxe/httpboot constructors with cmd/kubefarm-pxe's settings;
+// the HTTP path measured is GET /artifacts/sha256:<hex> through
+// httpboot.Handler (route, metrics wrapper, Store.Open, http.ServeContent,
+// sendfile) from a Store pre-warmed with Store.Ensure. tftpd-hpa
+// (in.tftpd -L) and nginx (sendfile, tcp_nopush, worker_processes auto,
+// generated config) run as children too, serving the same files: nginx
+// serves the Store's cache file itself, so both read one page-cached inode.
+//
+// TFTP: the iPXE BIOS binary (undionly.kpxe) with blksize 1468 and tsize,
+// fetched by a pin/tftp client: single-fetch latency over sequential
+// fetches (p50, p99), then rounds of simultaneous fetches (wall time,
+// fetches/s). HTTP: full downloads of a random image (256 MiB) by 1, 10 and
+// 100 concurrent clients, aggregate MiB/s. Each measurement is repeated in
+// ABBA order (kubefarm-pxe, peer, peer, kubefarm-pxe, ...) so that drift on
+// a shared machine falls on both sides, and each prints kubefarm-pxe's
+// ratio to its peer (>= 1.00x: kubefarm-pxe at least as fast).
+//
+// It needs tftpd-hpa and nginx-light (or nginx) installed, and root (both
+// peers change user; in.tftpd chroots).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+)
+
+const (
+	kubefarm = "kubefarm-pxe"
+	tftpdHPA = "tftpd-hpa"
+	nginx    = "nginx"
+)
+
+type options struct {
+	out, dir           string
+	tftpFile           string
+	tftpSeq            int
+	tftpParallel       int
+	tftpRounds         int
+	httpMiB            int64
+	httpConc           []int
+	httpMinMiB         int64
+	httpLimitMiB       int64
+	reps               int
+	cpuProfile         string
+	keep               bool
+	skipTFTP, skipHTTP bool
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		if err := serve(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "serve:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	conc := flag.String("http-concurrency", "1,10,100", "concurrent HTTP downloads, in order")
+	flag.StringVar(&o.out, "out", "_build/bench-boot.json", "write the results here as JSON")
+	flag.StringVar(&o.dir, "dir", "_build/bench-boot", "working folder: served files, configs, server logs")
+	flag.StringVar(&o.tftpFile, "tftp-file", "/usr/lib/ipxe/undionly.kpxe",
+		"file served over TFTP as "+bootfile.BinaryBIOS+" (when absent, 70 KiB of random bytes)")
+	flag.IntVar(&o.tftpSeq, "tftp-seq", 200, "sequential TFTP fetches per server and repetition")
+	flag.IntVar(&o.tftpParallel, "tftp-parallel", 50, "simultaneous TFTP fetches in a round")
+	flag.IntVar(&o.tftpRounds, "tftp-rounds", 5, "parallel rounds per server and repetition")
+	flag.Int64Var(&o.httpMiB, "http-size", 256, "HTTP image size, MiB")
+	flag.Int64Var(&o.httpMinMiB, "http-min", 1024,
+		"at least this many MiB per concurrency level and repetition: the downloads are repeated (in multiples of the concurrency) until reached")
+	flag.Int64Var(&o.httpLimitMiB, "http-total-limit", 0,
+		"at most this many MiB per concurrency level and repetition (0: none): above it each client fetches only the first limit/concurrency bytes, by Range")
+	flag.IntVar(&o.reps, "reps", 2, "repetitions of every measurement per server, in ABBA order")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the kubefarm-pxe process (whole run) here")
+	flag.BoolVar(&o.keep, "keep", false, "keep the image and cache in -dir afterwards")
+	flag.BoolVar(&o.skipTFTP, "skip-tftp", false, "HTTP only")
+	flag.BoolVar(&o.skipHTTP, "skip-http", false, "TFTP only")
+	flag.Parse()
+	for _, c := range strings.Split(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "boot bench: bad concurrency %q\n", c)
+			os.Exit(2)
+		}
+		o.httpConc = append(o.httpConc, n)
+	}
+	if o.reps < 1 {
+		o.reps = 1
+	}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "boot bench:", err)
+		os.Exit(1)
+	}
+}
+
+// TFTPResult is one server's TFTP figures.
+type TFTPResult struct {
+	Server           string  `json:"server"`
+	File             string  `json:"file"`
+	Size             int64   `json:"size"`
+	BlockSize        int     `json:"blockSize"`
+	SeqFetches       int     `json:"sequentialFetches"`
+	SeqP50Ms         float64 `json:"sequentialP50Ms"`
+	SeqP99Ms         float64 `json:"sequentialP99Ms"`
+	Parallel         int     `json:"parallel"`
+	Rounds           int     `json:"rounds"`
+	ParWallP50Ms     float64 `json:"parallelWallP50Ms"`
+	ParFetchesPerSec float64 `json:"parallelFetchesPerSecond"`
+	ParP50Ms         float64 `json:"parallelFetchP50Ms"`
+	ParP99Ms         float64 `json:"parallelFetchP99Ms"`
+	Failures         int     `json:"failures"`
+	CPUMsPerFetch    float64 `json:"serverCPUMsPerFetch"`
+}
+
+// HTTPResult is one server's figures at one concurrency.
+type HTTPResult struct {
+	Server       string    `json:"server"`
+	Concurrency  int       `json:"concurrency"`
+	Downloads    int       `json:"downloadsPerRep"`
+	BytesEach    int64     `json:"bytesEach"`
+	MiBps        float64   `json:"mibPerSecond"` // mean over repetitions
+	RepMiBps     []float64 `json:"mibPerSecondByRep"`
+	CPUSecPerGiB float64   `json:"serverCPUSecondsPerGiB"`
+}
+
+// Ratio is kubefarm-pxe's figure over its peer's, oriented so that >= 1
+// means kubefarm-pxe is at least as fast.
+type Ratio struct {
+	Measurement string  `json:"measurement"`
+	Peer        string  `json:"peer"`
+	Unit        string  `json:"unit"`
+	Kubefarm    float64 `json:"kubefarm"`
+	PeerValue   float64 `json:"peerValue"`
+	Ratio       float64 `json:"ratio"`
+	Target      float64 `json:"target,omitempty"`
+	Met         *bool   `json:"met,omitempty"`
+}
+
+type report struct {
+	Time        time.Time    `json:"time"`
+	CodePath    string       `json:"codePath"`
+	CPUs        int          `json:"cpus"`
+	Reps        int          `json:"reps"`
+	NginxConfig string       `json:"nginxConfig"`
+	TFTP        []TFTPResult `json:"tftp"`
+	HTTP        []HTTPResult `json:"http"`
+	Ratios      []Ratio      `json:"ratios"`
+}
+
+const codePath = "kubefarm-pxe: pxe/tftp.Server (pin/tftp v3) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
+	"(Store.Open, http.ServeContent, sendfile) in a child process, configured as cmd/kubefarm-pxe; " +
+	"peers: tftpd-hpa in.tftpd -L, nginx with sendfile and tcp_nopush"
+
+func run(o options) error {
+	for _, bin := range []string{"in.tftpd", "nginx"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("%s is not installed (make bench installs tftpd-hpa and nginx-light): %w", bin, err)
+		}
+	}
+	dir, err := filepath.Abs(o.dir)
+	if err != nil {
+		return err
+	}
+	tftpDir, cacheDir, nginxDir := filepath.Join(dir, "tftp"), filepath.Join(dir, "cache"), filepath.Join(dir, "nginx")
+	_ = os.RemoveAll(cacheDir)
+	for _, d := range []string{dir, tftpDir, cacheDir, nginxDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		// tftpd-hpa reads as nobody after its chroot.
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if !o.keep {
+		defer os.RemoveAll(cacheDir)
+	}
+	rep := report{Time: time.Now().UTC(), CodePath: codePath, CPUs: runtime.NumCPU(), Reps: o.reps}
+	fmt.Printf("== boot bench: %s\n", codePath)
+
+	// The TFTP file.
+	tftpSize, tftpSrc, err := placeTFTPFile(o.tftpFile, filepath.Join(tftpDir, bootfile.BinaryBIOS))
+	if err != nil {
+		return err
+	}
+	// The HTTP image, cached by the production Store from a local origin.
+	size := o.httpMiB << 20
+	var digest string
+	if !o.skipHTTP {
+		t0 := time.Now()
+		digest, err = prewarm(dir, cacheDir, size)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  image: %d MiB random, %s, cached by Store.Ensure in %.1fs\n", o.httpMiB, digest, time.Since(t0).Seconds())
+	}
+
+	// Servers.
+	kTFTP, kHTTP, err := ports()
+	if err != nil {
+		return err
+	}
+	pTFTP, pHTTP, err := ports()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	kArgs := []string{self, "serve", "-tftp-addr", fmt.Sprintf("127.0.0.1:%d", kTFTP), "-http-addr", fmt.Sprintf("127.0.0.1:%d", kHTTP),
+		"-ipxe-dir", tftpDir, "-cache-dir", cacheDir}
+	if o.cpuProfile != "" {
+		p, _ := filepath.Abs(o.cpuProfile)
+		kArgs = append(kArgs, "-cpuprofile", p)
+	}
+	kSrv, err := startServer(kubefarm, filepath.Join(dir, "kubefarm-pxe.log"), kArgs...)
+	if err != nil {
+		return err
+	}
+	defer kSrv.stop()
+	tSrv, err := startServer(tftpdHPA, filepath.Join(dir, "tftpd-hpa.log"),
+		"in.tftpd", "-L", "-4", "-s", "-a", fmt.Sprintf("127.0.0.1:%d", pTFTP), tftpDir)
+	if err != nil {
+		return err
+	}
+	defer tSrv.stop()
+	rep.NginxConfig = nginxConfig(nginxDir, filepath.Join(cacheDir, "sha256"), pHTTP)
+	conf := filepath.Join(nginxDir, "nginx.conf")
+	if err := os.WriteFile(conf, []byte(rep.NginxConfig), 0o644); err != nil {
+		return err
+	}
+	nSrv, err := startServer(nginx, filepath.Join(dir, "nginx.log"), "nginx", "-p", nginxDir, "-e", filepath.Join(nginxDir, "nginx-error.log"), "-c", conf)
+	if err != nil {
+		return err
+	}
+	defer nSrv.stop()
+
+	tftpAddr := map[string]string{kubefarm: fmt.Sprintf("127.0.0.1:%d", kTFTP), tftpdHPA: fmt.Sprintf("127.0.0.1:%d", pTFTP)}
+	hexDigest := strings.TrimPrefix(digest, "sha256:")
+	httpURL := map[string]string{
+		kubefarm: fmt.Sprintf("http://127.0.0.1:%d/artifacts/%s", kHTTP, digest),
+		nginx:    fmt.Sprintf("http://127.0.0.1:%d/%s", pHTTP, hexDigest),
+	}
+	procs := map[string]*server{kubefarm: kSrv, tftpdHPA: tSrv, nginx: nSrv}
+
+	if !o.skipTFTP {
+		for _, s := range []string{kubefarm, tftpdHPA} {
+			if err := waitTFTP(tftpAddr[s], tftpSize); err != nil {
+				return fmt.Errorf("%s never served TFTP (log in %s): %w", s, dir, err)
+			}
+		}
+		res := map[string]*tftpSample{kubefarm: {}, tftpdHPA: {}}
+		fmt.Printf("== TFTP: %s (%d bytes, from %s), blksize %d, tsize; %d sequential fetches and %d rounds of %d parallel, x%d per server (ABBA)\n",
+			bootfile.BinaryBIOS, tftpSize, tftpSrc, tftpBlockSize, o.tftpSeq, o.tftpRounds, o.tftpParallel, o.reps)
+		for r := 0; r < o.reps; r++ {
+			for _, s := range abba(r, kubefarm, tftpdHPA) {
+				for i := 0; i < 20; i++ { // warm-up: the file in page cache, the sockets' paths
+					_, _ = tftpFetch(tftpAddr[s], bootfile.BinaryBIOS, tftpSize)
+				}
+				cpu0 := procs[s].cpu()
+				var one tftpSample
+				tftpRep(tftpAddr[s], bootfile.BinaryBIOS, tftpSize, o.tftpSeq, o.tftpParallel, o.tftpRounds, &one)
+				cpu := procs[s].cpu() - cpu0
+				fmt.Printf("  %-12s rep %d: sequential p50 %6.2f ms p99 %6.2f ms; %d parallel: wall p50 %7.1f ms = %6.0f fetches/s, fetch p50 %6.2f ms p99 %6.2f ms; failures %d; server CPU %.2f ms/fetch\n",
+					s, r+1, percentile(one.seq, .5), percentile(one.seq, .99), o.tftpParallel,
+					percentile(one.parWalls, .5), float64(o.tftpParallel)/(percentile(one.parWalls, .5)/1000),
+					percentile(one.par, .5), percentile(one.par, .99), one.failures, ms(cpu)/float64(one.fetches))
+				acc := res[s]
+				acc.seq = append(acc.seq, one.seq...)
+				acc.par = append(acc.par, one.par...)
+				acc.parWalls = append(acc.parWalls, one.parWalls...)
+				acc.failures += one.failures
+				acc.fetches += one.fetches
+				acc.cpu += cpu
+			}
+		}
+		for _, s := range []string{kubefarm, tftpdHPA} {
+			a := res[s]
+			wall := percentile(a.parWalls, .5)
+			rep.TFTP = append(rep.TFTP, TFTPResult{
+				Server: s, File: tftpSrc, Size: tftpSize, BlockSize: tftpBlockSize,
+				SeqFetches: len(a.seq), SeqP50Ms: percentile(a.seq, .5), SeqP99Ms: percentile(a.seq, .99),
+				Parallel: o.tftpParallel, Rounds: len(a.parWalls), ParWallP50Ms: wall,
+				ParFetchesPerSec: float64(o.tftpParallel) / (wall / 1000),
+				ParP50Ms:         percentile(a.par, .5), ParP99Ms: percentile(a.par, .99),
+				Failures: a.failures, CPUMsPerFetch: ms(a.cpu) / float64(a.fetches),
+			})
+		}
+		k, p := rep.TFTP[0], rep.TFTP[1]
+		rs := []Ratio{
+			latencyRatio("tftp single fetch p50", tftpdHPA, k.SeqP50Ms, p.SeqP50Ms, 1),
+			latencyRatio("tftp single fetch p99", tftpdHPA, k.SeqP99Ms, p.SeqP99Ms, 0),
+			rateRatio(fmt.Sprintf("tftp %d parallel fetches", o.tftpParallel), tftpdHPA, "fetches/s", k.ParFetchesPerSec, p.ParFetchesPerSec, 1),
+			latencyRatio(fmt.Sprintf("tftp fetch p99 inside %d parallel", o.tftpParallel), tftpdHPA, k.ParP99Ms, p.ParP99Ms, 0),
+		}
+		for _, r := range rs {
+			fmt.Println(" ", r)
+		}
+		rep.Ratios = append(rep.Ratios, rs...)
+	}
+
+	if !o.skipHTTP {
+		for _, s := range []string{kubefarm, nginx} {
+			if err := waitHTTP(httpURL[s], size, digest); err != nil {
+				return fmt.Errorf("%s never served the image (logs in %s): %w", s, dir, err)
+			}
+		}
+		fmt.Printf("== HTTP: %d MiB image, full downloads to a discarding reader (256 KiB reads), sha256 checked once per server before timing; x%d per server (ABBA)\n",
+			o.httpMiB, o.reps)
+		for _, c := range o.httpConc {
+			length := size
+			if o.httpLimitMiB > 0 && int64(c)*size > o.httpLimitMiB<<20 {
+				length = (o.httpLimitMiB << 20) / int64(c)
+			}
+			downloads := c
+			for int64(downloads)*length < o.httpMinMiB<<20 {
+				downloads += c
+			}
+			res := map[string]*HTTPResult{}
+			cpus := map[string]time.Duration{}
+			for r := 0; r < o.reps; r++ {
+				for _, s := range abba(r, kubefarm, nginx) {
+					cpu0 := procs[s].cpu()
+					wall, err := httpLevel(httpURL[s], size, length, c, downloads)
+					if err != nil {
+						return fmt.Errorf("%s at %d concurrent: %w", s, c, err)
+					}
+					cpus[s] += procs[s].cpu() - cpu0
+					total := float64(downloads) * float64(length)
+					mibps := total / (1 << 20) / wall.Seconds()
+					if res[s] == nil {
+						res[s] = &HTTPResult{Server: s, Concurrency: c, Downloads: downloads, BytesEach: length}
+					}
+					res[s].RepMiBps = append(res[s].RepMiBps, mibps)
+					fmt.Printf("  %-12s c=%-3d rep %d: %d x %d MiB in %6.2f s = %7.0f MiB/s\n", s, c, r+1, downloads, length>>20, wall.Seconds(), mibps)
+				}
+			}
+			for _, s := range []string{kubefarm, nginx} {
+				h := res[s]
+				for _, v := range h.RepMiBps {
+					h.MiBps += v / float64(len(h.RepMiBps))
+				}
+				gib := float64(o.reps) * float64(downloads) * float64(length) / (1 << 30)
+				h.CPUSecPerGiB = cpus[s].Seconds() / gib
+				rep.HTTP = append(rep.HTTP, *h)
+			}
+			target := 0.0
+			if c == 100 {
+				target = 0.9
+			}
+			r := rateRatio(fmt.Sprintf("http %d concurrent downloads", c), nginx, "MiB/s", res[kubefarm].MiBps, res[nginx].MiBps, target)
+			fmt.Printf("  %s; server CPU %.2f vs %.2f s/GiB\n", r, res[kubefarm].CPUSecPerGiB, res[nginx].CPUSecPerGiB)
+			rep.Ratios = append(rep.Ratios, r)
+		}
+	}
+
+	fmt.Println("== kubefarm-pxe / peer (ratio >= 1.00x: kubefarm-pxe at least as fast; latencies are peer/kubefarm-pxe)")
+	fmt.Printf("  %-36s %-10s %15s %15s %8s  %s\n", "measurement", "peer", "kubefarm-pxe", "peer", "ratio", "target")
+	for _, r := range rep.Ratios {
+		t := ""
+		if r.Met != nil {
+			t = fmt.Sprintf(">= %.2fx: %s", r.Target, map[bool]string{true: "met", false: "NOT met"}[*r.Met])
+		}
+		fmt.Printf("  %-36s %-10s %15s %15s %7.2fx  %s\n", r.Measurement, r.Peer, fmtVal(r.Kubefarm, r.Unit), fmtVal(r.PeerValue, r.Unit), r.Ratio, t)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(o.out, append(b, '\n'), 0o644)
+}
+
+func fmtVal(v float64, unit string) string {
+	if unit == "ms" {
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.0f %s", v, unit)
+}
+
+func (r Ratio) String() string {
+	s := fmt.Sprintf("%s: %s vs %s %s = %.2fx", r.Measurement, fmtVal(r.Kubefarm, r.Unit), r.Peer, fmtVal(r.PeerValue, r.Unit), r.Ratio)
+	if r.Met != nil {
+		s += fmt.Sprintf(" (target >= %.2fx: %s)", r.Target, map[bool]string{true: "met", false: "NOT met"}[*r.Met])
+	}
+	return s
+}
+
+func rateRatio(what, peer, unit string, k, p, target float64) Ratio {
+	r := Ratio{Measurement: what, Peer: peer, Unit: unit, Kubefarm: k, PeerValue: p, Target: target}
+	if p > 0 {
+		r.Ratio = k / p
+	}
+	if target > 0 {
+		met := r.Ratio >= target
+		r.Met = &met
+	}
+	return r
+}
+
+// latencyRatio is peer/kubefarm, so that >= 1 reads "no slower" too.
+func latencyRatio(what, peer string, k, p, target float64) Ratio {
+	r := Ratio{Measurement: what, Peer: peer, Unit: "ms", Kubefarm: k, PeerValue: p, Target: target}
+	if k > 0 {
+		r.Ratio = p / k
+	}
+	if target > 0 {
+		met := r.Ratio >= target
+		r.Met = &met
+	}
+	return r
+}
+
+// abba orders the two servers for repetition r: a b, b a, a b, ...
+func abba(r int, a, b string) []string {
+	if r%2 == 0 {
+		return []string{a, b}
+	}
+	return []string{b, a}
+}
+
+func ports() (udp, tcp int, err error) {
+	if udp, err = freePort("udp"); err != nil {
+		return 0, 0, err
+	}
+	tcp, err = freePort("tcp")
+	return udp, tcp, err
+}
+
+// placeTFTPFile copies src to dst, or writes 70 KiB of random bytes when
+// src does not exist, and returns the size and what was used.
+func placeTFTPFile(src, dst string) (int64, string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		b = make([]byte, 70<<10)
+		_, _ = rand.Read(b)
+		src = "random bytes"
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		return 0, "", err
+	}
+	return int64(len(b)), src, os.Chmod(dst, 0o644)
+}
+
+// prewarm writes size random bytes to a local origin, caches them through
+// httpboot.Store.Ensure from that origin over HTTP (download, sha256 check,
+// link into place), and removes the origin. It returns the digest.
+func prewarm(dir, cacheDir string, size int64) (string, error) {
+	origin := filepath.Join(dir, "origin.bin")
+	f, err := os.Create(origin)
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(origin)
+	var seed [32]byte
+	_, _ = rand.Read(seed[:])
+	src := mrand.NewChaCha8(seed)
+	h := sha256.New()
+	w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+	if _, err := io.CopyN(w, src, size); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Close(); err != nil {
+		return "", err
+	}
+	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, origin) }))
+	defer srv.Close()
+	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: cacheDir, MaxSize: 4 << 30})
+	if err != nil {
+		return "", err
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := store.Ensure(ctx, kubefarmv1.Artifact{Digest: digest, URL: srv.URL + "/image"}, ""); err != nil {
+		return "", err
+	}
+	if !store.Has(digest) {
+		return "", fmt.Errorf("%s not cached after Ensure", digest)
+	}
+	return digest, nil
+}
+
+func waitTFTP(addr string, size int64) error {
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, err = tftpFetch(addr, bootfile.BinaryBIOS, size); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// waitHTTP waits for url to answer, then downloads it once checking its
+// sha256 (this also warms the path).
+func waitHTTP(url string, size int64, digest string) error {
+	c := httpClient(1)
+	defer c.CloseIdleConnections()
+	buf := make([]byte, 256<<10)
+	var err error
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var conn net.Conn
+		host := strings.SplitN(strings.TrimPrefix(url, "http://"), "/", 2)[0]
+		if conn, err = net.Dial("tcp", host); err != nil {
+			continue
+		}
+		conn.Close()
+		var sum string
+		if sum, err = httpGet(context.Background(), c, url, size, size, buf, true); err != nil {
+			continue
+		}
+		if "sha256:"+sum != digest {
+			return fmt.Errorf("served content has digest sha256:%s, want %s", sum, digest)
+		}
+		return nil
+	}
+	return err
+}

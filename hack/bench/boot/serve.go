@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/tftp"
+)
+
+// noMachines is the Machines of the benchmark's handler: the artifact route
+// does not consult it, and every script or config request answers 404/403.
+type noMachines struct{}
+
+func (noMachines) ByMAC(string) (*kubefarmv1.Machine, bool)         { return nil, false }
+func (noMachines) BootImage(string) (*kubefarmv1.BootImage, bool)   { return nil, false }
+func (noMachines) Pool(string, string) (*kubefarmv1.NodePool, bool) { return nil, false }
+
+// serve runs kubefarm-pxe's TFTP server and HTTP handler as a process of
+// its own, built with the constructors and the defaults cmd/kubefarm-pxe
+// uses (tftp.NewServer with its flag defaults and metrics, httpboot.NewStore,
+// httpboot.NewHandler with metrics and /metrics, an http.Server with the
+// same timeouts, the zap logger at info). Only the informer-backed Machines
+// is replaced: the measured route, GET /artifacts/sha256:<hex>, reads the
+// Store and never the API.
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	tftpAddr := fs.String("tftp-addr", "127.0.0.1:0", "TFTP listen address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:0", "HTTP listen address")
+	ipxeDir := fs.String("ipxe-dir", tftp.DefaultDir, "directory of the TFTP files")
+	cacheDir := fs.String("cache-dir", "", "artifact cache directory (pre-warmed)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server here")
+	_ = fs.Parse(args)
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	log := zap.New(zap.UseFlagOptions(&zap.Options{})).WithName("kubefarm-pxe")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: *cacheDir, MaxSize: 4 << 30})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	hm, err := httpboot.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	_, port, _ := net.SplitHostPort(*httpAddr)
+	handler, err := httpboot.NewHandler(httpboot.Config{
+		BaseURL:       "http://127.0.0.1:" + port,
+		IPXEDir:       *ipxeDir,
+		EnsureTimeout: 2 * time.Minute,
+		Windows:       httpboot.NewBootWindows(10*time.Minute, nil),
+		Ready:         func() bool { return true },
+	}, noMachines{}, store, hm, reg, log.WithName("http"))
+	if err != nil {
+		return err
+	}
+	tm, err := tftp.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	tftpSrv, err := tftp.NewServer(tftp.Config{
+		Dir: *ipxeDir, Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 64,
+	}, tm, log.WithName("tftp"))
+	if err != nil {
+		return err
+	}
+
+	httpLn, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		return fmt.Errorf("http: %w", err)
+	}
+	tftpConn, err := net.ListenPacket("udp4", *tftpAddr)
+	if err != nil {
+		return fmt.Errorf("tftp: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := tftpSrv.Serve(ctx, tftpConn); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("tftp: %w", err)
+		}
+	}()
+	log.Info("serving", "http", httpLn.Addr().String(), "tftp", tftpConn.LocalAddr().String())
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	stop()
+	wg.Wait()
+	return runErr
+}
