@@ -73,26 +73,13 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	ctx := context.Background()
-	certDir, _, err := env.IssueServingCertificate(ctx, "kubefarm-system")
-	if err != nil {
-		return 1, err
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		return 1, err
-	}
 	installFakeTenants()
-	mgr, err = manager.New(env.Config, manager.Options{
-		MetricsAddr: "0", ProbeAddr: "0",
-		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
-		AddonsResync: testAddonsResync,
-		PXENamespace: pxeNamespace,
-	})
+	var stop func()
+	mgr, stop, err = env.StartManager(context.Background(), manager.Options{AddonsResync: testAddonsResync, PXENamespace: pxeNamespace}, false)
 	if err != nil {
 		return 1, err
 	}
-	defer testenv.RunManager(mgr)()
+	defer stop()
 	return m.Run(), nil
 }
 

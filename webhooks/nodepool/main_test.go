@@ -54,23 +54,7 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 	ctx := context.Background()
-	certDir, caPEM, err := env.IssueServingCertificate(ctx, "kubefarm-system")
-	if err != nil {
-		return 1, err
-	}
-	port, err := testenv.FreePort()
-	if err != nil {
-		return 1, err
-	}
-	mgr, err := manager.New(env.Config, manager.Options{
-		MetricsAddr: "0", ProbeAddr: "0",
-		WebhookHost: "127.0.0.1", WebhookPort: port, WebhookCertDir: certDir,
-	})
-	if err != nil {
-		return 1, err
-	}
-	stopManager = testenv.RunManager(mgr)
-	if err := env.InstallWebhooks(ctx, port, caPEM); err != nil {
+	if _, stopManager, err = env.StartManager(ctx, manager.Options{}, true); err != nil {
 		return 1, err
 	}
 	// The webhook is up once a valid pool passes admission (dry run).
