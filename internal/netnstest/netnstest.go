@@ -5,9 +5,9 @@
 // real kubefarm-pxe binary in a namespace.
 //
 // It is a non-test package so that several test packages share it
-// (pxe/replicas today; pxe/bootchain carries its own copies of the first
-// helpers). Everything here needs root; New skips, loudly, when namespaces
-// cannot be created at all.
+// (pxe/bootchain, pxe/dhcp and pxe/replicas). Everything here needs root;
+// New skips, loudly, when the test is not root or namespaces cannot be
+// created at all.
 package netnstest
 
 import (
@@ -18,6 +18,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,4 +214,21 @@ func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// ServeBlobs serves blobs, keyed by URL path, over HTTP on ln (a Listen
+// listener, typically) until the test ends; any other path is 404. It
+// answers HEAD and Range requests as http.ServeContent does.
+func ServeBlobs(t testing.TB, ln net.Listener, blobs map[string][]byte) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, ok := blobs[r.URL.Path]; ok {
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
 }

@@ -10,14 +10,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,14 +23,12 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -90,24 +86,6 @@ func requireFacility(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // chain is the running server side: API server, kubefarm-pxe in the
 // namespace, the boot image.
 type chain struct {
@@ -118,7 +96,7 @@ type chain struct {
 	kernelLen int
 	initrdLen int
 	http      *http.Client
-	serverLog *lockedBuffer
+	serverLog *netnstest.LockedBuffer
 }
 
 // TestBootChain boots virtual machines from kubefarm-pxe: see doc.go.
@@ -159,37 +137,20 @@ func TestBootChain(t *testing.T) {
 
 	// The binary first: building is the heaviest step, better before the
 	// API server starts competing for the two cores.
-	binary := filepath.Join(t.TempDir(), "kubefarm-pxe")
-	build := exec.CommandContext(ctx, "go", "build", "-o", binary, "./cmd/kubefarm-pxe")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	binary := netnstest.BuildPXE(ctx, t)
 	t.Logf("prepared kernel, initrd and binary in %s", time.Since(start).Round(time.Millisecond))
 
-	ns := newNetns(t)
-	run(t, "ip", "-n", ns, "link", "add", bridge, "type", "bridge", "forward_delay", "0", "stp_state", "0")
-	run(t, "ip", "-n", ns, "addr", "add", serverIP+"/24", "dev", bridge)
-	run(t, "ip", "-n", ns, "link", "set", bridge, "up")
+	ns := netnstest.New(t, "kfboot")
+	netnstest.Bridge(t, ns, bridge, serverIP+"/24")
 
 	env := testenv.StartT(t, testenv.Options{})
-	c := &chain{ns: ns, env: env, kernelLen: len(kernel), initrdLen: len(initrd), http: nsHTTPClient(ns), serverLog: &lockedBuffer{}}
+	c := &chain{ns: ns, env: env, kernelLen: len(kernel), initrdLen: len(initrd), http: netnstest.HTTPClient(ns)}
 
 	// The artifact origin, listening inside the namespace where
 	// kubefarm-pxe can reach it.
 	blobs := map[string][]byte{"/" + sha(kernel): kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
-	originLn := listenIn(t, ns, "127.0.0.1:0")
-	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b, ok := blobs[r.URL.Path]; ok {
-			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
-			return
-		}
-		http.NotFound(w, r)
-	}))
-	origin.Listener.Close()
-	origin.Listener = originLn
-	origin.Start()
-	t.Cleanup(origin.Close)
+	originLn := netnstest.Listen(t, ns, "127.0.0.1:0")
+	netnstest.ServeBlobs(t, originLn, blobs)
 	originURL := "http://" + originLn.Addr().String()
 
 	// The API server listens on the host's loopback; kubefarm-pxe reaches
@@ -198,22 +159,9 @@ func TestBootChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiLn := listenIn(t, ns, "127.0.0.1:0")
-	forward(t, apiLn, apiURL.Host)
-	kubeconfig, err := env.WriteKubeconfig(envtest.User{Name: "kubefarm-pxe", Groups: []string{"system:masters"}}, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := clientcmd.LoadFromFile(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range kc.Clusters {
-		cl.Server = "https://" + apiLn.Addr().String()
-	}
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	apiLn := netnstest.Listen(t, ns, "127.0.0.1:0")
+	netnstest.Forward(t, apiLn, apiURL.Host)
+	kubeconfig := netnstest.APIKubeconfig(t, env, "kubefarm-pxe", apiLn.Addr().String())
 
 	// The API objects: an image, a pool, its two machines.
 	cl := env.Client
@@ -267,7 +215,7 @@ func TestBootChain(t *testing.T) {
 	}
 
 	// kubefarm-pxe, as production runs it, in the namespace.
-	cmd := exec.Command("ip", "netns", "exec", ns, binary,
+	pxe := netnstest.StartPXE(t, "bootchain", ns, binary,
 		"--kubeconfig", kubeconfig,
 		"--server-ip", serverIP,
 		"--interface", bridge,
@@ -277,46 +225,13 @@ func TestBootChain(t *testing.T) {
 		"--cache-dir", t.TempDir(),
 		"--zap-log-level", "debug",
 	)
-	cmd.Stdout, cmd.Stderr = c.serverLog, c.serverLog
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // `ip netns exec` execs the binary: this is its PID
-		<-exited
-		if t.Failed() {
-			t.Logf("kubefarm-pxe log:\n%s", c.serverLog.String())
-		}
-	})
+	c.serverLog = pxe.Log
 
 	// Ready: the cache has synced, and the script is served for both
 	// machines. HEAD caches the artifacts without opening boot windows.
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
-	for _, path := range []string{"/healthz", "/boot/" + biosVM.mac + ".ipxe", "/boot/" + uefiVM.mac + ".ipxe"} {
-		var last string
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
-			select {
-			case err := <-exited:
-				exited <- err
-				return false, fmt.Errorf("kubefarm-pxe exited: %v", err)
-			default:
-			}
-			req, _ := http.NewRequestWithContext(ctx, http.MethodHead, base+path, nil)
-			resp, err := c.http.Do(req)
-			if err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			resp.Body.Close()
-			last = resp.Status
-			return resp.StatusCode == http.StatusOK, nil
-		})
-		if err != nil {
-			t.Fatalf("kubefarm-pxe %s never answered 200 (last: %s): %v", path, last, err)
-		}
-	}
+	pxe.WaitHTTP(ctx, t, c.http, 2*time.Minute,
+		base+"/healthz", base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe")
 	t.Logf("kubefarm-pxe serving after %s", time.Since(start).Round(time.Millisecond))
 
 	t.Run("BIOS", func(t *testing.T) { c.boot(t, biosVM) })
@@ -336,9 +251,9 @@ func (c *chain) boot(t *testing.T, v vm) {
 	logOffset := len(c.serverLog.String())
 
 	tap := "kftap-" + v.name
-	run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
-	run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
-	run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
+	netnstest.Run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
+	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
+	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
 
 	// Watch the Machine before the VM can report.
 	wc, err := client.NewWithWatch(c.env.Config, client.Options{Scheme: c.env.Scheme})
@@ -367,7 +282,7 @@ func (c *chain) boot(t *testing.T, v vm) {
 		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
 		args = append(args, "-device", "e1000,netdev=n0,mac="+v.mac)
 	}
-	var qemuOut lockedBuffer
+	var qemuOut netnstest.LockedBuffer
 	q := exec.Command("ip", append([]string{"netns", "exec", c.ns, "qemu-system-x86_64"}, args...)...)
 	q.Stdout, q.Stderr = &qemuOut, &qemuOut
 	if err := q.Start(); err != nil {

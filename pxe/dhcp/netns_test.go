@@ -4,16 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,78 +16,12 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
-
-var nsSeq atomic.Int32
-
-func run(t testing.TB, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// newNetns creates a network namespace that is deleted when the test ends,
-// whatever happens. It skips, loudly, only when namespaces cannot be made.
-func newNetns(t testing.TB) string {
-	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("SKIPPED, NOT PASSED: iproute2 `ip` is not installed, network namespace tests cannot run")
-	}
-	name := fmt.Sprintf("kfdhcp-%d-%d", os.Getpid(), nsSeq.Add(1))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED, NOT PASSED: cannot create network namespaces here (ip netns add: %v: %s)", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
-			t.Errorf("deleting namespace %s: %v %s", name, err, out)
-		}
-	})
-	run(t, "ip", "-n", name, "link", "set", "lo", "up")
-	return name
-}
-
-// inNetns runs fn on an OS thread switched into namespace ns. Sockets fn
-// opens stay in ns after the thread switches back. It runs on its own
-// goroutine so that, if the thread cannot be switched back, it stays locked
-// and the runtime discards it instead of reusing it in the wrong namespace.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(filepath.Join("/run/netns", ns))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		ferr := fn()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("restoring the thread's namespace: %w", err))
-			return // thread stays locked and dies with this goroutine
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
-}
 
 // serve runs s on conns until the test ends.
 func serve(t testing.TB, s *Server, conns ...net.PacketConn) {
@@ -110,10 +39,10 @@ func serve(t testing.TB, s *Server, conns ...net.PacketConn) {
 // TestRelayedExchange plays a relay agent on loopback inside a fresh
 // namespace: requests carry giaddr, replies must come back to giaddr:67.
 func TestRelayedExchange(t *testing.T) {
-	ns := newNetns(t)
+	ns := netnstest.New(t, "kfdhcp")
 	srvIP, relay := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
 	var srvConn, relayConn *net.UDPConn
-	if err := inNetns(ns, func() (err error) {
+	if err := netnstest.Do(ns, func() (err error) {
 		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
 			return err
 		}
@@ -202,11 +131,11 @@ func TestRelayedExchange(t *testing.T) {
 func veth(t *testing.T, srvNs, cliNs, clientMAC string) (srvIf, cliIf string) {
 	t.Helper()
 	srvIf, cliIf = "kfsrv0", "kfcli0"
-	run(t, "ip", "-n", srvNs, "link", "add", srvIf, "type", "veth", "peer", "name", cliIf, "netns", cliNs)
-	run(t, "ip", "-n", srvNs, "addr", "add", "10.99.0.1/24", "dev", srvIf)
-	run(t, "ip", "-n", srvNs, "link", "set", srvIf, "up")
-	run(t, "ip", "-n", cliNs, "link", "set", cliIf, "address", clientMAC)
-	run(t, "ip", "-n", cliNs, "link", "set", cliIf, "up")
+	netnstest.Run(t, "ip", "-n", srvNs, "link", "add", srvIf, "type", "veth", "peer", "name", cliIf, "netns", cliNs)
+	netnstest.Run(t, "ip", "-n", srvNs, "addr", "add", "10.99.0.1/24", "dev", srvIf)
+	netnstest.Run(t, "ip", "-n", srvNs, "link", "set", srvIf, "up")
+	netnstest.Run(t, "ip", "-n", cliNs, "link", "set", cliIf, "address", clientMAC)
+	netnstest.Run(t, "ip", "-n", cliNs, "link", "set", cliIf, "up")
 	return srvIf, cliIf
 }
 
@@ -238,7 +167,7 @@ func writeScript(t *testing.T, body string) string {
 // TestRealClients serves a veth pair between two namespaces and lets real
 // DHCP clients (busybox udhcpc, ISC dhclient) obtain their static lease.
 func TestRealClients(t *testing.T) {
-	srvNs, cliNs := newNetns(t), newNetns(t)
+	srvNs, cliNs := netnstest.New(t, "kfdhcp"), netnstest.New(t, "kfdhcp")
 	const mac = "52:54:00:99:00:02"
 	srvIf, cliIf := veth(t, srvNs, cliNs, mac)
 
@@ -252,7 +181,7 @@ func TestRealClients(t *testing.T) {
 	cfg := Config{ServerID: srvIP, Boot: bootfile.Config{Server: srvIP, HTTPPort: 8080}}
 	s, m := testServer(t, cfg, tableWith(&lease))
 	var conns []net.PacketConn
-	if err := inNetns(srvNs, func() (err error) { conns, err = Listen(srvIf, cfg); return err }); err != nil {
+	if err := netnstest.Do(srvNs, func() (err error) { conns, err = Listen(srvIf, cfg); return err }); err != nil {
 		t.Fatal(err)
 	}
 	serve(t, s, conns...)
@@ -353,10 +282,10 @@ func TestRealClients(t *testing.T) {
 // relayed PXE DISCOVER gets a boot-only OFFER, and the boot server REQUEST
 // to port 4011 gets an ACK unicast back to the client's address and port.
 func TestProxyDHCP(t *testing.T) {
-	ns := newNetns(t)
+	ns := netnstest.New(t, "kfdhcp")
 	srvIP, relay, client := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4(), net.IPv4(127, 0, 0, 3).To4()
 	var srv67, srv4011, relayConn, clientConn *net.UDPConn
-	if err := inNetns(ns, func() (err error) {
+	if err := netnstest.Do(ns, func() (err error) {
 		if srv67, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
 			return err
 		}
@@ -425,10 +354,10 @@ func TestProxyDHCP(t *testing.T) {
 // reply, send) with a relay on loopback in a fresh namespace sending
 // DISCOVERs for 20,000 known MACs, 64 in flight. It reports replies/s.
 func BenchmarkServeRelayed(b *testing.B) {
-	ns := newNetns(b)
+	ns := netnstest.New(b, "kfdhcp")
 	srvIP, relay := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
 	var srvConn, relayConn *net.UDPConn
-	if err := inNetns(ns, func() (err error) {
+	if err := netnstest.Do(ns, func() (err error) {
 		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -165,17 +164,7 @@ func TestTwoReplicas(t *testing.T) {
 	rootfs := []byte("kubefarm replicas test: not a root file system\n")
 	blobs := map[string][]byte{"/" + sha(f.kernel): f.kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
 	originLn := netnstest.Listen(t, f.lan, net.JoinHostPort(lanIP, strconv.Itoa(originPort)))
-	origin := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if b, ok := blobs[r.URL.Path]; ok {
-			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
-			return
-		}
-		http.NotFound(w, r)
-	}))
-	origin.Listener.Close()
-	origin.Listener = originLn
-	origin.Start()
-	t.Cleanup(origin.Close)
+	netnstest.ServeBlobs(t, originLn, blobs)
 	originURL := fmt.Sprintf("http://%s:%d", lanIP, originPort)
 
 	f.createObjects(ctx, t, env, originURL, initrd, rootfs)
