@@ -172,6 +172,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		controllerutil.AddFinalizer(tc, Finalizer)
 		if err := r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
 			client.FieldOwner(FieldOwner)); err != nil {
+			if apierrors.IsConflict(err) {
+				// A newer TenantCluster exists; its event brings the
+				// next pass. Not an error worth a backoff or a log.
+				return ctrl.Result{Requeue: true}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
@@ -676,8 +681,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 	}
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, Finalizer)
-	return client.IgnoreNotFound(r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
-		client.FieldOwner(FieldOwner)))
+	err = r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(FieldOwner))
+	if apierrors.IsConflict(err) {
+		// Changed meanwhile: the next pass (its event) removes it.
+		return nil
+	}
+	return client.IgnoreNotFound(err)
 }
 
 // deletePKI deletes the tenant's Certificates and then the Secrets
