@@ -175,7 +175,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			if apierrors.IsConflict(err) {
 				// A newer TenantCluster exists; its event brings the
 				// next pass. Not an error worth a backoff or a log.
-				return ctrl.Result{Requeue: true}, nil
+				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
 			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
 		}
