@@ -39,19 +39,7 @@ func serve(t testing.TB, s *Server, conns ...net.PacketConn) {
 // TestRelayedExchange plays a relay agent on loopback inside a fresh
 // namespace: requests carry giaddr, replies must come back to giaddr:67.
 func TestRelayedExchange(t *testing.T) {
-	ns := netnstest.New(t, "kfdhcp")
-	srvIP, relay := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
-	var srvConn, relayConn *net.UDPConn
-	if err := netnstest.Do(ns, func() (err error) {
-		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
-			return err
-		}
-		relayConn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: relay, Port: ServerPort})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer relayConn.Close()
+	srvIP, relay, srvConn, relayConn := relayOnLoopback(t)
 
 	cfg := Config{ServerID: srvIP, Boot: bootfile.Config{Server: srvIP}, Workers: 1, QueueSize: 8}
 	s, m := testServer(t, cfg, tableWith(testLease()))
@@ -354,19 +342,7 @@ func TestProxyDHCP(t *testing.T) {
 // reply, send) with a relay on loopback in a fresh namespace sending
 // DISCOVERs for 20,000 known MACs, 64 in flight. It reports replies/s.
 func BenchmarkServeRelayed(b *testing.B) {
-	ns := netnstest.New(b, "kfdhcp")
-	srvIP, relay := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
-	var srvConn, relayConn *net.UDPConn
-	if err := netnstest.Do(ns, func() (err error) {
-		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
-			return err
-		}
-		relayConn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: relay, Port: ServerPort})
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	defer relayConn.Close()
+	srvIP, relay, srvConn, relayConn := relayOnLoopback(b)
 	tab, macs := benchTable(20000)
 	s, m := testServer(b, Config{ServerID: srvIP, Boot: bootfile.Config{Server: srvIP}}, tab)
 	serve(b, s, srvConn)
@@ -416,4 +392,24 @@ func BenchmarkServeRelayed(b *testing.B) {
 			testutil.ToFloat64(m.packets.WithLabelValues("unknown", string(DroppedQueueFull))))
 	}
 	b.ReportMetric(float64(got)/elapsed.Seconds(), "replies/s")
+}
+
+// relayOnLoopback makes a fresh namespace with the server's socket on
+// 127.0.0.1:67 and a relay agent's socket on 127.0.0.2:67, both closed when
+// the test ends.
+func relayOnLoopback(tb testing.TB) (srvIP, relay net.IP, srvConn, relayConn *net.UDPConn) {
+	tb.Helper()
+	ns := netnstest.New(tb, "kfdhcp")
+	srvIP, relay = net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
+	if err := netnstest.Do(ns, func() (err error) {
+		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
+			return err
+		}
+		relayConn, err = net.ListenUDP("udp4", &net.UDPAddr{IP: relay, Port: ServerPort})
+		return err
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { relayConn.Close() })
+	return srvIP, relay, srvConn, relayConn
 }
