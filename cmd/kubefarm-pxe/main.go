@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -39,6 +40,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
+	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/leases"
@@ -70,6 +72,8 @@ type options struct {
 	bootWindow      time.Duration
 	podNamespace    string
 	joinTokenTTL    time.Duration
+	eventInterval   time.Duration
+	nodeName        string
 }
 
 func bindFlags(fs *flag.FlagSet, o *options) {
@@ -106,6 +110,10 @@ func bindFlags(fs *flag.FlagSet, o *options) {
 			"empty disables join tokens (/config answers 503)")
 	fs.DurationVar(&o.joinTokenTTL, "join-token-ttl", jointoken.DefaultTTL,
 		"how long a machine's join token (a bootstrap token in its tenant cluster) is valid; at most 24h")
+	fs.DurationVar(&o.eventInterval, "event-interval", events.DefaultInterval,
+		"Events on Machines (Offered, Acked, ScriptServed, ImageServed, ConfigServed, BootReported, Refused, Declined): "+
+			"the same event of one machine is recorded at most once per interval; 0 disables events")
+	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this replica runs on (default $NODE_NAME): the source host of its events")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"how long in-flight HTTP requests and TFTP transfers may take to finish on SIGTERM")
 }
@@ -221,6 +229,31 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return fmt.Errorf("creating the API client: %w", err)
 	}
 
+	// Events go through client-go's broadcaster: throttled per machine
+	// before, queued (bounded, dropping) and aggregated after, so a boot
+	// storm or a slow API server never delays an answer.
+	var machineEvents *events.Recorder
+	if o.eventInterval > 0 {
+		rec, stopEvents, err := events.StartAPI(cfg, scheme, o.nodeName)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
+		machineEvents = events.New(rec, events.Config{Interval: o.eventInterval, UID: func(ns, name string) (types.UID, bool) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var m kubefarmv1.Machine
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
+				return "", false
+			}
+			return m.UID, true
+		}})
+	}
+	var eventSink events.Sink
+	if machineEvents != nil {
+		eventSink = machineEvents
+	}
+
 	var synced sync.Once
 	ready := make(chan struct{})
 	hm, err := httpboot.NewMetrics(reg)
@@ -233,6 +266,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		EnsureTimeout: o.ensureTimeout,
 		Windows:       httpboot.NewBootWindows(o.bootWindow, nil),
 		Recorder:      httpboot.StatusRecorder{Client: writer},
+		Events:        eventSink,
 		// A tenant without a credential (not ready yet, or written into
 		// another namespace) makes Issue fail: /config answers 503 to the
 		// machine, which retries, and logs which Secret is missing.
@@ -283,6 +317,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			ProxyDHCP: o.proxyDHCP,
 			Workers:   o.workers,
 			QueueSize: o.queue,
+			Events:    eventSink,
 		}
 		dm, err := dhcp.NewMetrics(reg)
 		if err != nil {

@@ -34,6 +34,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
 func sha(b []byte) string {
@@ -402,6 +403,37 @@ func TestBinary(t *testing.T) {
 	} {
 		if code != 200 || !bytes.Contains(metrics, []byte(s)) {
 			t.Errorf("/metrics lacks %s", s)
+		}
+	}
+
+	// Events: every stage above left one on the Machine, attached by UID
+	// as `kubectl describe machine` finds them.
+	wantReasons := []string{events.ReasonOffered, events.ReasonScriptServed, events.ReasonImageServed,
+		events.ReasonConfigServed, events.ReasonRefused, events.ReasonBootReported}
+	var seen map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var list corev1.EventList
+		if err := c.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
+			return false, err
+		}
+		seen = map[string]string{}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "Machine" && e.InvolvedObject.Name == "m7" && e.InvolvedObject.UID == m.UID {
+				seen[e.Reason] = e.Message
+			}
+		}
+		for _, r := range wantReasons {
+			if _, ok := seen[r]; !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Errorf("events on the machine: %v; have %v, want every one of %v", err, seen, wantReasons)
+	}
+	for r, msg := range seen {
+		if nodeConfig.JoinToken != "" && strings.Contains(msg, nodeConfig.JoinToken) {
+			t.Errorf("event %s carries the join token", r)
 		}
 	}
 

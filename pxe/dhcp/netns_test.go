@@ -80,6 +80,14 @@ func TestRelayedExchange(t *testing.T) {
 	if _, err := relayConn.WriteTo(unknown.ToBytes(), &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
 		t.Fatal(err)
 	}
+	// A known MAC relayed with a giaddr outside its subnet (spoofed, or a
+	// misconfigured relay) gets nothing: replies go to giaddr, and the
+	// server must not send them to an arbitrary host.
+	spoofed := request(dhcpv4.MessageTypeDiscover, dhcpv4.WithRelay(foreignIP), withArch(iana.INTEL_X86PC),
+		dhcpv4.WithTransactionID(dhcpv4.TransactionID{8, 8, 8, 8}))
+	if _, err := relayConn.WriteTo(spoofed.ToBytes(), &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
+		t.Fatal(err)
+	}
 	offer := exchange(request(dhcpv4.MessageTypeDiscover, relayed...))
 	if offer.MessageType() != dhcpv4.MessageTypeOffer || !offer.YourIPAddr.Equal(leaseIP) || offer.BootFileName != "undionly.kpxe" {
 		t.Fatalf("offer: %s", offer.Summary())
@@ -96,7 +104,7 @@ func TestRelayedExchange(t *testing.T) {
 		typ  string
 		o    Outcome
 		want float64
-	}{{"DISCOVER", IgnoredUnknown, 1}, {"DISCOVER", Offered, 1}, {"REQUEST", Acked, 1}, {"REQUEST", Nak, 1}}
+	}{{"DISCOVER", IgnoredUnknown, 1}, {"DISCOVER", IgnoredBadRelay, 1}, {"DISCOVER", Offered, 1}, {"REQUEST", Acked, 1}, {"REQUEST", Nak, 1}}
 	// Workers count after they send, so the last reply can arrive before
 	// its count: wait for the counters, bounded.
 	_ = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
@@ -271,7 +279,9 @@ func TestRealClients(t *testing.T) {
 // to port 4011 gets an ACK unicast back to the client's address and port.
 func TestProxyDHCP(t *testing.T) {
 	ns := netnstest.New(t, "kfdhcp")
-	srvIP, relay, client := net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4(), net.IPv4(127, 0, 0, 3).To4()
+	// The relay's address is on the machine's subnet, as a real relay's giaddr is.
+	srvIP, relay, client := net.IPv4(127, 0, 0, 1).To4(), relayIP, net.IPv4(127, 0, 0, 3).To4()
+	netnstest.Run(t, "ip", "-n", ns, "addr", "add", relay.String()+"/32", "dev", "lo")
 	var srv67, srv4011, relayConn, clientConn *net.UDPConn
 	if err := netnstest.Do(ns, func() (err error) {
 		if srv67, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
@@ -395,12 +405,14 @@ func BenchmarkServeRelayed(b *testing.B) {
 }
 
 // relayOnLoopback makes a fresh namespace with the server's socket on
-// 127.0.0.1:67 and a relay agent's socket on 127.0.0.2:67, both closed when
-// the test ends.
+// 127.0.0.1:67 and a relay agent's socket on 10.28.200.1:67 (an address of
+// the test leases' subnet, added to lo, as a real relay's giaddr is on the
+// client's subnet), both closed when the test ends.
 func relayOnLoopback(tb testing.TB) (srvIP, relay net.IP, srvConn, relayConn *net.UDPConn) {
 	tb.Helper()
 	ns := netnstest.New(tb, "kfdhcp")
-	srvIP, relay = net.IPv4(127, 0, 0, 1).To4(), net.IPv4(127, 0, 0, 2).To4()
+	srvIP, relay = net.IPv4(127, 0, 0, 1).To4(), relayIP
+	netnstest.Run(tb, "ip", "-n", ns, "addr", "add", relay.String()+"/32", "dev", "lo")
 	if err := netnstest.Do(ns, func() (err error) {
 		if srvConn, err = server4.NewIPv4UDPConn("", &net.UDPAddr{IP: srvIP, Port: ServerPort}); err != nil {
 			return err

@@ -20,6 +20,7 @@ const (
 	IgnoredUnknown     Outcome = "ignored_unknown"
 	IgnoredOtherServer Outcome = "ignored_other_server"
 	IgnoredNotPXE      Outcome = "ignored_not_pxe"
+	IgnoredBadRelay    Outcome = "ignored_bad_relay"
 	Ignored            Outcome = "ignored"
 	DroppedQueueFull   Outcome = "dropped_queue_full"
 	DroppedOverload    Outcome = "dropped_overload"
@@ -33,6 +34,7 @@ var (
 	ErrUnknown      = errors.New("unknown client")
 	ErrOtherServer  = errors.New("request is for another server")
 	ErrNotPXE       = errors.New("proxyDHCP: not a PXE client or no boot file for it")
+	ErrBadRelay     = errors.New("relayed through an address outside the machine's subnet")
 	ErrReleased     = errors.New("client released its lease")
 	ErrDeclined     = errors.New("client declined its address")
 	ErrNotAnswered  = errors.New("message type not answered")
@@ -63,6 +65,8 @@ func outcomeOf(req, resp *dhcpv4.DHCPv4, err error) Outcome {
 		return IgnoredOtherServer
 	case errors.Is(err, ErrNotPXE):
 		return IgnoredNotPXE
+	case errors.Is(err, ErrBadRelay):
+		return IgnoredBadRelay
 	case errors.Is(err, ErrReleased):
 		return Released
 	case errors.Is(err, ErrDeclined):

@@ -11,6 +11,7 @@ import (
 	"github.com/insomniacslk/dhcp/iana"
 
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	Workers int
 	// QueueSize bounds the packets waiting for a worker (default 1024).
 	QueueSize int
+	// Events, when set, records offers, acks, declines and refused relays
+	// as Events on the machines (throttled by the implementation).
+	Events events.Sink
 }
 
 // Handler is one link of a reply chain: it sees the request and the reply
@@ -76,6 +80,9 @@ func Reply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4,
 	}
 	if len(lease.IP.To4()) != net.IPv4len {
 		return nil, fmt.Errorf("lease of %s has no IPv4 address", req.ClientHWAddr)
+	}
+	if !relayOnClientSubnet(req, lease) {
+		return nil, ErrBadRelay
 	}
 	var (
 		resp *dhcpv4.DHCPv4
@@ -462,6 +469,25 @@ func Destination(req, resp *dhcpv4.DHCPv4, peer *net.UDPAddr) *net.UDPAddr {
 	// to yiaddr would need an ARP entry for an address not yet configured;
 	// RFC 2131 allows broadcasting instead.
 	return &net.UDPAddr{IP: net.IPv4bcast.To4(), Port: ClientPort}
+}
+
+// relayOnClientSubnet checks giaddr against the machine's subnet. A relay
+// agent puts in giaddr its own address on the interface the client's
+// broadcast arrived on (RFC 2131 4.1, RFC 1542), so a genuine relayed
+// request for a machine carries an address of the machine's subnet.
+// Replies go to giaddr, port 67: without this check anyone could spoof
+// giaddr and make every replica send replies to an arbitrary host, a
+// reflector for the price of one small packet per known MAC. A lease with
+// no mask (not built from a pool) cannot be checked and is not relayed.
+func relayOnClientSubnet(req *dhcpv4.DHCPv4, lease *leases.Lease) bool {
+	g := req.GatewayIPAddr.To4()
+	if isZero(g) {
+		return true
+	}
+	if len(lease.Mask) != net.IPv4len {
+		return false
+	}
+	return g.Mask(lease.Mask).Equal(lease.IP.To4().Mask(lease.Mask))
 }
 
 func isZero(ip net.IP) bool { return ip == nil || ip.IsUnspecified() }

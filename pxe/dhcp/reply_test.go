@@ -20,7 +20,8 @@ var (
 	otherID   = net.IPv4(10, 28, 0, 250).To4()
 	clientMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0x12, 0x34, 0x56}
 	leaseIP   = net.IPv4(10, 28, 0, 11).To4()
-	relayIP   = net.IPv4(10, 30, 0, 1).To4()
+	relayIP   = net.IPv4(10, 28, 200, 1).To4() // a relay on the machines' subnet (10.28.0.0/16)
+	foreignIP = net.IPv4(192, 0, 2, 7).To4()   // an address no relay of the subnet has
 )
 
 func testConfig() Config {
@@ -210,6 +211,15 @@ func TestReply(t *testing.T) {
 			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP)}},
 		{name: "request renewing by ciaddr -> ack", req: request(dhcpv4.MessageTypeRequest, dhcpv4.WithClientIP(leaseIP)), lease: testLease(), cfg: testConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeAck), yiaddr(leaseIP), ciaddr(leaseIP)}},
+		{name: "discover relayed from outside the machine's subnet is ignored", req: request(dhcpv4.MessageTypeDiscover,
+			append(pxeBIOS, dhcpv4.WithRelay(foreignIP))...), lease: testLease(), cfg: testConfig(), wantErr: ErrBadRelay},
+		{name: "request relayed from outside the machine's subnet is ignored", req: request(dhcpv4.MessageTypeRequest,
+			withSID(serverID), withReqIP(leaseIP), dhcpv4.WithRelay(foreignIP)), lease: testLease(), cfg: testConfig(), wantErr: ErrBadRelay},
+		{name: "proxyDHCP relayed from outside the machine's subnet is ignored", req: request(dhcpv4.MessageTypeDiscover,
+			append(pxeBIOS, dhcpv4.WithRelay(foreignIP))...), lease: testLease(), cfg: proxyConfig(), wantErr: ErrBadRelay},
+		{name: "relayed lease without a mask cannot be checked and is ignored", req: request(dhcpv4.MessageTypeDiscover,
+			append(pxeBIOS, dhcpv4.WithRelay(relayIP))...), lease: func() *leases.Lease { l := testLease(); l.Mask = nil; return l }(),
+			cfg: testConfig(), wantErr: ErrBadRelay},
 		{name: "request for another server is ignored", req: request(dhcpv4.MessageTypeRequest, withSID(otherID), withReqIP(leaseIP)), lease: testLease(), cfg: testConfig(), wantErr: ErrOtherServer},
 		{name: "request wrong address -> nak", req: request(dhcpv4.MessageTypeRequest, withSID(serverID), withReqIP(net.IPv4(10, 28, 0, 99))), lease: testLease(), cfg: testConfig(),
 			checks: []check{msgType(dhcpv4.MessageTypeNak), yiaddr(net.IPv4zero), opt(51, nil), opt(1, nil), opt(67, nil), opt(54, serverID), broadcastFlag(false)}},

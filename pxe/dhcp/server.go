@@ -77,29 +77,49 @@ func Listen(iface string, cfg Config) ([]net.PacketConn, error) {
 // its destination and the outcome. It never panics on any input; that is
 // what FuzzHandlePacket checks.
 func (s *Server) HandlePacket(pkt []byte, peer *net.UDPAddr) (out []byte, dst *net.UDPAddr, typ string, o Outcome) {
+	a := s.handle(pkt, peer)
+	return a.out, a.dst, a.typ, a.outcome
+}
+
+// answer is what handle decided about one packet.
+type answer struct {
+	out     []byte
+	dst     *net.UDPAddr
+	typ     string
+	outcome Outcome
+	// req, resp and lease are kept for the machine's events; nil when
+	// the packet was malformed or the MAC unknown.
+	req, resp *dhcpv4.DHCPv4
+	lease     *leases.Lease
+}
+
+func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
 	if len(pkt) > MaxPacket {
-		return nil, nil, "unknown", Malformed
+		return answer{typ: "unknown", outcome: Malformed}
 	}
 	req, err := dhcpv4.FromBytes(pkt)
 	if err != nil {
-		return nil, nil, "unknown", Malformed
+		return answer{typ: "unknown", outcome: Malformed}
 	}
-	typ = typeLabel(req)
+	a := answer{typ: typeLabel(req), req: req}
 	if err := validate(req); err != nil {
-		return nil, nil, typ, Malformed
+		a.outcome = Malformed
+		return a
 	}
 	lease, _ := s.leases.Lookup(req.ClientHWAddr)
+	a.lease = lease
 	resp, err := Reply(req, lease, s.cfg)
-	o = outcomeOf(req, resp, err)
+	a.outcome, a.resp = outcomeOf(req, resp, err), resp
 	if resp == nil {
-		if o == Failed {
+		if a.outcome == Failed {
 			s.log.Error(err, "building reply", "mac", req.ClientHWAddr.String())
-		} else if o == Declined {
+		} else if a.outcome == Declined {
 			s.log.Info("client declined its address: another host uses it", "mac", req.ClientHWAddr.String(), "ip", lease.IP.String())
 		}
-		return nil, nil, typ, o
+		return a
 	}
-	return resp.ToBytes(), Destination(req, resp, peer), typ, o
+	a.out, a.dst = resp.ToBytes(), Destination(req, resp, peer)
+	return a
 }
 
 // buffer carries one datagram from a reader to a worker. Buffers are
@@ -198,15 +218,16 @@ func (s *Server) read(ctx context.Context, c net.PacketConn, free, queue chan *b
 }
 
 func (s *Server) work(b *buffer) {
-	out, dst, typ, o := s.HandlePacket(b.data[:b.n], b.peer)
-	if out != nil {
-		if _, err := b.conn.WriteTo(out, dst); err != nil {
-			s.log.Error(err, "sending DHCP reply", "to", dst.String(), "result", string(o))
-			o = Failed
+	a := s.handle(b.data[:b.n], b.peer)
+	if a.out != nil {
+		if _, err := b.conn.WriteTo(a.out, a.dst); err != nil {
+			s.log.Error(err, "sending DHCP reply", "to", a.dst.String(), "result", string(a.outcome))
+			a.outcome = Failed
 		}
 	}
-	s.metrics.count(typ, o)
+	s.metrics.count(a.typ, a.outcome)
 	s.metrics.observe(b.at)
+	s.recordEvent(a)
 }
 
 // ReadBufferBytes is the socket receive buffer the server asks for,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
@@ -58,6 +60,10 @@ type Config struct {
 	Tokens JoinTokens
 	// Recorder writes boot reports. Nil: /report answers 503.
 	Recorder BootRecorder
+	// Events, when set, records each stage of a machine's HTTP boot
+	// (script, artifacts, configuration, report) and each refusal as an
+	// Event on the machine.
+	Events events.Sink
 }
 
 // Metrics of the HTTP boot handler.
@@ -225,6 +231,11 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 		h.cfg.Windows.Open(m.Namespace + "/" + m.Name)
 	}
 	log.Info("serving boot script", "image", img.Name, "rootfs", img.Spec.Rootfs.Digest)
+	if r.Method == http.MethodGet {
+		h.normal(machineKey(m), events.ReasonScriptServed, "", func() string {
+			return fmt.Sprintf("served the iPXE script for image %s (root filesystem %s) to %s", img.Name, img.Spec.Rootfs.Digest, peerHost(r))
+		})
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	// Scripts change when the served image flips; never cache them.
 	w.Header().Set("Cache-Control", "no-store")
@@ -250,6 +261,42 @@ func (h *Handler) artifact(w http.ResponseWriter, r *http.Request, digest string
 	}
 	defer f.Close()
 	serveFile(w, r, f, `"`+digest+`"`, "public, max-age=31536000, immutable")
+	h.artifactServed(w, r, f, digest)
+}
+
+// artifactServed records ImageServed on the machine whose address fetched
+// a whole artifact. Ranged or interrupted downloads are counted in the
+// metrics only: their parts do not say when an artifact was "served".
+func (h *Handler) artifactServed(w http.ResponseWriter, r *http.Request, f *os.File, digest string) {
+	cw, ok := w.(*countingWriter)
+	if h.cfg.Events == nil || !ok || cw.code != http.StatusOK || r.Method != http.MethodGet {
+		return
+	}
+	fi, err := f.Stat()
+	if err != nil || cw.n != fi.Size() {
+		return
+	}
+	m, ok := h.machines.ByIP(peerHost(r))
+	if !ok {
+		return
+	}
+	h.normal(machineKey(m), events.ReasonImageServed, digest, func() string {
+		what, image := "artifact", ""
+		if name, _ := ImageFor(m); name != "" {
+			if img, ok := h.machines.BootImage(name); ok {
+				image = " of image " + img.Name
+				switch digest {
+				case img.Spec.Kernel.Digest:
+					what = "kernel"
+				case img.Spec.Initrd.Digest:
+					what = "initrd"
+				case img.Spec.Rootfs.Digest:
+					what = "root filesystem"
+				}
+			}
+		}
+		return fmt.Sprintf("served the %s %s%s (%d bytes) to %s", what, digest, image, cw.n, peerHost(r))
+	})
 }
 
 func (h *Handler) ipxe(w http.ResponseWriter, r *http.Request, name string) {
@@ -335,6 +382,35 @@ func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, reason strin
 	http.Error(w, "forbidden", http.StatusForbidden)
 }
 
+// refused is forbidden for a request that names a known machine: the
+// machine also gets a Warning event, so that `kubectl describe` shows
+// someone asking for its credentials from the wrong place or time. The
+// request path carries only the MAC, never a secret.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, m *kubefarmv1.Machine, reason string) {
+	key := machineKey(m)
+	h.forbidden(w, r, reason, "machine", key)
+	if h.cfg.Events != nil && h.cfg.Events.Due(key, events.ReasonRefused, reason) {
+		h.cfg.Events.Warning(key, events.ReasonRefused, reason, fmt.Sprintf("refused %s %s from %s: %s", r.Method, r.URL.Path, peerHost(r), reason))
+	}
+}
+
+// normal records a Normal event whose message is built only when due.
+func (h *Handler) normal(machine, reason, subject string, message func() string) {
+	if h.cfg.Events != nil && h.cfg.Events.Due(machine, reason, subject) {
+		h.cfg.Events.Normal(machine, reason, subject, message())
+	}
+}
+
+func machineKey(m *kubefarmv1.Machine) string { return m.Namespace + "/" + m.Name }
+
+// peerHost is the request's source address without the port.
+func peerHost(r *http.Request) string {
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return host
+	}
+	return r.RemoteAddr
+}
+
 // peerMachine finds the machine of mac and checks that the request comes
 // from the address it leases. It answers the request itself when not.
 func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC string) (*kubefarmv1.Machine, bool) {
@@ -351,7 +427,7 @@ func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC str
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	peer := net.ParseIP(host)
 	if err != nil || peer == nil || !peer.Equal(net.ParseIP(m.Spec.IP)) {
-		h.forbidden(w, r, "not from the machine's leased IP", "mac", mac, "machine", m.Namespace+"/"+m.Name)
+		h.refused(w, r, m, "not from the machine's leased IP "+m.Spec.IP)
 		return nil, false
 	}
 	return m, true
@@ -389,12 +465,12 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
 			return
 		}
-		h.forbidden(w, r, "no open boot window", "machine", key)
+		h.refused(w, r, m, noWindow)
 		return
 	}
 	opened, ok := h.cfg.Windows.Consume(key)
 	if !ok {
-		h.forbidden(w, r, "no open boot window", "machine", key)
+		h.refused(w, r, m, noWindow)
 		return
 	}
 	ctx, cancel := apiWriteContext(r)
@@ -415,11 +491,18 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		return
 	}
 	log.Info("served boot configuration")
+	h.normal(key, events.ReasonConfigServed, "", func() string {
+		return fmt.Sprintf("served the boot configuration with a join token to %s, %s after the boot window opened",
+			peerHost(r), time.Since(opened).Round(time.Second))
+	})
 	w.Header().Set("Content-Type", "application/json")
 	// It carries a credential: no cache anywhere may keep it.
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(body)
 }
+
+// noWindow is the refusal of a /config request outside its boot window.
+const noWindow = "no open boot window (already used, expired, or this replica served no script for this boot)"
 
 // APIWriteTimeout bounds an API write a request makes: issuing a join
 // token, recording a boot.
@@ -476,5 +559,8 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Info("boot recorded")
+	h.normal(machineKey(m), events.ReasonBootReported, rep.BootID, func() string {
+		return fmt.Sprintf("booted %s, boot ID %s", rep.ImageDigest, rep.BootID)
+	})
 	w.WriteHeader(http.StatusNoContent)
 }

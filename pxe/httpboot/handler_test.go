@@ -35,6 +35,19 @@ func (f *fakeMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
 	return m, ok
 }
 
+func (f *fakeMachines) ByIP(ip string) (*kubefarmv1.Machine, bool) {
+	var found *kubefarmv1.Machine
+	for _, m := range f.machines {
+		if m.Spec.IP == ip {
+			if found != nil && found != m {
+				return nil, false
+			}
+			found = m
+		}
+	}
+	return found, found != nil
+}
+
 func (f *fakeMachines) BootImage(name string) (*kubefarmv1.BootImage, bool) {
 	b, ok := f.images[name]
 	return b, ok

@@ -21,10 +21,17 @@ type Machines interface {
 	BootImage(name string) (*kubefarmv1.BootImage, bool)
 	// Pool finds a NodePool.
 	Pool(namespace, name string) (*kubefarmv1.NodePool, bool)
+	// ByIP finds the machine whose static address is ip (dotted quad):
+	// artifacts are fetched by digest, so the peer's address is what ties
+	// a download to a machine.
+	ByIP(ip string) (*kubefarmv1.Machine, bool)
 }
 
 // MACIndex is the cache field index of Machines by each of spec.macs.
 const MACIndex = "spec.macs"
+
+// IPIndex is the cache field index of Machines by spec.ip.
+const IPIndex = "spec.ip"
 
 // readTimeout bounds one cache read. Reads are in memory once the
 // informers have synced; the bound only matters before that, when the cache
@@ -58,6 +65,15 @@ func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*Cac
 	}); err != nil {
 		return nil, fmt.Errorf("indexing machines by MAC: %w", err)
 	}
+	if err := c.IndexField(ctx, &kubefarmv1.Machine{}, IPIndex, func(o client.Object) []string {
+		m, ok := o.(*kubefarmv1.Machine)
+		if !ok || m.Spec.IP == "" {
+			return nil
+		}
+		return []string{m.Spec.IP}
+	}); err != nil {
+		return nil, fmt.Errorf("indexing machines by IP: %w", err)
+	}
 	// Register every informer now, before the cache starts, so that the
 	// first boot request reads a synced cache instead of lazily starting a
 	// watch and blocking on its first list.
@@ -73,11 +89,22 @@ func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*Cac
 // machines claiming one MAC (which admission should prevent) is treated as
 // unknown: booting either could hand a node the wrong identity.
 func (c *CacheMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
+	return c.unique(MACIndex, mac)
+}
+
+// ByIP is a lookup in the IP index. Pools in different namespaces may
+// reuse an address on separate networks; an address that is not unique
+// names no machine.
+func (c *CacheMachines) ByIP(ip string) (*kubefarmv1.Machine, bool) {
+	return c.unique(IPIndex, ip)
+}
+
+func (c *CacheMachines) unique(index, value string) (*kubefarmv1.Machine, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	var l kubefarmv1.MachineList
-	if err := c.cache.List(ctx, &l, client.MatchingFields{MACIndex: mac}); err != nil {
-		c.log.Error(err, "listing machines by MAC", "mac", mac)
+	if err := c.cache.List(ctx, &l, client.MatchingFields{index: value}); err != nil {
+		c.log.Error(err, "listing machines", "index", index, "value", value)
 		return nil, false
 	}
 	switch len(l.Items) {
@@ -86,7 +113,7 @@ func (c *CacheMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
 	case 0:
 		return nil, false
 	default:
-		c.log.Info("MAC claimed by several machines; not booting it", "mac", mac, "machines", len(l.Items))
+		c.log.Info("several machines claim one address; not serving it as any of them", "index", index, "value", value, "machines", len(l.Items))
 		return nil, false
 	}
 }

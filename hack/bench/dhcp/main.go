@@ -57,8 +57,11 @@ func main() {
 	rates := flag.String("rates", "1000,5000,10000,20000,30000", "offered DORA exchanges per second, in order")
 	period := flag.Int("period", 10, "seconds per rate")
 	out := flag.String("out", "_build/bench-dhcp", "folder for lists, configs and raw perfdhcp output")
+	flag.StringVar(&perfdhcpThreads, "perfdhcp-threads", perfdhcpThreads, "perfdhcp -g: multi (a receiver thread) or single")
+	only := flag.String("only", "", "run only this server (kubefarm-pxe or dnsmasq), for profiling; the ratio needs both")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of kubefarm-pxe's server over all its rates here")
 	flag.Parse()
-	if err := run(*machines, *rates, *period, *out); err != nil {
+	if err := run(*machines, *rates, *period, *out, *only, *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "dhcp bench:", err)
 		os.Exit(1)
 	}
@@ -73,9 +76,12 @@ type result struct {
 	perSecond     float64 // completed / period
 	share         float64 // completed / (rate * period)
 	p50, p99, max float64 // OFFER latency, ms
+	// CPU used during the run, in cores (1.0 = one core busy): the server
+	// and perfdhcp share the machine's cores, so the split matters.
+	serverCPU, clientCPU float64
 }
 
-func run(machines int, rateList string, period int, out string) error {
+func run(machines int, rateList string, period int, out, only, cpuProfile string) error {
 	for _, bin := range []string{"perfdhcp", "dnsmasq", "ip"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("%s is not installed (make bench installs kea-admin and dnsmasq-base): %w", bin, err)
@@ -109,13 +115,16 @@ func run(machines int, rateList string, period int, out string) error {
 		name string
 		argv []string
 	}{
-		{"kubefarm-pxe", []string{self, "serve", "-machines", strconv.Itoa(machines)}},
+		{"kubefarm-pxe", []string{self, "serve", "-machines", strconv.Itoa(machines), "-cpuprofile", cpuProfile}},
 		{"dnsmasq", []string{"dnsmasq", "--no-daemon", "--port=0", "--conf-file=/dev/null", "--leasefile-ro",
 			"--dhcp-range=10.77.0.0,static,255.255.0.0,1h", "--dhcp-hostsfile=" + hostsFile, "--dhcp-authoritative",
 			"--interface=" + srvIf, "--bind-interfaces", "--log-facility=/dev/null", "--pid-file=" + filepath.Join(out, "dnsmasq.pid")}},
 	}
 	var results []result
 	for _, s := range servers {
+		if only != "" && s.name != only {
+			continue
+		}
 		fmt.Printf("== %s, %d static machines\n", s.name, machines)
 		restore := func() {}
 		if s.name == "kubefarm-pxe" {
@@ -144,14 +153,16 @@ func run(machines int, rateList string, period int, out string) error {
 			return fmt.Errorf("%s never answered (log %s): %w", s.name, logPath, err)
 		}
 		for _, rate := range rates {
+			before := processCPU(cmd.Process.Pid)
 			r, err := perfdhcp(ctx, s.name, rate, period, macFile, out)
 			if err != nil {
 				stopServer()
 				return err
 			}
+			r.serverCPU = (processCPU(cmd.Process.Pid) - before).Seconds() / float64(period)
 			results = append(results, r)
-			fmt.Printf("  offered %6d/s: completed %8.0f DORA/s (%5.1f%%), OFFER latency p50 %.2f ms p99 %.2f ms max %.2f ms\n",
-				r.rate, r.perSecond, 100*r.share, r.p50, r.p99, r.max)
+			fmt.Printf("  offered %6d/s: completed %8.0f DORA/s (%5.1f%%), OFFER latency p50 %.2f ms p99 %.2f ms max %.2f ms; CPU server %.2f perfdhcp %.2f cores\n",
+				r.rate, r.perSecond, 100*r.share, r.p50, r.p99, r.max, r.serverCPU, r.clientCPU)
 		}
 		stopServer()
 	}
@@ -264,6 +275,9 @@ func received(out string) int {
 	return n
 }
 
+// perfdhcpThreads is perfdhcp's -g. Set by -perfdhcp-threads.
+var perfdhcpThreads = "multi"
+
 // perfdhcp runs one rate for period seconds and reads its report: the
 // first "sent/received packets" pair is DISCOVER-OFFER, the second
 // REQUEST-ACK; `-x t` adds the timers of every completed exchange.
@@ -271,7 +285,7 @@ func perfdhcp(ctx context.Context, server string, rate, period int, macFile, out
 	raw := filepath.Join(out, fmt.Sprintf("perfdhcp-%s-%d.txt", server, rate))
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", cliNS, "perfdhcp", "-4",
 		"-r", strconv.Itoa(rate), "-p", strconv.Itoa(period), "-R", "20000", "-M", macFile,
-		"-l", cliIP, "-d", "2", "-x", "t", srvIP)
+		"-l", cliIP, "-d", "2", "-x", "t", "-g", perfdhcpThreads, srvIP)
 	outBytes, err := cmd.CombinedOutput()
 	_ = os.WriteFile(raw, outBytes, 0o644)
 	text := string(outBytes)
@@ -280,6 +294,9 @@ func perfdhcp(ctx context.Context, server string, rate, period int, macFile, out
 		return result{}, fmt.Errorf("perfdhcp at %d/s against %s: %v (output in %s)", rate, server, err, raw)
 	}
 	r := result{server: server, rate: rate}
+	if ps := cmd.ProcessState; ps != nil {
+		r.clientCPU = (ps.UserTime() + ps.SystemTime()).Seconds() / float64(period)
+	}
 	recv := receivedRe.FindAllStringSubmatch(text, -1)
 	sent := sentRe.FindAllStringSubmatch(text, -1)
 	if len(recv) >= 2 && len(sent) >= 1 {
@@ -390,4 +407,27 @@ func raiseSocketBuffers() func() {
 			_ = exec.Command("sysctl", "-qw", k+"="+old[k]).Run()
 		}
 	}
+}
+
+// processCPU is the user plus system CPU time pid has used so far, from
+// /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may contain spaces; fields count from
+	// after its closing parenthesis.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

@@ -1,0 +1,181 @@
+package events
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// drain returns the events the fake recorder has buffered so far.
+func drain(f *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	f := record.NewFakeRecorder(100)
+	r := New(f, Config{Interval: time.Minute, Now: c.now})
+
+	steps := []struct {
+		name    string
+		advance time.Duration
+		machine string
+		reason  string
+		subject string
+		want    bool
+	}{
+		{"first offer", 0, "ns/m1", ReasonOffered, "", true},
+		{"repeat within the interval", 10 * time.Second, "ns/m1", ReasonOffered, "", false},
+		{"another reason is its own stream", 0, "ns/m1", ReasonAcked, "", true},
+		{"another machine is its own stream", 0, "ns/m2", ReasonOffered, "", true},
+		{"another subject is its own stream", 0, "ns/m1", ReasonImageServed, "sha256:aa", true},
+		{"second artifact of the same boot", 0, "ns/m1", ReasonImageServed, "sha256:bb", true},
+		{"just before the interval ends", 49*time.Second + 999*time.Millisecond, "ns/m1", ReasonOffered, "", false},
+		{"the interval has passed", time.Millisecond, "ns/m1", ReasonOffered, "", true},
+		{"no machine", 0, "", ReasonOffered, "", false},
+		{"malformed machine key", 0, "nons", ReasonOffered, "", false},
+	}
+	for _, s := range steps {
+		c.add(s.advance)
+		if got := r.Due(s.machine, s.reason, s.subject); got != s.want {
+			t.Errorf("%s: Due = %v, want %v", s.name, got, s.want)
+		}
+		r.Normal(s.machine, s.reason, s.subject, "msg "+s.name)
+		got := drain(f)
+		if s.want && len(got) != 1 {
+			t.Errorf("%s: recorded %d events, want 1: %q", s.name, len(got), got)
+		}
+		if !s.want && len(got) != 0 {
+			t.Errorf("%s: recorded %q, want nothing", s.name, got)
+		}
+		if s.want && len(got) == 1 && got[0] != "Normal "+s.reason+" msg "+s.name {
+			t.Errorf("%s: recorded %q", s.name, got[0])
+		}
+	}
+}
+
+func TestConcurrentCallersRecordOnce(t *testing.T) {
+	f := record.NewFakeRecorder(1000)
+	r := New(f, Config{})
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Warning("ns/m", ReasonRefused, "", "refused")
+		}()
+	}
+	wg.Wait()
+	if got := drain(f); len(got) != 1 || !strings.HasPrefix(got[0], "Warning Refused") {
+		t.Fatalf("50 concurrent identical events recorded as %q, want exactly one", got)
+	}
+}
+
+func TestNilRecorderIsSilent(t *testing.T) {
+	var r *Recorder
+	if r.Due("ns/m", ReasonOffered, "") {
+		t.Fatal("nil recorder says an event is due")
+	}
+	r.Normal("ns/m", ReasonOffered, "", "x") // must not panic
+}
+
+func TestMemoryIsBounded(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	r := New(record.NewFakeRecorder(maxTracked*2+10), Config{Now: c.now})
+	for i := 0; i < maxTracked+10; i++ {
+		r.Normal("ns/m", ReasonOffered, string(rune('a'+i%26))+strings.Repeat("x", i%7)+itoa(i), "m")
+	}
+	if n := len(r.last); n > maxTracked {
+		t.Fatalf("throttle tracks %d entries, more than %d", n, maxTracked)
+	}
+	// After the interval every old entry is sweepable: the next insert
+	// past the bound keeps only fresh ones.
+	c.add(2 * DefaultInterval)
+	for i := 0; i < maxTracked; i++ {
+		r.Normal("ns/n", ReasonAcked, itoa(i), "m")
+	}
+	if n := len(r.last); n > maxTracked {
+		t.Fatalf("throttle tracks %d entries after a sweep, more than %d", n, maxTracked)
+	}
+}
+
+func TestUIDAttached(t *testing.T) {
+	f := &capture{}
+	var asked []string
+	r := New(f, Config{UID: func(ns, name string) (types.UID, bool) {
+		asked = append(asked, ns+"/"+name)
+		return "uid-1", true
+	}})
+	if r.Due("ns/m", ReasonAcked, "") {
+		if len(asked) != 0 {
+			t.Fatal("Due looked up the UID; it must stay allocation-free")
+		}
+	}
+	r.Normal("ns/m", ReasonAcked, "", "acked")
+	want := corev1.ObjectReference{APIVersion: "kubefarm.io/v1alpha1", Kind: "Machine", Namespace: "ns", Name: "m", UID: "uid-1"}
+	if len(f.refs) != 1 || *f.refs[0] != want {
+		t.Fatalf("events attached to %v, want one on %v", f.refs, want)
+	}
+	if len(asked) != 1 || asked[0] != "ns/m" {
+		t.Fatalf("UID lookups %q, want one for ns/m", asked)
+	}
+}
+
+// capture keeps the objects events are recorded on.
+type capture struct{ refs []*corev1.ObjectReference }
+
+func (c *capture) Event(o runtime.Object, _, _, _ string) {
+	c.refs = append(c.refs, o.(*corev1.ObjectReference))
+}
+func (c *capture) Eventf(o runtime.Object, t, r, m string, _ ...any) { c.Event(o, t, r, m) }
+func (c *capture) AnnotatedEventf(o runtime.Object, _ map[string]string, t, r, m string, _ ...any) {
+	c.Event(o, t, r, m)
+}
+
+func BenchmarkDueThrottled(b *testing.B) {
+	r := New(record.NewFakeRecorder(10), Config{})
+	r.Normal("ns/m", ReasonOffered, "", "first")
+	b.ReportAllocs()
+	for b.Loop() {
+		if r.Due("ns/m", ReasonOffered, "") {
+			b.Fatal("due")
+		}
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}
