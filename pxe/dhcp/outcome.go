@@ -21,6 +21,7 @@ const (
 	IgnoredOtherServer Outcome = "ignored_other_server"
 	IgnoredNotPXE      Outcome = "ignored_not_pxe"
 	IgnoredBadRelay    Outcome = "ignored_bad_relay"
+	IgnoredRangeFull   Outcome = "ignored_range_full"
 	Ignored            Outcome = "ignored"
 	DroppedQueueFull   Outcome = "dropped_queue_full"
 	DroppedOverload    Outcome = "dropped_overload"

@@ -46,6 +46,15 @@ type Config struct {
 	// Events, when set, records offers, acks, declines and refused relays
 	// as Events on the machines (throttled by the implementation).
 	Events events.Sink
+	// Dynamic, when set, answers unknown MACs from the catch-all ranges
+	// of NodePools that have one (never in proxyDHCP mode), through
+	// DynamicWorkers goroutines fed by a queue of DynamicQueue packets,
+	// each call bounded by DynamicTimeout. DynamicErrors are its sentinels.
+	Dynamic        Dynamic
+	DynamicErrors  DynamicErrors
+	DynamicWorkers int
+	DynamicQueue   int
+	DynamicTimeout time.Duration
 }
 
 // Handler is one link of a reply chain: it sees the request and the reply

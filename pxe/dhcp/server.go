@@ -47,6 +47,18 @@ func NewServer(cfg Config, l Leases, m *Metrics, log logr.Logger) (*Server, erro
 	if cfg.QueueSize <= 0 {
 		cfg.QueueSize = 1024
 	}
+	if cfg.DynamicWorkers <= 0 {
+		cfg.DynamicWorkers = DefaultDynamicWorkers
+	}
+	if cfg.DynamicQueue <= 0 {
+		cfg.DynamicQueue = DefaultDynamicQueue
+	}
+	if cfg.DynamicTimeout <= 0 {
+		cfg.DynamicTimeout = DefaultDynamicTimeout
+	}
+	if cfg.Dynamic != nil && (cfg.DynamicErrors.NoPool == nil || cfg.DynamicErrors.RangeFull == nil || cfg.DynamicErrors.NotLeased == nil) {
+		return nil, errors.New("a dynamic allocator needs its three sentinel errors (DynamicErrors)")
+	}
 	return &Server{cfg: cfg, leases: l, metrics: m, log: log}, nil
 }
 
@@ -76,8 +88,15 @@ func Listen(iface string, cfg Config) ([]net.PacketConn, error) {
 // HandlePacket turns one datagram into the reply to send (nil for none),
 // its destination and the outcome. It never panics on any input; that is
 // what FuzzHandlePacket checks.
+//
+// A packet for an unknown MAC that a dynamic range may serve is answered
+// inline here, with the allocator's API calls; Serve instead hands it to
+// the dynamic workers so that the static path never waits for the API.
 func (s *Server) HandlePacket(pkt []byte, peer *net.UDPAddr) (out []byte, dst *net.UDPAddr, typ string, o Outcome) {
 	a := s.handle(pkt, peer)
+	if a.dynamic {
+		a = s.allocate(context.Background(), a, peer)
+	}
 	return a.out, a.dst, a.typ, a.outcome
 }
 
@@ -91,6 +110,9 @@ type answer struct {
 	// the packet was malformed or the MAC unknown.
 	req, resp *dhcpv4.DHCPv4
 	lease     *leases.Lease
+	// dynamic: the MAC is unknown and the allocator must be asked; no
+	// outcome yet.
+	dynamic bool
 }
 
 func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
@@ -106,7 +128,11 @@ func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
 		a.outcome = Malformed
 		return a
 	}
-	lease, _ := s.leases.Lookup(req.ClientHWAddr)
+	lease, known := s.leases.Lookup(req.ClientHWAddr)
+	if !known && s.wantsDynamic(req) {
+		a.dynamic = true
+		return a
+	}
 	a.lease = lease
 	resp, err := Reply(req, lease, s.cfg)
 	a.outcome, a.resp = outcomeOf(req, resp, err), resp
@@ -147,14 +173,28 @@ func (s *Server) Serve(ctx context.Context, conns ...net.PacketConn) error {
 		free <- new(buffer)
 	}
 	queue := make(chan *buffer, s.cfg.QueueSize)
-
-	var workers sync.WaitGroup
+	// Unknown MACs for a dynamic range wait here for the allocator's API
+	// calls, so that those never hold up the static workers.
+	var dynq chan dynamicJob
+	var workers, dynWorkers sync.WaitGroup
+	if s.cfg.Dynamic != nil {
+		dynq = make(chan dynamicJob, s.cfg.DynamicQueue)
+		for i := 0; i < s.cfg.DynamicWorkers; i++ {
+			dynWorkers.Add(1)
+			go func() {
+				defer dynWorkers.Done()
+				for j := range dynq {
+					s.dynamicWork(ctx, j)
+				}
+			}()
+		}
+	}
 	for i := 0; i < s.cfg.Workers; i++ {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
 			for b := range queue {
-				s.work(b)
+				s.work(b, dynq)
 				free <- b
 			}
 		}()
@@ -185,6 +225,12 @@ func (s *Server) Serve(ctx context.Context, conns ...net.PacketConn) error {
 	readers.Wait()
 	close(queue)
 	workers.Wait()
+	// Static workers hand jobs over until they have drained queue: close
+	// dynq only after them.
+	if dynq != nil {
+		close(dynq)
+		dynWorkers.Wait()
+	}
 	return errors.Join(errs...)
 }
 
@@ -217,16 +263,30 @@ func (s *Server) read(ctx context.Context, c net.PacketConn, free, queue chan *b
 	}
 }
 
-func (s *Server) work(b *buffer) {
+func (s *Server) work(b *buffer, dynq chan<- dynamicJob) {
 	a := s.handle(b.data[:b.n], b.peer)
+	if a.dynamic {
+		j := dynamicJob{pkt: append([]byte(nil), b.data[:b.n]...), peer: b.peer, conn: b.conn, at: b.at}
+		select {
+		case dynq <- j:
+		default:
+			s.metrics.count(a.typ, DroppedQueueFull)
+		}
+		return
+	}
+	s.finish(a, b.conn, b.at)
+}
+
+// finish sends the answer, counts it and records the machine's event.
+func (s *Server) finish(a answer, conn net.PacketConn, at time.Time) {
 	if a.out != nil {
-		if _, err := b.conn.WriteTo(a.out, a.dst); err != nil {
+		if _, err := conn.WriteTo(a.out, a.dst); err != nil {
 			s.log.Error(err, "sending DHCP reply", "to", a.dst.String(), "result", string(a.outcome))
 			a.outcome = Failed
 		}
 	}
 	s.metrics.count(a.typ, a.outcome)
-	s.metrics.observe(b.at)
+	s.metrics.observe(at)
 	s.recordEvent(a)
 }
 
