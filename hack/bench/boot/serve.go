@@ -24,9 +24,11 @@ import (
 )
 
 // noMachines is the Machines of the benchmark's handler: the artifact route
-// does not consult it, and every script or config request answers 404/403.
+// consults it only to record events (off here; one index lookup per whole
+// download when on), and every script or config request answers 404/403.
 type noMachines struct{}
 
+func (noMachines) ByIP(string) (*kubefarmv1.Machine, bool)          { return nil, false }
 func (noMachines) ByMAC(string) (*kubefarmv1.Machine, bool)         { return nil, false }
 func (noMachines) BootImage(string) (*kubefarmv1.BootImage, bool)   { return nil, false }
 func (noMachines) Pool(string, string) (*kubefarmv1.NodePool, bool) { return nil, false }
