@@ -786,8 +786,8 @@ func generatedCRDs(t *testing.T) []*unstructured.Unstructured {
 
 func TestCRDs(t *testing.T) {
 	gen := generatedCRDs(t)
-	if len(gen) != 4 {
-		t.Errorf("files/crds holds %d CRDs, want 4 (tenantclusters, nodepools, machines, bootimages)", len(gen))
+	if len(gen) != 5 {
+		t.Errorf("files/crds holds %d CRDs, want 5 (tenantclusters, nodepools, machines, bootimages, dhcpleases)", len(gen))
 	}
 	for _, tc := range []struct {
 		values string
@@ -1246,7 +1246,11 @@ func TestPXERBAC(t *testing.T) {
 	var cr rbacv1.ClusterRole
 	typed(t, find(t, objs, "ClusterRole", pxeName), &cr)
 	wantCluster := []rbacv1.PolicyRule{
+		// Events on Machines, through client-go's broadcaster.
+		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"bootimages", "machines", "nodepools"}, Verbs: []string{"get", "list", "watch"}},
+		// Leases of the dynamic ranges, shared by the replicas.
+		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"dhcpleases"}, Verbs: []string{"create", "delete", "get", "list", "update", "watch"}},
 		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"machines/status"}, Verbs: []string{"patch"}},
 	}
 	if !reflect.DeepEqual(cr.Rules, wantCluster) {

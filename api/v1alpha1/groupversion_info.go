@@ -1,7 +1,8 @@
 // Package v1alpha1 holds the kubefarm.io/v1alpha1 API: TenantCluster (a tenant
 // control plane), NodePool (a group of netbooted machines joining one tenant),
-// Machine (one bare-metal server, created by the NodePool controller) and
-// BootImage (a content-addressed kernel, initrd and root filesystem).
+// Machine (one bare-metal server, created by the NodePool controller),
+// BootImage (a content-addressed kernel, initrd and root filesystem) and
+// DHCPLease (an address of a pool's catch-all range, held by an unknown MAC).
 //
 // +kubebuilder:object:generate=true
 // +groupName=kubefarm.io
@@ -32,6 +33,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&NodePool{}, &NodePoolList{},
 		&Machine{}, &MachineList{},
 		&BootImage{}, &BootImageList{},
+		&DHCPLease{}, &DHCPLeaseList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -21,6 +21,7 @@ const MaxMachinesPerPool = 250
 // +kubebuilder:validation:XValidation:rule="!has(self.machines) || self.machines.all(m, cidr(self.network.subnet).containsIP(m.ip))",fieldPath=".machines",messageExpression="'every machine IP must be inside spec.network.subnet ' + self.network.subnet",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="!has(self.machines) || self.machines.all(m, self.machines.exists_one(o, o.ip == m.ip))",fieldPath=".machines",message="machine IPs must be unique within the pool"
 // +kubebuilder:validation:XValidation:rule="!has(self.network.gateway) || cidr(self.network.subnet).containsIP(self.network.gateway)",fieldPath=".network.gateway",message="gateway must be inside spec.network.subnet",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.network.dynamicRange) || !isIP(self.network.dynamicRange.start) || !isIP(self.network.dynamicRange.end) || (cidr(self.network.subnet).containsIP(self.network.dynamicRange.start) && cidr(self.network.subnet).containsIP(self.network.dynamicRange.end))",fieldPath=".network.dynamicRange",messageExpression="'start and end must be inside spec.network.subnet ' + self.network.subnet",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="!has(self.machines) || !has(self.tags) || self.machines.all(m, !has(m.tags) || m.tags.all(t, t in self.tags))",fieldPath=".machines",message="machines may only use tags defined in spec.tags",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="has(self.tags) || !has(self.machines) || self.machines.all(m, !has(m.tags) || size(m.tags) == 0)",fieldPath=".machines",message="machines use tags but spec.tags defines none",reason=FieldValueInvalid
 type NodePoolSpec struct {
@@ -112,6 +113,41 @@ type BootNetwork struct {
 	// +optional
 	// +kubebuilder:default="1h"
 	LeaseTime *metav1.Duration `json:"leaseTime,omitempty"`
+
+	// DynamicRange opts the pool in to a catch-all range: MACs of no
+	// Machine that boot on this network get an address from it. Without it
+	// kubefarm-pxe answers only the pool's machines.
+	// +optional
+	DynamicRange *DynamicRange `json:"dynamicRange,omitempty"`
+}
+
+// DynamicRange is a catch-all DHCP range for machines kubefarm does not know
+// yet, inclusive at both ends, at most 65536 addresses, inside
+// spec.network.subnet (the admission webhook checks start <= end and the
+// size, which CEL cannot compare).
+//
+// An unknown machine gets an address from the range, the pool's network
+// options (mask, gateway, DNS, domain, lease time) and the boot options (the
+// boot file for its firmware). It has no Machine object, so the HTTP boot
+// script for it answers 404: the range serves discovery and inventory (a
+// live image that reports the hardware) and tools that boot without a
+// kubefarm script, not nodes that join a cluster.
+//
+// Leases live in the API as DHCPLease objects, so every kubefarm-pxe
+// replica sees the same ones. Static machine IPs inside the range are never
+// handed out; the network and broadcast addresses are skipped too.
+type DynamicRange struct {
+	// Start is the first address of the range.
+	// +required
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	Start string `json:"start"`
+
+	// End is the last address of the range, not below start.
+	// +required
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
+	End string `json:"end"`
 }
 
 // MachineEntry is one server of a pool, as written in a kubefarm values file.

@@ -40,6 +40,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
+	"github.com/kubefarm/kubefarm/pxe/dynamic"
 	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
@@ -74,6 +75,8 @@ type options struct {
 	joinTokenTTL    time.Duration
 	eventInterval   time.Duration
 	nodeName        string
+	dynamicRanges   bool
+	dynamicWorkers  int
 }
 
 func bindFlags(fs *flag.FlagSet, o *options) {
@@ -110,6 +113,11 @@ func bindFlags(fs *flag.FlagSet, o *options) {
 			"empty disables join tokens (/config answers 503)")
 	fs.DurationVar(&o.joinTokenTTL, "join-token-ttl", jointoken.DefaultTTL,
 		"how long a machine's join token (a bootstrap token in its tenant cluster) is valid; at most 24h")
+	fs.BoolVar(&o.dynamicRanges, "dynamic-ranges", true,
+		"answer MACs of no Machine from the spec.network.dynamicRange of the NodePool serving their network, with leases stored as DHCPLease objects; "+
+			"false ignores every unknown MAC (and needs no access to dhcpleases)")
+	fs.IntVar(&o.dynamicWorkers, "dynamic-workers", dhcp.DefaultDynamicWorkers,
+		"goroutines answering unknown MACs from dynamic ranges (each makes API calls, apart from the static workers)")
 	fs.DurationVar(&o.eventInterval, "event-interval", events.DefaultInterval,
 		"Events on Machines (Offered, Acked, ScriptServed, ImageServed, ConfigServed, BootReported, Refused, Declined): "+
 			"the same event of one machine is recorded at most once per interval; 0 disables events")
@@ -209,6 +217,21 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		log.Info("no --pod-namespace (or $POD_NAMESPACE): join tokens disabled, /config answers 503")
 	}
 
+	// Writes go straight to the API server: /report's status patch,
+	// dynamic leases, nothing else.
+	writer, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	var allocator *dynamic.Allocator
+	if o.dynamicRanges {
+		// Registered before the cache starts (its indexes), so the
+		// DHCPLeases are part of the sync that makes the replica ready.
+		if allocator, err = dynamic.New(ctx, dynamic.Config{Cache: c, Client: writer, APIReader: writer, Static: table}); err != nil {
+			return err
+		}
+	}
+
 	store, err := httpboot.NewStore(httpboot.StoreConfig{
 		Dir:     o.cacheDir,
 		MaxSize: o.maxArtifact,
@@ -221,13 +244,6 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return fmt.Errorf("artifact cache: %w", err)
 	}
 	defer store.Close()
-
-	// Writes go straight to the API server: only /report writes, one merge
-	// patch of status.lastBoot per boot.
-	writer, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
-	}
 
 	// Events go through client-go's broadcaster: throttled per machine
 	// before, queued (bounded, dropping) and aggregated after, so a boot
@@ -318,6 +334,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			Workers:   o.workers,
 			QueueSize: o.queue,
 			Events:    eventSink,
+		}
+		if allocator != nil {
+			dcfg.Dynamic = allocator
+			dcfg.DynamicErrors = dhcp.DynamicErrors{NoPool: dynamic.ErrNoPool, RangeFull: dynamic.ErrRangeFull, NotLeased: dynamic.ErrNotLeased}
+			dcfg.DynamicWorkers = o.dynamicWorkers
 		}
 		dm, err := dhcp.NewMetrics(reg)
 		if err != nil {

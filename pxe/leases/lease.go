@@ -34,9 +34,62 @@ type Lease struct {
 	LeaseTime time.Duration
 	// ExtraOptions come from the machine's tags, sorted by code.
 	ExtraOptions []Option
-	// Pool is the NodePool's name; Machine is "namespace/name".
+	// Pool is the NodePool's name; Machine is "namespace/name", empty for
+	// a lease of a pool's dynamic range.
 	Pool    string
 	Machine string
+	// Dynamic marks a lease of a pool's dynamic range (package
+	// pxe/dynamic): a MAC of no Machine, so there is no boot script for it.
+	Dynamic bool
+}
+
+// Network is what a pool's spec.network says about every lease of the pool,
+// parsed once: FromObjects and the dynamic range build leases from it.
+type Network struct {
+	Subnet    *net.IPNet // IPv4, masked
+	Router    net.IP     // nil when the pool has no gateway
+	DNS       []net.IP
+	Domain    string
+	LeaseTime time.Duration
+	Pool      string
+}
+
+// NetworkOf parses pool.spec.network.
+func NetworkOf(pool *kubefarmv1.NodePool) (Network, error) {
+	netw := pool.Spec.Network
+	_, subnet, err := net.ParseCIDR(netw.Subnet)
+	if err != nil || subnet.IP.To4() == nil {
+		return Network{}, fmt.Errorf("pool subnet %q is not an IPv4 CIDR", netw.Subnet)
+	}
+	subnet.IP = subnet.IP.To4()
+	var router net.IP
+	if netw.Gateway != "" {
+		if router = net.ParseIP(netw.Gateway).To4(); router == nil {
+			return Network{}, fmt.Errorf("pool gateway %q is not IPv4", netw.Gateway)
+		}
+	}
+	dns := make([]net.IP, 0, len(netw.DNS))
+	for _, s := range netw.DNS {
+		d := net.ParseIP(s).To4()
+		if d == nil {
+			return Network{}, fmt.Errorf("pool DNS server %q is not IPv4", s)
+		}
+		dns = append(dns, d)
+	}
+	leaseTime := DefaultLeaseTime
+	if netw.LeaseTime != nil && netw.LeaseTime.Duration > 0 {
+		leaseTime = netw.LeaseTime.Duration
+	}
+	return Network{Subnet: subnet, Router: router, DNS: dns, Domain: netw.Domain, LeaseTime: leaseTime, Pool: pool.Name}, nil
+}
+
+// Lease is the lease of mac at ip on this network, without tag options
+// and without a machine.
+func (n Network) Lease(mac net.HardwareAddr, ip net.IP, hostname string) Lease {
+	return Lease{
+		MAC: mac, IP: ip.To4(), Mask: n.Subnet.Mask, Router: n.Router, DNS: n.DNS,
+		Domain: n.Domain, Hostname: hostname, LeaseTime: n.LeaseTime, Pool: n.Pool,
+	}
 }
 
 // reservedCodes are options the DHCP server sets itself (the API rejects
@@ -61,35 +114,16 @@ func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Leas
 		return nil, fmt.Errorf("machine %s/%s belongs to pool %q, not %s/%s",
 			machine.Namespace, machine.Name, machine.Spec.Pool, pool.Namespace, pool.Name)
 	}
-	netw := pool.Spec.Network
-	_, subnet, err := net.ParseCIDR(netw.Subnet)
-	if err != nil || subnet.IP.To4() == nil {
-		return nil, fmt.Errorf("pool subnet %q is not an IPv4 CIDR", netw.Subnet)
+	netw, err := NetworkOf(pool)
+	if err != nil {
+		return nil, err
 	}
 	ip := net.ParseIP(machine.Spec.IP).To4()
 	if ip == nil {
 		return nil, fmt.Errorf("machine IP %q is not IPv4", machine.Spec.IP)
 	}
-	if !subnet.Contains(ip) {
-		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, subnet)
-	}
-	var router net.IP
-	if netw.Gateway != "" {
-		if router = net.ParseIP(netw.Gateway).To4(); router == nil {
-			return nil, fmt.Errorf("pool gateway %q is not IPv4", netw.Gateway)
-		}
-	}
-	dns := make([]net.IP, 0, len(netw.DNS))
-	for _, s := range netw.DNS {
-		d := net.ParseIP(s).To4()
-		if d == nil {
-			return nil, fmt.Errorf("pool DNS server %q is not IPv4", s)
-		}
-		dns = append(dns, d)
-	}
-	leaseTime := DefaultLeaseTime
-	if netw.LeaseTime != nil && netw.LeaseTime.Duration > 0 {
-		leaseTime = netw.LeaseTime.Duration
+	if !netw.Subnet.Contains(ip) {
+		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, netw.Subnet)
 	}
 	extra, err := tagOptions(machine.Spec.Tags, pool.Spec.Tags)
 	if err != nil {
@@ -102,11 +136,10 @@ func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Leas
 		if err != nil || len(mac) != 6 {
 			return nil, fmt.Errorf("machine %s/%s: MAC %q is not an Ethernet address", machine.Namespace, machine.Name, s)
 		}
-		out = append(out, Lease{
-			MAC: mac, IP: ip, Mask: subnet.Mask, Router: router, DNS: dns,
-			Domain: netw.Domain, Hostname: machine.Spec.Hostname, LeaseTime: leaseTime,
-			ExtraOptions: extra, Pool: pool.Name, Machine: MachineKey(machine.Namespace, machine.Name),
-		})
+		l := netw.Lease(mac, ip, machine.Spec.Hostname)
+		l.ExtraOptions = extra
+		l.Machine = MachineKey(machine.Namespace, machine.Name)
+		out = append(out, l)
 	}
 	return out, nil
 }

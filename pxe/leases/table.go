@@ -16,17 +16,51 @@ func keyOf(mac net.HardwareAddr) (macKey, bool) {
 	return k, true
 }
 
-// Table is the lease index: MAC -> lease, plus machine -> its MACs so that a
-// machine's leases are replaced or removed as a whole. Safe for concurrent use.
+type ipKey [4]byte
+
+func ipKeyOf(ip net.IP) (ipKey, bool) {
+	var k ipKey
+	ip4 := ip.To4()
+	if ip4 == nil {
+		return k, false
+	}
+	copy(k[:], ip4)
+	return k, true
+}
+
+// Table is the lease index: MAC -> lease and IP -> lease, plus machine -> its
+// MACs and IPs so that a machine's leases are replaced or removed as a whole.
+// Safe for concurrent use.
 type Table struct {
 	mu        sync.RWMutex
 	byMAC     map[macKey]*Lease
+	byIP      map[ipKey]*Lease
 	byMachine map[string][]macKey
+	ipsOf     map[string][]ipKey
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{byMAC: map[macKey]*Lease{}, byMachine: map[string][]macKey{}}
+	return &Table{byMAC: map[macKey]*Lease{}, byIP: map[ipKey]*Lease{},
+		byMachine: map[string][]macKey{}, ipsOf: map[string][]ipKey{}}
+}
+
+// LookupIP returns a lease of the machine that holds a static IP (of its
+// MACs, the first the machine lists). The returned lease is shared and must
+// not be modified. It does not allocate.
+//
+// If two machines claim one IP (the API forbids it; an edit can pass through
+// such a state), the one written last is found, and after it is deleted the
+// other is found again only once it is next written.
+func (t *Table) LookupIP(ip net.IP) (*Lease, bool) {
+	k, ok := ipKeyOf(ip)
+	if !ok {
+		return nil, false
+	}
+	t.mu.RLock()
+	l, ok := t.byIP[k]
+	t.mu.RUnlock()
+	return l, ok
 }
 
 // Lookup returns the lease of a MAC. The returned lease is shared and must
@@ -76,6 +110,27 @@ func (t *Table) Upsert(machine string, leases []Lease) {
 	if len(keys) > 0 {
 		t.byMachine[machine] = keys
 	}
+	var ips []ipKey
+	for _, l := range stored {
+		k, ok := ipKeyOf(l.IP)
+		if !ok || containsIP(ips, k) {
+			continue
+		}
+		ips = append(ips, k)
+		t.byIP[k] = l
+	}
+	if len(ips) > 0 {
+		t.ipsOf[machine] = ips
+	}
+}
+
+func containsIP(ips []ipKey, k ipKey) bool {
+	for _, o := range ips {
+		if o == k {
+			return true
+		}
+	}
+	return false
 }
 
 // Delete removes every lease of a machine.
@@ -113,6 +168,17 @@ func (t *Table) removeLocked(machine string) {
 		}
 	}
 	delete(t.byMachine, machine)
+	t.dropIPsLocked(machine)
+}
+
+// dropIPsLocked removes the IP entries machine still owns.
+func (t *Table) dropIPsLocked(machine string) {
+	for _, k := range t.ipsOf[machine] {
+		if l, ok := t.byIP[k]; ok && l.Machine == machine {
+			delete(t.byIP, k)
+		}
+	}
+	delete(t.ipsOf, machine)
 }
 
 // dropKeyLocked forgets that owner holds k, after another machine took it.
@@ -126,7 +192,17 @@ func (t *Table) dropKeyLocked(owner string, k macKey) {
 	}
 	if len(keys) == 0 {
 		delete(t.byMachine, owner)
-	} else {
-		t.byMachine[owner] = keys
+		t.dropIPsLocked(owner)
+		return
+	}
+	t.byMachine[owner] = keys
+	// The IP entries may point at the lease of the MAC that moved: point
+	// them at a lease the owner still has.
+	for _, ik := range t.ipsOf[owner] {
+		if l, ok := t.byIP[ik]; ok && l.Machine == owner && l.MAC != nil {
+			if mk, _ := keyOf(l.MAC); mk == k {
+				t.byIP[ik] = t.byMAC[keys[0]]
+			}
+		}
 	}
 }

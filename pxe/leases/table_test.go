@@ -171,3 +171,110 @@ func BenchmarkLookup20k(b *testing.B) {
 		}
 	})
 }
+
+func TestLookupIP(t *testing.T) {
+	type step struct {
+		op      string // upsert | delete
+		machine string
+		ip      byte
+		macs    []int
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		want  map[byte]string // last IP byte -> owning machine; absent = no lease
+	}{
+		{"one IP per machine", []step{{"upsert", "ns/a", 1, []int{1, 2}}, {"upsert", "ns/b", 2, []int{3}}},
+			map[byte]string{1: "ns/a", 2: "ns/b"}},
+		{"IP change frees the old IP", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/a", 5, []int{1}}},
+			map[byte]string{5: "ns/a"}},
+		{"delete frees the IP", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/b", 2, []int{2}}, {"delete", "ns/a", 0, nil}},
+			map[byte]string{2: "ns/b"}},
+		{"upsert empty frees the IP", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/a", 1, nil}}, map[byte]string{}},
+		{"newest writer of a shared IP wins", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/b", 1, []int{2}}},
+			map[byte]string{1: "ns/b"}},
+		{"deleting the older holder keeps the newer", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/b", 1, []int{2}}, {"delete", "ns/a", 0, nil}},
+			map[byte]string{1: "ns/b"}},
+		{"last MAC moved away frees the IP", []step{{"upsert", "ns/a", 1, []int{1}}, {"upsert", "ns/b", 2, []int{1}}},
+			map[byte]string{2: "ns/b"}},
+		{"one of two MACs moved away keeps the IP", []step{{"upsert", "ns/a", 1, []int{1, 2}}, {"upsert", "ns/b", 2, []int{1}}},
+			map[byte]string{1: "ns/a", 2: "ns/b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tab := NewTable()
+			for _, s := range tt.steps {
+				switch s.op {
+				case "upsert":
+					var ms []net.HardwareAddr
+					for _, i := range s.macs {
+						ms = append(ms, mac(i))
+					}
+					tab.Upsert(s.machine, leaseFor(s.machine, s.ip, ms...))
+				case "delete":
+					tab.Delete(s.machine)
+				}
+			}
+			for ip := byte(0); ip < 8; ip++ {
+				l, ok := tab.LookupIP(net.IP{10, 0, 0, ip})
+				owner, want := tt.want[ip]
+				if ok != want || (ok && l.Machine != owner) {
+					t.Errorf("10.0.0.%d: got %v %+v, want %v %q", ip, ok, l, want, owner)
+					continue
+				}
+				if !ok {
+					continue
+				}
+				// The lease found by IP is one the owner still holds by MAC.
+				if byMAC, ok := tab.Lookup(l.MAC); !ok || byMAC != l {
+					t.Errorf("10.0.0.%d: lease for MAC %s is not the one the MAC index holds", ip, l.MAC)
+				}
+			}
+		})
+	}
+	tab := NewTable()
+	tab.Upsert("ns/a", leaseFor("ns/a", 1, mac(1)))
+	if _, ok := tab.LookupIP(net.ParseIP("10.0.0.1")); !ok {
+		t.Error("16-byte form of an IPv4 address not found")
+	}
+	if _, ok := tab.LookupIP(net.ParseIP("fe80::1")); ok {
+		t.Error("IPv6 address found")
+	}
+	if _, ok := tab.LookupIP(nil); ok {
+		t.Error("nil IP found")
+	}
+}
+
+func TestLookupsDoNotAllocate(t *testing.T) {
+	tab := NewTable()
+	tab.Upsert("ns/a", leaseFor("ns/a", 1, mac(1)))
+	m, ip := mac(1), net.IP{10, 0, 0, 1}
+	if n := testing.AllocsPerRun(100, func() {
+		_, _ = tab.Lookup(m)
+		_, _ = tab.LookupIP(ip)
+	}); n != 0 {
+		t.Fatalf("lookups allocate %v times", n)
+	}
+}
+
+func BenchmarkLookupIP20k(b *testing.B) {
+	const n = 20000
+	tab := NewTable()
+	ips := make([]net.IP, n)
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("ns/m%d", i)
+		ips[i] = net.IP{10, 1, byte(i >> 8), byte(i)}
+		tab.Upsert(key, []Lease{{MAC: mac(i), IP: ips[i]}})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, ok := tab.LookupIP(ips[i%n]); !ok {
+				b.Fatal("missing lease")
+			}
+			i += 7919
+		}
+	})
+}

@@ -1,7 +1,8 @@
 // Package nodepool validates NodePools against each other: a MAC or an IP may
 // belong to one machine in the whole admin cluster. Rules that need only the
-// object itself live in the CRD as CEL; this webhook holds only what CEL
-// cannot see, other objects.
+// object itself live in the CRD as CEL; this webhook holds what CEL cannot
+// see, other objects, and what CEL cannot compute nicely, the order and size
+// of spec.network.dynamicRange.
 package nodepool
 
 import (
@@ -89,7 +90,7 @@ func (v *AddressValidator) ValidateDelete(context.Context, *kubefarmv1.NodePool)
 }
 
 func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePool) error {
-	var errs field.ErrorList
+	errs := validateDynamicRange(pool)
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))
 		return len(errs) < maxReported

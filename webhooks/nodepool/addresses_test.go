@@ -9,6 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // rejectedEventually creates obj as a dry run until the webhook rejects it:
@@ -115,6 +117,35 @@ func TestRejectionListIsBounded(t *testing.T) {
 		t.Errorf("rejection lists %d conflicts, want the bound of 20:\n%v", n, err)
 	}
 	mustMention(t, err, "the rest are not listed")
+}
+
+// TestDynamicRangeThroughAdmission: the order of a pool's dynamic range is
+// checked by this webhook (the table test is TestValidateDynamicRange), that
+// both ends lie in the subnet by the CRD.
+func TestDynamicRangeThroughAdmission(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	p := pool(ns, "reversed")
+	p.Spec.Network.DynamicRange = &kubefarmv1.DynamicRange{Start: "10.40.9.200", End: "10.40.9.100"}
+	err := env.Client.Create(ctx, p)
+	if err == nil {
+		t.Fatal("a reversed range was accepted")
+	}
+	mustMention(t, err, "admission webhook", "spec.network.dynamicRange.end", "must not be below")
+
+	p = pool(ns, "outside")
+	p.Spec.Network.DynamicRange = &kubefarmv1.DynamicRange{Start: "10.40.9.100", End: "10.41.0.1"}
+	err = env.Client.Create(ctx, p)
+	if err == nil {
+		t.Fatal("a range leaving the subnet was accepted")
+	}
+	mustMention(t, err, "spec.network.dynamicRange", "inside spec.network.subnet 10.40.0.0/16")
+
+	p = pool(ns, "good")
+	p.Spec.Network.DynamicRange = &kubefarmv1.DynamicRange{Start: "10.40.9.100", End: "10.40.9.199"}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatalf("a valid range was rejected: %v", err)
+	}
 }
 
 // TestFailsClosed stops the webhook server: with failurePolicy Fail no

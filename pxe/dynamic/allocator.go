@@ -1,0 +1,455 @@
+package dynamic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/leases"
+)
+
+// kubefarm-pxe's permissions on leases (make generate writes them to
+// config/rbac-pxe/role.yaml); NodePools are read through the same cache as
+// the static leases (see pxe/httpboot).
+// +kubebuilder:rbac:groups=kubefarm.io,resources=dhcpleases,verbs=get;list;watch;create;update;delete
+
+var (
+	// ErrNoPool: no pool with a dynamic range serves the packet's network.
+	// The DHCP server ignores the unknown MAC, as it does without ranges.
+	ErrNoPool = errors.New("no NodePool with a dynamic range serves this network")
+	// ErrRangeFull: no free address was found.
+	ErrRangeFull = errors.New("dynamic range full")
+	// ErrNotLeased: the requested address is not this MAC's and cannot
+	// become it. The DHCP server answers NAK.
+	ErrNotLeased = errors.New("address not leased to this MAC")
+)
+
+// Cache field index names.
+const (
+	// MACIndex: DHCPLeases by spec.mac.
+	MACIndex = "spec.mac"
+	// IPIndex: DHCPLeases by spec.ip.
+	IPIndex = "spec.ip"
+	// RangeIndex: NodePools with a dynamic range, value "true".
+	RangeIndex = "spec.network.dynamicRange"
+)
+
+// Defaults of Config.
+const (
+	DefaultOfferHold   = 60 * time.Second
+	DefaultMaxAttempts = 32
+	DefaultCallTimeout = 5 * time.Second
+)
+
+// Config of an Allocator.
+type Config struct {
+	// Cache serves every read that may be stale: pools, a MAC's lease,
+	// addresses known to be taken. New registers its indexes on it.
+	Cache cache.Cache
+	// Client writes DHCPLeases.
+	Client client.Client
+	// APIReader reads around the cache (a manager's GetAPIReader, or a
+	// plain client): after an AlreadyExists, the claim decision must see
+	// what the API server holds, not what this replica has been told.
+	APIReader client.Reader
+	// Static is the lease table of known machines: their IPs are never
+	// handed out.
+	Static *leases.Table
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// OfferHold is how long an offered, not yet requested address stays
+	// claimed. Default 60s.
+	OfferHold time.Duration
+	// MaxAttempts bounds the claims (API writes) one call tries before it
+	// gives up with ErrRangeFull. Default 32.
+	MaxAttempts int
+	// CallTimeout bounds one call on top of the caller's context. Default 5s.
+	CallTimeout time.Duration
+}
+
+// Allocator hands out addresses of the pools' dynamic ranges to unknown
+// MACs, with DHCPLease objects as the shared state of all replicas.
+type Allocator struct {
+	cache       cache.Cache
+	client      client.Client
+	api         client.Reader
+	static      *leases.Table
+	now         func() time.Time
+	hold        time.Duration
+	maxAttempts int
+	timeout     time.Duration
+}
+
+// New registers the allocator's field indexes on cfg.Cache and returns the
+// allocator. Call it before the cache starts: indexes cannot be added to a
+// running informer. ctx bounds only the registration.
+func New(ctx context.Context, cfg Config) (*Allocator, error) {
+	if cfg.Cache == nil || cfg.Client == nil || cfg.APIReader == nil || cfg.Static == nil {
+		return nil, errors.New("dynamic: Cache, Client, APIReader and Static are required")
+	}
+	a := &Allocator{cache: cfg.Cache, client: cfg.Client, api: cfg.APIReader, static: cfg.Static,
+		now: cfg.Now, hold: cfg.OfferHold, maxAttempts: cfg.MaxAttempts, timeout: cfg.CallTimeout}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if a.hold <= 0 {
+		a.hold = DefaultOfferHold
+	}
+	if a.maxAttempts <= 0 {
+		a.maxAttempts = DefaultMaxAttempts
+	}
+	if a.timeout <= 0 {
+		a.timeout = DefaultCallTimeout
+	}
+	if err := register(ctx, cfg.Cache); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func register(ctx context.Context, c cache.Cache) error {
+	if err := c.IndexField(ctx, &kubefarmv1.DHCPLease{}, MACIndex, func(o client.Object) []string {
+		if l, ok := o.(*kubefarmv1.DHCPLease); ok && l.Spec.MAC != "" {
+			return []string{l.Spec.MAC}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing DHCPLeases by MAC: %w", err)
+	}
+	if err := c.IndexField(ctx, &kubefarmv1.DHCPLease{}, IPIndex, func(o client.Object) []string {
+		if l, ok := o.(*kubefarmv1.DHCPLease); ok && l.Spec.IP != "" {
+			return []string{l.Spec.IP}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing DHCPLeases by IP: %w", err)
+	}
+	if err := c.IndexField(ctx, &kubefarmv1.NodePool{}, RangeIndex, func(o client.Object) []string {
+		if p, ok := o.(*kubefarmv1.NodePool); ok && p.Spec.Network.DynamicRange != nil {
+			return []string{"true"}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("indexing NodePools by dynamic range: %w", err)
+	}
+	return nil
+}
+
+// Offer returns the lease to offer an unknown MAC: its existing unexpired lease, or a new claim held for OfferHold.
+func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, relay, local net.IP) (*leases.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("MAC %v is not an Ethernet address", mac)
+	}
+	p, err := a.selectPool(ctx, relay, local)
+	if err != nil {
+		return nil, err
+	}
+	now := a.now()
+	var prefer net.IP
+	if cur, err := a.cachedLeaseOf(ctx, p, mac, now); err != nil {
+		return nil, err
+	} else if cur != nil {
+		ip := net.ParseIP(cur.Spec.IP).To4()
+		if cur.Spec.ExpireTime.After(now) {
+			return a.lease(p, cur), nil
+		}
+		// Expired, but nobody took it yet: the MAC gets its old address back
+		// if it still can.
+		prefer = ip
+	}
+	return a.claim(ctx, p, mac, prefer, now, now.Add(a.hold))
+}
+
+// Ack confirms (REQUEST) ip for mac: extends expireTime to now+leaseTime when less than half of it remains (so renewals do not write every time); claims ip if it is free and inside the range (INIT-REBOOT after a restart); else ErrNotLeased (the server NAKs).
+func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, relay, local net.IP) (*leases.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	if len(mac) != 6 {
+		return nil, fmt.Errorf("MAC %v is not an Ethernet address", mac)
+	}
+	p, err := a.selectPool(ctx, relay, local)
+	if err != nil {
+		return nil, err
+	}
+	ip = ip.To4()
+	if ip == nil || !p.rng.Contains(ip) || a.isStatic(ip) {
+		return nil, fmt.Errorf("%w: %v is not an address of the dynamic range of pool %s", ErrNotLeased, ip, p.key())
+	}
+	now := a.now()
+	key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
+	// A renewal well inside its lease is answered from the cache: no API
+	// call at all.
+	var cached kubefarmv1.DHCPLease
+	if err := a.cache.Get(ctx, key, &cached); err == nil && a.owns(&cached, mac, now) && !a.needsExtension(p, &cached, now) {
+		return a.lease(p, &cached), nil
+	}
+	// Otherwise the API decides. Three rounds absorb a concurrent writer.
+	for range 3 {
+		var cur kubefarmv1.DHCPLease
+		err := a.api.Get(ctx, key, &cur)
+		switch {
+		case apierrors.IsNotFound(err):
+			l, ok, err := a.create(ctx, p, mac, ip, now.Add(p.netw.LeaseTime))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				return l, nil
+			}
+			continue // someone created it meanwhile: read it
+		case err != nil:
+			return nil, fmt.Errorf("reading DHCPLease %s: %w", key, err)
+		}
+		if !a.owns(&cur, mac, now) && cur.Spec.ExpireTime.After(now) {
+			return nil, fmt.Errorf("%w: %s is leased to %s until %s", ErrNotLeased, ip, cur.Spec.MAC, cur.Spec.ExpireTime.UTC().Format(time.RFC3339))
+		}
+		if a.owns(&cur, mac, now) && !a.needsExtension(p, &cur, now) {
+			return a.lease(p, &cur), nil
+		}
+		// Ours and past half-time, or expired: (re)write it, conditional on
+		// the version just read.
+		l, ok, err := a.update(ctx, p, &cur, mac, now.Add(p.netw.LeaseTime))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("DHCPLease %s kept changing under three attempts to confirm it", key)
+}
+
+// Release deletes mac's lease on ip (precondition on UID/resourceVersion); absent is not an error.
+func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	ip = ip.To4()
+	if ip == nil || len(mac) != 6 {
+		return nil
+	}
+	pools, err := a.catchAllPools(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pools {
+		if !p.rng.Contains(ip) {
+			continue
+		}
+		key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
+		if err := a.release(ctx, key, mac); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Allocator) release(ctx context.Context, key types.NamespacedName, mac net.HardwareAddr) error {
+	for range 3 {
+		var cur kubefarmv1.DHCPLease
+		if err := a.api.Get(ctx, key, &cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("reading DHCPLease %s: %w", key, err)
+		}
+		if cur.Spec.MAC != mac.String() {
+			return nil
+		}
+		uid, rv := cur.UID, cur.ResourceVersion
+		err := a.client.Delete(ctx, &cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err):
+			continue // changed since read (renewed or taken over): look again
+		default:
+			return fmt.Errorf("deleting DHCPLease %s: %w", key, err)
+		}
+	}
+	return fmt.Errorf("DHCPLease %s kept changing under three attempts to release it", key)
+}
+
+func (a *Allocator) selectPool(ctx context.Context, relay, local net.IP) (*pool, error) {
+	pools, err := a.catchAllPools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return selectPool(pools, relay, local)
+}
+
+// claim finds mac an address: prefer first (its expired lease), then the
+// range's candidates in order.
+func (a *Allocator) claim(ctx context.Context, p *pool, mac net.HardwareAddr, prefer net.IP, now, expire time.Time) (*leases.Lease, error) {
+	attempts := 0
+	try := func(ip net.IP) (*leases.Lease, bool, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		if a.takenInCache(ctx, ip, mac, now) {
+			return nil, false, nil
+		}
+		if attempts >= a.maxAttempts {
+			return nil, false, fmt.Errorf("%w: pool %s: no free address among the %d tried", ErrRangeFull, p.key(), attempts)
+		}
+		attempts++
+		return a.claimIP(ctx, p, mac, ip, now, expire)
+	}
+	if prefer != nil && p.rng.Contains(prefer) && !a.isStatic(prefer) {
+		if l, ok, err := try(prefer); err != nil || ok {
+			return l, err
+		}
+	}
+	for ip := range p.rng.Candidates(mac, a.isStatic) {
+		if prefer.Equal(ip) {
+			continue
+		}
+		if l, ok, err := try(ip); err != nil || ok {
+			return l, err
+		}
+	}
+	return nil, fmt.Errorf("%w: pool %s: every address is leased", ErrRangeFull, p.key())
+}
+
+// claimIP tries to make ip mac's: create the object; if it exists, use it
+// when it is mac's, take it over when it has expired. ok false means the
+// address is someone else's.
+func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, ip net.IP, now, expire time.Time) (*leases.Lease, bool, error) {
+	key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
+	for range 2 {
+		l, ok, err := a.create(ctx, p, mac, ip, expire)
+		if err != nil || ok {
+			return l, ok, err
+		}
+		// It exists. The cache may not have it yet: ask the API server.
+		var cur kubefarmv1.DHCPLease
+		if err := a.api.Get(ctx, key, &cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // deleted in between: create again
+			}
+			return nil, false, fmt.Errorf("reading DHCPLease %s: %w", key, err)
+		}
+		if a.owns(&cur, mac, now) {
+			return a.lease(p, &cur), true, nil
+		}
+		if cur.Spec.ExpireTime.After(now) {
+			return nil, false, nil
+		}
+		return a.update(ctx, p, &cur, mac, expire)
+	}
+	return nil, false, nil
+}
+
+// create claims ip for mac. ok false (no error) means the object exists.
+func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, ip net.IP, expire time.Time) (*leases.Lease, bool, error) {
+	obj := &kubefarmv1.DHCPLease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: LeaseName(p.name, ip), OwnerReferences: p.ownerRef()},
+		Spec: kubefarmv1.DHCPLeaseSpec{
+			Pool: p.name, MAC: mac.String(), IP: ip.String(), ExpireTime: metav1.NewTime(expire),
+		},
+	}
+	err := a.client.Create(ctx, obj)
+	switch {
+	case err == nil:
+		return a.lease(p, obj), true, nil
+	case apierrors.IsAlreadyExists(err):
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("creating DHCPLease %s/%s: %w", obj.Namespace, obj.Name, err)
+	}
+}
+
+// update rewrites cur (as read, resourceVersion included) for mac until
+// expire. ok false means another writer changed it first.
+func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLease, mac net.HardwareAddr, expire time.Time) (*leases.Lease, bool, error) {
+	if cur.Spec.MAC != mac.String() {
+		cur.Spec.Hostname = "" // the previous client's
+	}
+	cur.Spec.MAC = mac.String()
+	cur.Spec.ExpireTime = metav1.NewTime(expire)
+	cur.OwnerReferences = p.ownerRef()
+	err := a.client.Update(ctx, cur)
+	switch {
+	case err == nil:
+		return a.lease(p, cur), true, nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("updating DHCPLease %s/%s: %w", cur.Namespace, cur.Name, err)
+	}
+}
+
+// owns says whether l is mac's and unexpired.
+func (a *Allocator) owns(l *kubefarmv1.DHCPLease, mac net.HardwareAddr, now time.Time) bool {
+	return l.Spec.MAC == mac.String() && l.Spec.ExpireTime.After(now)
+}
+
+// needsExtension: less than half the pool's lease time remains.
+func (a *Allocator) needsExtension(p *pool, l *kubefarmv1.DHCPLease, now time.Time) bool {
+	return l.Spec.ExpireTime.Sub(now) < p.netw.LeaseTime/2
+}
+
+func (a *Allocator) isStatic(ip net.IP) bool {
+	_, ok := a.static.LookupIP(ip)
+	return ok
+}
+
+// cachedLeaseOf is mac's lease in pool as the cache knows it: the one that
+// expires last, or nil.
+func (a *Allocator) cachedLeaseOf(ctx context.Context, p *pool, mac net.HardwareAddr, now time.Time) (*kubefarmv1.DHCPLease, error) {
+	var list kubefarmv1.DHCPLeaseList
+	if err := a.cache.List(ctx, &list, client.InNamespace(p.namespace), client.MatchingFields{MACIndex: mac.String()}); err != nil {
+		return nil, fmt.Errorf("listing the DHCPLeases of %s: %w", mac, err)
+	}
+	var best *kubefarmv1.DHCPLease
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Spec.Pool != p.name {
+			continue
+		}
+		ip := net.ParseIP(l.Spec.IP)
+		if ip == nil || !p.rng.Contains(ip) || a.isStatic(ip) {
+			continue // the range or the machines changed since
+		}
+		if best == nil || l.Spec.ExpireTime.After(best.Spec.ExpireTime.Time) {
+			best = l
+		}
+	}
+	return best, nil
+}
+
+// takenInCache says whether the cache knows ip as leased, unexpired, to
+// another MAC, in any pool. It only saves API calls: a stale cache makes
+// the claim try the address anyway (or skip one freed a moment ago).
+func (a *Allocator) takenInCache(ctx context.Context, ip net.IP, mac net.HardwareAddr, now time.Time) bool {
+	var list kubefarmv1.DHCPLeaseList
+	if err := a.cache.List(ctx, &list, client.MatchingFields{IPIndex: ip.String()}, client.UnsafeDisableDeepCopy); err != nil {
+		return false
+	}
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Spec.MAC != mac.String() && l.Spec.ExpireTime.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// lease builds the DHCP lease of l the way static leases are built: the
+// pool's network, no tag options, no machine.
+func (a *Allocator) lease(p *pool, l *kubefarmv1.DHCPLease) *leases.Lease {
+	mac, _ := net.ParseMAC(l.Spec.MAC)
+	out := p.netw.Lease(mac, net.ParseIP(l.Spec.IP), l.Spec.Hostname)
+	out.Dynamic = true
+	return &out
+}

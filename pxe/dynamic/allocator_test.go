@@ -1,0 +1,467 @@
+package dynamic_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/dhcp"
+	"github.com/kubefarm/kubefarm/pxe/dynamic"
+	"github.com/kubefarm/kubefarm/pxe/leases"
+)
+
+// The DHCP server drives the allocator through this interface.
+var _ dhcp.Dynamic = (*dynamic.Allocator)(nil)
+
+// env is one real etcd + kube-apiserver shared by the package's tests. Each
+// test works in its own namespace and on its own subnet: allocators find
+// catch-all pools in every namespace.
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	// client-go's watch code logs through controller-runtime's root logger.
+	ctrllog.SetLogger(logr.Discard())
+	testenv.Main(m, testenv.Options{}, &env)
+}
+
+// clock is a fake clock shared by the allocators of a test.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now().Truncate(time.Second)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// replica is one kubefarm-pxe's allocator: its own cache, the shared API.
+type replica struct {
+	*dynamic.Allocator
+	cache cache.Cache
+}
+
+func newReplica(t *testing.T, static *leases.Table, clk *clock) *replica {
+	t.Helper()
+	ctx := context.Background()
+	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	must(t, err)
+	a, err := dynamic.New(ctx, dynamic.Config{Cache: c, Client: env.Client, APIReader: env.Client, Static: static, Now: clk.Now})
+	must(t, err)
+	cctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Start(cctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !c.WaitForCacheSync(sctx) {
+		t.Fatal("cache did not sync")
+	}
+	return &replica{Allocator: a, cache: c}
+}
+
+// sees waits until the replica's cache holds the pool: creating a pool
+// reaches each replica through its watch.
+func (r *replica) sees(t *testing.T, p *kubefarmv1.NodePool) {
+	t.Helper()
+	waitFor(t, "the replica's cache to hold pool "+p.Name, func(ctx context.Context) bool {
+		return r.cache.Get(ctx, client.ObjectKeyFromObject(p), &kubefarmv1.NodePool{}) == nil
+	})
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dynamic-"}}
+	must(t, env.Client.Create(context.Background(), ns))
+	return ns.Name
+}
+
+// newPool creates a catch-all pool on 10.<net>.0.0/24 with a range from
+// .<first> to .<last>.
+func newPool(t *testing.T, ns, name string, netw, first, last int) *kubefarmv1.NodePool {
+	t.Helper()
+	p := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: "img",
+			Network: kubefarmv1.BootNetwork{
+				Subnet: fmt.Sprintf("10.%d.0.0/24", netw), Gateway: fmt.Sprintf("10.%d.0.1", netw),
+				DNS: []string{fmt.Sprintf("10.%d.0.53", netw)}, Domain: "farm.example",
+				DynamicRange: &kubefarmv1.DynamicRange{Start: fmt.Sprintf("10.%d.0.%d", netw, first), End: fmt.Sprintf("10.%d.0.%d", netw, last)},
+			},
+		},
+	}
+	must(t, env.Client.Create(context.Background(), p))
+	return p
+}
+
+func mac(i int) net.HardwareAddr {
+	return net.HardwareAddr{0x02, 0xd1, 0, 0, byte(i >> 8), byte(i)}
+}
+
+func leasesIn(t *testing.T, ns string) []kubefarmv1.DHCPLease {
+	t.Helper()
+	var list kubefarmv1.DHCPLeaseList
+	must(t, env.Client.List(context.Background(), &list, client.InNamespace(ns)))
+	return list.Items
+}
+
+func getLease(t *testing.T, ns, pool string, ip net.IP) *kubefarmv1.DHCPLease {
+	t.Helper()
+	var l kubefarmv1.DHCPLease
+	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: dynamic.LeaseName(pool, ip)}, &l))
+	return &l
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func(context.Context) bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true,
+		func(ctx context.Context) (bool, error) { return cond(ctx), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// local is the server's own address on a test subnet: packets not relayed.
+func local(netw int) net.IP { return net.IPv4(10, byte(netw), 0, 2).To4() }
+
+// TestSameMACOnTwoReplicas: two replicas answer one client's DISCOVER at the
+// same moment; they must offer the same address and leave one object.
+func TestSameMACOnTwoReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "rack", 61, 10, 200)
+	clk, static := newClock(), leases.NewTable()
+	a, b := newReplica(t, static, clk), newReplica(t, static, clk)
+	a.sees(t, p)
+	b.sees(t, p)
+	ctx := context.Background()
+
+	for m := 0; m < 5; m++ {
+		const callers = 8
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		got := make([]*leases.Lease, callers)
+		errs := make([]error, callers)
+		for i := 0; i < callers; i++ {
+			r := a
+			if i%2 == 1 {
+				r = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = r.Offer(ctx, mac(m), nil, local(61))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range got {
+			if errs[i] != nil {
+				t.Fatalf("MAC %s, caller %d: %v", mac(m), i, errs[i])
+			}
+			if !got[i].IP.Equal(got[0].IP) {
+				t.Fatalf("MAC %s offered %s and %s", mac(m), got[0].IP, got[i].IP)
+			}
+		}
+		l := getLease(t, ns, "rack", got[0].IP)
+		if l.Spec.MAC != mac(m).String() {
+			t.Fatalf("object for %s names MAC %s", got[0].IP, l.Spec.MAC)
+		}
+	}
+	if n := len(leasesIn(t, ns)); n != 5 {
+		t.Fatalf("%d DHCPLease objects for 5 MACs", n)
+	}
+}
+
+// TestManyMACsAcrossReplicas: 40 clients at once through two replicas get
+// 40 distinct addresses of the range and never a static machine's IP, even
+// the client whose search starts at that IP.
+func TestManyMACsAcrossReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "rack", 62, 10, 137)
+	staticIP := net.IPv4(10, 62, 0, 40).To4()
+	static := leases.NewTable()
+	static.Upsert(ns+"/rack-m1", []leases.Lease{{MAC: mac(9999), IP: staticIP, Pool: "rack"}})
+	clk := newClock()
+	a, b := newReplica(t, static, clk), newReplica(t, static, clk)
+	a.sees(t, p)
+	b.sees(t, p)
+
+	// Find a MAC whose first candidate is the static IP.
+	rng, err := dynamic.ParseRange(p)
+	must(t, err)
+	macs := []net.HardwareAddr{}
+	for i := 0; len(macs) == 0; i++ {
+		if i > 100000 {
+			t.Fatal("no MAC starts at the static IP")
+		}
+		m := net.HardwareAddr{0x02, 0xd2, 0, 0, byte(i >> 8), byte(i)}
+		if 10+rng.First(m) == 40 {
+			macs = append(macs, m)
+		}
+	}
+	for i := 1; i < 40; i++ {
+		macs = append(macs, mac(1000+i))
+	}
+
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	got := make([]*leases.Lease, len(macs))
+	errs := make([]error, len(macs))
+	for i := range macs {
+		r := a
+		if i%2 == 1 {
+			r = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = r.Offer(ctx, macs[i], nil, local(62))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	seen := map[string]string{}
+	for i, l := range got {
+		if errs[i] != nil {
+			t.Fatalf("MAC %s: %v", macs[i], errs[i])
+		}
+		if !rng.Contains(l.IP) {
+			t.Errorf("MAC %s got %s, outside the range", macs[i], l.IP)
+		}
+		if l.IP.Equal(staticIP) {
+			t.Errorf("MAC %s got the static machine IP %s", macs[i], l.IP)
+		}
+		if other, dup := seen[l.IP.String()]; dup {
+			t.Errorf("%s offered to %s and %s", l.IP, other, macs[i])
+		}
+		seen[l.IP.String()] = macs[i].String()
+	}
+	objs := leasesIn(t, ns)
+	if len(objs) != len(macs) {
+		t.Fatalf("%d DHCPLease objects for %d MACs", len(objs), len(macs))
+	}
+	for _, o := range objs {
+		if seen[o.Spec.IP] != o.Spec.MAC {
+			t.Errorf("object %s: %s for %s, but the offer gave it to %q", o.Name, o.Spec.IP, o.Spec.MAC, seen[o.Spec.IP])
+		}
+		if len(o.OwnerReferences) != 1 || o.OwnerReferences[0].Kind != "NodePool" || o.OwnerReferences[0].UID != p.UID {
+			t.Errorf("object %s: owner references %+v, want the pool", o.Name, o.OwnerReferences)
+		}
+	}
+}
+
+// TestRangeFullThenExpiry: four addresses, four clients; the fifth gets
+// ErrRangeFull until an offer hold runs out, then takes that address over.
+func TestRangeFullThenExpiry(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "tiny", 63, 4, 7)
+	clk := newClock()
+	a := newReplica(t, leases.NewTable(), clk)
+	a.sees(t, p)
+	ctx := context.Background()
+	held := map[string]string{}
+	for i := 1; i <= 4; i++ {
+		l, err := a.Offer(ctx, mac(i), nil, local(63))
+		must(t, err)
+		held[l.IP.String()] = mac(i).String()
+	}
+	if len(held) != 4 {
+		t.Fatalf("4 MACs hold %d addresses", len(held))
+	}
+	if _, err := a.Offer(ctx, mac(5), nil, local(63)); !errors.Is(err, dynamic.ErrRangeFull) {
+		t.Fatalf("fifth MAC: %v, want ErrRangeFull", err)
+	}
+	// One client confirms its address; the others let the hold lapse.
+	var kept net.IP
+	for ip, m := range held {
+		if m == mac(1).String() {
+			kept = net.ParseIP(ip)
+		}
+	}
+	_, err := a.Ack(ctx, mac(1), kept, nil, local(63))
+	must(t, err)
+
+	clk.Advance(dynamic.DefaultOfferHold + time.Second)
+	l, err := a.Offer(ctx, mac(5), nil, local(63))
+	if err != nil {
+		t.Fatalf("fifth MAC after the holds expired: %v", err)
+	}
+	if l.IP.Equal(kept) {
+		t.Fatalf("fifth MAC took %s, which MAC 1 confirmed", kept)
+	}
+	if _, ok := held[l.IP.String()]; !ok {
+		t.Fatalf("fifth MAC got %s, not one of the range's four", l.IP)
+	}
+	if o := getLease(t, ns, "tiny", l.IP); o.Spec.MAC != mac(5).String() {
+		t.Fatalf("object of %s names %s after the take-over", l.IP, o.Spec.MAC)
+	}
+	if n := len(leasesIn(t, ns)); n != 4 {
+		t.Fatalf("%d objects, want still 4", n)
+	}
+}
+
+// TestAckReleaseRestart covers REQUEST, RELEASE and a replica restart.
+func TestAckReleaseRestart(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "rack", 64, 10, 50)
+	clk, static := newClock(), leases.NewTable()
+	a := newReplica(t, static, clk)
+	a.sees(t, p)
+	ctx := context.Background()
+
+	offered, err := a.Offer(ctx, mac(1), nil, local(64))
+	must(t, err)
+	rvOffer := getLease(t, ns, "rack", offered.IP).ResourceVersion
+
+	ack := func(m net.HardwareAddr, ip net.IP) (*leases.Lease, error) {
+		return a.Ack(ctx, m, ip, nil, local(64))
+	}
+	l, err := ack(mac(1), offered.IP)
+	must(t, err)
+	o := getLease(t, ns, "rack", offered.IP)
+	if o.ResourceVersion == rvOffer || !o.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) {
+		t.Fatalf("first ACK did not extend the hold to the lease time: rv %s (offer %s), expires %s", o.ResourceVersion, rvOffer, o.Spec.ExpireTime)
+	}
+	if l.LeaseTime != time.Hour || !l.IP.Equal(offered.IP) || !l.Dynamic || l.Machine != "" || l.Pool != "rack" ||
+		l.Mask.String() != "ffffff00" || !l.Router.Equal(net.IPv4(10, 64, 0, 1)) || len(l.DNS) != 1 || l.Domain != "farm.example" {
+		t.Fatalf("unexpected lease %+v", l)
+	}
+	rvAck := o.ResourceVersion
+
+	// Renewals before half-time do not write.
+	for _, step := range []time.Duration{0, 20 * time.Minute, 9 * time.Minute} {
+		clk.Advance(step)
+		_, err := ack(mac(1), offered.IP)
+		must(t, err)
+		if rv := getLease(t, ns, "rack", offered.IP).ResourceVersion; rv != rvAck {
+			t.Fatalf("renewal %s after the ACK wrote (rv %s -> %s)", step, rvAck, rv)
+		}
+	}
+	// Past half-time (31 minutes after the ACK) it does.
+	clk.Advance(2 * time.Minute)
+	_, err = ack(mac(1), offered.IP)
+	must(t, err)
+	o = getLease(t, ns, "rack", offered.IP)
+	if o.ResourceVersion == rvAck || !o.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) {
+		t.Fatalf("renewal past half-time did not extend: rv %s, expires %s (now %s)", o.ResourceVersion, o.Spec.ExpireTime, clk.Now())
+	}
+
+	// Someone else's address, an address outside the range: NAK.
+	if _, err := ack(mac(2), offered.IP); !errors.Is(err, dynamic.ErrNotLeased) {
+		t.Fatalf("ACK of another MAC's address: %v, want ErrNotLeased", err)
+	}
+	if _, err := ack(mac(2), net.IPv4(10, 64, 0, 99)); !errors.Is(err, dynamic.ErrNotLeased) {
+		t.Fatalf("ACK outside the range: %v, want ErrNotLeased", err)
+	}
+	// A free address of the range (INIT-REBOOT after a restart) is claimed.
+	free := net.IPv4(10, 64, 0, 10).To4()
+	if free.Equal(offered.IP) {
+		free = net.IPv4(10, 64, 0, 11).To4()
+	}
+	if _, err := ack(mac(3), free); err != nil {
+		t.Fatalf("INIT-REBOOT on a free address: %v", err)
+	}
+	if o := getLease(t, ns, "rack", free); o.Spec.MAC != mac(3).String() {
+		t.Fatalf("free address claimed for %s", o.Spec.MAC)
+	}
+	// A static machine's IP is never confirmed, even inside the range.
+	static.Upsert(ns+"/rack-m1", []leases.Lease{{MAC: mac(9000), IP: net.IPv4(10, 64, 0, 30).To4()}})
+	if _, err := ack(mac(4), net.IPv4(10, 64, 0, 30)); !errors.Is(err, dynamic.ErrNotLeased) {
+		t.Fatalf("ACK of a static IP: %v, want ErrNotLeased", err)
+	}
+
+	// A restarted replica (a fresh cache) offers the MAC its stored address,
+	// also once the lease has expired and nobody took it.
+	b := newReplica(t, static, clk)
+	b.sees(t, p)
+	again, err := b.Offer(ctx, mac(1), nil, local(64))
+	must(t, err)
+	if !again.IP.Equal(offered.IP) {
+		t.Fatalf("after a restart MAC 1 is offered %s, had %s", again.IP, offered.IP)
+	}
+	clk.Advance(2 * time.Hour)
+	c := newReplica(t, static, clk)
+	c.sees(t, p)
+	again, err = c.Offer(ctx, mac(1), nil, local(64))
+	must(t, err)
+	if !again.IP.Equal(offered.IP) {
+		t.Fatalf("with an expired lease MAC 1 is offered %s, had %s", again.IP, offered.IP)
+	}
+
+	// RELEASE from another MAC changes nothing; from the owner deletes.
+	must(t, a.Release(ctx, mac(2), offered.IP))
+	getLease(t, ns, "rack", offered.IP)
+	must(t, a.Release(ctx, mac(1), offered.IP))
+	err = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: dynamic.LeaseName("rack", offered.IP)}, &kubefarmv1.DHCPLease{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("released lease still there: %v", err)
+	}
+	must(t, a.Release(ctx, mac(1), offered.IP)) // absent: not an error
+}
+
+// TestPoolSelection: the relay address picks the pool; no pool serves an
+// unknown network.
+func TestPoolSelection(t *testing.T) {
+	ns := newNamespace(t)
+	pa := newPool(t, ns, "a", 65, 10, 20)
+	pb := newPool(t, ns, "b", 66, 10, 20)
+	r := newReplica(t, leases.NewTable(), newClock())
+	r.sees(t, pa)
+	r.sees(t, pb)
+	ctx := context.Background()
+	rngB, _ := dynamic.ParseRange(pb)
+	rngA, _ := dynamic.ParseRange(pa)
+
+	l, err := r.Offer(ctx, mac(1), net.IPv4(10, 66, 0, 1), local(65))
+	must(t, err)
+	if l.Pool != "b" || !rngB.Contains(l.IP) || !l.Router.Equal(net.IPv4(10, 66, 0, 1)) {
+		t.Fatalf("relayed from B's subnet: got pool %s, %s, router %s", l.Pool, l.IP, l.Router)
+	}
+	l, err = r.Offer(ctx, mac(2), nil, local(65))
+	must(t, err)
+	if l.Pool != "a" || !rngA.Contains(l.IP) {
+		t.Fatalf("not relayed, server on A's subnet: got pool %s, %s", l.Pool, l.IP)
+	}
+	if _, err := r.Offer(ctx, mac(3), net.IPv4(10, 99, 0, 1), local(65)); !errors.Is(err, dynamic.ErrNoPool) {
+		t.Fatalf("relayed from a network without a catch-all pool: %v, want ErrNoPool", err)
+	}
+	if _, err := r.Ack(ctx, mac(3), net.IPv4(10, 99, 0, 5), nil, net.IPv4(10, 99, 0, 2)); !errors.Is(err, dynamic.ErrNoPool) {
+		t.Fatalf("ACK on a network without a catch-all pool: %v, want ErrNoPool", err)
+	}
+}

@@ -1,0 +1,52 @@
+// Package dynamic is the catch-all range of kubefarm-pxe: a NodePool with
+// spec.network.dynamicRange gives MACs of no Machine an address on its
+// network, for discovery and inventory. Such a client gets the address, the
+// pool's network options and the boot options; it has no Machine, so there
+// is no boot script for it.
+//
+// Replicas of kubefarm-pxe run at once with no leader, so a lease cannot
+// live in one replica's memory. It is a DHCPLease object in the pool's
+// namespace, named <pool>-a-b-c-d after its address, and the API server
+// arbitrates:
+//
+//   - Claim = Create. One address of a pool has one object name, so of
+//     two replicas claiming it at once one gets AlreadyExists. That one
+//     then reads the object from the API server (not its cache, which may
+//     not have it yet): the same MAC means both served the same client and
+//     it uses the lease; an expired lease is taken over with an Update
+//     carrying the resourceVersion it read (a Conflict means someone else
+//     was first: next address); anything else: next address.
+//   - Same order everywhere. A MAC's search starts at FNV-1a(MAC) modulo
+//     the range size and probes upwards, skipping the subnet's network and
+//     broadcast addresses and every static machine IP (leases.Table's
+//     LookupIP). Two replicas serving one DISCOVER therefore try the same
+//     addresses in the same order and meet on the same object, so a MAC
+//     ends up with one lease and one address.
+//   - The cache only saves work. A MAC's existing lease is found through a
+//     cache index (spec.mac), and addresses the cache knows to be held by
+//     another MAC are skipped (spec.ip) without an API call; a stale cache
+//     costs an extra API call, or at worst a spare claim that lapses after
+//     OfferHold. Correctness comes from Create and Update preconditions.
+//   - Bounded. One call makes at most MaxAttempts claims (32) and lasts at
+//     most CallTimeout (5 s); a range with no free address, or none found
+//     within the bound, is ErrRangeFull.
+//
+// Lifetimes: an OFFER holds a new address for OfferHold (60 s). A REQUEST
+// (Ack) sets expireTime to now + the pool's lease time, and a renewal
+// writes only once less than half of that remains, so a client renewing at
+// T1 writes about once per lease time and a renewal in between is answered
+// from the cache. A RELEASE deletes the object with UID and resourceVersion
+// preconditions. Expired leases stay until another MAC needs the address;
+// the owner reference to the NodePool has them garbage-collected with the
+// pool.
+//
+// Which pool serves a packet: the one whose subnet contains the relay
+// address (giaddr) when the packet was relayed, else the server's own
+// address; the longest prefix wins, then namespace/name order. No such pool
+// is ErrNoPool and the DHCP server ignores the MAC as it would without
+// ranges.
+//
+// The pure part (ParseRange, Range.Candidates, LeaseName) is table-tested
+// without a server; the Allocator is tested against a real API server with
+// two allocators standing in for two replicas.
+package dynamic
