@@ -195,6 +195,11 @@ e2e-up: tools e2e-bin ## Bring up the local admin cluster (root; installs contai
 e2e-down: e2e-bin ## Tear the admin cluster down; fails if anything is left behind.
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify
 
+.PHONY: images
+images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian's iPXE binaries) in _build/images, no Docker.
+	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
+	$(BIN)/e2e-cluster images --state $(E2E_STATE) --out $(BUILD)/images
+
 .PHONY: e2e
 e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it down.
 	@mkdir -p $(BUILD)

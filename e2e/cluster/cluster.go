@@ -39,7 +39,24 @@ type Cluster struct {
 	RegistryAddr string
 	// Bridge is the name of the CNI bridge; owned by this cluster.
 	Bridge string
+	// BootBridge is the boot network kubefarm-pxe serves (DHCP, TFTP, HTTP):
+	// a bridge on the host with BootAddr, owned by this cluster. Test
+	// clients join it from their own network namespaces.
+	BootBridge string
+	BootAddr   *net.IPNet
 }
+
+// Boot network defaults (see New): 10.123.0.0/24 is used by nothing else
+// here (pods 10.88.0.0/24, Services 10.96.0.0/16).
+const (
+	BootBridge = "kfboot0"
+	BootCIDR   = "10.123.0.1/24"
+	// BootNetnsPrefix names the network namespaces of test clients on the
+	// boot network; Down removes any left over, and their host-side veths
+	// (BootVethPrefix) with them.
+	BootNetnsPrefix = "kfpxe-e2e"
+	BootVethPrefix  = "kfpxe"
+)
 
 // New returns a cluster rooted at stateDir with the defaults the e2e tests use.
 func New(stateDir, binDir string) (*Cluster, error) {
@@ -51,6 +68,11 @@ func New(stateDir, binDir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	bootIP, bootNet, err := net.ParseCIDR(BootCIDR)
+	if err != nil {
+		return nil, err
+	}
+	bootNet.IP = bootIP.To4()
 	return &Cluster{
 		StateDir:     abs,
 		BinDir:       binDir,
@@ -60,6 +82,8 @@ func New(stateDir, binDir string) (*Cluster, error) {
 		PodCIDR:      "10.88.0.0/24",
 		RegistryAddr: "127.0.0.1:5001",
 		Bridge:       "kfe2e0",
+		BootBridge:   BootBridge,
+		BootAddr:     bootNet,
 	}, nil
 }
 
@@ -78,7 +102,8 @@ func hostIP() (net.IP, error) {
 	}
 	for _, iface := range ifaces {
 		if iface.Flags&net.FlagUp == 0 || iface.Flags&net.FlagLoopback != 0 ||
-			strings.HasPrefix(iface.Name, "kfe2e") || strings.HasPrefix(iface.Name, "veth") {
+			strings.HasPrefix(iface.Name, "kfe2e") || strings.HasPrefix(iface.Name, "veth") ||
+			strings.HasPrefix(iface.Name, "kfboot") || strings.HasPrefix(iface.Name, BootVethPrefix) {
 			continue
 		}
 		addrs, err := iface.Addrs()

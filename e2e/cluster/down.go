@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,16 +108,24 @@ func mountsUnder(dir string) ([]string, error) {
 // iptables rules of kube-proxy and the CNI plugins.
 func (c *Cluster) cleanupNetwork() {
 	// containerd names pod network namespaces cni-<uuid> under /var/run/netns.
+	// Boot network clients of the scenarios are named BootNetnsPrefix-*;
+	// deleting one deletes its veth pair.
 	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), "cni-") {
 				p := filepath.Join("/var/run/netns", e.Name())
 				_ = unix.Unmount(p, unix.MNT_DETACH)
 				_ = os.Remove(p)
+			} else if strings.HasPrefix(e.Name(), BootNetnsPrefix) {
+				_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
 			}
 		}
 	}
+	for _, link := range bootVeths() {
+		_ = exec.Command("ip", "link", "delete", link).Run()
+	}
 	_ = exec.Command("ip", "link", "delete", c.Bridge).Run()
+	_ = exec.Command("ip", "link", "delete", c.BootBridge).Run()
 	if _, err := os.Stat(c.bin("kube-proxy")); err == nil {
 		_ = exec.Command(c.bin("kube-proxy"), "--cleanup", "--proxy-mode", "iptables").Run()
 	}
@@ -174,7 +183,7 @@ func (c *Cluster) Leftovers() []string {
 	}
 	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "cni-") {
+			if strings.HasPrefix(e.Name(), "cni-") || strings.HasPrefix(e.Name(), BootNetnsPrefix) {
 				left = append(left, "network namespace "+e.Name())
 			}
 		}
@@ -182,8 +191,13 @@ func (c *Cluster) Leftovers() []string {
 	for _, link := range c.containerLogLinks() {
 		left = append(left, "container log link "+link)
 	}
-	if exec.Command("ip", "link", "show", c.Bridge).Run() == nil {
-		left = append(left, "bridge "+c.Bridge)
+	for _, br := range []string{c.Bridge, c.BootBridge} {
+		if exec.Command("ip", "link", "show", br).Run() == nil {
+			left = append(left, "bridge "+br)
+		}
+	}
+	for _, link := range bootVeths() {
+		left = append(left, "boot network veth "+link)
 	}
 	for _, table := range []string{"nat", "filter", "mangle"} {
 		out, _ := exec.Command("iptables-save", "-t", table).Output()
@@ -197,6 +211,19 @@ func (c *Cluster) Leftovers() []string {
 		left = append(left, "state directory "+c.StateDir)
 	}
 	return left
+}
+
+// bootVeths are the host's links named like the host side of a boot network
+// client's veth pair (BootVethPrefix, not the bridge).
+func bootVeths() []string {
+	ifaces, _ := net.Interfaces()
+	var links []string
+	for _, i := range ifaces {
+		if strings.HasPrefix(i.Name, BootVethPrefix) {
+			links = append(links, i.Name)
+		}
+	}
+	return links
 }
 
 // containerLogLinks are the kubelet's symlinks in /var/log/containers (a

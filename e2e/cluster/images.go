@@ -5,7 +5,36 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
+
+// IPXEDir is where Debian's ipxe package installs the iPXE binaries on the
+// host, and where the kubefarm-pxe image carries them (the chart's
+// pxe.ipxe.dir).
+const IPXEDir = tftp.DefaultDir
+
+// IPXEFiles are the iPXE binaries copied from the host's Debian ipxe package
+// into the kubefarm-pxe image: every name kubefarm-pxe serves (the TFTP
+// allow-list) that the package ships. The x86 ones are required; the arm64
+// one is taken when present (Debian's amd64 ipxe package has none).
+func IPXEFiles() ([]ImageFile, error) {
+	var files []ImageFile
+	for _, name := range tftp.DefaultFiles {
+		src := filepath.Join(IPXEDir, name)
+		if _, err := os.Stat(src); err != nil {
+			if name == bootfile.BinaryUEFIARM64 && os.IsNotExist(err) {
+				continue
+			}
+			return nil, fmt.Errorf("iPXE binary %s (Debian package ipxe; make deps installs it): %w", src, err)
+		}
+		// By content in the cache key: a package upgrade that keeps sizes
+		// and times still rebuilds the image.
+		files = append(files, ImageFile{Path: IPXEDir + "/" + name, Source: src, Mode: 0o644, HashContent: true})
+	}
+	return files, nil
+}
 
 // Versions of the upstream images, matching the pinned binaries.
 const (
@@ -17,6 +46,7 @@ const (
 	KonnectivityVersion       = "v0.34.0"
 	EtcdImageTag              = "3.6.4-0"
 	ManagerImage              = "ghcr.io/kubefarm/kubefarm-manager:e2e"
+	PXEImage                  = "ghcr.io/kubefarm/kubefarm-pxe:e2e"
 	BusyboxImage              = "docker.io/library/busybox:kubefarm-e2e"
 )
 
@@ -24,7 +54,9 @@ const (
 // (static, like the upstream ones) into CacheDir/bin.
 func (c *Cluster) BuildProjectBinaries(repoRoot string) error {
 	out := filepath.Join(c.CacheDir(), "bin")
-	for name, pkg := range map[string]string{"kubefarm-manager": "./cmd/kubefarm-manager", "pause": "./e2e/images/pause"} {
+	for name, pkg := range map[string]string{
+		"kubefarm-manager": "./cmd/kubefarm-manager", "kubefarm-pxe": "./cmd/kubefarm-pxe", "pause": "./e2e/images/pause",
+	} {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(out, name), pkg)
 		cmd.Dir = repoRoot
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -36,7 +68,7 @@ func (c *Cluster) BuildProjectBinaries(repoRoot string) error {
 }
 
 // Images are every image the e2e scenarios run, under their usual names.
-func (c *Cluster) Images() []Image {
+func (c *Cluster) Images() ([]Image, error) {
 	bin := func(ref, binary, src string, args ...string) Image {
 		return Image{Ref: ref, Files: []ImageFile{{Path: "/usr/local/bin/" + binary, Source: src, Mode: 0o755}},
 			Entrypoint: append([]string{"/usr/local/bin/" + binary}, args...)}
@@ -45,26 +77,52 @@ func (c *Cluster) Images() []Image {
 		return Image{Ref: ref, Files: []ImageFile{{Path: "/" + binary, Source: src, Mode: 0o755}}, Entrypoint: []string{"/" + binary}}
 	}
 	up := func(name string) string { return filepath.Join(c.BinDir, name) }
-	own := func(name string) string { return filepath.Join(c.CacheDir(), "bin", name) }
-	images := []Image{
-		bin("registry.k8s.io/pause:3.10", "pause", own("pause")),
-		bin(ManagerImage, "kubefarm-manager", own("kubefarm-manager")),
+	own, err := c.ProjectImages()
+	if err != nil {
+		return nil, err
+	}
+	images := append(own,
+		bin("registry.k8s.io/pause:3.10", "pause", filepath.Join(c.CacheDir(), "bin", "pause")),
 		bin("quay.io/jetstack/cert-manager-controller:"+CertManagerVersion, "cert-manager-controller", up("cert-manager-controller")),
 		bin("quay.io/jetstack/cert-manager-cainjector:"+CertManagerVersion, "cert-manager-cainjector", up("cert-manager-cainjector")),
 		bin("registry.k8s.io/etcd:"+EtcdImageTag, "etcd", up("etcd")),
 		// The upstream Konnectivity images have their binary at the root.
 		atRoot("registry.k8s.io/kas-network-proxy/proxy-server:"+KonnectivityVersion, "proxy-server", up("konnectivity-server")),
 		atRoot("registry.k8s.io/kas-network-proxy/proxy-agent:"+KonnectivityVersion, "proxy-agent", up("konnectivity-agent")),
-		{Ref: BusyboxImage, Entrypoint: []string{"/bin/busybox"}, Files: []ImageFile{
+		Image{Ref: BusyboxImage, Entrypoint: []string{"/bin/busybox"}, Files: []ImageFile{
 			{Path: "/bin/busybox", Source: "/bin/busybox", Mode: 0o755},
 			{Path: "/www/index.html", Content: "kubefarm-e2e\n"},
 		}},
-	}
+	)
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+KubernetesVersion, k, up(k)))
 	}
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
 	}
-	return images
+	return images, nil
+}
+
+// ProjectImages are the project's own images: kubefarm-manager and
+// kubefarm-pxe (what `make images` writes as OCI layouts).
+func (c *Cluster) ProjectImages() ([]Image, error) {
+	pxe, err := c.pxeImage()
+	if err != nil {
+		return nil, err
+	}
+	manager := Image{Ref: ManagerImage, Entrypoint: []string{"/usr/local/bin/kubefarm-manager"}, Files: []ImageFile{
+		{Path: "/usr/local/bin/kubefarm-manager", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-manager"), Mode: 0o755},
+	}}
+	return []Image{manager, pxe}, nil
+}
+
+// pxeImage is kubefarm-pxe (static) with the host's iPXE binaries in IPXEDir.
+func (c *Cluster) pxeImage() (Image, error) {
+	ipxe, err := IPXEFiles()
+	if err != nil {
+		return Image{}, err
+	}
+	return Image{Ref: PXEImage, Entrypoint: []string{"/usr/local/bin/kubefarm-pxe"}, Files: append([]ImageFile{
+		{Path: "/usr/local/bin/kubefarm-pxe", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-pxe"), Mode: 0o755},
+	}, ipxe...)}, nil
 }

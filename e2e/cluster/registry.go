@@ -53,6 +53,9 @@ type ImageFile struct {
 	Source  string // on the host; empty means Content
 	Content string
 	Mode    int64
+	// HashContent keys the image cache on Source's bytes rather than its
+	// size and modification time (for small inputs copied from packages).
+	HashContent bool
 }
 
 // Image is an image the cluster's pods pull, under its usual name.
@@ -134,6 +137,12 @@ func inputsKey(im Image) (string, error) {
 	for _, f := range im.Files {
 		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.Path, f.Mode, f.Content)
 		if f.Source != "" {
+			if f.HashContent {
+				if err := hashFile(h, f.Source); err != nil {
+					return "", err
+				}
+				continue
+			}
 			st, err := os.Stat(f.Source)
 			if err != nil {
 				return "", err
@@ -142,6 +151,57 @@ func inputsKey(im Image) (string, error) {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+func hashFile(h io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sum := sha256.New()
+	if _, err := io.Copy(sum, f); err != nil {
+		return err
+	}
+	fmt.Fprintf(h, "%s\x00sha256:%x\x00", path, sum.Sum(nil))
+	return nil
+}
+
+// WriteLayouts writes each image (from the cache when its inputs did not
+// change) as an OCI image layout in dir/<repository base name>, e.g.
+// dir/kubefarm-pxe, with its reference in the index's
+// org.opencontainers.image.ref.name annotation, for skopeo, crane or
+// `ctr images import` to take from there.
+func (c *Cluster) WriteLayouts(dir string, images []Image) error {
+	for _, im := range images {
+		img, err := c.cachedImage(im)
+		if err != nil {
+			return fmt.Errorf("building %s: %w", im.Ref, err)
+		}
+		ref, err := name.ParseReference(im.Ref)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dir, filepath.Base(ref.Context().RepositoryStr()))
+		if err := os.RemoveAll(out); err != nil {
+			return err
+		}
+		p, err := layout.Write(out, empty.Index)
+		if err != nil {
+			return err
+		}
+		if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+			"org.opencontainers.image.ref.name": im.Ref,
+		})); err != nil {
+			return fmt.Errorf("writing %s: %w", out, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  %s %s -> %s\n", im.Ref, d, out)
+	}
+	return nil
 }
 
 func buildImage(im Image) (v1.Image, error) {

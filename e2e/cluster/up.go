@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		{"packages", func(context.Context) error { return EnsurePackages() }},
 		{"pki", func(context.Context) error { return c.ensurePKI() }},
 		{"configs", func(context.Context) error { return c.writeConfigs() }},
+		{"boot-network", func(context.Context) error { return c.ensureBootNetwork() }},
 		{"registry", c.startRegistry},
 		{"containerd", c.startContainerd},
 		{"etcd", c.startEtcd},
@@ -72,6 +74,33 @@ func (c *Cluster) Up(ctx context.Context) error {
 		fmt.Printf("%-15s ok (%.1fs)\n", s.name, time.Since(start).Seconds())
 	}
 	return nil
+}
+
+// ensureBootNetwork creates the boot network bridge with BootAddr, or leaves
+// it as it is when it already exists with that address.
+func (c *Cluster) ensureBootNetwork() error {
+	run := func(args ...string) error {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %v: %v: %s", args, err, out)
+		}
+		return nil
+	}
+	if exec.Command("ip", "link", "show", c.BootBridge).Run() != nil {
+		// No STP and no forward delay: a client's port forwards at once.
+		if err := run("link", "add", c.BootBridge, "type", "bridge", "forward_delay", "0", "stp_state", "0"); err != nil {
+			return err
+		}
+	}
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show", "dev", c.BootBridge).Output()
+	if err != nil {
+		return fmt.Errorf("ip addr show %s: %w", c.BootBridge, err)
+	}
+	if !strings.Contains(string(out), " "+c.BootAddr.String()+" ") {
+		if err := run("addr", "add", c.BootAddr.String(), "dev", c.BootBridge); err != nil {
+			return err
+		}
+	}
+	return run("link", "set", c.BootBridge, "up")
 }
 
 func (c *Cluster) bin(name string) string { return c.BinDir + "/" + name }

@@ -2,6 +2,7 @@
 //
 //	e2e-cluster up   --state DIR --bin DIR   # cluster, images, cert-manager, kubefarm-operator
 //	e2e-cluster down --state DIR [--verify]  # remove everything; --verify fails on leftovers
+//	e2e-cluster images --out DIR             # OCI layouts of kubefarm-manager and kubefarm-pxe
 //
 // `registry` is the local OCI registry and `dns` the cluster DNS that `up`
 // starts in the background.
@@ -25,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|registry|dns [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|images|registry|dns [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -34,6 +35,8 @@ func main() {
 		err = up(os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
+	case "images":
+		err = images(os.Args[2:])
 	case "registry":
 		fs := flag.NewFlagSet("registry", flag.ExitOnError)
 		addr := fs.String("addr", "127.0.0.1:5001", "listen address (loopback)")
@@ -105,7 +108,11 @@ func up(args []string) error {
 	}
 	var digests map[string]string
 	if err := phase("images", func() (err error) {
-		digests, err = c.PushImages(ctx, c.Images())
+		images, err := c.Images()
+		if err != nil {
+			return err
+		}
+		digests, err = c.PushImages(ctx, images)
 		return err
 	}); err != nil {
 		return err
@@ -120,11 +127,8 @@ func up(args []string) error {
 		return err
 	}
 	if err := phase("kubefarm", func() error {
-		repo, tag, _ := strings.Cut(cluster.ManagerImage, ":")
 		if err := c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
-			// By digest: a rebuilt manager rolls on a warm bring-up.
-			map[string]any{"image": map[string]any{"repository": repo, "tag": tag, "digest": digests[cluster.ManagerImage],
-				"pullPolicy": "IfNotPresent"}}); err != nil {
+			c.ChartValues(digests)); err != nil {
 			return err
 		}
 		// The webhook fails closed: it only works once cert-manager's CA
@@ -139,6 +143,31 @@ func up(args []string) error {
 	}
 	fmt.Printf("e2e cluster up (%s bring-up): %.1fs; kubeconfig: %s\n", kind, time.Since(begin).Seconds(), c.AdminKubeconfig())
 	return nil
+}
+
+// images writes OCI layouts of the project's images (make images), built
+// like the e2e cluster's, with the same cache.
+func images(args []string) error {
+	fs := flag.NewFlagSet("images", flag.ExitOnError)
+	state := fs.String("state", "_build/e2e", "state directory of the e2e cluster (its cache, <state>-cache, is reused)")
+	out := fs.String("out", "_build/images", "directory of the OCI layouts, one per image")
+	_ = fs.Parse(args)
+	c, err := newCluster(*state, "bin")
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if err := c.BuildProjectBinaries(root); err != nil {
+		return err
+	}
+	images, err := c.ProjectImages()
+	if err != nil {
+		return err
+	}
+	return c.WriteLayouts(*out, images)
 }
 
 func down(args []string) error {
