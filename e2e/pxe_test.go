@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -140,27 +139,20 @@ func TestPXE(t *testing.T) {
 	cliNs := bootClient(t, mac)
 
 	t.Run("udhcpc gets the Machine's lease", func(t *testing.T) {
-		out := filepath.Join(t.TempDir(), "env")
-		script := filepath.Join(t.TempDir(), "script.sh")
-		if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
-			`[ "$1" = bound ] && env > "`+out+`.tmp" && mv "`+out+`.tmp" "`+out+`"`+"\nexit 0\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
 		// kubefarm-pxe learns the Machine through its informers; until then
 		// the MAC is unknown and ignored. Each udhcpc run gives up after a
 		// few seconds (-n); the loop is bounded by the deadline.
+		var env map[string]string
 		var last []byte
 		poll(t, ctx, "udhcpc never got a lease", 2*time.Minute, func(ctx context.Context) (bool, error) {
-			// -q: exit once bound; option 93 = 0 (BIOS) and the PXE vendor
-			// class make it look like a PXE ROM, which gets a boot file.
-			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", cliNs, "busybox", "udhcpc", "-f", "-q", "-n",
-				"-t", "3", "-T", "1", "-i", "eth0", "-s", script, "-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000")
-			last, err = cmd.CombinedOutput()
+			// Option 93 = 0 (BIOS) and the PXE vendor class make it look
+			// like a PXE ROM, which gets a boot file.
+			env, last, err = netnstest.Udhcpc(ctx, cliNs, "eth0", netnstest.UdhcpcOptions{Tries: 3,
+				Args: []string{"-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000"}})
 			return err == nil, nil
 		})
-		env, err := readEnvFile(out)
-		if err != nil {
-			t.Fatalf("%v; udhcpc printed:\n%s", err, last)
+		if env == nil {
+			t.Fatalf("no lease; udhcpc printed:\n%s", last)
 		}
 		for k, want := range map[string]string{
 			"ip": ip, "subnet": "255.255.255.0", "router": serverIP, "dns": "10.123.0.53 10.123.0.54",
@@ -268,22 +260,14 @@ func TestPXE(t *testing.T) {
 		netnstest.Run(t, "ip", "-n", cliNs, "link", "set", "eth0", "down")
 		netnstest.Run(t, "ip", "-n", cliNs, "link", "set", "eth0", "address", stranger)
 		netnstest.Run(t, "ip", "-n", cliNs, "link", "set", "eth0", "up")
-		out := filepath.Join(t.TempDir(), "env")
-		script := filepath.Join(t.TempDir(), "script.sh")
-		if err := os.WriteFile(script, []byte("#!/bin/sh\n"+
-			`[ "$1" = bound ] && env > "`+out+`.tmp" && mv "`+out+`.tmp" "`+out+`"`+"\nexit 0\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		var env map[string]string
 		var last []byte
 		poll(t, ctx, "udhcpc never got a dynamic lease", time.Minute, func(ctx context.Context) (bool, error) {
-			cmd := exec.CommandContext(ctx, "ip", "netns", "exec", cliNs, "busybox", "udhcpc", "-f", "-q", "-n",
-				"-t", "3", "-T", "1", "-i", "eth0", "-s", script)
-			last, err = cmd.CombinedOutput()
+			env, last, err = netnstest.Udhcpc(ctx, cliNs, "eth0", netnstest.UdhcpcOptions{Tries: 3})
 			return err == nil, nil
 		})
-		env, err := readEnvFile(out)
-		if err != nil {
-			t.Fatalf("%v; udhcpc printed:\n%s", err, last)
+		if env == nil {
+			t.Fatalf("no dynamic lease; udhcpc printed:\n%s", last)
 		}
 		got := strings.TrimSpace(env["ip"])
 		if n, err := strconv.Atoi(strings.TrimPrefix(got, "10.123.0.")); err != nil || n < 200 || n > 209 {
@@ -361,22 +345,6 @@ func deleteNamespace(t *testing.T, cs kubernetes.Interface, name string) {
 	}); err != nil {
 		t.Errorf("namespace %s was not deleted: %v", name, err)
 	}
-}
-
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	return env, sc.Err()
 }
 
 // counter sums the samples of metric (Prometheus text format) whose labels

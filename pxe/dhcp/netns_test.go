@@ -186,20 +186,14 @@ func TestRealClients(t *testing.T) {
 		if _, err := exec.LookPath("busybox"); err != nil {
 			t.Skip("SKIPPED, NOT PASSED: busybox is not installed (apt-get install -y busybox)")
 		}
-		out := filepath.Join(t.TempDir(), "env")
-		script := writeScript(t, `[ "$1" = bound ] && env > "`+out+`.tmp" && mv "`+out+`.tmp" "`+out+`"`)
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		// -q: exit once bound; -n: exit if no lease; option 93 = 0 (BIOS)
-		// and the PXE vendor class make it look like a PXE ROM.
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", cliNs, "busybox", "udhcpc", "-f", "-q", "-n", "-t", "5", "-T", "2",
-			"-i", cliIf, "-s", script, "-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("udhcpc: %v\n%s", err, b)
-		}
-		env, err := readEnv(out)
+		// Option 93 = 0 (BIOS) and the PXE vendor class make it look like
+		// a PXE ROM.
+		env, b, err := netnstest.Udhcpc(ctx, cliNs, cliIf, netnstest.UdhcpcOptions{Timeout: 2,
+			Args: []string{"-V", "PXEClient:Arch:00000:UNDI:002001", "-x", "0x5d:0000"}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\n%s", err, b)
 		}
 		for k, want := range map[string]string{
 			"ip": "10.99.0.42", "subnet": "255.255.255.0", "router": "10.99.0.1", "dns": "10.99.0.53 10.99.0.54",
