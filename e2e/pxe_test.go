@@ -58,15 +58,8 @@ func TestPXE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cfg := adminConfig(t)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: runtimeScheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs, c := adminClients(t)
+	var err error
 	const (
 		serverIP = "10.123.0.1"
 		mac      = "02:7b:00:00:00:2a"

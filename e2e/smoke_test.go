@@ -45,6 +45,22 @@ func adminConfig(t *testing.T) *rest.Config {
 	return cfg
 }
 
+// adminClients are the admin cluster's config, a clientset and a
+// controller-runtime client that knows kubefarm's types.
+func adminClients(t *testing.T) (*rest.Config, *kubernetes.Clientset, client.Client) {
+	t.Helper()
+	cfg := adminConfig(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: runtimeScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, cs, c
+}
+
 func poll(t *testing.T, ctx context.Context, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, cond); err != nil {

@@ -51,15 +51,7 @@ import (
 func TestTenantCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cfg := adminConfig(t)
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: runtimeScheme(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, cs, c := adminClients(t)
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tenant-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
