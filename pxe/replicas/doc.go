@@ -35,13 +35,20 @@
 //   - Option 54 is honoured. A REQUEST naming one replica gets an ACK from
 //     it (agreeing with its OFFER) and nothing from the other, whose
 //     counter shows it ignored the request as another server's.
+//   - Catch-all range. The pool has a dynamicRange holding the static
+//     machines' addresses. A DISCOVER from a MAC of no Machine gets an
+//     OFFER from each replica with the same address, never a static one,
+//     and exactly one DHCPLease object exists for it; the REQUEST naming A
+//     is ACKed by A alone and moves the lease's expiry to the pool's lease
+//     time; a second stranger gets another address.
 //   - Killing one loses no boot. Replica A is killed (SIGKILL). Then busybox
 //     udhcpc, as a BIOS PXE ROM, leases from B and fetches undionly.kpxe
 //     over TFTP from the lease's next server; as iPXE it leases again and
 //     fetches the iPXE script from the lease's boot URL and the kernel the
 //     script names, all from B. A machine whose lease came from A rebinds
 //     (REQUEST broadcast, ciaddr set, no server identifier) and B ACKs the
-//     same address.
+//     same address, and the stranger's INIT-REBOOT REQUEST for the
+//     address A acknowledged is ACKed by B: the lease lives in the API.
 //
 // Synchronisation is on events only: /healthz and the boot scripts
 // answering, replies arriving, and the replicas' packet counters.

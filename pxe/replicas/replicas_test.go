@@ -29,6 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -114,7 +115,20 @@ type farm struct {
 	conn net.PacketConn
 	// leasedFrom: machine name -> replica index whose ACK it holds.
 	leasedFrom map[string]int
+	// api reads the objects the replicas write (DHCPLeases); poolNS is
+	// the pool's namespace.
+	api    client.Client
+	poolNS string
+	// dynamicIP: the address the catch-all range gave stranger1.
+	dynamicIP net.IP
 }
+
+// The pool's catch-all range, 10.78.0.10-10.78.0.19: it holds the three
+// static machines' addresses, which must never go to a stranger.
+const rangeStart, rangeEnd = "10.78.0.10", "10.78.0.19"
+
+// Unknown MACs: no Machine has them.
+var stranger1, stranger2 = net.HardwareAddr{0x02, 0x78, 0, 0, 0, 0x71}, net.HardwareAddr{0x02, 0x78, 0, 0, 0, 0x72}
 
 // reply is one DHCP packet the Go client received.
 type reply struct {
@@ -248,6 +262,13 @@ func TestTwoReplicas(t *testing.T) {
 	}
 
 	phase = time.Now()
+	t.Run("DynamicRange", func(t *testing.T) { f.dynamicRange(ctx, t) })
+	t.Logf("dynamic range checked in %s", time.Since(phase).Round(time.Millisecond))
+	if t.Failed() {
+		return
+	}
+
+	phase = time.Now()
 	t.Run("KillOne", func(t *testing.T) { f.killOne(ctx, t) })
 	t.Logf("kill-one checked in %s", time.Since(phase).Round(time.Millisecond))
 	t.Logf("whole test: %s", time.Since(start).Round(time.Millisecond))
@@ -262,6 +283,7 @@ func (f *farm) createObjects(ctx context.Context, t *testing.T, env *testenv.Env
 	if err := cl.Create(ctx, nsObj); err != nil {
 		t.Fatal(err)
 	}
+	f.api, f.poolNS = cl, nsObj.Name
 	f.image = &kubefarmv1.BootImage{
 		ObjectMeta: metav1.ObjectMeta{Name: "replicas"},
 		Spec: kubefarmv1.BootImageSpec{
@@ -280,7 +302,8 @@ func (f *farm) createObjects(ctx context.Context, t *testing.T, env *testenv.Env
 			Cluster: "c1", BootImage: f.image.Name,
 			Network: kubefarmv1.BootNetwork{
 				Subnet: subnet, Gateway: lanIP, DNS: dnsServers, Domain: domain,
-				LeaseTime: &metav1.Duration{Duration: leaseTime},
+				LeaseTime:    &metav1.Duration{Duration: leaseTime},
+				DynamicRange: &kubefarmv1.DynamicRange{Start: rangeStart, End: rangeEnd},
 			},
 			KernelArgs: []string{"console=ttyS0"},
 			Tags: map[string]kubefarmv1.TagSpec{
@@ -793,6 +816,24 @@ func (f *farm) killOne(ctx context.Context, t *testing.T) {
 		f.rebind(ctx, t, m, b)
 	})
 
+	// A stranger's lease lives in the API, not in the replica that gave
+	// it: after a restart of the client (INIT-REBOOT: option 50, no server
+	// identifier), B confirms the address A acknowledged.
+	t.Run("DynamicLeaseOfAFromB", func(t *testing.T) {
+		if f.dynamicIP == nil {
+			t.Fatal("DynamicRange left no acknowledged address to confirm")
+		}
+		before := f.counters(ctx, t)
+		req := f.dhcp(t, dhcpv4.MessageTypeRequest, stranger1, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(f.dynamicIP)))
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		got := f.await(rctx, t, req.TransactionID, "B's ACK of the stranger's address", func(rs []reply) bool { return len(rs) > 0 })
+		f.waitCounted(ctx, t, before, "REQUEST", 1)
+		if ack := got[0].pkt; ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(f.dynamicIP) || !got[0].src.IP.Equal(net.ParseIP(b.ip)) {
+			t.Fatalf("INIT-REBOOT of %s for %s: %s from %s, want B's ACK of the same address", stranger1, f.dynamicIP, ack.Summary(), got[0].src)
+		}
+	})
+
 	// A new boot through B with busybox: the PXE ROM stage (DHCP, TFTP),
 	// then the iPXE stage (DHCP, the script, the kernel it names).
 	t.Run("BootThroughB", func(t *testing.T) {
@@ -893,38 +934,136 @@ func (f *farm) rebind(ctx context.Context, t *testing.T, m machine, r *replica) 
 		ack.IPAddressLeaseTime(0))
 }
 
-// udhcpc obtains one lease in ns with busybox udhcpc, as netns_test does,
-// and returns the environment its script saw when bound. The script also
-// configures the address, as a real client's would.
+// udhcpc obtains one lease in ns with busybox udhcpc and returns the
+// environment its script saw when bound; the address is configured, as a
+// real client's would be.
 func (f *farm) udhcpc(ctx context.Context, t *testing.T, ns string, extra ...string) map[string]string {
 	t.Helper()
-	dir := t.TempDir()
-	out := filepath.Join(dir, "env")
-	script := filepath.Join(dir, "script.sh")
-	body := "#!/bin/sh\n" +
-		`if [ "$1" = bound ] || [ "$1" = renew ]; then ip addr flush dev "$interface"; ip addr add "$ip/$mask" dev "$interface"; ` +
-		`env > "` + out + `.tmp" && mv "` + out + `.tmp" "` + out + `"; fi` + "\nexit 0\n"
-	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(out)
 	uctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	args := append([]string{"netns", "exec", ns, "busybox", "udhcpc", "-f", "-i", ifname, "-n", "-q", "-t", "5", "-T", "1", "-s", script}, extra...)
-	if b, err := exec.CommandContext(uctx, "ip", args...).CombinedOutput(); err != nil {
-		t.Fatalf("udhcpc: %v\n%s", err, b)
-	}
-	envm := map[string]string{}
-	fh, err := os.Open(out)
+	env, out, err := netnstest.Udhcpc(uctx, ns, ifname, netnstest.UdhcpcOptions{Configure: true, Args: extra})
 	if err != nil {
-		t.Fatalf("udhcpc did not bind: %v", err)
+		t.Fatalf("%v\n%s", err, out)
 	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			envm[k] = v
+	return env
+}
+
+// dhcp sends one broadcast request of type mt from mac, as a BIOS PXE ROM.
+func (f *farm) dhcp(t *testing.T, mt dhcpv4.MessageType, mac net.HardwareAddr, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	t.Helper()
+	p, err := dhcpv4.New(append(append([]dhcpv4.Modifier{dhcpv4.WithHwAddr(mac), dhcpv4.WithBroadcast(true),
+		dhcpv4.WithMessageType(mt)}, clientOptions(biosROM)...), mods...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.send(t, p)
+	return p
+}
+
+// offersFromBoth sends a DISCOVER from mac and returns each replica's
+// OFFER, by replica index, once both have counted the DISCOVER.
+func (f *farm) offersFromBoth(ctx context.Context, t *testing.T, mac net.HardwareAddr) (*dhcpv4.DHCPv4, [2]*dhcpv4.DHCPv4) {
+	t.Helper()
+	before := f.counters(ctx, t)
+	disc := f.dhcp(t, dhcpv4.MessageTypeDiscover, mac)
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	got := f.await(octx, t, disc.TransactionID, "an OFFER from each replica", func(rs []reply) bool { return len(rs) >= 2 })
+	after := f.waitCounted(ctx, t, before, "DISCOVER", 1)
+	got = append(got, f.drain(disc.TransactionID)...)
+	var by [2]*dhcpv4.DHCPv4
+	for _, r := range got {
+		i := f.replicaAt(r.src.IP)
+		if i < 0 || by[i] != nil || r.pkt.MessageType() != dhcpv4.MessageTypeOffer {
+			t.Fatalf("replies to a stranger's DISCOVER:%s", summaries(got))
+		}
+		by[i] = r.pkt
+	}
+	for i, r := range f.replicas {
+		if by[i] == nil {
+			t.Fatalf("no OFFER from replica %s (its counts: %v):%s", r.name, after[i].deltas(before[i]), summaries(got))
 		}
 	}
-	return envm
+	return disc, by
+}
+
+// leasesOf lists the DHCPLeases of mac in the pool's namespace.
+func (f *farm) leasesOf(ctx context.Context, t *testing.T, mac net.HardwareAddr) []kubefarmv1.DHCPLease {
+	t.Helper()
+	var l kubefarmv1.DHCPLeaseList
+	if err := f.api.List(ctx, &l, client.InNamespace(f.poolNS)); err != nil {
+		t.Fatal(err)
+	}
+	var out []kubefarmv1.DHCPLease
+	for _, o := range l.Items {
+		if o.Spec.MAC == mac.String() {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// dynamicRange: two MACs of no Machine. Both replicas offer the first the
+// same address of the range, stored as one DHCPLease; the REQUEST naming A
+// is ACKed by A alone and extends the lease to the pool's lease time; the
+// second MAC gets another address. Static machines' addresses inside the
+// range are never offered.
+func (f *farm) dynamicRange(ctx context.Context, t *testing.T) {
+	static := map[string]bool{}
+	for _, m := range machines {
+		static[m.ip] = true
+	}
+	inRange := func(ip net.IP) bool {
+		v4 := ip.To4()
+		return v4 != nil && v4[0] == 10 && v4[1] == 78 && v4[2] == 0 && v4[3] >= 10 && v4[3] <= 19
+	}
+
+	disc, offers := f.offersFromBoth(ctx, t, stranger1)
+	ip := offers[0].YourIPAddr
+	if !inRange(ip) || static[ip.String()] {
+		t.Fatalf("stranger offered %s, want a free address of %s-%s", ip, rangeStart, rangeEnd)
+	}
+	na, nb := normalize(offers[0], f.replicas[0].ip), normalize(offers[1], f.replicas[1].ip)
+	if diff := diffFields(na, nb); diff != "" {
+		t.Fatalf("the replicas' OFFERs to a stranger differ beyond their own address:%s", diff)
+	}
+	if _, ok := na["option 12"]; ok {
+		t.Errorf("a stranger was offered a hostname: %s", na["option 12"])
+	}
+	if ls := f.leasesOf(ctx, t, stranger1); len(ls) != 1 || ls[0].Spec.IP != ip.String() {
+		t.Fatalf("DHCPLeases of %s after both replicas offered: %+v, want exactly one for %s", stranger1, ls, ip)
+	}
+	t.Logf("both replicas offered %s to %s; one DHCPLease", ip, stranger1)
+
+	before := f.counters(ctx, t)
+	req := f.dhcp(t, dhcpv4.MessageTypeRequest, stranger1, dhcpv4.WithTransactionID(disc.TransactionID),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(f.replicas[0].ip))), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	acks := f.await(rctx, t, req.TransactionID, "A's ACK", func(rs []reply) bool { return len(rs) > 0 })
+	after := f.waitCounted(ctx, t, before, "REQUEST", 1)
+	acks = append(acks, f.drain(req.TransactionID)...)
+	if len(acks) != 1 || acks[0].pkt.MessageType() != dhcpv4.MessageTypeAck || !acks[0].src.IP.Equal(net.ParseIP(f.replicas[0].ip)) ||
+		!acks[0].pkt.YourIPAddr.Equal(ip) {
+		t.Fatalf("REQUEST naming A for %s:%s, want A's ACK alone", ip, summaries(acks))
+	}
+	if d := after[1].delta(before[1], "REQUEST", "ignored_other_server"); d != 1 {
+		t.Errorf("replica B counted %v REQUESTs ignored as another server's, want 1 (all: %v)", d, after[1].deltas(before[1]))
+	}
+	ls := f.leasesOf(ctx, t, stranger1)
+	if len(ls) != 1 {
+		t.Fatalf("DHCPLeases of %s after the ACK: %+v", stranger1, ls)
+	}
+	if left := time.Until(ls[0].Spec.ExpireTime.Time); left < leaseTime-time.Minute || left > leaseTime+time.Minute {
+		t.Errorf("the ACKed lease expires in %s, want about the pool's %s", left, leaseTime)
+	}
+	f.dynamicIP = ip
+
+	_, offers2 := f.offersFromBoth(ctx, t, stranger2)
+	ip2 := offers2[0].YourIPAddr
+	if !ip2.Equal(offers2[1].YourIPAddr) || !inRange(ip2) || static[ip2.String()] || ip2.Equal(ip) {
+		t.Fatalf("second stranger offered %s by A and %s by B, want one free address of the range other than %s",
+			ip2, offers2[1].YourIPAddr, ip)
+	}
+	t.Logf("A acknowledged %s to %s (expires in about %s); %s was offered %s", ip, stranger1, leaseTime, stranger2, ip2)
 }
