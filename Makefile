@@ -139,9 +139,10 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 
 # Debian packages the tests drive as real peers: busybox's udhcpc and ISC
 # dhclient (DHCP clients in network namespaces), iproute2 (namespaces),
-# tftp-hpa, atftp and curl (TFTP and HTTP clients), and ipxe, whose
-# binaries kubefarm-pxe serves (found at /usr/lib/ipxe, never committed).
-APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp ipxe curl qemu-system-x86 ipxe-qemu ovmf
+# tftp-hpa, atftp and curl (TFTP and HTTP clients), kea-admin (perfdhcp, a
+# relay agent's traffic), and ipxe, whose binaries kubefarm-pxe serves
+# (found at /usr/lib/ipxe, never committed).
+APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp kea-admin ipxe curl qemu-system-x86 ipxe-qemu ovmf
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests need (as root; otherwise say which are missing).
@@ -208,7 +209,7 @@ e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it
 
 ## ---- benchmarks ------------------------------------------------------------------
 
-BENCH_APT_PACKAGES := kea-admin dnsmasq-base tftpd-hpa nginx-light
+BENCH_APT_PACKAGES := dnsmasq-base tftpd-hpa nginx-light
 DHCP_BENCH_RATES ?= 1000,5000,10000,20000,30000
 DHCP_BENCH_MACHINES ?= 20000
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -418,4 +419,76 @@ func relayOnLoopback(tb testing.TB) (srvIP, relay net.IP, srvConn, relayConn *ne
 	}
 	tb.Cleanup(func() { relayConn.Close() })
 	return srvIP, relay, srvConn, relayConn
+}
+
+// TestPerfdhcpRelayed drives the server with Kea's perfdhcp acting as a
+// relay agent: every DISCOVER and REQUEST carries giaddr (the relay's
+// address on the machines' subnet) and every reply must come back to the
+// relay, port 67. perfdhcp counts the exchanges it completed; the server's
+// counters must agree.
+func TestPerfdhcpRelayed(t *testing.T) {
+	if _, err := exec.LookPath("perfdhcp"); err != nil {
+		t.Fatal("perfdhcp is not installed (make deps installs the Debian package kea-admin)")
+	}
+	srvNs, cliNs := netnstest.New(t, "kfdhcp"), netnstest.New(t, "kfdhcp")
+	srvIf, cliIf := veth(t, srvNs, cliNs, "52:54:00:99:00:fe")
+	netnstest.Run(t, "ip", "-n", cliNs, "addr", "add", "10.99.0.2/24", "dev", cliIf)
+
+	const machines, exchanges = 200, 300
+	srvIP := net.IPv4(10, 99, 0, 1).To4()
+	tab := leases.NewTable()
+	var macs strings.Builder
+	for i := 0; i < machines; i++ {
+		mac := net.HardwareAddr{0x52, 0x54, 0x00, 0x99, byte(i >> 8), byte(i)}
+		fmt.Fprintln(&macs, mac.String())
+		key := fmt.Sprintf("farm/m%d", i)
+		tab.Upsert(key, []leases.Lease{{MAC: mac, IP: net.IPv4(10, 99, 1, byte(i)).To4(), Mask: net.CIDRMask(16, 32),
+			Router: srvIP, LeaseTime: time.Hour, Machine: key, Pool: "p"}})
+	}
+	macFile := filepath.Join(t.TempDir(), "macs.txt")
+	if err := os.WriteFile(macFile, []byte(macs.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ServerID: srvIP, Boot: bootfile.Config{Server: srvIP}}
+	s, m := testServer(t, cfg, tab)
+	var conn net.PacketConn
+	if err := netnstest.Do(srvNs, func() (err error) {
+		conns, err := Listen(srvIf, cfg)
+		if err == nil {
+			conn = conns[0]
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s, conn)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// -l with a server address: perfdhcp relays from 10.99.0.2 (giaddr)
+	// and listens on port 67 for the replies. -n bounds the exchanges; -W
+	// (microseconds) lets it receive the last replies before it exits,
+	// which without it counts the last exchange as dropped.
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", cliNs, "perfdhcp", "-4", "-g", "single", "-r", "200", "-n", fmt.Sprint(exchanges),
+		"-R", fmt.Sprint(machines), "-M", macFile, "-l", "10.99.0.2", "-d", "2", "-W", "500000", srvIP.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("perfdhcp: %v (exit status 3 means drops; server counted %v offers, %v queue drops, %v malformed)\n%s", err,
+			testutil.ToFloat64(m.packets.WithLabelValues("DISCOVER", string(Offered))),
+			testutil.ToFloat64(m.packets.WithLabelValues("unknown", string(DroppedQueueFull))),
+			testutil.ToFloat64(m.packets.WithLabelValues("unknown", string(Malformed))), out)
+	}
+	// Two "received packets" lines: DISCOVER-OFFER, then REQUEST-ACK.
+	var received []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "received packets:"); ok {
+			received = append(received, strings.TrimSpace(v))
+		}
+	}
+	if len(received) != 2 || received[0] != fmt.Sprint(exchanges) || received[1] != fmt.Sprint(exchanges) {
+		t.Fatalf("perfdhcp received %v OFFERs and ACKs, want %d of each:\n%s", received, exchanges, out)
+	}
+	if o, a := testutil.ToFloat64(m.packets.WithLabelValues("DISCOVER", string(Offered))),
+		testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked))); o != exchanges || a != exchanges {
+		t.Errorf("server counted %v offers and %v acks, want %d each", o, a, exchanges)
+	}
 }

@@ -314,7 +314,7 @@ func perfdhcp(ctx context.Context, server string, rate, period int, macFile, out
 	raw := filepath.Join(out, fmt.Sprintf("perfdhcp-%s-%d.txt", server, rate))
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", cliNS}, pinned(clientCPU, []string{"perfdhcp", "-4",
 		"-r", strconv.Itoa(rate), "-p", strconv.Itoa(period), "-R", "20000", "-M", macFile,
-		"-l", cliIP, "-d", "2", "-x", "t", "-g", perfdhcpThreads, srvIP})...)...)
+		"-l", cliIP, "-d", "2", "-W", "500000", "-x", "t", "-g", perfdhcpThreads, srvIP})...)...)
 	outBytes, err := cmd.CombinedOutput()
 	_ = os.WriteFile(raw, outBytes, 0o644)
 	text := string(outBytes)
