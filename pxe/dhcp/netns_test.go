@@ -492,3 +492,170 @@ func TestPerfdhcpRelayed(t *testing.T) {
 		t.Errorf("server counted %v offers and %v acks, want %d each", o, a, exchanges)
 	}
 }
+
+// TestProxyNextToAnotherServer runs proxyDHCP mode where it is meant to
+// run: on a LAN whose addresses another DHCP server (busybox udhcpd) hands
+// out. A PXE client's DISCOVER gets two OFFERs, the address from udhcpd and
+// the boot file from kubefarm-pxe; the client's REQUEST names udhcpd, which
+// ACKs it while kubefarm-pxe stays silent; with its address configured the
+// client asks kubefarm-pxe's boot service (port 4011) and gets the boot
+// file, and never an address.
+func TestProxyNextToAnotherServer(t *testing.T) {
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Fatal("busybox is not installed (make deps installs busybox-static)")
+	}
+	lan, other, pxe, cli := netnstest.New(t, "kfdhcp"), netnstest.New(t, "kfdhcp"), netnstest.New(t, "kfdhcp"), netnstest.New(t, "kfdhcp")
+	const clientMACs = "52:54:00:97:00:07"
+	netnstest.Bridge(t, lan, "br0", "")
+	netnstest.Attach(t, lan, "br0", "p-other", other, "eth0", "", "10.97.0.2/24")
+	netnstest.Attach(t, lan, "br0", "p-pxe", pxe, "eth0", "", "10.97.0.3/24")
+	netnstest.Attach(t, lan, "br0", "p-cli", cli, "eth0", clientMACs, "")
+	otherIP, pxeIP := net.IPv4(10, 97, 0, 2).To4(), net.IPv4(10, 97, 0, 3).To4()
+
+	// The other DHCP server.
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "udhcpd.conf")
+	if err := os.WriteFile(conf, []byte("start 10.97.0.100\nend 10.97.0.150\ninterface eth0\n"+
+		"lease_file "+filepath.Join(dir, "leases")+"\npidfile "+filepath.Join(dir, "pid")+"\n"+
+		"option subnet 255.255.255.0\noption router 10.97.0.1\noption lease 600\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	udhcpd := exec.Command("ip", "netns", "exec", other, "busybox", "udhcpd", "-f", conf)
+	var udhcpdLog netnstest.LockedBuffer
+	udhcpd.Stdout, udhcpd.Stderr = &udhcpdLog, &udhcpdLog
+	if err := udhcpd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = udhcpd.Process.Kill()
+		_ = udhcpd.Wait()
+		if t.Failed() {
+			t.Logf("udhcpd:\n%s", udhcpdLog.String())
+		}
+	})
+
+	// kubefarm-pxe in proxyDHCP mode, knowing the machine.
+	hw, _ := net.ParseMAC(clientMACs)
+	l := testLease()
+	l.MAC, l.IP, l.Mask = hw, net.IPv4(10, 97, 0, 7).To4(), net.CIDRMask(24, 32)
+	cfg := Config{ServerID: pxeIP, Boot: bootfile.Config{Server: pxeIP}, ProxyDHCP: true}
+	s, m := testServer(t, cfg, tableWith(l))
+	var conns []net.PacketConn
+	if err := netnstest.Do(pxe, func() (err error) { conns, err = Listen("eth0", cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	serve(t, s, conns...)
+
+	// The PXE client: a socket on port 68 bound to its interface.
+	var conn net.PacketConn
+	if err := netnstest.Do(cli, func() (err error) {
+		conn, err = server4.NewIPv4UDPConn("eth0", &net.UDPAddr{Port: ClientPort})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	recv := func(xid dhcpv4.TransactionID, want func(map[string]*dhcpv4.DHCPv4) bool) map[string]*dhcpv4.DHCPv4 {
+		t.Helper()
+		got := map[string]*dhcpv4.DHCPv4{}
+		buf := make([]byte, 2048)
+		deadline := time.Now().Add(15 * time.Second)
+		for !want(got) {
+			_ = conn.SetReadDeadline(deadline)
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				t.Fatalf("waiting for replies (have %d): %v", len(got), err)
+			}
+			p, err := dhcpv4.FromBytes(buf[:n])
+			if err == nil && p.OpCode == dhcpv4.OpcodeBootReply && p.TransactionID == xid {
+				got[from.(*net.UDPAddr).IP.String()] = p
+			}
+		}
+		return got
+	}
+	pxeOpts := []dhcpv4.Modifier{dhcpv4.WithHwAddr(hw), dhcpv4.WithBroadcast(true), withArch(iana.INTEL_X86PC),
+		withVendor("PXEClient:Arch:00000:UNDI:002001")}
+	bcast := &net.UDPAddr{IP: net.IPv4bcast, Port: ServerPort}
+
+	// udhcpd may take a moment to open its socket, and it ARP-probes an
+	// address before offering it: DISCOVER until both servers have answered
+	// one (a PXE ROM retransmits the same way).
+	var offers map[string]*dhcpv4.DHCPv4
+	var disc *dhcpv4.DHCPv4
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		disc = request(dhcpv4.MessageTypeDiscover, pxeOpts...)
+		disc.TransactionID = dhcpv4.TransactionID{0x97, byte(time.Now().UnixNano()), byte(time.Now().UnixNano() >> 8), 1}
+		if _, err := conn.WriteTo(disc.ToBytes(), bcast); err != nil {
+			return false, err
+		}
+		got := map[string]*dhcpv4.DHCPv4{}
+		buf := make([]byte, 2048)
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		for len(got) < 2 {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return false, nil // retransmit
+			}
+			if p, err := dhcpv4.FromBytes(buf[:n]); err == nil && p.TransactionID == disc.TransactionID {
+				got[from.(*net.UDPAddr).IP.String()] = p
+			}
+		}
+		offers = got
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no OFFER from both servers: %v; udhcpd:\n%s", err, udhcpdLog.String())
+	}
+	addr, boot := offers[otherIP.String()], offers[pxeIP.String()]
+	if addr == nil || boot == nil {
+		t.Fatalf("offers from %v, want one from udhcpd %s and one from kubefarm-pxe %s", keys(offers), otherIP, pxeIP)
+	}
+	yiaddr := addr.YourIPAddr.To4()
+	if addr.MessageType() != dhcpv4.MessageTypeOffer || yiaddr == nil || yiaddr[3] < 100 || yiaddr[3] > 150 {
+		t.Fatalf("udhcpd's offer: %s", addr.Summary())
+	}
+	if boot.MessageType() != dhcpv4.MessageTypeOffer || !boot.YourIPAddr.IsUnspecified() || boot.BootFileName != bootfile.BinaryBIOS ||
+		!boot.ServerIPAddr.Equal(pxeIP) || string(boot.Options.Get(dhcpv4.OptionClassIdentifier)) != "PXEClient" ||
+		boot.Options.Has(dhcpv4.OptionIPAddressLeaseTime) || boot.Options.Has(dhcpv4.OptionSubnetMask) {
+		t.Fatalf("kubefarm-pxe's proxy offer must carry the boot file and no address or lease: %s", boot.Summary())
+	}
+
+	// The client takes udhcpd's address: only udhcpd answers.
+	before := testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(IgnoredOtherServer)))
+	req := request(dhcpv4.MessageTypeRequest, append(pxeOpts, withSID(otherIP), withReqIP(yiaddr))...)
+	req.TransactionID = disc.TransactionID
+	if _, err := conn.WriteTo(req.ToBytes(), bcast); err != nil {
+		t.Fatal(err)
+	}
+	acks := recv(req.TransactionID, func(g map[string]*dhcpv4.DHCPv4) bool { return g[otherIP.String()] != nil })
+	if a := acks[otherIP.String()]; a.MessageType() != dhcpv4.MessageTypeAck || !a.YourIPAddr.Equal(yiaddr) {
+		t.Fatalf("udhcpd's answer to the REQUEST: %s", a.Summary())
+	}
+	waitFor(t, "kubefarm-pxe to count the REQUEST as another server's", func() bool {
+		return testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(IgnoredOtherServer))) == before+1
+	})
+	if p := acks[pxeIP.String()]; p != nil {
+		t.Fatalf("kubefarm-pxe answered a REQUEST for udhcpd's address: %s", p.Summary())
+	}
+
+	// Configured, the client asks the boot service on port 4011.
+	netnstest.Run(t, "ip", "-n", cli, "addr", "add", yiaddr.String()+"/24", "dev", "eth0")
+	bootReq := request(dhcpv4.MessageTypeRequest, append(pxeOpts[:1], withArch(iana.INTEL_X86PC), withVendor("PXEClient:Arch:00000:UNDI:002001"),
+		dhcpv4.WithClientIP(yiaddr), withSID(pxeIP))...)
+	if _, err := conn.WriteTo(bootReq.ToBytes(), &net.UDPAddr{IP: pxeIP, Port: PXEProxyPort}); err != nil {
+		t.Fatal(err)
+	}
+	got := recv(bootReq.TransactionID, func(g map[string]*dhcpv4.DHCPv4) bool { return g[pxeIP.String()] != nil })
+	if a := got[pxeIP.String()]; a.MessageType() != dhcpv4.MessageTypeAck || a.BootFileName != bootfile.BinaryBIOS ||
+		!a.YourIPAddr.IsUnspecified() || !a.ClientIPAddr.Equal(yiaddr) {
+		t.Fatalf("boot service answer: %s", a.Summary())
+	}
+}
+
+func keys(m map[string]*dhcpv4.DHCPv4) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
