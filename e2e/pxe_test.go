@@ -280,6 +280,19 @@ func TestPXE(t *testing.T) {
 		if left := time.Until(list.Items[0].Spec.ExpireTime.Time); left < 50*time.Minute {
 			t.Errorf("lease expires in %s, want about the pool's 1h lease time", left)
 		}
+
+		// Leases belong to their pool: the admin cluster's garbage collector
+		// removes them with it.
+		if err := c.Delete(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, ctx, "the pool's DHCPLeases outlived it", time.Minute, func(ctx context.Context) (bool, error) {
+			var l kubefarmv1.DHCPLeaseList
+			if err := c.List(ctx, &l, client.InNamespace(ns.Name)); err != nil {
+				return false, nil
+			}
+			return len(l.Items) == 0, nil
+		})
 	})
 }
 

@@ -34,6 +34,14 @@ type DHCPLeaseSpec struct {
 	// +required
 	ExpireTime metav1.Time `json:"expireTime"`
 
+	// Declined is set when the client answered the lease with DHCPDECLINE:
+	// another host on the network already uses the address. Until
+	// expireTime (one lease time later) the address belongs to nobody and
+	// is offered to no one, the declining client included; then it is free
+	// again. Find out which host squats on it.
+	// +optional
+	Declined bool `json:"declined,omitempty"`
+
 	// Hostname the client asked for (DHCP option 12), when it was a valid
 	// DNS label; empty otherwise.
 	// +optional
@@ -61,6 +69,7 @@ type DHCPLeaseSpec struct {
 // +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.mac`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
 // +kubebuilder:printcolumn:name="Expires",type=string,format=date-time,JSONPath=`.spec.expireTime`
+// +kubebuilder:printcolumn:name="Declined",type=boolean,JSONPath=`.spec.declined`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DHCPLease struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -25,6 +25,9 @@ type Dynamic interface {
 	Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, relay, local net.IP) (*leases.Lease, error)
 	// Release gives mac's lease on ip back.
 	Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error
+	// Decline records that mac found ip in use by another host: the
+	// address is withheld from everyone for a while.
+	Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP) error
 }
 
 // DynamicErrors are the allocator's sentinels the server tells apart; the
@@ -59,7 +62,7 @@ func (s *Server) wantsDynamic(req *dhcpv4.DHCPv4) bool {
 		return false
 	}
 	switch req.MessageType() {
-	case dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeRelease:
+	case dhcpv4.MessageTypeDiscover, dhcpv4.MessageTypeRequest, dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline:
 		return true
 	}
 	return false
@@ -114,6 +117,25 @@ func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answ
 			return a
 		}
 		a.outcome = Released
+		return a
+	case dhcpv4.MessageTypeDecline:
+		if forOtherServer(req, s.cfg) {
+			a.outcome = IgnoredOtherServer
+			return a
+		}
+		// RFC 2131 4.4.4: the declined address is in option 50.
+		ip := req.RequestedIPAddress().To4()
+		if isZero(ip) {
+			a.outcome = Malformed
+			return a
+		}
+		if err := s.cfg.Dynamic.Decline(ctx, mac, ip); err != nil {
+			s.log.Error(err, "recording a declined dynamic lease", "mac", mac.String(), "ip", ip.String())
+			a.outcome = Failed
+			return a
+		}
+		s.log.Info("client declined its dynamic address: another host uses it; withheld for one lease time", "mac", mac.String(), "ip", ip.String())
+		a.outcome = Declined
 		return a
 	}
 	switch {

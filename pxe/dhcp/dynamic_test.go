@@ -28,15 +28,16 @@ var (
 // (whose API-backed allocator has its own tests against a real API
 // server): it checks what the server asks and answers from a map.
 type memDynamic struct {
-	mu      sync.Mutex
-	next    byte
-	byMAC   map[string]net.IP
-	noPool  bool
-	full    bool
-	block   chan struct{} // when set, Offer waits for it
-	relays  []net.IP
-	locals  []net.IP
-	release []string
+	mu       sync.Mutex
+	next     byte
+	byMAC    map[string]net.IP
+	noPool   bool
+	full     bool
+	block    chan struct{} // when set, Offer waits for it
+	relays   []net.IP
+	locals   []net.IP
+	release  []string
+	declined []string
 }
 
 func newMemDynamic() *memDynamic { return &memDynamic{next: 100, byMAC: map[string]net.IP{}} }
@@ -89,6 +90,13 @@ func (d *memDynamic) Release(_ context.Context, mac net.HardwareAddr, ip net.IP)
 	return nil
 }
 
+func (d *memDynamic) Decline(_ context.Context, mac net.HardwareAddr, ip net.IP) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.declined = append(d.declined, mac.String()+"@"+ip.String())
+	return nil
+}
+
 func dynamicConfig(d Dynamic) Config {
 	c := testConfig()
 	c.Dynamic = d
@@ -137,6 +145,13 @@ func TestDynamicAnswers(t *testing.T) {
 	}
 	if _, o := do(dhcpv4.MessageTypeRelease, withSID(serverID), dhcpv4.WithClientIP(dynIP)); o != Released || len(dyn.release) != 1 {
 		t.Errorf("release: %v, allocator saw %v", o, dyn.release)
+	}
+	if _, o := do(dhcpv4.MessageTypeDecline, withSID(serverID), withReqIP(dynIP)); o != Declined || len(dyn.declined) != 1 ||
+		dyn.declined[0] != stranger.String()+"@"+dynIP.String() {
+		t.Errorf("decline: %v, allocator saw %v", o, dyn.declined)
+	}
+	if _, o := do(dhcpv4.MessageTypeDecline, withSID(otherID), withReqIP(dynIP)); o != IgnoredOtherServer || len(dyn.declined) != 1 {
+		t.Errorf("decline for another server: %v, allocator saw %v", o, dyn.declined)
 	}
 	dyn.full = true
 	if _, o := do(dhcpv4.MessageTypeDiscover); o != IgnoredRangeFull {

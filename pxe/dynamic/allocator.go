@@ -254,6 +254,61 @@ func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP
 	return nil
 }
 
+// Decline records that mac declined ip (DHCPDECLINE: another host answers
+// ARP for it): the lease is marked declined and held for one lease time,
+// during which the address is offered to nobody, mac included, whose next
+// DISCOVER therefore gets another address. A lease that is not mac's is
+// left alone: only the client that was given the address may decline it.
+func (a *Allocator) Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	ip = ip.To4()
+	if ip == nil || len(mac) != 6 {
+		return nil
+	}
+	pools, err := a.catchAllPools(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range pools {
+		if !p.rng.Contains(ip) {
+			continue
+		}
+		key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
+		if err := a.decline(ctx, p, key, mac); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Allocator) decline(ctx context.Context, p *pool, key types.NamespacedName, mac net.HardwareAddr) error {
+	for range 3 {
+		var cur kubefarmv1.DHCPLease
+		if err := a.api.Get(ctx, key, &cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("reading DHCPLease %s: %w", key, err)
+		}
+		if cur.Spec.MAC != mac.String() || cur.Spec.Declined {
+			return nil
+		}
+		cur.Spec.Declined = true
+		cur.Spec.ExpireTime = metav1.NewTime(a.now().Add(p.netw.LeaseTime))
+		err := a.client.Update(ctx, &cur)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err):
+			continue
+		default:
+			return fmt.Errorf("marking DHCPLease %s declined: %w", key, err)
+		}
+	}
+	return fmt.Errorf("DHCPLease %s kept changing under three attempts to decline it", key)
+}
+
 func (a *Allocator) release(ctx context.Context, key types.NamespacedName, mac net.HardwareAddr) error {
 	for range 3 {
 		var cur kubefarmv1.DHCPLease
@@ -263,8 +318,8 @@ func (a *Allocator) release(ctx context.Context, key types.NamespacedName, mac n
 			}
 			return fmt.Errorf("reading DHCPLease %s: %w", key, err)
 		}
-		if cur.Spec.MAC != mac.String() {
-			return nil
+		if cur.Spec.MAC != mac.String() || cur.Spec.Declined {
+			return nil // not mac's, or held for the host that squats on it
 		}
 		uid, rv := cur.UID, cur.ResourceVersion
 		err := a.client.Delete(ctx, &cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
@@ -377,6 +432,7 @@ func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLea
 	}
 	cur.Spec.MAC = mac.String()
 	cur.Spec.ExpireTime = metav1.NewTime(expire)
+	cur.Spec.Declined = false
 	cur.OwnerReferences = p.ownerRef()
 	err := a.client.Update(ctx, cur)
 	switch {
@@ -389,9 +445,10 @@ func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLea
 	}
 }
 
-// owns says whether l is mac's and unexpired.
+// owns says whether l is mac's and unexpired. A declined lease is
+// nobody's: the address is in use by some other host.
 func (a *Allocator) owns(l *kubefarmv1.DHCPLease, mac net.HardwareAddr, now time.Time) bool {
-	return l.Spec.MAC == mac.String() && l.Spec.ExpireTime.After(now)
+	return !l.Spec.Declined && l.Spec.MAC == mac.String() && l.Spec.ExpireTime.After(now)
 }
 
 // needsExtension: less than half the pool's lease time remains.
@@ -414,7 +471,7 @@ func (a *Allocator) cachedLeaseOf(ctx context.Context, p *pool, mac net.Hardware
 	var best *kubefarmv1.DHCPLease
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Spec.Pool != p.name {
+		if l.Spec.Pool != p.name || l.Spec.Declined {
 			continue
 		}
 		ip := net.ParseIP(l.Spec.IP)
@@ -438,7 +495,7 @@ func (a *Allocator) takenInCache(ctx context.Context, ip net.IP, mac net.Hardwar
 	}
 	for i := range list.Items {
 		l := &list.Items[i]
-		if l.Spec.MAC != mac.String() && l.Spec.ExpireTime.After(now) {
+		if (l.Spec.MAC != mac.String() || l.Spec.Declined) && l.Spec.ExpireTime.After(now) {
 			return true
 		}
 	}

@@ -465,3 +465,64 @@ func TestPoolSelection(t *testing.T) {
 		t.Fatalf("ACK on a network without a catch-all pool: %v, want ErrNoPool", err)
 	}
 }
+
+// TestDecline: a client that finds its address in use (DHCPDECLINE) makes
+// the lease declined for one lease time. The address is then offered to
+// nobody, the declining MAC included (which gets another address, from a
+// replica whose cache may not know of the decline yet), no one can ACK or
+// release it, and once the hold has passed it is free again.
+func TestDecline(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "rack", 65, 10, 12) // three addresses
+	clk, static := newClock(), leases.NewTable()
+	a, b := newReplica(t, static, clk), newReplica(t, static, clk)
+	a.sees(t, p)
+	b.sees(t, p)
+	ctx := context.Background()
+
+	first, err := a.Offer(ctx, mac(1), nil, local(65))
+	must(t, err)
+	_, err = a.Ack(ctx, mac(1), first.IP, nil, local(65))
+	must(t, err)
+
+	// Only the lease's own client may decline it.
+	must(t, a.Decline(ctx, mac(2), first.IP))
+	if getLease(t, ns, "rack", first.IP).Spec.Declined {
+		t.Fatal("another MAC's DECLINE marked the lease")
+	}
+	must(t, a.Decline(ctx, mac(1), first.IP))
+	d := getLease(t, ns, "rack", first.IP)
+	if !d.Spec.Declined || !d.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) || d.Spec.MAC != mac(1).String() {
+		t.Fatalf("declined lease: %+v, want declined and held for the 1h lease time", d.Spec)
+	}
+
+	// The declining client, asking either replica, gets another address.
+	for _, r := range []*replica{a, b} {
+		again, err := r.Offer(ctx, mac(1), nil, local(65))
+		must(t, err)
+		if again.IP.Equal(first.IP) {
+			t.Fatalf("the declined address %s was offered again to the MAC that declined it", first.IP)
+		}
+	}
+	if _, err := b.Ack(ctx, mac(1), first.IP, nil, local(65)); !errors.Is(err, dynamic.ErrNotLeased) {
+		t.Fatalf("ACK of the declined address: %v, want ErrNotLeased", err)
+	}
+	must(t, b.Release(ctx, mac(1), first.IP))
+	if !getLease(t, ns, "rack", first.IP).Spec.Declined {
+		t.Fatal("a RELEASE ended the hold of a declined address")
+	}
+	// Two more MACs exhaust the range: the declined address is not free.
+	_, err = a.Offer(ctx, mac(2), nil, local(65))
+	must(t, err)
+	if l, err := a.Offer(ctx, mac(3), nil, local(65)); !errors.Is(err, dynamic.ErrRangeFull) {
+		t.Fatalf("third MAC with one address declined and two leased: %+v, %v; want ErrRangeFull", l, err)
+	}
+	// After the hold the address is free again, and not declined any more.
+	clk.Advance(time.Hour + time.Second)
+	if _, err := a.Ack(ctx, mac(3), first.IP, nil, local(65)); err != nil {
+		t.Fatalf("claiming the once-declined address after its hold: %v", err)
+	}
+	if o := getLease(t, ns, "rack", first.IP); o.Spec.Declined || o.Spec.MAC != mac(3).String() {
+		t.Fatalf("after the hold, the once-declined address is %+v, want MAC 3's and not declined", o.Spec)
+	}
+}

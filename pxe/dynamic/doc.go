@@ -36,9 +36,11 @@
 // writes only once less than half of that remains, so a client renewing at
 // T1 writes about once per lease time and a renewal in between is answered
 // from the cache. A RELEASE deletes the object with UID and resourceVersion
-// preconditions. Expired leases stay until another MAC needs the address;
-// the owner reference to the NodePool has them garbage-collected with the
-// pool.
+// preconditions. A DECLINE (the address is in use by another host) marks
+// the lease declined for one lease time: nobody, the declining MAC included,
+// is offered the address meanwhile. Expired leases stay until another MAC
+// needs the address; the owner reference to the NodePool has them
+// garbage-collected with the pool.
 //
 // Which pool serves a packet: the one whose subnet contains the relay
 // address (giaddr) when the packet was relayed, else the server's own
