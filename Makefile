@@ -221,7 +221,7 @@ bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kube
 	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
 	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
 	$(GO) build -o $(BIN)/boot-bench ./hack/bench/boot
-	$(BIN)/boot-bench -out $(BUILD)/bench-boot.json -dir $(BUILD)/bench-boot 2>&1 | tee $(BUILD)/bench-boot.log
+	$(BIN)/boot-bench -reps 4 -out $(BUILD)/bench-boot.json -dir $(BUILD)/bench-boot 2>&1 | tee $(BUILD)/bench-boot.log
 	$(MAKE) --no-print-directory bench-tenant
 
 TENANT_BENCH_RUNS    ?= 5
