@@ -19,10 +19,12 @@ type Dynamic interface {
 	// Offer returns the lease to offer mac: its current one, or a new
 	// claim. relay is giaddr (nil when not relayed), local this server's
 	// address; they choose the pool.
-	Offer(ctx context.Context, mac net.HardwareAddr, relay, local net.IP) (*leases.Lease, error)
+	// hostname is the client's option 12, untrusted (the allocator
+	// validates it before storing it).
+	Offer(ctx context.Context, mac net.HardwareAddr, hostname string, relay, local net.IP) (*leases.Lease, error)
 	// Ack confirms ip for mac, or fails with an error wrapping
 	// ErrDynamicNotLeased.
-	Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, relay, local net.IP) (*leases.Lease, error)
+	Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, hostname string, relay, local net.IP) (*leases.Lease, error)
 	// Release gives mac's lease on ip back.
 	Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error
 	// Decline records that mac found ip in use by another host: the
@@ -85,7 +87,7 @@ func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answ
 	)
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
-		lease, err = s.cfg.Dynamic.Offer(ctx, mac, relay, s.cfg.ServerID)
+		lease, err = s.cfg.Dynamic.Offer(ctx, mac, req.HostName(), relay, s.cfg.ServerID)
 	case dhcpv4.MessageTypeRequest:
 		if forOtherServer(req, s.cfg) {
 			a.outcome = IgnoredOtherServer
@@ -99,7 +101,7 @@ func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answ
 			a.outcome = Malformed
 			return a
 		}
-		lease, err = s.cfg.Dynamic.Ack(ctx, mac, want.To4(), relay, s.cfg.ServerID)
+		lease, err = s.cfg.Dynamic.Ack(ctx, mac, want.To4(), req.HostName(), relay, s.cfg.ServerID)
 		if err != nil && errors.Is(err, s.cfg.DynamicErrors.NotLeased) {
 			resp := nak(req, s.cfg)
 			a.resp, a.outcome = resp, Nak

@@ -47,7 +47,7 @@ func (d *memDynamic) lease(mac net.HardwareAddr, ip net.IP) *leases.Lease {
 		LeaseTime: 10 * time.Minute, Pool: "rack1"}
 }
 
-func (d *memDynamic) Offer(ctx context.Context, mac net.HardwareAddr, relay, local net.IP) (*leases.Lease, error) {
+func (d *memDynamic) Offer(ctx context.Context, mac net.HardwareAddr, _ string, relay, local net.IP) (*leases.Lease, error) {
 	if d.block != nil {
 		select {
 		case <-d.block:
@@ -73,7 +73,7 @@ func (d *memDynamic) Offer(ctx context.Context, mac net.HardwareAddr, relay, loc
 	return d.lease(mac, ip), nil
 }
 
-func (d *memDynamic) Ack(_ context.Context, mac net.HardwareAddr, ip net.IP, _, _ net.IP) (*leases.Lease, error) {
+func (d *memDynamic) Ack(_ context.Context, mac net.HardwareAddr, ip net.IP, _ string, _, _ net.IP) (*leases.Lease, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if have, ok := d.byMAC[mac.String()]; !ok || !have.Equal(ip) {

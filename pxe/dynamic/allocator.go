@@ -144,8 +144,11 @@ func register(ctx context.Context, c cache.Cache) error {
 	return nil
 }
 
-// Offer returns the lease to offer an unknown MAC: its existing unexpired lease, or a new claim held for OfferHold.
-func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, relay, local net.IP) (*leases.Lease, error) {
+// Offer returns the lease to offer an unknown MAC: its existing unexpired
+// lease, or a new claim held for OfferHold. hostname is what the client
+// sent in option 12 ("" for none or invalid); it is recorded on a new or
+// rewritten lease, for inventory, and never costs a write of its own.
+func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname string, relay, local net.IP) (*leases.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	if len(mac) != 6 {
@@ -168,11 +171,15 @@ func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, relay, loca
 		// if it still can.
 		prefer = ip
 	}
-	return a.claim(ctx, p, mac, prefer, now, now.Add(a.hold))
+	return a.claim(ctx, p, mac, ValidHostname(hostname), prefer, now, now.Add(a.hold))
 }
 
-// Ack confirms (REQUEST) ip for mac: extends expireTime to now+leaseTime when less than half of it remains (so renewals do not write every time); claims ip if it is free and inside the range (INIT-REBOOT after a restart); else ErrNotLeased (the server NAKs).
-func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, relay, local net.IP) (*leases.Lease, error) {
+// Ack confirms (REQUEST) ip for mac: extends expireTime to now+leaseTime
+// when less than half of it remains (so renewals do not write every time);
+// claims ip if it is free and inside the range (INIT-REBOOT after a
+// restart); else ErrNotLeased (the server NAKs). hostname as for Offer.
+func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, hostname string, relay, local net.IP) (*leases.Lease, error) {
+	hostname = ValidHostname(hostname)
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	if len(mac) != 6 {
@@ -200,7 +207,7 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, re
 		err := a.api.Get(ctx, key, &cur)
 		switch {
 		case apierrors.IsNotFound(err):
-			l, ok, err := a.create(ctx, p, mac, ip, now.Add(p.netw.LeaseTime))
+			l, ok, err := a.create(ctx, p, mac, hostname, ip, now.Add(p.netw.LeaseTime))
 			if err != nil {
 				return nil, err
 			}
@@ -219,7 +226,7 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, re
 		}
 		// Ours and past half-time, or expired: (re)write it, conditional on
 		// the version just read.
-		l, ok, err := a.update(ctx, p, &cur, mac, now.Add(p.netw.LeaseTime))
+		l, ok, err := a.update(ctx, p, &cur, mac, hostname, now.Add(p.netw.LeaseTime))
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +352,7 @@ func (a *Allocator) selectPool(ctx context.Context, relay, local net.IP) (*pool,
 
 // claim finds mac an address: prefer first (its expired lease), then the
 // range's candidates in order.
-func (a *Allocator) claim(ctx context.Context, p *pool, mac net.HardwareAddr, prefer net.IP, now, expire time.Time) (*leases.Lease, error) {
+func (a *Allocator) claim(ctx context.Context, p *pool, mac net.HardwareAddr, hostname string, prefer net.IP, now, expire time.Time) (*leases.Lease, error) {
 	attempts := 0
 	try := func(ip net.IP) (*leases.Lease, bool, error) {
 		if err := ctx.Err(); err != nil {
@@ -358,7 +365,7 @@ func (a *Allocator) claim(ctx context.Context, p *pool, mac net.HardwareAddr, pr
 			return nil, false, fmt.Errorf("%w: pool %s: no free address among the %d tried", ErrRangeFull, p.key(), attempts)
 		}
 		attempts++
-		return a.claimIP(ctx, p, mac, ip, now, expire)
+		return a.claimIP(ctx, p, mac, hostname, ip, now, expire)
 	}
 	if prefer != nil && p.rng.Contains(prefer) && !a.isStatic(prefer) {
 		if l, ok, err := try(prefer); err != nil || ok {
@@ -379,10 +386,10 @@ func (a *Allocator) claim(ctx context.Context, p *pool, mac net.HardwareAddr, pr
 // claimIP tries to make ip mac's: create the object; if it exists, use it
 // when it is mac's, take it over when it has expired. ok false means the
 // address is someone else's.
-func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, ip net.IP, now, expire time.Time) (*leases.Lease, bool, error) {
+func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, hostname string, ip net.IP, now, expire time.Time) (*leases.Lease, bool, error) {
 	key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
 	for range 2 {
-		l, ok, err := a.create(ctx, p, mac, ip, expire)
+		l, ok, err := a.create(ctx, p, mac, hostname, ip, expire)
 		if err != nil || ok {
 			return l, ok, err
 		}
@@ -400,17 +407,17 @@ func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, 
 		if cur.Spec.ExpireTime.After(now) {
 			return nil, false, nil
 		}
-		return a.update(ctx, p, &cur, mac, expire)
+		return a.update(ctx, p, &cur, mac, hostname, expire)
 	}
 	return nil, false, nil
 }
 
 // create claims ip for mac. ok false (no error) means the object exists.
-func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, ip net.IP, expire time.Time) (*leases.Lease, bool, error) {
+func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, hostname string, ip net.IP, expire time.Time) (*leases.Lease, bool, error) {
 	obj := &kubefarmv1.DHCPLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: LeaseName(p.name, ip), OwnerReferences: p.ownerRef()},
 		Spec: kubefarmv1.DHCPLeaseSpec{
-			Pool: p.name, MAC: mac.String(), IP: ip.String(), ExpireTime: metav1.NewTime(expire),
+			Pool: p.name, MAC: mac.String(), IP: ip.String(), ExpireTime: metav1.NewTime(expire), Hostname: hostname,
 		},
 	}
 	err := a.client.Create(ctx, obj)
@@ -426,9 +433,12 @@ func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, i
 
 // update rewrites cur (as read, resourceVersion included) for mac until
 // expire. ok false means another writer changed it first.
-func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLease, mac net.HardwareAddr, expire time.Time) (*leases.Lease, bool, error) {
+func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLease, mac net.HardwareAddr, hostname string, expire time.Time) (*leases.Lease, bool, error) {
 	if cur.Spec.MAC != mac.String() {
 		cur.Spec.Hostname = "" // the previous client's
+	}
+	if hostname != "" {
+		cur.Spec.Hostname = hostname
 	}
 	cur.Spec.MAC = mac.String()
 	cur.Spec.ExpireTime = metav1.NewTime(expire)
@@ -509,4 +519,26 @@ func (a *Allocator) lease(p *pool, l *kubefarmv1.DHCPLease) *leases.Lease {
 	out := p.netw.Lease(mac, net.ParseIP(l.Spec.IP), l.Spec.Hostname)
 	out.Dynamic = true
 	return &out
+}
+
+// ValidHostname is h when it is what DHCPLease.spec.hostname admits (a
+// lower-case DNS label of at most 63 characters), upper case folded; ""
+// otherwise. A client's option 12 is untrusted input: anything else is
+// dropped rather than stored.
+func ValidHostname(h string) string {
+	if len(h) == 0 || len(h) > 63 {
+		return ""
+	}
+	b := []byte(h)
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			b[i] = c + 'a' - 'A'
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(b)-1:
+		default:
+			return ""
+		}
+	}
+	return string(b)
 }

@@ -155,6 +155,8 @@ func waitFor(t *testing.T, what string, cond func(context.Context) bool) {
 }
 
 // local is the server's own address on a test subnet: packets not relayed.
+// Each test uses a subnet of its own (10.61 to 10.68): pools of all tests
+// share the API server, and pool selection looks across namespaces.
 func local(netw int) net.IP { return net.IPv4(10, byte(netw), 0, 2).To4() }
 
 // TestSameMACOnTwoReplicas: two replicas answer one client's DISCOVER at the
@@ -183,7 +185,7 @@ func TestSameMACOnTwoReplicas(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				got[i], errs[i] = r.Offer(ctx, mac(m), nil, local(61))
+				got[i], errs[i] = r.Offer(ctx, mac(m), "", nil, local(61))
 			}()
 		}
 		close(start)
@@ -251,7 +253,7 @@ func TestManyMACsAcrossReplicas(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			got[i], errs[i] = r.Offer(ctx, macs[i], nil, local(62))
+			got[i], errs[i] = r.Offer(ctx, macs[i], "", nil, local(62))
 		}()
 	}
 	close(start)
@@ -297,14 +299,14 @@ func TestRangeFullThenExpiry(t *testing.T) {
 	ctx := context.Background()
 	held := map[string]string{}
 	for i := 1; i <= 4; i++ {
-		l, err := a.Offer(ctx, mac(i), nil, local(63))
+		l, err := a.Offer(ctx, mac(i), "", nil, local(63))
 		must(t, err)
 		held[l.IP.String()] = mac(i).String()
 	}
 	if len(held) != 4 {
 		t.Fatalf("4 MACs hold %d addresses", len(held))
 	}
-	if _, err := a.Offer(ctx, mac(5), nil, local(63)); !errors.Is(err, dynamic.ErrRangeFull) {
+	if _, err := a.Offer(ctx, mac(5), "", nil, local(63)); !errors.Is(err, dynamic.ErrRangeFull) {
 		t.Fatalf("fifth MAC: %v, want ErrRangeFull", err)
 	}
 	// One client confirms its address; the others let the hold lapse.
@@ -314,11 +316,11 @@ func TestRangeFullThenExpiry(t *testing.T) {
 			kept = net.ParseIP(ip)
 		}
 	}
-	_, err := a.Ack(ctx, mac(1), kept, nil, local(63))
+	_, err := a.Ack(ctx, mac(1), kept, "", nil, local(63))
 	must(t, err)
 
 	clk.Advance(dynamic.DefaultOfferHold + time.Second)
-	l, err := a.Offer(ctx, mac(5), nil, local(63))
+	l, err := a.Offer(ctx, mac(5), "", nil, local(63))
 	if err != nil {
 		t.Fatalf("fifth MAC after the holds expired: %v", err)
 	}
@@ -345,12 +347,12 @@ func TestAckReleaseRestart(t *testing.T) {
 	a.sees(t, p)
 	ctx := context.Background()
 
-	offered, err := a.Offer(ctx, mac(1), nil, local(64))
+	offered, err := a.Offer(ctx, mac(1), "", nil, local(64))
 	must(t, err)
 	rvOffer := getLease(t, ns, "rack", offered.IP).ResourceVersion
 
 	ack := func(m net.HardwareAddr, ip net.IP) (*leases.Lease, error) {
-		return a.Ack(ctx, m, ip, nil, local(64))
+		return a.Ack(ctx, m, ip, "", nil, local(64))
 	}
 	l, err := ack(mac(1), offered.IP)
 	must(t, err)
@@ -410,7 +412,7 @@ func TestAckReleaseRestart(t *testing.T) {
 	// also once the lease has expired and nobody took it.
 	b := newReplica(t, static, clk)
 	b.sees(t, p)
-	again, err := b.Offer(ctx, mac(1), nil, local(64))
+	again, err := b.Offer(ctx, mac(1), "", nil, local(64))
 	must(t, err)
 	if !again.IP.Equal(offered.IP) {
 		t.Fatalf("after a restart MAC 1 is offered %s, had %s", again.IP, offered.IP)
@@ -418,7 +420,7 @@ func TestAckReleaseRestart(t *testing.T) {
 	clk.Advance(2 * time.Hour)
 	c := newReplica(t, static, clk)
 	c.sees(t, p)
-	again, err = c.Offer(ctx, mac(1), nil, local(64))
+	again, err = c.Offer(ctx, mac(1), "", nil, local(64))
 	must(t, err)
 	if !again.IP.Equal(offered.IP) {
 		t.Fatalf("with an expired lease MAC 1 is offered %s, had %s", again.IP, offered.IP)
@@ -448,20 +450,20 @@ func TestPoolSelection(t *testing.T) {
 	rngB, _ := dynamic.ParseRange(pb)
 	rngA, _ := dynamic.ParseRange(pa)
 
-	l, err := r.Offer(ctx, mac(1), net.IPv4(10, 66, 0, 1), local(65))
+	l, err := r.Offer(ctx, mac(1), "", net.IPv4(10, 66, 0, 1), local(65))
 	must(t, err)
 	if l.Pool != "b" || !rngB.Contains(l.IP) || !l.Router.Equal(net.IPv4(10, 66, 0, 1)) {
 		t.Fatalf("relayed from B's subnet: got pool %s, %s, router %s", l.Pool, l.IP, l.Router)
 	}
-	l, err = r.Offer(ctx, mac(2), nil, local(65))
+	l, err = r.Offer(ctx, mac(2), "", nil, local(65))
 	must(t, err)
 	if l.Pool != "a" || !rngA.Contains(l.IP) {
 		t.Fatalf("not relayed, server on A's subnet: got pool %s, %s", l.Pool, l.IP)
 	}
-	if _, err := r.Offer(ctx, mac(3), net.IPv4(10, 99, 0, 1), local(65)); !errors.Is(err, dynamic.ErrNoPool) {
+	if _, err := r.Offer(ctx, mac(3), "", net.IPv4(10, 99, 0, 1), local(65)); !errors.Is(err, dynamic.ErrNoPool) {
 		t.Fatalf("relayed from a network without a catch-all pool: %v, want ErrNoPool", err)
 	}
-	if _, err := r.Ack(ctx, mac(3), net.IPv4(10, 99, 0, 5), nil, net.IPv4(10, 99, 0, 2)); !errors.Is(err, dynamic.ErrNoPool) {
+	if _, err := r.Ack(ctx, mac(3), net.IPv4(10, 99, 0, 5), "", nil, net.IPv4(10, 99, 0, 2)); !errors.Is(err, dynamic.ErrNoPool) {
 		t.Fatalf("ACK on a network without a catch-all pool: %v, want ErrNoPool", err)
 	}
 }
@@ -473,16 +475,16 @@ func TestPoolSelection(t *testing.T) {
 // release it, and once the hold has passed it is free again.
 func TestDecline(t *testing.T) {
 	ns := newNamespace(t)
-	p := newPool(t, ns, "rack", 65, 10, 12) // three addresses
+	p := newPool(t, ns, "rack", 68, 10, 12) // three addresses
 	clk, static := newClock(), leases.NewTable()
 	a, b := newReplica(t, static, clk), newReplica(t, static, clk)
 	a.sees(t, p)
 	b.sees(t, p)
 	ctx := context.Background()
 
-	first, err := a.Offer(ctx, mac(1), nil, local(65))
+	first, err := a.Offer(ctx, mac(1), "", nil, local(68))
 	must(t, err)
-	_, err = a.Ack(ctx, mac(1), first.IP, nil, local(65))
+	_, err = a.Ack(ctx, mac(1), first.IP, "", nil, local(68))
 	must(t, err)
 
 	// Only the lease's own client may decline it.
@@ -498,13 +500,13 @@ func TestDecline(t *testing.T) {
 
 	// The declining client, asking either replica, gets another address.
 	for _, r := range []*replica{a, b} {
-		again, err := r.Offer(ctx, mac(1), nil, local(65))
+		again, err := r.Offer(ctx, mac(1), "", nil, local(68))
 		must(t, err)
 		if again.IP.Equal(first.IP) {
 			t.Fatalf("the declined address %s was offered again to the MAC that declined it", first.IP)
 		}
 	}
-	if _, err := b.Ack(ctx, mac(1), first.IP, nil, local(65)); !errors.Is(err, dynamic.ErrNotLeased) {
+	if _, err := b.Ack(ctx, mac(1), first.IP, "", nil, local(68)); !errors.Is(err, dynamic.ErrNotLeased) {
 		t.Fatalf("ACK of the declined address: %v, want ErrNotLeased", err)
 	}
 	must(t, b.Release(ctx, mac(1), first.IP))
@@ -512,17 +514,52 @@ func TestDecline(t *testing.T) {
 		t.Fatal("a RELEASE ended the hold of a declined address")
 	}
 	// Two more MACs exhaust the range: the declined address is not free.
-	_, err = a.Offer(ctx, mac(2), nil, local(65))
+	_, err = a.Offer(ctx, mac(2), "", nil, local(68))
 	must(t, err)
-	if l, err := a.Offer(ctx, mac(3), nil, local(65)); !errors.Is(err, dynamic.ErrRangeFull) {
+	if l, err := a.Offer(ctx, mac(3), "", nil, local(68)); !errors.Is(err, dynamic.ErrRangeFull) {
 		t.Fatalf("third MAC with one address declined and two leased: %+v, %v; want ErrRangeFull", l, err)
 	}
 	// After the hold the address is free again, and not declined any more.
 	clk.Advance(time.Hour + time.Second)
-	if _, err := a.Ack(ctx, mac(3), first.IP, nil, local(65)); err != nil {
+	if _, err := a.Ack(ctx, mac(3), first.IP, "", nil, local(68)); err != nil {
 		t.Fatalf("claiming the once-declined address after its hold: %v", err)
 	}
 	if o := getLease(t, ns, "rack", first.IP); o.Spec.Declined || o.Spec.MAC != mac(3).String() {
 		t.Fatalf("after the hold, the once-declined address is %+v, want MAC 3's and not declined", o.Spec)
+	}
+}
+
+// TestHostnameRecorded: the client's option 12 is stored for inventory
+// when it is a valid DNS label (folded to lower case), dropped otherwise,
+// and never costs a write of its own.
+func TestHostnameRecorded(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPool(t, ns, "rack", 67, 10, 20)
+	clk := newClock()
+	a := newReplica(t, leases.NewTable(), clk)
+	a.sees(t, p)
+	ctx := context.Background()
+
+	l, err := a.Offer(ctx, mac(1), "Disco-7", nil, local(67))
+	must(t, err)
+	if o := getLease(t, ns, "rack", l.IP); o.Spec.Hostname != "disco-7" || l.Hostname != "disco-7" {
+		t.Fatalf("hostname stored %q, leased %q, want disco-7", o.Spec.Hostname, l.Hostname)
+	}
+	bad, err := a.Offer(ctx, mac(2), "no spaces; or $(shell)", nil, local(67))
+	must(t, err)
+	if o := getLease(t, ns, "rack", bad.IP); o.Spec.Hostname != "" {
+		t.Fatalf("an invalid hostname was stored: %q", o.Spec.Hostname)
+	}
+	_, err = a.Ack(ctx, mac(1), l.IP, "disco-7", nil, local(67))
+	must(t, err)
+	rv := getLease(t, ns, "rack", l.IP).ResourceVersion
+	waitFor(t, "the cache to hold the ACKed lease", func(ctx context.Context) bool {
+		var c kubefarmv1.DHCPLease
+		return a.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: dynamic.LeaseName("rack", l.IP)}, &c) == nil && c.ResourceVersion == rv
+	})
+	_, err = a.Ack(ctx, mac(1), l.IP, "renamed", nil, local(67))
+	must(t, err)
+	if o := getLease(t, ns, "rack", l.IP); o.ResourceVersion != rv || o.Spec.Hostname != "disco-7" {
+		t.Fatalf("a renewal with a new hostname wrote (rv %s -> %s, hostname %q)", rv, o.ResourceVersion, o.Spec.Hostname)
 	}
 }

@@ -203,3 +203,14 @@ func TestSelectPool(t *testing.T) {
 		})
 	}
 }
+
+func TestValidHostname(t *testing.T) {
+	for in, want := range map[string]string{
+		"node-1": "node-1", "Node-1": "node-1", "": "", "-node": "", "node-": "", "no_de": "", "a.b": "",
+		strings.Repeat("a", 63): strings.Repeat("a", 63), strings.Repeat("a", 64): "", "x\x00": "", "ü": "",
+	} {
+		if got := ValidHostname(in); got != want {
+			t.Errorf("ValidHostname(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
