@@ -116,6 +116,14 @@ func newPool(t *testing.T, ns, name string, netw, first, last int) *kubefarmv1.N
 		},
 	}
 	must(t, env.Client.Create(context.Background(), p))
+	// Pool selection looks across namespaces: a pool left behind would
+	// serve the next run's (-count) packets on the same subnet. Its leases
+	// go too (envtest runs no garbage collector): a replica
+	// skips addresses it sees leased in any pool.
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), p)
+		_ = env.Client.DeleteAllOf(context.Background(), &kubefarmv1.DHCPLease{}, client.InNamespace(ns))
+	})
 	return p
 }
 
