@@ -239,6 +239,17 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, ho
 
 // Release deletes mac's lease on ip (precondition on UID/resourceVersion); absent is not an error.
 func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
+	return a.eachLease(ctx, mac, ip, func(ctx context.Context, _ *pool, key types.NamespacedName) error {
+		return a.release(ctx, key, mac)
+	})
+}
+
+// eachLease runs fn, within the allocator's call timeout, on the lease
+// object of ip in every catch-all pool whose range holds it: RELEASE and
+// DECLINE name an address, not a pool. A malformed address or MAC is
+// nothing to act on.
+func (a *Allocator) eachLease(ctx context.Context, mac net.HardwareAddr, ip net.IP,
+	fn func(context.Context, *pool, types.NamespacedName) error) error {
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
 	ip = ip.To4()
@@ -253,8 +264,7 @@ func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP
 		if !p.rng.Contains(ip) {
 			continue
 		}
-		key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
-		if err := a.release(ctx, key, mac); err != nil {
+		if err := fn(ctx, p, types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}); err != nil {
 			return err
 		}
 	}
@@ -267,26 +277,9 @@ func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP
 // DISCOVER therefore gets another address. A lease that is not mac's is
 // left alone: only the client that was given the address may decline it.
 func (a *Allocator) Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	ip = ip.To4()
-	if ip == nil || len(mac) != 6 {
-		return nil
-	}
-	pools, err := a.catchAllPools(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range pools {
-		if !p.rng.Contains(ip) {
-			continue
-		}
-		key := types.NamespacedName{Namespace: p.namespace, Name: LeaseName(p.name, ip)}
-		if err := a.decline(ctx, p, key, mac); err != nil {
-			return err
-		}
-	}
-	return nil
+	return a.eachLease(ctx, mac, ip, func(ctx context.Context, p *pool, key types.NamespacedName) error {
+		return a.decline(ctx, p, key, mac)
+	})
 }
 
 func (a *Allocator) decline(ctx context.Context, p *pool, key types.NamespacedName, mac net.HardwareAddr) error {
