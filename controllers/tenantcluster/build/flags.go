@@ -418,6 +418,12 @@ func (c *Cluster) EtcdQuotaBytes() int64 {
 	return min(max(q, minEtcdQuota), maxEtcdQuota)
 }
 
+// etcd's Raft timing on shared nodes, in milliseconds (see EtcdFlags).
+const (
+	EtcdHeartbeatMillis       = 250
+	EtcdElectionTimeoutMillis = 2500
+)
+
 // EtcdFlags returns the etcd flags. The member name comes from the pod name
 // through the POD_NAME environment variable (expanded by the kubelet), since
 // every member shares one pod template. state is decided by the caller from
@@ -430,10 +436,19 @@ func EtcdFlags(c *Cluster, state EtcdClusterState) ([]string, error) {
 	}
 	self := c.etcdMemberHost("$(POD_NAME)")
 	d := map[string]string{
-		"advertise-client-urls":       fmt.Sprintf("https://%s:%d", self, EtcdClientPort),
-		"cert-file":                   pkiFile(RoleEtcdServer, secretCertKey),
-		"client-cert-auth":            "true",
-		"data-dir":                    etcdDataDir,
+		"advertise-client-urls": fmt.Sprintf("https://%s:%d", self, EtcdClientPort),
+		"cert-file":             pkiFile(RoleEtcdServer, secretCertKey),
+		"client-cert-auth":      "true",
+		"data-dir":              etcdDataDir,
+		// Members are pods on nodes shared with other control planes.
+		// etcd's defaults (100 ms heartbeat, 1 s election) suit dedicated
+		// machines: a member starved of CPU for a second (a neighbour's
+		// pods starting, a rollout) costs an election, which fails the
+		// in-flight API requests with "leader changed". 250 ms / 2.5 s keep
+		// the 1:10 ratio etcd recommends; a leader that really dies is
+		// replaced about 1.5 s later than with the defaults.
+		"election-timeout":            strconv.Itoa(EtcdElectionTimeoutMillis),
+		"heartbeat-interval":          strconv.Itoa(EtcdHeartbeatMillis),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
 		"initial-cluster":             c.EtcdInitialCluster(),
 		"initial-cluster-state":       string(state),

@@ -372,6 +372,8 @@ func TestEtcdFlags(t *testing.T) {
 				"peer-cert-file":              "/etc/kubernetes/pki/etcd-peer/tls.crt",
 				"listen-metrics-urls":         "http://0.0.0.0:2381",
 				"data-dir":                    "/var/lib/etcd/data",
+				"heartbeat-interval":          "250",
+				"election-timeout":            "2500",
 			}
 			for k, v := range want {
 				if got[k] != v {
