@@ -36,7 +36,11 @@ type Dynamic interface {
 // caller sets them from package dynamic (which this package must not
 // import: dynamic builds on leases, as this package does).
 type DynamicErrors struct {
-	NoPool, RangeFull, NotLeased error
+	// NoPool: no catch-all range serves the network (ignore the MAC).
+	// RangeFull: no free address (ignore, counted). NotLeased: the
+	// requested address is someone else's (NAK). NoRecord: the MAC holds
+	// no lease on it (stay silent, RFC 2131 4.3.2).
+	NoPool, RangeFull, NotLeased, NoRecord error
 }
 
 // Defaults of the dynamic path.
@@ -142,7 +146,7 @@ func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answ
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, s.cfg.DynamicErrors.NoPool):
+	case errors.Is(err, s.cfg.DynamicErrors.NoPool), errors.Is(err, s.cfg.DynamicErrors.NoRecord):
 		a.outcome = IgnoredUnknown
 		return a
 	case errors.Is(err, s.cfg.DynamicErrors.RangeFull):

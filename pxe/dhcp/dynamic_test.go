@@ -22,6 +22,7 @@ var (
 	errNoPool    = errors.New("no pool")
 	errRangeFull = errors.New("range full")
 	errNotLeased = errors.New("not leased")
+	errNoRecord  = errors.New("no record")
 )
 
 // memDynamic is an in-memory allocator standing in for package dynamic
@@ -76,7 +77,11 @@ func (d *memDynamic) Offer(ctx context.Context, mac net.HardwareAddr, _ string, 
 func (d *memDynamic) Ack(_ context.Context, mac net.HardwareAddr, ip net.IP, _ string, _, _ net.IP) (*leases.Lease, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if have, ok := d.byMAC[mac.String()]; !ok || !have.Equal(ip) {
+	have, ok := d.byMAC[mac.String()]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%v: %w", ip, errNoRecord)
+	case !have.Equal(ip):
 		return nil, fmt.Errorf("%v: %w", ip, errNotLeased)
 	}
 	return d.lease(mac, ip), nil
@@ -100,7 +105,7 @@ func (d *memDynamic) Decline(_ context.Context, mac net.HardwareAddr, ip net.IP)
 func dynamicConfig(d Dynamic) Config {
 	c := testConfig()
 	c.Dynamic = d
-	c.DynamicErrors = DynamicErrors{NoPool: errNoPool, RangeFull: errRangeFull, NotLeased: errNotLeased}
+	c.DynamicErrors = DynamicErrors{NoPool: errNoPool, RangeFull: errRangeFull, NotLeased: errNotLeased, NoRecord: errNoRecord}
 	return c
 }
 
@@ -135,6 +140,12 @@ func TestDynamicAnswers(t *testing.T) {
 	}
 	if nak, o := do(dhcpv4.MessageTypeRequest, withReqIP(net.IPv4(10, 28, 9, 7))); o != Nak || nak.MessageType() != dhcpv4.MessageTypeNak {
 		t.Errorf("request for another address: %v %v, want a NAK", o, nak)
+	}
+	// A MAC with no lease asking for an address (INIT-REBOOT): silence,
+	// RFC 2131 4.3.2.
+	if _, _, _, o := s.HandlePacket(request(dhcpv4.MessageTypeRequest, dhcpv4.WithHwAddr(net.HardwareAddr{2, 0, 0, 0, 0, 0x43}),
+		withReqIP(dynIP)).ToBytes(), nil); o != IgnoredUnknown {
+		t.Errorf("REQUEST from a MAC with no lease: %v, want silence", o)
 	}
 	if _, o := do(dhcpv4.MessageTypeRequest, withSID(otherID), withReqIP(dynIP)); o != IgnoredOtherServer {
 		t.Errorf("request for another server: %v", o)

@@ -56,8 +56,8 @@ func NewServer(cfg Config, l Leases, m *Metrics, log logr.Logger) (*Server, erro
 	if cfg.DynamicTimeout <= 0 {
 		cfg.DynamicTimeout = DefaultDynamicTimeout
 	}
-	if cfg.Dynamic != nil && (cfg.DynamicErrors.NoPool == nil || cfg.DynamicErrors.RangeFull == nil || cfg.DynamicErrors.NotLeased == nil) {
-		return nil, errors.New("a dynamic allocator needs its three sentinel errors (DynamicErrors)")
+	if e := cfg.DynamicErrors; cfg.Dynamic != nil && (e.NoPool == nil || e.RangeFull == nil || e.NotLeased == nil || e.NoRecord == nil) {
+		return nil, errors.New("a dynamic allocator needs its four sentinel errors (DynamicErrors)")
 	}
 	return &Server{cfg: cfg, leases: l, metrics: m, log: log}, nil
 }

@@ -28,9 +28,13 @@ var (
 	ErrNoPool = errors.New("no NodePool with a dynamic range serves this network")
 	// ErrRangeFull: no free address was found.
 	ErrRangeFull = errors.New("dynamic range full")
-	// ErrNotLeased: the requested address is not this MAC's and cannot
-	// become it. The DHCP server answers NAK.
+	// ErrNotLeased: the requested address is someone else's, or not an
+	// address of the range. The DHCP server answers NAK.
 	ErrNotLeased = errors.New("address not leased to this MAC")
+	// ErrNoRecord: a REQUEST for an address of the range this MAC holds no
+	// lease on, and no one else does either. The DHCP server stays silent
+	// (RFC 2131 4.3.2), so the client starts over with a DISCOVER.
+	ErrNoRecord = errors.New("no lease of this MAC on the address")
 )
 
 // Cache field index names.
@@ -174,10 +178,13 @@ func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname st
 	return a.claim(ctx, p, mac, ValidHostname(hostname), prefer, now, now.Add(a.hold))
 }
 
-// Ack confirms (REQUEST) ip for mac: extends expireTime to now+leaseTime
-// when less than half of it remains (so renewals do not write every time);
-// claims ip if it is free and inside the range (INIT-REBOOT after a
-// restart); else ErrNotLeased (the server NAKs). hostname as for Offer.
+// Ack confirms (REQUEST) mac's lease on ip: extends expireTime to
+// now+leaseTime when less than half of it remains (so renewals do not
+// write every time), and revives the MAC's own expired lease. An address
+// someone else holds, or outside the range, is ErrNotLeased (the server
+// NAKs); an address with no lease of this MAC is ErrNoRecord (silence).
+// Leases live in the API, so a restarted replica still knows them.
+// hostname as for Offer.
 func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, hostname string, relay, local net.IP) (*leases.Lease, error) {
 	hostname = ValidHostname(hostname)
 	ctx, cancel := context.WithTimeout(ctx, a.timeout)
@@ -207,19 +214,21 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, ho
 		err := a.api.Get(ctx, key, &cur)
 		switch {
 		case apierrors.IsNotFound(err):
-			l, ok, err := a.create(ctx, p, mac, hostname, ip, now.Add(p.netw.LeaseTime))
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				return l, nil
-			}
-			continue // someone created it meanwhile: read it
+			// RFC 2131 4.3.2: a server with no record of the client stays
+			// silent (the client falls back to DISCOVER); claiming the
+			// address here would let a client pick any free address.
+			return nil, fmt.Errorf("%w: no lease of %s for %s", ErrNoRecord, ip, mac)
 		case err != nil:
 			return nil, fmt.Errorf("reading DHCPLease %s: %w", key, err)
 		}
-		if !a.owns(&cur, mac, now) && cur.Spec.ExpireTime.After(now) {
-			return nil, fmt.Errorf("%w: %s is leased to %s until %s", ErrNotLeased, ip, cur.Spec.MAC, cur.Spec.ExpireTime.UTC().Format(time.RFC3339))
+		if cur.Spec.MAC != mac.String() {
+			if cur.Spec.ExpireTime.After(now) {
+				return nil, fmt.Errorf("%w: %s is leased to %s until %s", ErrNotLeased, ip, cur.Spec.MAC, cur.Spec.ExpireTime.UTC().Format(time.RFC3339))
+			}
+			return nil, fmt.Errorf("%w: %s's lease of %s expired; none for %s", ErrNoRecord, cur.Spec.MAC, ip, mac)
+		}
+		if cur.Spec.Declined && cur.Spec.ExpireTime.After(now) {
+			return nil, fmt.Errorf("%w: %s declined %s, which is withheld until %s", ErrNotLeased, mac, ip, cur.Spec.ExpireTime.UTC().Format(time.RFC3339))
 		}
 		if a.owns(&cur, mac, now) && !a.needsExtension(p, &cur, now) {
 			return a.lease(p, &cur), nil

@@ -399,16 +399,17 @@ func TestAckReleaseRestart(t *testing.T) {
 	if _, err := ack(mac(2), net.IPv4(10, 64, 0, 99)); !errors.Is(err, dynamic.ErrNotLeased) {
 		t.Fatalf("ACK outside the range: %v, want ErrNotLeased", err)
 	}
-	// A free address of the range (INIT-REBOOT after a restart) is claimed.
+	// A REQUEST for an address this MAC has no lease on (INIT-REBOOT with
+	// no record): silence, and nothing written (RFC 2131 4.3.2).
 	free := net.IPv4(10, 64, 0, 10).To4()
 	if free.Equal(offered.IP) {
 		free = net.IPv4(10, 64, 0, 11).To4()
 	}
-	if _, err := ack(mac(3), free); err != nil {
-		t.Fatalf("INIT-REBOOT on a free address: %v", err)
+	if _, err := ack(mac(3), free); !errors.Is(err, dynamic.ErrNoRecord) {
+		t.Fatalf("INIT-REBOOT on a free address: %v, want ErrNoRecord", err)
 	}
-	if o := getLease(t, ns, "rack", free); o.Spec.MAC != mac(3).String() {
-		t.Fatalf("free address claimed for %s", o.Spec.MAC)
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: dynamic.LeaseName("rack", free)}, &kubefarmv1.DHCPLease{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a REQUEST without a lease claimed %s: %v", free, err)
 	}
 	// A static machine's IP is never confirmed, even inside the range.
 	static.Upsert(ns+"/rack-m1", []leases.Lease{{MAC: mac(9000), IP: net.IPv4(10, 64, 0, 30).To4()}})
@@ -529,11 +530,15 @@ func TestDecline(t *testing.T) {
 	}
 	// After the hold the address is free again, and not declined any more.
 	clk.Advance(time.Hour + time.Second)
-	if _, err := a.Ack(ctx, mac(3), first.IP, "", nil, local(68)); err != nil {
-		t.Fatalf("claiming the once-declined address after its hold: %v", err)
+	// Another MAC has no record of it: silence.
+	if _, err := a.Ack(ctx, mac(3), first.IP, "", nil, local(68)); !errors.Is(err, dynamic.ErrNoRecord) {
+		t.Fatalf("another MAC's REQUEST for the once-declined address: %v, want ErrNoRecord", err)
 	}
-	if o := getLease(t, ns, "rack", first.IP); o.Spec.Declined || o.Spec.MAC != mac(3).String() {
-		t.Fatalf("after the hold, the once-declined address is %+v, want MAC 3's and not declined", o.Spec)
+	if _, err := a.Ack(ctx, mac(1), first.IP, "", nil, local(68)); err != nil {
+		t.Fatalf("the declining MAC taking its address back after the hold: %v", err)
+	}
+	if o := getLease(t, ns, "rack", first.IP); o.Spec.Declined || o.Spec.MAC != mac(1).String() {
+		t.Fatalf("after the hold, the once-declined address is %+v, want MAC 1's and not declined", o.Spec)
 	}
 }
 
