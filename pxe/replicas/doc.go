@@ -35,20 +35,32 @@
 //   - Option 54 is honoured. A REQUEST naming one replica gets an ACK from
 //     it (agreeing with its OFFER) and nothing from the other, whose
 //     counter shows it ignored the request as another server's.
-//   - Catch-all range. The pool has a dynamicRange holding the static
-//     machines' addresses. A DISCOVER from a MAC of no Machine gets an
-//     OFFER from each replica with the same address, never a static one,
-//     and exactly one DHCPLease object exists for it; the REQUEST naming A
-//     is ACKed by A alone and moves the lease's expiry to the pool's lease
-//     time; a second stranger gets another address.
+//   - Catch-all range. The pool has a dynamicRange of ten addresses
+//     holding the three static machines' addresses. A DISCOVER from a MAC
+//     of no Machine gets an OFFER from each replica, identical but for
+//     their own address, with the address its search order gives (FNV-1a
+//     of the MAC modulo the range size, upwards, static addresses
+//     skipped; the test computes it independently), and exactly one
+//     DHCPLease object exists for it, held for the offer hold; the REQUEST
+//     naming A is ACKed by A alone (B counts it as another server's) and
+//     moves the same object's expiry to the pool's lease time. A second
+//     stranger, whose search starts on a static address, gets the next
+//     free one; five more take the rest of the range, and the next
+//     stranger gets no OFFER from either replica (range full): the seven
+//     DHCPLeases then hold every non-static address and no static one.
 //   - Killing one loses no boot. Replica A is killed (SIGKILL). Then busybox
 //     udhcpc, as a BIOS PXE ROM, leases from B and fetches undionly.kpxe
 //     over TFTP from the lease's next server; as iPXE it leases again and
 //     fetches the iPXE script from the lease's boot URL and the kernel the
 //     script names, all from B. A machine whose lease came from A rebinds
 //     (REQUEST broadcast, ciaddr set, no server identifier) and B ACKs the
-//     same address, and the stranger's INIT-REBOOT REQUEST for the
-//     address A acknowledged is ACKed by B: the lease lives in the API.
+//     same address. The lease A acknowledged to the stranger lives in the
+//     API: B NAKs another MAC's INIT-REBOOT REQUEST for it, and ACKs the
+//     stranger's (option 50, no server identifier) with the same address
+//     without rewriting the object (same resourceVersion), since the
+//     expiry A wrote leaves more than half the lease time. (A MAC with no
+//     lease asking for a free address gets silence, RFC 2131 4.3.2; that is
+//     tested in pxe/dynamic.)
 //
 // Synchronisation is on events only: /healthz and the boot scripts
 // answering, replies arriving, and the replicas' packet counters.

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -35,6 +36,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/dynamic"
 )
 
 // The boot network.
@@ -119,16 +121,65 @@ type farm struct {
 	// the pool's namespace.
 	api    client.Client
 	poolNS string
-	// dynamicIP: the address the catch-all range gave stranger1.
-	dynamicIP net.IP
+	// dynamicIP: the address the catch-all range gave stranger1;
+	// dynamicLease: its DHCPLease as A's ACK left it.
+	dynamicIP    net.IP
+	dynamicLease *kubefarmv1.DHCPLease
 }
 
 // The pool's catch-all range, 10.78.0.10-10.78.0.19: it holds the three
 // static machines' addresses, which must never go to a stranger.
 const rangeStart, rangeEnd = "10.78.0.10", "10.78.0.19"
 
-// Unknown MACs: no Machine has them.
-var stranger1, stranger2 = net.HardwareAddr{0x02, 0x78, 0, 0, 0, 0x71}, net.HardwareAddr{0x02, 0x78, 0, 0, 0, 0x72}
+// Unknown MACs: no Machine has them. stranger2's search starts on a static
+// machine's address (asserted in dynamicRange), so the skip is exercised;
+// fillers take the rest of the range and latecomer finds it full.
+var (
+	stranger1, stranger2 = strangerMAC(0x71), strangerMAC(0x72)
+	fillers              = []net.HardwareAddr{strangerMAC(0x73), strangerMAC(0x74), strangerMAC(0x75), strangerMAC(0x76), strangerMAC(0x77)}
+	latecomer            = strangerMAC(0x78)
+)
+
+func strangerMAC(last byte) net.HardwareAddr { return net.HardwareAddr{0x02, 0x78, 0, 0, 0, last} }
+
+// rangeSize is the number of addresses from rangeStart to rangeEnd.
+const rangeSize = 10
+
+// rangeAddr is the address at offset i of the range.
+func rangeAddr(i int) string { return fmt.Sprintf("10.78.0.%d", 10+i%rangeSize) }
+
+// firstOffset is where mac's search starts, computed here independently of
+// pxe/dynamic from what its doc.go promises every replica (and every
+// version of it, in a rolling upgrade) computes: the 64-bit FNV-1a of the
+// six bytes modulo the range size.
+func firstOffset(mac net.HardwareAddr) int {
+	h := fnv.New64a()
+	_, _ = h.Write(mac)
+	return int(h.Sum64() % rangeSize)
+}
+
+// expectedAddr is the address the range must give mac when taken holds the
+// addresses leased to others: the first of its search order, upwards from
+// firstOffset and wrapping, that is neither a static machine's nor taken;
+// "" when there is none.
+func expectedAddr(mac net.HardwareAddr, taken map[string]bool) string {
+	for i := 0; i < rangeSize; i++ {
+		a := rangeAddr(firstOffset(mac) + i)
+		if !isStaticIP(a) && !taken[a] {
+			return a
+		}
+	}
+	return ""
+}
+
+func isStaticIP(a string) bool {
+	for _, m := range machines {
+		if m.ip == a {
+			return true
+		}
+	}
+	return false
+}
 
 // reply is one DHCP packet the Go client received.
 type reply struct {
@@ -817,21 +868,56 @@ func (f *farm) killOne(ctx context.Context, t *testing.T) {
 	})
 
 	// A stranger's lease lives in the API, not in the replica that gave
-	// it: after a restart of the client (INIT-REBOOT: option 50, no server
-	// identifier), B confirms the address A acknowledged.
+	// it. Ack alone cannot show that: an INIT-REBOOT for a free address of
+	// the range is granted (claimed) to anyone. So B must refuse the
+	// address to another MAC, and confirm it to the stranger (INIT-REBOOT
+	// after a restart of the client: option 50, no server identifier)
+	// without writing: the expiry A's ACK wrote leaves more than half the
+	// lease time, and B found it in the API. Had A's ACK not been there, B
+	// would have extended (rewritten) or claimed the lease. The REQUEST
+	// carries a hostname (option 12), which any write records: without it
+	// a rewrite within the second of A's ACK would store the same object
+	// (expireTime has whole seconds) and keep its resourceVersion.
 	t.Run("DynamicLeaseOfAFromB", func(t *testing.T) {
-		if f.dynamicIP == nil {
+		if f.dynamicLease == nil {
 			t.Fatal("DynamicRange left no acknowledged address to confirm")
 		}
-		before := f.counters(ctx, t)
-		req := f.dhcp(t, dhcpv4.MessageTypeRequest, stranger1, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(f.dynamicIP)))
-		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		defer cancel()
-		got := f.await(rctx, t, req.TransactionID, "B's ACK of the stranger's address", func(rs []reply) bool { return len(rs) > 0 })
-		f.waitCounted(ctx, t, before, "REQUEST", 1)
-		if ack := got[0].pkt; ack.MessageType() != dhcpv4.MessageTypeAck || !ack.YourIPAddr.Equal(f.dynamicIP) || !got[0].src.IP.Equal(net.ParseIP(b.ip)) {
-			t.Fatalf("INIT-REBOOT of %s for %s: %s from %s, want B's ACK of the same address", stranger1, f.dynamicIP, ack.Summary(), got[0].src)
+		ip := f.dynamicIP
+		request := func(mac net.HardwareAddr, want dhcpv4.MessageType, result string, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+			t.Helper()
+			before := f.counters(ctx, t)
+			req := f.dhcp(t, dhcpv4.MessageTypeRequest, mac, append(mods, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))...)
+			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			defer cancel()
+			got := f.await(rctx, t, req.TransactionID, "B's "+want.String(), func(rs []reply) bool { return len(rs) > 0 })
+			after := f.waitCounted(ctx, t, before, "REQUEST", 1)
+			got = append(got, f.drain(req.TransactionID)...)
+			if len(got) != 1 || got[0].pkt.MessageType() != want || !got[0].src.IP.Equal(net.ParseIP(b.ip)) {
+				t.Fatalf("INIT-REBOOT of %s for %s:%s\n  want one %s from B", mac, ip, summaries(got), want)
+			}
+			if d := after[1].delta(before[1], "REQUEST", result); d != 1 {
+				t.Errorf("replica B counted %v REQUESTs %s, want 1 (all: %v)", d, result, after[1].deltas(before[1]))
+			}
+			return got[0].pkt
 		}
+		request(latecomer, dhcpv4.MessageTypeNak, "nak")
+		ack := request(stranger1, dhcpv4.MessageTypeAck, "acked", dhcpv4.WithOption(dhcpv4.OptHostName("rebooted")))
+		if !ack.YourIPAddr.Equal(ip) || !ack.ServerIdentifier().Equal(net.ParseIP(b.ip)) || ack.IPAddressLeaseTime(0) != leaseTime {
+			t.Errorf("B's ACK of %s's INIT-REBOOT: %s; want %s, server B, lease %s", stranger1, ack.Summary(), ip, leaseTime)
+		}
+		ls := f.leasesOf(ctx, t, stranger1)
+		if len(ls) != 1 {
+			t.Fatalf("DHCPLeases of %s after B's ACK: %+v", stranger1, ls)
+		}
+		was := f.dynamicLease
+		if ls[0].UID != was.UID || ls[0].ResourceVersion != was.ResourceVersion || !ls[0].Spec.ExpireTime.Equal(&was.Spec.ExpireTime) ||
+			ls[0].Spec.Hostname != was.Spec.Hostname {
+			t.Errorf("B rewrote the lease A acknowledged: uid %s rv %s expires %s hostname %q, was uid %s rv %s expires %s hostname %q",
+				ls[0].UID, ls[0].ResourceVersion, ls[0].Spec.ExpireTime, ls[0].Spec.Hostname,
+				was.UID, was.ResourceVersion, was.Spec.ExpireTime, was.Spec.Hostname)
+		}
+		t.Logf("after A's death, B refused %s to %s (NAK) and confirmed it to %s from the lease A wrote (rv %s, unchanged)",
+			ip, latecomer, stranger1, was.ResourceVersion)
 	})
 
 	// A new boot through B with busybox: the PXE ROM stage (DHCP, TFTP),
@@ -1003,67 +1089,156 @@ func (f *farm) leasesOf(ctx context.Context, t *testing.T, mac net.HardwareAddr)
 	return out
 }
 
-// dynamicRange: two MACs of no Machine. Both replicas offer the first the
-// same address of the range, stored as one DHCPLease; the REQUEST naming A
-// is ACKed by A alone and extends the lease to the pool's lease time; the
-// second MAC gets another address. Static machines' addresses inside the
-// range are never offered.
+// dynamicRange: MACs of no Machine. Both replicas offer the first the same
+// address of the range, the one its search order gives, stored as one
+// DHCPLease held for the offer hold; the REQUEST naming A is ACKed by A
+// alone and extends that lease to the pool's lease time; the second MAC,
+// whose search starts on a static machine's address, gets the next free
+// one. Five more strangers take the rest of the range, each the address
+// its search order gives, and the next finds it full: at that point every
+// non-static address of the range is leased and no static one is.
 func (f *farm) dynamicRange(ctx context.Context, t *testing.T) {
-	static := map[string]bool{}
-	for _, m := range machines {
-		static[m.ip] = true
+	a := f.replicas[0]
+	// The MACs are chosen for what they exercise; say so if they do not.
+	if s := rangeAddr(firstOffset(stranger1)); isStaticIP(s) {
+		t.Fatalf("test set-up: %s's search starts at the static %s; pick a MAC that starts on a free address", stranger1, s)
 	}
-	inRange := func(ip net.IP) bool {
-		v4 := ip.To4()
-		return v4 != nil && v4[0] == 10 && v4[1] == 78 && v4[2] == 0 && v4[3] >= 10 && v4[3] <= 19
+	if s := rangeAddr(firstOffset(stranger2)); !isStaticIP(s) {
+		t.Fatalf("test set-up: %s's search starts at %s, no static machine's; pick a MAC that exercises the skip", stranger2, s)
 	}
+	taken := map[string]bool{} // addresses leased to strangers so far
 
+	// 1-2. One DISCOVER, seen by both: the same OFFER, one DHCPLease.
+	want := expectedAddr(stranger1, taken)
 	disc, offers := f.offersFromBoth(ctx, t, stranger1)
 	ip := offers[0].YourIPAddr
-	if !inRange(ip) || static[ip.String()] {
-		t.Fatalf("stranger offered %s, want a free address of %s-%s", ip, rangeStart, rangeEnd)
+	if ip.String() != want || !offers[1].YourIPAddr.Equal(ip) {
+		t.Fatalf("stranger %s offered %s by A and %s by B, want %s (first free address of its search order in %s-%s)",
+			stranger1, ip, offers[1].YourIPAddr, want, rangeStart, rangeEnd)
 	}
 	na, nb := normalize(offers[0], f.replicas[0].ip), normalize(offers[1], f.replicas[1].ip)
 	if diff := diffFields(na, nb); diff != "" {
 		t.Fatalf("the replicas' OFFERs to a stranger differ beyond their own address:%s", diff)
 	}
+	for i, o := range offers {
+		if sid := o.ServerIdentifier(); !sid.Equal(net.ParseIP(f.replicas[i].ip)) {
+			t.Errorf("replica %s's OFFER to a stranger names server %v", f.replicas[i].name, sid)
+		}
+	}
 	if _, ok := na["option 12"]; ok {
 		t.Errorf("a stranger was offered a hostname: %s", na["option 12"])
 	}
-	if ls := f.leasesOf(ctx, t, stranger1); len(ls) != 1 || ls[0].Spec.IP != ip.String() {
-		t.Fatalf("DHCPLeases of %s after both replicas offered: %+v, want exactly one for %s", stranger1, ls, ip)
+	offered := f.leasesOf(ctx, t, stranger1)
+	if len(offered) != 1 || offered[0].Spec.IP != ip.String() {
+		t.Fatalf("DHCPLeases of %s after both replicas offered: %+v, want exactly one for %s", stranger1, offered, ip)
 	}
-	t.Logf("both replicas offered %s to %s; one DHCPLease", ip, stranger1)
+	// An offer holds the address briefly, not for a lease time.
+	if left := time.Until(offered[0].Spec.ExpireTime.Time); left > dynamic.DefaultOfferHold+5*time.Second {
+		t.Errorf("the offered lease expires in %s, want at most the offer hold %s", left, dynamic.DefaultOfferHold)
+	}
+	t.Logf("both replicas offered %s to %s, agreeing in all %d fields compared; one DHCPLease %s", ip, stranger1, len(na), offered[0].Name)
 
+	// 3. The REQUEST naming A: A ACKs, B stays silent, the lease is extended.
 	before := f.counters(ctx, t)
 	req := f.dhcp(t, dhcpv4.MessageTypeRequest, stranger1, dhcpv4.WithTransactionID(disc.TransactionID),
-		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(f.replicas[0].ip))), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.ParseIP(a.ip))), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip)))
 	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	acks := f.await(rctx, t, req.TransactionID, "A's ACK", func(rs []reply) bool { return len(rs) > 0 })
 	after := f.waitCounted(ctx, t, before, "REQUEST", 1)
 	acks = append(acks, f.drain(req.TransactionID)...)
-	if len(acks) != 1 || acks[0].pkt.MessageType() != dhcpv4.MessageTypeAck || !acks[0].src.IP.Equal(net.ParseIP(f.replicas[0].ip)) ||
+	if len(acks) != 1 || acks[0].pkt.MessageType() != dhcpv4.MessageTypeAck || !acks[0].src.IP.Equal(net.ParseIP(a.ip)) ||
 		!acks[0].pkt.YourIPAddr.Equal(ip) {
 		t.Fatalf("REQUEST naming A for %s:%s, want A's ACK alone", ip, summaries(acks))
+	}
+	if d := after[0].delta(before[0], "REQUEST", "acked"); d != 1 {
+		t.Errorf("replica A counted %v REQUESTs acked, want 1 (all: %v)", d, after[0].deltas(before[0]))
 	}
 	if d := after[1].delta(before[1], "REQUEST", "ignored_other_server"); d != 1 {
 		t.Errorf("replica B counted %v REQUESTs ignored as another server's, want 1 (all: %v)", d, after[1].deltas(before[1]))
 	}
+	if lt := acks[0].pkt.IPAddressLeaseTime(0); lt != leaseTime {
+		t.Errorf("A's ACK to a stranger: lease time %s, want the pool's %s", lt, leaseTime)
+	}
+	no, nk := normalize(offers[0], a.ip), normalize(acks[0].pkt, a.ip)
+	delete(no, "option 53")
+	delete(nk, "option 53")
+	if diff := diffFields(no, nk); diff != "" {
+		t.Errorf("A's ACK to a stranger differs from its OFFER:%s", diff)
+	}
 	ls := f.leasesOf(ctx, t, stranger1)
-	if len(ls) != 1 {
-		t.Fatalf("DHCPLeases of %s after the ACK: %+v", stranger1, ls)
+	if len(ls) != 1 || ls[0].UID != offered[0].UID {
+		t.Fatalf("DHCPLeases of %s after the ACK: %+v, want the offered one (uid %s), extended", stranger1, ls, offered[0].UID)
 	}
 	if left := time.Until(ls[0].Spec.ExpireTime.Time); left < leaseTime-time.Minute || left > leaseTime+time.Minute {
 		t.Errorf("the ACKed lease expires in %s, want about the pool's %s", left, leaseTime)
 	}
-	f.dynamicIP = ip
+	f.dynamicIP, f.dynamicLease = ip, &ls[0]
+	taken[ip.String()] = true
 
+	// 4. A second stranger, whose search starts on a static address.
+	want2 := expectedAddr(stranger2, taken)
 	_, offers2 := f.offersFromBoth(ctx, t, stranger2)
 	ip2 := offers2[0].YourIPAddr
-	if !ip2.Equal(offers2[1].YourIPAddr) || !inRange(ip2) || static[ip2.String()] || ip2.Equal(ip) {
-		t.Fatalf("second stranger offered %s by A and %s by B, want one free address of the range other than %s",
-			ip2, offers2[1].YourIPAddr, ip)
+	if ip2.String() != want2 || !offers2[1].YourIPAddr.Equal(ip2) {
+		t.Fatalf("second stranger offered %s by A and %s by B, want %s (its search starts at the static %s; %s is taken)",
+			ip2, offers2[1].YourIPAddr, want2, rangeAddr(firstOffset(stranger2)), ip)
 	}
-	t.Logf("A acknowledged %s to %s (expires in about %s); %s was offered %s", ip, stranger1, leaseTime, stranger2, ip2)
+	if ls := f.leasesOf(ctx, t, stranger2); len(ls) != 1 || ls[0].Spec.IP != want2 {
+		t.Fatalf("DHCPLeases of %s: %+v, want exactly one for %s", stranger2, ls, want2)
+	}
+	taken[want2] = true
+	t.Logf("A acknowledged %s to %s (expires in %s); %s, starting at the static %s, was offered %s", ip, stranger1,
+		time.Until(ls[0].Spec.ExpireTime.Time).Round(time.Second), stranger2, rangeAddr(firstOffset(stranger2)), ip2)
+
+	// The rest of the range, then one stranger too many.
+	for _, mac := range fillers {
+		want := expectedAddr(mac, taken)
+		if want == "" {
+			t.Fatalf("test set-up: no free address left for %s", mac)
+		}
+		_, o := f.offersFromBoth(ctx, t, mac)
+		if o[0].YourIPAddr.String() != want || !o[1].YourIPAddr.Equal(o[0].YourIPAddr) {
+			t.Fatalf("%s offered %s by A and %s by B, want %s (taken: %v)", mac, o[0].YourIPAddr, o[1].YourIPAddr, want, taken)
+		}
+		if ls := f.leasesOf(ctx, t, mac); len(ls) != 1 || ls[0].Spec.IP != want {
+			t.Fatalf("DHCPLeases of %s: %+v, want exactly one for %s", mac, ls, want)
+		}
+		taken[want] = true
+	}
+	if free := expectedAddr(latecomer, taken); free != "" {
+		t.Fatalf("test set-up: the fillers leave %s free", free)
+	}
+	before = f.counters(ctx, t)
+	late := f.dhcp(t, dhcpv4.MessageTypeDiscover, latecomer)
+	after = f.waitCounted(ctx, t, before, "DISCOVER", 1)
+	for i, r := range f.replicas {
+		if d := after[i].delta(before[i], "DISCOVER", "ignored_range_full"); d != 1 {
+			t.Errorf("replica %s, range full: counted %v DISCOVERs ignored_range_full, want 1 (all: %v)", r.name, d, after[i].deltas(before[i]))
+		}
+	}
+	if got := f.drain(late.TransactionID); len(got) != 0 {
+		t.Errorf("replies to a DISCOVER with the range full:%s", summaries(got))
+	}
+	var all kubefarmv1.DHCPLeaseList
+	if err := f.api.List(ctx, &all, client.InNamespace(f.poolNS)); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, l := range all.Items {
+		if isStaticIP(l.Spec.IP) || l.Spec.MAC == latecomer.String() || held[l.Spec.IP] != "" {
+			t.Errorf("DHCPLease %s: %s for %s (static addresses, the latecomer and duplicates must have none)", l.Name, l.Spec.IP, l.Spec.MAC)
+		}
+		held[l.Spec.IP] = l.Spec.MAC
+	}
+	for ip := range taken {
+		if held[ip] == "" {
+			t.Errorf("with the range full, %s has no DHCPLease", ip)
+		}
+	}
+	if len(held) != len(taken) || len(taken) != rangeSize-len(machines) {
+		t.Errorf("with the range full, DHCPLeases hold %v; want the %d non-static addresses %v", held, rangeSize-len(machines), taken)
+	}
+	t.Logf("%d more strangers took the rest of the range as their search orders say; %s got no OFFER (range full); %d DHCPLeases, none on a static address",
+		len(fillers), latecomer, len(all.Items))
 }
