@@ -5,11 +5,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kubefarm/kubefarm/hack/bench/internal/procstat"
 )
 
 // server is one process tree under test.
@@ -54,36 +53,7 @@ func (s *server) stop() {
 // children (tftpd-hpa forks one per transfer) and its live descendants
 // (nginx's workers).
 func (s *server) cpu() time.Duration {
-	return treeCPU(s.cmd.Process.Pid)
-}
-
-const clkTck = 100 // USER_HZ on Linux
-
-func treeCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	var ticks int64
-	for _, i := range []int{14, 15, 16, 17} {
-		v, _ := strconv.ParseInt(f[i-3], 10, 64)
-		ticks += v
-	}
-	total := time.Duration(ticks) * time.Second / clkTck
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, t := range tasks {
-		c, _ := os.ReadFile(t)
-		for _, p := range strings.Fields(string(c)) {
-			if n, err := strconv.Atoi(p); err == nil {
-				total += treeCPU(n)
-			}
-		}
-	}
-	return total
+	return procstat.TreeCPU(s.cmd.Process.Pid)
 }
 
 // freePort returns a port on 127.0.0.1 that was free a moment ago for

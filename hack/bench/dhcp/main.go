@@ -36,6 +36,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/kubefarm/kubefarm/hack/bench/internal/procstat"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/leases"
@@ -166,7 +167,7 @@ func run(machines int, rateList string, period int, out, only, cpuProfile string
 			return fmt.Errorf("%s never answered (log %s): %w", s.name, logPath, err)
 		}
 		for _, rate := range rates {
-			before := processCPU(cmd.Process.Pid)
+			before := procstat.TreeCPU(cmd.Process.Pid)
 			sd0, cd0 := rcvbufErrors(srvNS), rcvbufErrors(cliNS)
 			r, err := perfdhcp(ctx, s.name, rate, period, macFile, out)
 			r.serverDrops, r.clientDrops = rcvbufErrors(srvNS)-sd0, rcvbufErrors(cliNS)-cd0
@@ -174,7 +175,7 @@ func run(machines int, rateList string, period int, out, only, cpuProfile string
 				stopServer()
 				return err
 			}
-			r.serverCPU = (processCPU(cmd.Process.Pid) - before).Seconds() / float64(period)
+			r.serverCPU = (procstat.TreeCPU(cmd.Process.Pid) - before).Seconds() / float64(period)
 			results = append(results, r)
 			fmt.Printf("  offered %6d/s (perfdhcp sent %6.0f/s): completed %8.0f DORA/s (%5.1f%% of those sent), OFFER latency p50 %.2f ms p99 %.2f ms max %.2f ms; CPU server %.2f perfdhcp %.2f cores; socket drops server %d perfdhcp %d\n",
 				r.rate, r.sentPerSecond, r.perSecond, 100*r.share, r.p50, r.p99, r.max, r.serverCPU, r.clientCPU, r.serverDrops, r.clientDrops)
@@ -439,29 +440,6 @@ func raiseSocketBuffers() func() {
 			_ = exec.Command("sysctl", "-qw", k+"="+old[k]).Run()
 		}
 	}
-}
-
-// processCPU is the user plus system CPU time pid has used so far, from
-// /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s on Linux).
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name (field 2) may contain spaces; fields count from
-	// after its closing parenthesis.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // rcvbufErrors is the UDP RcvbufErrors counter of a network namespace
