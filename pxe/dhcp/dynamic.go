@@ -158,17 +158,7 @@ func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answ
 		a.outcome = Failed
 		return a
 	}
-	a.lease = lease
-	resp, err := Reply(req, lease, s.cfg)
-	a.outcome, a.resp = outcomeOf(req, resp, err), resp
-	if resp == nil {
-		if a.outcome == Failed {
-			s.log.Error(err, "building reply", "mac", mac.String())
-		}
-		return a
-	}
-	a.out, a.dst = resp.ToBytes(), Destination(req, resp, peer)
-	return a
+	return s.reply(a, lease, peer)
 }
 
 // dynamicWork runs one queued job to its reply.

@@ -133,6 +133,13 @@ func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
 		a.dynamic = true
 		return a
 	}
+	return s.reply(a, lease, peer)
+}
+
+// reply completes a with the answer to its request for lease (static or
+// dynamic): the packet, where it goes, and the outcome.
+func (s *Server) reply(a answer, lease *leases.Lease, peer *net.UDPAddr) answer {
+	req := a.req
 	a.lease = lease
 	resp, err := Reply(req, lease, s.cfg)
 	a.outcome, a.resp = outcomeOf(req, resp, err), resp
