@@ -162,6 +162,26 @@ func waitFor(t *testing.T, what string, cond func(context.Context) bool) {
 	}
 }
 
+// offerAtOnce sends one DISCOVER per entry of macs, all released at the same
+// moment, alternately to the two replicas, and returns each call's result.
+func offerAtOnce(ctx context.Context, rs [2]*replica, macs []net.HardwareAddr, local net.IP) ([]*leases.Lease, []error) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	got := make([]*leases.Lease, len(macs))
+	errs := make([]error, len(macs))
+	for i := range macs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got[i], errs[i] = rs[i%2].Offer(ctx, macs[i], "", nil, local)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return got, errs
+}
+
 // local is the server's own address on a test subnet: packets not relayed.
 // Each test uses a subnet of its own (10.61 to 10.68): pools of all tests
 // share the API server, and pool selection looks across namespaces.
@@ -180,24 +200,11 @@ func TestSameMACOnTwoReplicas(t *testing.T) {
 
 	for m := 0; m < 5; m++ {
 		const callers = 8
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		got := make([]*leases.Lease, callers)
-		errs := make([]error, callers)
-		for i := 0; i < callers; i++ {
-			r := a
-			if i%2 == 1 {
-				r = b
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = r.Offer(ctx, mac(m), "", nil, local(61))
-			}()
+		same := make([]net.HardwareAddr, callers)
+		for i := range same {
+			same[i] = mac(m)
 		}
-		close(start)
-		wg.Wait()
+		got, errs := offerAtOnce(ctx, [2]*replica{a, b}, same, local(61))
 		for i := range got {
 			if errs[i] != nil {
 				t.Fatalf("MAC %s, caller %d: %v", mac(m), i, errs[i])
@@ -248,24 +255,7 @@ func TestManyMACsAcrossReplicas(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	got := make([]*leases.Lease, len(macs))
-	errs := make([]error, len(macs))
-	for i := range macs {
-		r := a
-		if i%2 == 1 {
-			r = b
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			got[i], errs[i] = r.Offer(ctx, macs[i], "", nil, local(62))
-		}()
-	}
-	close(start)
-	wg.Wait()
+	got, errs := offerAtOnce(ctx, [2]*replica{a, b}, macs, local(62))
 	seen := map[string]string{}
 	for i, l := range got {
 		if errs[i] != nil {
