@@ -169,7 +169,19 @@ func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname st
 	} else if cur != nil {
 		ip := net.ParseIP(cur.Spec.IP).To4()
 		if cur.Spec.ExpireTime.After(now) {
-			return a.lease(p, cur), nil
+			// The cache says the MAC holds a lease; offering it needs one
+			// read, no write. The read matters: another replica may have
+			// just seen the lease declined or released, and this cache may
+			// not know yet.
+			var fresh kubefarmv1.DHCPLease
+			key := types.NamespacedName{Namespace: cur.Namespace, Name: cur.Name}
+			switch err := a.api.Get(ctx, key, &fresh); {
+			case err == nil && a.owns(&fresh, mac, now):
+				return a.lease(p, &fresh), nil
+			case err != nil && !apierrors.IsNotFound(err):
+				return nil, fmt.Errorf("reading DHCPLease %s: %w", key, err)
+			}
+			ip = nil // gone or no longer the MAC's: search afresh
 		}
 		// Expired, but nobody took it yet: the MAC gets its old address back
 		// if it still can.
