@@ -4,6 +4,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 )
 
 // Client architecture types from option 93 (IANA "Processor Architecture
@@ -18,12 +20,13 @@ const (
 	ArchEFIARM64HTTP uint16 = 19
 )
 
-// Binary names served by the TFTP and HTTP boot services.
+// Binary names served by the TFTP and HTTP boot services; package
+// bootpaths owns them and their allow-list.
 const (
-	BinaryBIOS      = "undionly.kpxe"
-	BinaryUEFIx64   = "ipxe.efi"
-	BinarySNPOnly   = "snponly.efi"
-	BinaryUEFIARM64 = "ipxe-arm64.efi"
+	BinaryBIOS      = bootpaths.BinaryBIOS
+	BinaryUEFIx64   = bootpaths.BinaryUEFIx64
+	BinarySNPOnly   = bootpaths.BinarySNPOnly
+	BinaryUEFIARM64 = bootpaths.BinaryUEFIARM64
 )
 
 // VendorHTTPClient is the option 60 prefix of UEFI HTTP boot clients; the
@@ -101,9 +104,7 @@ func Decide(req Request, cfg Config) Result {
 		if len(req.MAC) != 6 {
 			return Result{Reason: "iPXE client without an Ethernet MAC"}
 		}
-		// MAC.String() is lowercase and colon separated, the form the
-		// HTTP boot service keys scripts by.
-		return Result{Protocol: HTTP, File: httpBase(cfg) + "/boot/" + req.MAC.String() + ".ipxe"}
+		return Result{Protocol: HTTP, File: httpBase(cfg).Script(req.MAC)}
 	}
 	if !req.HasArch || len(req.Arches) == 0 {
 		return Result{Reason: "no client architecture (option 93): not a PXE client"}
@@ -154,13 +155,9 @@ func tftp(cfg Config, file string) Result {
 }
 
 func httpBoot(cfg Config, binary string) Result {
-	return Result{Protocol: HTTP, File: httpBase(cfg) + "/ipxe/" + binary, VendorClass: VendorHTTPClient}
+	return Result{Protocol: HTTP, File: httpBase(cfg).Binary(binary), VendorClass: VendorHTTPClient}
 }
 
-func httpBase(cfg Config) string {
-	host := cfg.Server.To4().String()
-	if cfg.HTTPPort != 0 && cfg.HTTPPort != 80 {
-		host += ":" + strconv.Itoa(cfg.HTTPPort)
-	}
-	return "http://" + host
+func httpBase(cfg Config) bootpaths.Base {
+	return bootpaths.NewBase(cfg.Server.To4(), cfg.HTTPPort)
 }
