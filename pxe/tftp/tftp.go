@@ -14,7 +14,7 @@ import (
 	pintftp "github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 )
 
 // DefaultDir is where Debian's ipxe package installs its binaries.
@@ -24,13 +24,9 @@ const DefaultDir = "/usr/lib/ipxe"
 // the bound keeps the check cheap and log lines small whatever is sent.
 const MaxNameLen = 128
 
-// DefaultFiles are the names bootfile.Decide can send a TFTP client to.
-var DefaultFiles = []string{
-	bootfile.BinaryBIOS,
-	bootfile.BinaryUEFIx64,
-	bootfile.BinarySNPOnly,
-	bootfile.BinaryUEFIARM64,
-}
+// DefaultFiles are the names bootfile.Decide can send a TFTP client to:
+// bootpaths' allow-list of iPXE binaries.
+var DefaultFiles = bootpaths.Binaries()
 
 // Errors returned by ValidateName. Their text goes to the client in the
 // TFTP error packet, so it says what is wrong without naming server paths.
