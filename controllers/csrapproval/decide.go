@@ -1,0 +1,329 @@
+// Package csrapproval decides the kubelet serving-certificate requests of a
+// tenant cluster's nodes.
+//
+// A kubelet asks for its serving certificate through a CSR for the
+// kubernetes.io/kubelet-serving signer, and Kubernetes leaves its approval to
+// someone else, because only someone who knows the machines can tell a
+// node's own names and addresses from another's. kubefarm knows them: every
+// node is a Machine with a hostname and a static IP. A certificate approved
+// for the wrong name or address would let one node impersonate another to
+// the API server (kubectl exec, logs and port-forward go through the
+// kubelet's serving port), so the decision is strict and kept apart from the
+// controller that applies it: pure, table-tested and fuzzed.
+package csrapproval
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// Verdict is what to do with a request.
+type Verdict int
+
+const (
+	// Ignore leaves the request to someone else: it is not a kubelet
+	// serving request, or it is already decided.
+	Ignore Verdict = iota
+	// Approve adds the Approved condition.
+	Approve
+	// Deny adds the Denied condition, so that the kubelet and an operator
+	// see why instead of waiting for an approval that will not come.
+	Deny
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Ignore:
+		return "Ignore"
+	case Approve:
+		return "Approve"
+	case Deny:
+		return "Deny"
+	}
+	return fmt.Sprintf("Verdict(%d)", int(v))
+}
+
+// Decision is a verdict with the condition's reason and message.
+type Decision struct {
+	Verdict Verdict
+	// Reason is CamelCase, for the condition's reason.
+	Reason string
+	// Message names what was checked or what was wrong.
+	Message string
+}
+
+// Reasons. Each names the first rule the request broke, so that a denied
+// request can be told apart in `kubectl get csr` without reading messages.
+const (
+	ReasonApproved       = "KubefarmMachineVerified"
+	ReasonOtherSigner    = "NotKubeletServing"
+	ReasonAlreadyDecided = "AlreadyDecided"
+	ReasonNotANode       = "RequesterNotANode"
+	ReasonUnknownNode    = "NodeNotAMachine"
+	ReasonTooLarge       = "RequestTooLarge"
+	ReasonMalformed      = "MalformedRequest"
+	ReasonBadSignature   = "InvalidSignature"
+	ReasonWeakKey        = "UnsupportedKey"
+	ReasonSubject        = "SubjectMismatch"
+	ReasonUsages         = "ForbiddenUsages"
+	ReasonForeignSAN     = "ForeignSAN"
+	ReasonForbiddenSAN   = "ForbiddenSANType"
+	ReasonNoSAN          = "NoSAN"
+)
+
+const (
+	nodeUserPrefix = "system:node:"
+	nodesGroup     = "system:nodes"
+	pemType        = "CERTIFICATE REQUEST"
+)
+
+// MaxRequestBytes bounds spec.request before it is parsed. A kubelet's
+// request is well under 1 KiB; the API server accepts much larger ones, and
+// parsing (and checking the signature of) whatever a node sends is work the
+// manager should not do for it without limit.
+const MaxRequestBytes = 16 << 10
+
+// Identity is what a node may put in its serving certificate: the names and
+// addresses of its Machine. It is a value, not the Machine, so that the
+// decision does not depend on how the controller finds the Machine.
+type Identity struct {
+	// Machine is namespace/name, for messages.
+	Machine  string
+	DNSNames []string
+	IPs      []net.IP
+}
+
+// IdentityOf is the identity of m on a boot network whose DNS domain is
+// domain (the pool's spec.network.domain, "" for none): its hostname, the
+// hostname in that domain, and its IP. These are the names and the address
+// the kubelet reports for itself, so they are what it asks for.
+func IdentityOf(m *kubefarmv1.Machine, domain string) Identity {
+	id := Identity{Machine: m.Namespace + "/" + m.Name}
+	if m.Spec.Hostname != "" {
+		id.DNSNames = append(id.DNSNames, m.Spec.Hostname)
+		if domain != "" {
+			id.DNSNames = append(id.DNSNames, m.Spec.Hostname+"."+domain)
+		}
+	}
+	if ip := net.ParseIP(m.Spec.IP); ip != nil {
+		id.IPs = append(id.IPs, ip)
+	}
+	return id
+}
+
+// allowedUsages are what a serving certificate needs: server auth, with the
+// key usages of an ECDSA (digital signature) or RSA (key encipherment) key.
+// Client auth in particular is refused: a serving certificate must never
+// double as a client identity.
+var allowedUsages = []certificatesv1.KeyUsage{
+	certificatesv1.UsageDigitalSignature,
+	certificatesv1.UsageKeyEncipherment,
+	certificatesv1.UsageServerAuth,
+}
+
+var (
+	oidCommonName   = asn1.ObjectIdentifier{2, 5, 4, 3}
+	oidOrganization = asn1.ObjectIdentifier{2, 5, 4, 10}
+)
+
+// Decide decides csr. lookup finds the identity of the Machine that is node
+// nodeName of this tenant; it reports false when there is none (or when the
+// name is ambiguous, which the caller must treat the same way).
+//
+// Only kubernetes.io/kubelet-serving requests that are still undecided are
+// considered. A request from a node that is not a Machine, or that asks for
+// anything beyond its Machine's names and addresses, is denied, not ignored:
+// every node of a tenant is a Machine, so there is no one else to approve it,
+// and a denial tells the kubelet and the operator why.
+//
+// Subject alternative names of types other than DNS, IP, email and URI are
+// not looked at: Go's parser drops them, and so does the signer, which is
+// the same code, so they never reach a certificate.
+func Decide(csr *certificatesv1.CertificateSigningRequest, lookup func(nodeName string) (Identity, bool)) Decision {
+	if csr == nil {
+		return Decision{Ignore, ReasonOtherSigner, "no request"}
+	}
+	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+		return Decision{Ignore, ReasonOtherSigner, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeletServingSignerName)}
+	}
+	for _, c := range csr.Status.Conditions {
+		switch c.Type {
+		case certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+			return Decision{Ignore, ReasonAlreadyDecided, fmt.Sprintf("request already has condition %s", c.Type)}
+		}
+	}
+	if len(csr.Status.Certificate) > 0 {
+		return Decision{Ignore, ReasonAlreadyDecided, "request already has a certificate"}
+	}
+
+	user := csr.Spec.Username
+	node, ok := strings.CutPrefix(user, nodeUserPrefix)
+	if !ok || node == "" {
+		return deny(ReasonNotANode, "requester %q is not a node (%s<name>)", user, nodeUserPrefix)
+	}
+	if !slices.Contains(csr.Spec.Groups, nodesGroup) {
+		return deny(ReasonNotANode, "requester %q is not in group %s", user, nodesGroup)
+	}
+	id, ok := lookup(node)
+	if !ok {
+		return deny(ReasonUnknownNode, "node %q is not a Machine of this tenant", node)
+	}
+
+	serverAuth := false
+	for _, u := range csr.Spec.Usages {
+		if !slices.Contains(allowedUsages, u) {
+			return deny(ReasonUsages, "usage %q is not allowed for a kubelet serving certificate (allowed: %v)", u, allowedUsages)
+		}
+		serverAuth = serverAuth || u == certificatesv1.UsageServerAuth
+	}
+	if !serverAuth {
+		return deny(ReasonUsages, "usages %v do not include %q", csr.Spec.Usages, certificatesv1.UsageServerAuth)
+	}
+
+	req, d := parse(csr.Spec.Request)
+	if req == nil {
+		return d
+	}
+
+	if d := checkSubject(req, user); d != nil {
+		return *d
+	}
+
+	if len(req.EmailAddresses) > 0 {
+		return deny(ReasonForbiddenSAN, "email SANs are not allowed (%s)", short(req.EmailAddresses[0]))
+	}
+	if len(req.URIs) > 0 {
+		return deny(ReasonForbiddenSAN, "URI SANs are not allowed (%s)", short(req.URIs[0].String()))
+	}
+	if len(req.DNSNames)+len(req.IPAddresses) == 0 {
+		return deny(ReasonNoSAN, "request has no DNS or IP SAN")
+	}
+	for _, n := range req.DNSNames {
+		if !slices.Contains(id.DNSNames, n) {
+			return deny(ReasonForeignSAN, "DNS SAN %s is not a name of Machine %s (%q)", short(n), id.Machine, id.DNSNames)
+		}
+	}
+	for _, ip := range req.IPAddresses {
+		if !slices.ContainsFunc(id.IPs, ip.Equal) {
+			return deny(ReasonForeignSAN, "IP SAN %s is not an address of Machine %s (%v)", ip, id.Machine, id.IPs)
+		}
+	}
+	return Decision{Approve, ReasonApproved, fmt.Sprintf("node %q is Machine %s and asks only for its names and addresses", node, id.Machine)}
+}
+
+// short quotes a value taken from the request for a message, cut so that a
+// node cannot write kilobytes into a condition.
+func short(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q...", s[:max])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+func deny(reason, format string, args ...any) Decision {
+	return Decision{Deny, reason, fmt.Sprintf(format, args...)}
+}
+
+// parse reads one PEM CERTIFICATE REQUEST and nothing else, and checks its
+// signature and key. On failure the request is nil and the Decision says why.
+func parse(raw []byte) (*x509.CertificateRequest, Decision) {
+	if len(raw) > MaxRequestBytes {
+		return nil, deny(ReasonTooLarge, "request is %d bytes, over %d", len(raw), MaxRequestBytes)
+	}
+	block, rest := pem.Decode(raw)
+	if block == nil {
+		return nil, deny(ReasonMalformed, "request is not PEM")
+	}
+	if block.Type != pemType {
+		return nil, deny(ReasonMalformed, "PEM block is %q, not %q", block.Type, pemType)
+	}
+	if len(block.Headers) > 0 {
+		return nil, deny(ReasonMalformed, "PEM block has headers")
+	}
+	// A second block would be ignored by the signer but could mislead a
+	// human reading the request; one request, one block.
+	if len(bytes.TrimSpace(rest)) > 0 {
+		return nil, deny(ReasonMalformed, "request has data after its PEM block")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, deny(ReasonMalformed, "request does not parse: %v", err)
+	}
+	if err := req.CheckSignature(); err != nil {
+		return nil, deny(ReasonBadSignature, "request signature does not verify: %v", err)
+	}
+	if msg := weakKey(req.PublicKey); msg != "" {
+		return nil, deny(ReasonWeakKey, "%s", msg)
+	}
+	return req, Decision{}
+}
+
+// weakKey says what is wrong with a key kubefarm will not have certified, ""
+// when nothing is. The kubelet makes ECDSA P-256 keys; RSA of at least 2048
+// bits and Ed25519 are what a hand-configured kubelet might use.
+func weakKey(k any) string {
+	switch k := k.(type) {
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256(), elliptic.P384(), elliptic.P521():
+			return ""
+		}
+		return "ECDSA key is not on P-256, P-384 or P-521"
+	case *rsa.PublicKey:
+		if k.N.BitLen() < 2048 {
+			return fmt.Sprintf("RSA key of %d bits, under 2048", k.N.BitLen())
+		}
+		return ""
+	case ed25519.PublicKey:
+		return ""
+	}
+	return fmt.Sprintf("key type %T is not supported", k)
+}
+
+// checkSubject requires exactly CN=<user> and O=system:nodes. Anything else
+// in the subject (another O such as system:masters, an OU, a serial number)
+// would be copied into the certificate by the signer, and some consumers
+// read identity from such fields.
+func checkSubject(req *x509.CertificateRequest, user string) *Decision {
+	var cn, o int
+	for _, atv := range req.Subject.Names {
+		v, isString := atv.Value.(string)
+		switch {
+		case atv.Type.Equal(oidCommonName):
+			cn++
+			if !isString || v != user {
+				d := deny(ReasonSubject, "subject CN is %s, want %q", short(fmt.Sprint(atv.Value)), user)
+				return &d
+			}
+		case atv.Type.Equal(oidOrganization):
+			o++
+			if !isString || v != nodesGroup {
+				d := deny(ReasonSubject, "subject O %s is not %q", short(fmt.Sprint(atv.Value)), nodesGroup)
+				return &d
+			}
+		default:
+			d := deny(ReasonSubject, "subject has attribute %v; only CN and O are allowed", atv.Type)
+			return &d
+		}
+	}
+	if cn != 1 || o != 1 {
+		d := deny(ReasonSubject, "subject must be exactly CN=%s, O=%s; it has %d CN and %d O", user, nodesGroup, cn, o)
+		return &d
+	}
+	return nil
+}
