@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -99,17 +98,6 @@ func tftpRep(addr, name string, size int64, seq, parallel, rounds int, s *tftpSa
 		s.parWalls = append(s.parWalls, time.Since(start))
 	}
 }
-
-// percentile of ds (sorted in place), in milliseconds.
-func percentile(ds []time.Duration, q float64) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	return ms(ds[int(q*float64(len(ds)-1)+0.5)])
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // httpClient is a plain HTTP/1.1 client with a connection per worker.
 func httpClient(conc int) *http.Client {

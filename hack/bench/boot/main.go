@@ -47,6 +47,7 @@ import (
 	"time"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
@@ -288,9 +289,9 @@ func run(o options) error {
 				tftpRep(tftpAddr[s], bootfile.BinaryBIOS, tftpSize, o.tftpSeq, o.tftpParallel, o.tftpRounds, &one)
 				cpu := procs[s].cpu() - cpu0
 				fmt.Printf("  %-12s rep %d: sequential p50 %6.2f ms p99 %6.2f ms; %d parallel: wall p50 %7.1f ms = %6.0f fetches/s, fetch p50 %6.2f ms p99 %6.2f ms; failures %d; server CPU %.2f ms/fetch\n",
-					s, r+1, percentile(one.seq, .5), percentile(one.seq, .99), o.tftpParallel,
-					percentile(one.parWalls, .5), float64(o.tftpParallel)/(percentile(one.parWalls, .5)/1000),
-					percentile(one.par, .5), percentile(one.par, .99), one.failures, ms(cpu)/float64(one.fetches))
+					s, r+1, stats.DurationPercentile(one.seq, .5), stats.DurationPercentile(one.seq, .99), o.tftpParallel,
+					stats.DurationPercentile(one.parWalls, .5), float64(o.tftpParallel)/(stats.DurationPercentile(one.parWalls, .5)/1000),
+					stats.DurationPercentile(one.par, .5), stats.DurationPercentile(one.par, .99), one.failures, stats.Milliseconds(cpu)/float64(one.fetches))
 				acc := res[s]
 				acc.seq = append(acc.seq, one.seq...)
 				acc.par = append(acc.par, one.par...)
@@ -302,14 +303,14 @@ func run(o options) error {
 		}
 		for _, s := range []string{kubefarm, tftpdHPA} {
 			a := res[s]
-			wall := percentile(a.parWalls, .5)
+			wall := stats.DurationPercentile(a.parWalls, .5)
 			rep.TFTP = append(rep.TFTP, TFTPResult{
 				Server: s, File: tftpSrc, Size: tftpSize, BlockSize: tftpBlockSize,
-				SeqFetches: len(a.seq), SeqP50Ms: percentile(a.seq, .5), SeqP99Ms: percentile(a.seq, .99),
+				SeqFetches: len(a.seq), SeqP50Ms: stats.DurationPercentile(a.seq, .5), SeqP99Ms: stats.DurationPercentile(a.seq, .99),
 				Parallel: o.tftpParallel, Rounds: len(a.parWalls), ParWallP50Ms: wall,
 				ParFetchesPerSec: float64(o.tftpParallel) / (wall / 1000),
-				ParP50Ms:         percentile(a.par, .5), ParP99Ms: percentile(a.par, .99),
-				Failures: a.failures, CPUMsPerFetch: ms(a.cpu) / float64(a.fetches),
+				ParP50Ms:         stats.DurationPercentile(a.par, .5), ParP99Ms: stats.DurationPercentile(a.par, .99),
+				Failures: a.failures, CPUMsPerFetch: stats.Milliseconds(a.cpu) / float64(a.fetches),
 			})
 		}
 		k, p := rep.TFTP[0], rep.TFTP[1]

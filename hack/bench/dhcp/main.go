@@ -28,7 +28,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/pprof"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,6 +36,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kubefarm/kubefarm/hack/bench/internal/procstat"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/leases"
@@ -366,9 +366,7 @@ func offerLatencies(text string) (p50, p99, max float64) {
 	if len(ms) == 0 {
 		return 0, 0, 0
 	}
-	sort.Float64s(ms)
-	at := func(q float64) float64 { return ms[int(q*float64(len(ms)-1))] }
-	return at(0.50), at(0.99), ms[len(ms)-1]
+	return stats.Percentile(ms, 0.50), stats.Percentile(ms, 0.99), stats.Percentile(ms, 1)
 }
 
 // serve runs kubefarm-pxe's DHCP server on the server side of the link with

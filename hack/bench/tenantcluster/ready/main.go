@@ -58,6 +58,8 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/examples"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -187,7 +189,7 @@ func run() error {
 				"(an e2e scenario?) or pass -allow-others", strings.Join(names, ", "))
 		}
 	}
-	example, err := loadExample(root)
+	example, err := examples.TenantCluster(root)
 	if err != nil {
 		return err
 	}
@@ -218,7 +220,7 @@ func run() error {
 		fmt.Printf("tenantcluster-ready run %d/%d: %s\n", i+1, *runs, r.line())
 	}
 	slices.Sort(secs)
-	rep.MedianSeconds, rep.MinSeconds, rep.MaxSeconds = median(secs), secs[0], secs[len(secs)-1]
+	rep.MedianSeconds, rep.MinSeconds, rep.MaxSeconds = stats.Median(secs), secs[0], secs[len(secs)-1]
 	warm := "none"
 	if *warmup {
 		warm = "discarded"
@@ -250,28 +252,6 @@ func (r runResult) line() string {
 	}
 	fmt.Fprintf(&b, " teardown=%.1fs ns=%s", r.TeardownSeconds, r.Namespace)
 	return b.String()
-}
-
-func median(sorted []float64) float64 {
-	n := len(sorted)
-	if n%2 == 1 {
-		return sorted[n/2]
-	}
-	return (sorted[n/2-1] + sorted[n/2]) / 2
-}
-
-// loadExample reads examples/tenantcluster.yaml, the same starting point
-// as the e2e scenario, so the benchmark follows the example's defaults.
-func loadExample(root string) (*kubefarmv1.TenantCluster, error) {
-	data, err := os.ReadFile(filepath.Join(root, "examples", "tenantcluster.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	tc := &kubefarmv1.TenantCluster{}
-	if err := yaml.UnmarshalStrict(data, tc); err != nil {
-		return nil, fmt.Errorf("examples/tenantcluster.yaml: %w", err)
-	}
-	return tc, nil
 }
 
 type bench struct {

@@ -64,6 +64,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -142,7 +143,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	example, err := loadExample(root)
+	example, err := examples.TenantCluster(root)
 	if err != nil {
 		return err
 	}
@@ -291,20 +292,6 @@ func run() error {
 var docNets = []string{"192.0.2", "198.51.100", "203.0.113"}
 
 func docAddress(i int) string { return fmt.Sprintf("%s.%d", docNets[i/254], i%254+1) }
-
-// loadExample reads examples/tenantcluster.yaml: the tenants are the
-// example as an operator would write it (3 etcd members, 2 API servers).
-func loadExample(root string) (*kubefarmv1.TenantCluster, error) {
-	data, err := os.ReadFile(filepath.Join(root, "examples", "tenantcluster.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	tc := &kubefarmv1.TenantCluster{}
-	if err := yaml.UnmarshalStrict(data, tc); err != nil {
-		return nil, fmt.Errorf("examples/tenantcluster.yaml: %w", err)
-	}
-	return tc, nil
-}
 
 // manager is the kubefarm-manager process.
 type manager struct {
