@@ -1,0 +1,166 @@
+// Command nodeimage is the Go half of images/node/build.sh:
+//
+//	nodeimage initrd -dir TREE -mtime EPOCH -o FILE     deterministic gzip newc initramfs of TREE
+//	nodeimage pause-image -binary B -mtime EPOCH -o F   docker-archive of the pause image
+//	nodeimage manifest -out DIR -root ROOT [flags]      write DIR/manifest.json
+//	nodeimage verify DIR                                check DIR's artifacts against its manifest
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail(fmt.Errorf("usage: nodeimage initrd|pause-image|manifest|verify ..."))
+	}
+	var err error
+	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
+	case "initrd":
+		err = initrd(args)
+	case "pause-image":
+		err = pauseImage(args)
+	case "manifest":
+		err = manifest(args)
+	case "verify":
+		if len(args) != 1 {
+			err = fmt.Errorf("usage: nodeimage verify DIR")
+			break
+		}
+		var m *nodeimage.Manifest
+		if m, err = nodeimage.Verify(args[0]); err == nil {
+			for _, a := range nodeimage.Artifacts {
+				fmt.Printf("%-16s sha256:%s %d\n", a, m.Artifacts[a].SHA256, m.Artifacts[a].Size)
+			}
+		}
+	default:
+		err = fmt.Errorf("unknown command %q", cmd)
+	}
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "nodeimage:", err)
+	os.Exit(1)
+}
+
+// writeFile writes b to path through a temporary file in the same folder.
+func writeFile(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func initrd(args []string) error {
+	fs := flag.NewFlagSet("initrd", flag.ExitOnError)
+	dir := fs.String("dir", "", "tree to pack")
+	mtime := fs.Int64("mtime", 0, "mtime of every entry (SOURCE_DATE_EPOCH)")
+	out := fs.String("o", "", "output file")
+	fs.Parse(args)
+	if *dir == "" || *out == "" {
+		return fmt.Errorf("initrd: -dir and -o are required")
+	}
+	var buf bytes.Buffer
+	if err := nodeimage.WriteInitramfs(&buf, *dir, *mtime); err != nil {
+		return err
+	}
+	return writeFile(*out, buf.Bytes())
+}
+
+func pauseImage(args []string) error {
+	fs := flag.NewFlagSet("pause-image", flag.ExitOnError)
+	bin := fs.String("binary", "", "static pause binary")
+	ref := fs.String("ref", nodeimage.PauseImageRef, "image name")
+	mtime := fs.Int64("mtime", 0, "time of the image and its files (SOURCE_DATE_EPOCH)")
+	out := fs.String("o", "", "output file")
+	fs.Parse(args)
+	if *bin == "" || *out == "" {
+		return fmt.Errorf("pause-image: -binary and -o are required")
+	}
+	var buf bytes.Buffer
+	if err := nodeimage.WritePauseImage(&buf, *ref, *bin, *mtime); err != nil {
+		return err
+	}
+	return writeFile(*out, buf.Bytes())
+}
+
+func manifest(args []string) error {
+	fs := flag.NewFlagSet("manifest", flag.ExitOnError)
+	out := fs.String("out", "", "folder holding vmlinuz, initrd and rootfs.squashfs")
+	root := fs.String("root", "", "the root file system tree the squashfs was made of")
+	m := nodeimage.Manifest{SchemaVersion: 1}
+	fs.StringVar(&m.Key, "key", "", "cache key")
+	fs.StringVar(&m.Suite, "suite", "", "Debian suite")
+	fs.StringVar(&m.Mirror, "mirror", "", "Debian mirror")
+	fs.Int64Var(&m.SourceDateEpoch, "source-date-epoch", 0, "SOURCE_DATE_EPOCH")
+	fs.StringVar(&m.Kernel.Package, "kernel-package", "", "kernel package name")
+	fs.StringVar(&m.Kernel.Version, "kernel-version", "", "kernel package version")
+	fs.StringVar(&m.Kernel.Release, "kernel-release", "", "uname -r")
+	kdeb := fs.String("kernel-deb", "", "the kernel .deb")
+	fs.StringVar(&m.Kubelet.Version, "kubelet-version", "", "kubelet version")
+	fs.StringVar(&m.Flannel.Version, "flannel-version", "", "flannel versions")
+	always := fs.String("modules", "", "modules loaded at every boot, comma separated")
+	ipvs := fs.String("modules-ipvs", "", "modules of kube-proxy's IPVS mode, comma separated")
+	fs.Parse(args)
+	if *out == "" || *root == "" || *kdeb == "" {
+		return fmt.Errorf("manifest: -out, -root and -kernel-deb are required")
+	}
+	var err error
+	if m.Kernel.DebSHA256, _, err = nodeimage.FileSHA256(*kdeb); err != nil {
+		return err
+	}
+	if m.Kubelet.SHA256, _, err = nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/kubelet")); err != nil {
+		return err
+	}
+	if m.Flannel.SHA256, _, err = nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/flanneld")); err != nil {
+		return err
+	}
+	m.Agent = "none"
+	if s, _, err := nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/kubefarm-agent")); err == nil {
+		m.Agent = "sha256:" + s
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	if m.CNI, err = nodeimage.CNIFromRoot(*root); err != nil {
+		return err
+	}
+	if m.Packages, err = nodeimage.DpkgPackages(*root); err != nil {
+		return err
+	}
+	m.Containerd = nodeimage.PackageVersion(m.Packages, "containerd")
+	m.Runc = nodeimage.PackageVersion(m.Packages, "runc")
+	if m.Containerd == "" || m.Runc == "" {
+		return fmt.Errorf("manifest: containerd or runc is not installed in %s", *root)
+	}
+	m.Modules = map[string][]string{"always": split(*always), "ipvs": split(*ipvs)}
+	m.Artifacts = map[string]nodeimage.File{}
+	for _, a := range nodeimage.Artifacts {
+		s, n, err := nodeimage.FileSHA256(filepath.Join(*out, a))
+		if err != nil {
+			return err
+		}
+		m.Artifacts[a] = nodeimage.File{SHA256: s, Size: n}
+	}
+	return nodeimage.WriteManifest(*out, &m)
+}
+
+func split(s string) []string {
+	out := []string{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
