@@ -114,7 +114,7 @@ func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1
 	seenName[e.Name] = true
 	name := MachineName(pool.Name, e.Name)
 	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return nil, fmt.Errorf("Machine name %q is not a valid object name: %s", name, strings.Join(msgs, "; "))
+		return nil, fmt.Errorf("the Machine name %q is not a valid object name: %s", name, strings.Join(msgs, "; "))
 	}
 
 	if len(e.MACs) == 0 {

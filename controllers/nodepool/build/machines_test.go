@@ -250,7 +250,7 @@ func TestMachineNameLength(t *testing.T) {
 		if err == nil {
 			t.Fatalf("total %d: a pool name of %d is not a label value; want an error", tc.total, len(p.Name))
 		}
-		entryErr := strings.Contains(err.Error(), `machine "`+entry+`": Machine name`)
+		entryErr := strings.Contains(err.Error(), `machine "`+entry+`": the Machine name`)
 		if entryErr == tc.ok {
 			t.Errorf("total %d: entry error %v, want %v: %v", tc.total, entryErr, !tc.ok, err)
 		}
