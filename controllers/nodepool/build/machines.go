@@ -52,9 +52,10 @@ func MachineName(pool, entry string) string { return pool + "-" + entry }
 //
 // It fails, naming the pool and every bad entry, when a name would be
 // invalid, a MAC or IP malformed or repeated, or a tag undefined. The API's
-// validation rejects most of that already, but not all (a long pool name plus
-// a long entry name passes both, and makes an invalid Machine name), and a
-// half-built pool is worse than none: nothing is returned on error.
+// validation rejects most of that already, but not all: a pool name of 64 to
+// 253 characters is a valid object name, yet no label value, and with a long
+// entry name no valid Machine name either. A half-built pool is worse than
+// none, so nothing is returned on error.
 func Machines(pool *kubefarmv1.NodePool) ([]*kubefarmv1.Machine, error) {
 	if pool == nil {
 		return nil, errors.New("a pool is required")
