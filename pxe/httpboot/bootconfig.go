@@ -74,7 +74,7 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig
 	}
 	addTaints([]corev1.Taint{NetworkUnavailableTaint})
 	out := NodeConfig{
-		Machine:  m.Namespace + "/" + m.Name,
+		Machine:  machineKey(m),
 		Cluster:  m.Spec.Cluster,
 		Hostname: m.Spec.Hostname,
 		Kubelet:  pool.Spec.Kubelet,

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -20,21 +19,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 	"github.com/kubefarm/kubefarm/pxe/events"
-	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
-// Route names, the label values of the request metrics. A fixed set keeps
-// the metric's cardinality bounded whatever paths clients send.
+// Route names, the label values of the request metrics: bootpaths' routes.
+// A fixed set keeps the metric's cardinality bounded whatever paths clients
+// send.
 const (
-	RouteBoot      = "boot"
-	RouteArtifacts = "artifacts"
-	RouteIPXE      = "ipxe"
-	RouteConfig    = "config"
-	RouteReport    = "report"
-	RouteHealthz   = "healthz"
-	RouteMetrics   = "metrics"
-	RouteOther     = "other"
+	RouteBoot      = string(bootpaths.RouteScript)
+	RouteArtifacts = string(bootpaths.RouteArtifact)
+	RouteIPXE      = string(bootpaths.RouteBinary)
+	RouteConfig    = string(bootpaths.RouteConfig)
+	RouteReport    = string(bootpaths.RouteReport)
+	RouteHealthz   = string(bootpaths.RouteHealthz)
+	RouteMetrics   = string(bootpaths.RouteMetrics)
+	RouteOther     = string(bootpaths.RouteOther)
 )
 
 // Config of the HTTP boot handler.
@@ -43,7 +43,7 @@ type Config struct {
 	// http://<server-ip>[:port]; it goes into every script.
 	BaseURL string
 	// IPXEDir holds the iPXE binaries served at /ipxe/<name> to UEFI HTTP
-	// boot clients; the names allowed are those of package tftp.
+	// boot clients; the names allowed are bootpaths.Binaries, as over TFTP.
 	IPXEDir string
 	// EnsureTimeout bounds how long a /boot request waits for the
 	// machine's artifacts to be cached (default 2 minutes). iPXE retries a
@@ -105,7 +105,7 @@ type Handler struct {
 // NewHandler builds the handler. gather serves /metrics (nil: 404); m may
 // be nil.
 func NewHandler(cfg Config, machines Machines, store *Store, m *Metrics, gather prometheus.Gatherer, log logr.Logger) (*Handler, error) {
-	if err := validBaseURL(cfg.BaseURL); err != nil {
+	if _, err := bootpaths.ParseBase(cfg.BaseURL); err != nil {
 		return nil, err
 	}
 	if machines == nil || store == nil {
@@ -121,8 +121,9 @@ func NewHandler(cfg Config, machines Machines, store *Store, m *Metrics, gather 
 	return h, nil
 }
 
-// ServeHTTP dispatches on exact path shapes rather than a pattern mux, so
-// that every accepted path is one this file spells out.
+// ServeHTTP dispatches on the exact path shapes of bootpaths.Parse rather
+// than a pattern mux, so that every accepted path is one that package
+// spells out.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, serve := h.route(r.URL.Path)
 	rw := &countingWriter{ResponseWriter: w}
@@ -148,29 +149,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	serve(rw, r)
 }
 
+// route is the metric label and the handler of path p.
 func (h *Handler) route(p string) (string, http.HandlerFunc) {
-	switch {
-	case p == "/healthz":
-		return RouteHealthz, h.healthz
-	case p == "/metrics" && h.metricsH != nil:
-		return RouteMetrics, h.metricsH.ServeHTTP
-	case strings.HasPrefix(p, "/boot/") && strings.HasSuffix(p, ".ipxe"):
-		mac := strings.TrimSuffix(strings.TrimPrefix(p, "/boot/"), ".ipxe")
-		return RouteBoot, func(w http.ResponseWriter, r *http.Request) { h.boot(w, r, mac) }
-	case strings.HasPrefix(p, "/artifacts/"):
-		d := strings.TrimPrefix(p, "/artifacts/")
-		return RouteArtifacts, func(w http.ResponseWriter, r *http.Request) { h.artifact(w, r, d) }
-	case strings.HasPrefix(p, "/config/"):
-		mac := strings.TrimPrefix(p, "/config/")
-		return RouteConfig, func(w http.ResponseWriter, r *http.Request) { h.config(w, r, mac) }
-	case p == "/report":
-		return RouteReport, h.report
-	case strings.HasPrefix(p, "/ipxe/"):
-		n := strings.TrimPrefix(p, "/ipxe/")
-		return RouteIPXE, func(w http.ResponseWriter, r *http.Request) { h.ipxe(w, r, n) }
-	default:
+	route, arg := bootpaths.Parse(p)
+	var serve http.HandlerFunc
+	switch route {
+	case bootpaths.RouteHealthz:
+		serve = h.healthz
+	case bootpaths.RouteMetrics:
+		if h.metricsH != nil {
+			serve = h.metricsH.ServeHTTP
+		}
+	case bootpaths.RouteScript:
+		serve = func(w http.ResponseWriter, r *http.Request) { h.boot(w, r, arg) }
+	case bootpaths.RouteArtifact:
+		serve = func(w http.ResponseWriter, r *http.Request) { h.artifact(w, r, arg) }
+	case bootpaths.RouteConfig:
+		serve = func(w http.ResponseWriter, r *http.Request) { h.config(w, r, arg) }
+	case bootpaths.RouteReport:
+		serve = h.report
+	case bootpaths.RouteBinary:
+		serve = func(w http.ResponseWriter, r *http.Request) { h.ipxe(w, r, arg) }
+	}
+	if serve == nil {
 		return RouteOther, http.NotFound
 	}
+	return string(route), serve
 }
 
 func (h *Handler) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -193,7 +197,8 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 		http.NotFound(w, r)
 		return
 	}
-	log := h.log.WithValues("mac", mac, "machine", m.Namespace+"/"+m.Name, "peer", r.RemoteAddr)
+	key := machineKey(m)
+	log := h.log.WithValues("mac", mac, "machine", key, "peer", r.RemoteAddr)
 	// The objects below missing is a state the controllers will repair (a
 	// pool or image being created), so 503: retry later, not "no such
 	// machine".
@@ -228,11 +233,11 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 		}
 	}
 	if h.cfg.Windows != nil && r.Method == http.MethodGet {
-		h.cfg.Windows.Open(m.Namespace + "/" + m.Name)
+		h.cfg.Windows.Open(key)
 	}
 	log.Info("serving boot script", "image", img.Name, "rootfs", img.Spec.Rootfs.Digest)
 	if r.Method == http.MethodGet {
-		h.normal(machineKey(m), events.ReasonScriptServed, "", func() string {
+		h.normal(key, events.ReasonScriptServed, "", func() string {
 			return fmt.Sprintf("served the iPXE script for image %s (root filesystem %s) to %s", img.Name, img.Spec.Rootfs.Digest, peerHost(r))
 		})
 	}
@@ -300,7 +305,7 @@ func (h *Handler) artifactServed(w http.ResponseWriter, r *http.Request, f *os.F
 }
 
 func (h *Handler) ipxe(w http.ResponseWriter, r *http.Request, name string) {
-	if tftp.ValidateName(name) != nil || h.cfg.IPXEDir == "" {
+	if !bootpaths.IsBinary(name) || h.cfg.IPXEDir == "" {
 		http.NotFound(w, r)
 		return
 	}
@@ -401,7 +406,8 @@ func (h *Handler) normal(machine, reason, subject string, message func() string)
 	}
 }
 
-func machineKey(m *kubefarmv1.Machine) string { return m.Namespace + "/" + m.Name }
+// machineKey is bootpaths' key of m.
+func machineKey(m *kubefarmv1.Machine) string { return bootpaths.MachineKey(m.Namespace, m.Name) }
 
 // peerHost is the request's source address without the port.
 func peerHost(r *http.Request) string {
@@ -445,7 +451,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	if !ok {
 		return
 	}
-	key := m.Namespace + "/" + m.Name
+	key := machineKey(m)
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
 	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
 	if !ok {
@@ -540,7 +546,8 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	log := h.log.WithValues("machine", m.Namespace+"/"+m.Name, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
+	key := machineKey(m)
+	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
 	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest {
 		// Agents retry; a repeat is not a new boot and needs no write.
 		w.WriteHeader(http.StatusNoContent)
@@ -559,7 +566,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Info("boot recorded")
-	h.normal(machineKey(m), events.ReasonBootReported, rep.BootID, func() string {
+	h.normal(key, events.ReasonBootReported, rep.BootID, func() string {
 		return fmt.Sprintf("booted %s, boot ID %s", rep.ImageDigest, rep.BootID)
 	})
 	w.WriteHeader(http.StatusNoContent)

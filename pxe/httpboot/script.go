@@ -3,10 +3,10 @@ package httpboot
 import (
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 )
 
 // MaxCmdline bounds the kernel command line iPXE passes on. x86's
@@ -129,7 +129,8 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	if m == nil || img == nil || pool == nil {
 		return "", errors.New("machine, image and pool are required")
 	}
-	if err := validBaseURL(baseURL); err != nil {
+	urls, err := bootpaths.ParseBase(baseURL)
+	if err != nil {
 		return "", err
 	}
 	name, pinned := ImageFor(m)
@@ -164,8 +165,8 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	args = append(args,
 		"initrd="+initrdName,
 		"kubefarm.image="+r,
-		"kubefarm.rootfs="+baseURL+"/artifacts/"+r,
-		"kubefarm.server="+baseURL,
+		"kubefarm.rootfs="+urls.Artifact(r),
+		"kubefarm.server="+urls.String(),
 	)
 	cmdline := strings.Join(args, " ")
 	if len(cmdline) > MaxCmdline {
@@ -174,31 +175,8 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
-	b.WriteString("kernel " + baseURL + "/artifacts/" + k + " " + cmdline + "\n")
-	b.WriteString("initrd --name " + initrdName + " " + baseURL + "/artifacts/" + i + "\n")
+	b.WriteString("kernel " + urls.Artifact(k) + " " + cmdline + "\n")
+	b.WriteString("initrd --name " + initrdName + " " + urls.Artifact(i) + "\n")
 	b.WriteString("boot\n")
 	return b.String(), nil
-}
-
-// validBaseURL accepts only http://<IPv4 or host>[:port]: the URL is pasted
-// into the script, so it gets the same scrutiny as a kernel argument.
-func validBaseURL(u string) error {
-	rest, ok := strings.CutPrefix(u, "http://")
-	if !ok || rest == "" {
-		return fmt.Errorf("base URL %q must be http://host[:port]", u)
-	}
-	host := rest
-	if h, p, err := net.SplitHostPort(rest); err == nil {
-		if p == "" || strings.Trim(p, "0123456789") != "" {
-			return fmt.Errorf("base URL %q has a bad port", u)
-		}
-		host = h
-	}
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '-') {
-			return fmt.Errorf("base URL %q must be http://host[:port]", u)
-		}
-	}
-	return nil
 }
