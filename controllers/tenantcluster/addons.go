@@ -17,13 +17,6 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 )
 
-// Reasons of AddonsReady.
-const (
-	ReasonApplied             = "Applied"
-	ReasonApplyFailed         = "ApplyFailed"
-	ReasonWaitingForAPIServer = "WaitingForAPIServer"
-)
-
 // DefaultAddonsResync is how often the tenant's add-ons are applied again
 // although nothing in the admin cluster changed: someone may delete or edit
 // them inside the tenant, and no watch reaches in there. An apply that
@@ -42,41 +35,41 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, tc *v1alpha1.Te
 	}
 	cfg, err := tenantRESTConfig(c, secrets)
 	if err != nil {
-		return fail(ReasonApplyFailed, "%v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
 	tenant, err := newTenantClient(cfg)
 	if err != nil {
-		return fail(ReasonApplyFailed, "tenant client: %v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "tenant client: %v", err)
 	}
 	rbac := make([]client.Object, 0, 3)
 	for _, crb := range build.TenantRBAC(c) {
 		rbac = append(rbac, crb)
 	}
 	if err := applyInTenant(ctx, tenant, rbac); err != nil {
-		return fail(ReasonApplyFailed, "%v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
 	rbacApplied = true
 
 	if endpoint == "" {
-		return fail(ReasonEndpointPending, "the add-ons need the external endpoint nodes use, which is not known yet")
+		return fail(v1alpha1.ReasonEndpointPending, "the add-ons need the external endpoint nodes use, which is not known yet")
 	}
 	in := addonInputs(tc, c, secrets, svc, endpoint)
 	objs, err := build.Addons(c, in)
 	if err != nil {
-		return fail(ReasonApplyFailed, "%v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
 	if err := applyInTenant(ctx, tenant, objs); err != nil {
-		return fail(ReasonApplyFailed, "%v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
 	pruned, err := pruneAddons(ctx, tenant, c, in, objs)
 	if err != nil {
-		return fail(ReasonApplyFailed, "%v", err)
+		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
 	msg := fmt.Sprintf("%d objects applied in the tenant cluster", len(objs)+len(rbac))
 	if pruned > 0 {
 		msg += fmt.Sprintf("; %d switched off and deleted", pruned)
 	}
-	return metav1.Condition{Type: v1alpha1.ConditionAddonsReady, Status: metav1.ConditionTrue, Reason: ReasonApplied, Message: msg}, rbacApplied
+	return metav1.Condition{Type: v1alpha1.ConditionAddonsReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonApplied, Message: msg}, rbacApplied
 }
 
 // addonInputs gathers what the add-on builders need beyond the Cluster.

@@ -184,7 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	before := tc.Status.DeepCopy()
 	defer func() {
 		if retErr != nil {
-			r.setCondition(tc, notReady(v1alpha1.ConditionReady, ReasonReconcileError, retErr.Error()))
+			r.setCondition(tc, notReady(v1alpha1.ConditionReady, v1alpha1.ReasonReconcileError, retErr.Error()))
 		}
 		tc.Status.ObservedGeneration = tc.Generation
 		if equality.Semantic.DeepEqual(before, &tc.Status) {
@@ -216,7 +216,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	if err != nil {
 		// The spec is wrong, not the world: retrying cannot help, and the
 		// watch on the TenantCluster brings the next pass when it is edited.
-		r.setCondition(tc, notReady(v1alpha1.ConditionReady, ReasonInvalidSpec, err.Error()))
+		r.setCondition(tc, notReady(v1alpha1.ConditionReady, v1alpha1.ReasonInvalidSpec, err.Error()))
 		logger.Info("invalid spec", "error", err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -278,7 +278,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		if len(missing) > 0 {
 			// Issued but not yet in the cache; the Secret's arrival wakes us.
 			certsReady = false
-			certCond = notReady(v1alpha1.ConditionCertificatesReady, ReasonIssuing, "waiting for Secrets: "+strings.Join(missing, ", "))
+			certCond = notReady(v1alpha1.ConditionCertificatesReady, v1alpha1.ReasonIssuing, "waiting for Secrets: "+strings.Join(missing, ", "))
 			r.setCondition(tc, certCond)
 		}
 	}
@@ -294,17 +294,19 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		r.setCondition(tc, etcdCond)
 		r.setCondition(tc, apiCond)
 		if meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionAddonsReady) == nil {
-			r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, ReasonWaitingForCertificates, "waiting for certificates"))
+			r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, v1alpha1.ReasonWaitingForCertificates, "waiting for certificates"))
 		}
 		r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, nil))
 		return ctrl.Result{}, nil
 	}
 
-	cm, err := build.ConfigMap(c)
+	desiredConfig, err := build.ConfigMap(c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.apply(ctx, tc, cm, nil); err != nil {
+	// The pods' checksums hash the ConfigMap as applied.
+	cm := &corev1.ConfigMap{}
+	if err := r.apply(ctx, tc, desiredConfig, cm); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.applyKubeconfigs(ctx, tc, c, endpoint, secrets); err != nil {
@@ -327,9 +329,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		existing := &appsv1.Deployment{}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, existing)
 		if apierrors.IsNotFound(err) {
-			apiCond := notReady(v1alpha1.ConditionAPIServerReady, ReasonWaitingForEtcd, "created once etcd is ready")
+			apiCond := notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForEtcd, "created once etcd is ready")
 			r.setCondition(tc, apiCond)
-			r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, ReasonWaitingForAPIServer, "waiting for the tenant API server"))
+			r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, v1alpha1.ReasonWaitingForAPIServer, "waiting for the tenant API server"))
 			r.setCondition(tc, readyCondition([]metav1.Condition{certCond, etcdCond, apiCond}, nil))
 			return ctrl.Result{}, nil
 		}
@@ -337,7 +339,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 			return ctrl.Result{}, err
 		}
 	}
-	api, err := build.APIServerDeployment(c, secrets)
+	api, err := build.APIServerDeployment(c, cm, secrets)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -354,7 +356,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	// inside the tenant.
 	var result ctrl.Result
 	var extra []string
-	addonsCond := notReady(v1alpha1.ConditionAddonsReady, ReasonWaitingForAPIServer, "waiting for the tenant API server")
+	addonsCond := notReady(v1alpha1.ConditionAddonsReady, v1alpha1.ReasonWaitingForAPIServer, "waiting for the tenant API server")
 	if apiReady {
 		var rbacApplied bool
 		addonsCond, rbacApplied = r.reconcileTenantObjects(ctx, tc, c, secrets, svc, endpoint)
@@ -362,7 +364,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 		case !rbacApplied:
 			logger.Info("tenant RBAC not applied yet", "error", addonsCond.Message)
 			result.RequeueAfter = tenantRetry
-		case addonsCond.Status != metav1.ConditionTrue && addonsCond.Reason == ReasonApplyFailed:
+		case addonsCond.Status != metav1.ConditionTrue && addonsCond.Reason == v1alpha1.ReasonApplyFailed:
 			logger.Info("tenant add-ons not applied", "error", addonsCond.Message)
 			result.RequeueAfter = tenantRetry
 		default:
@@ -385,9 +387,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 	}
 	for _, b := range []struct {
 		what  string
-		build func(*build.Cluster, build.SecretData) (*appsv1.Deployment, error)
+		build func(*build.Cluster, *corev1.ConfigMap, build.SecretData) (*appsv1.Deployment, error)
 	}{{"kube-controller-manager", build.ControllerManagerDeployment}, {"kube-scheduler", build.SchedulerDeployment}} {
-		d, err := b.build(follower, secrets)
+		d, err := b.build(follower, cm, secrets)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -422,8 +424,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, tc *v1alpha1.TenantClu
 // deployed, their observed readiness otherwise.
 func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *build.Cluster) (etcd, api metav1.Condition, err error) {
 	waiting := "waiting for certificates"
-	etcd = notReady(v1alpha1.ConditionEtcdReady, ReasonWaitingForCertificates, waiting)
-	api = notReady(v1alpha1.ConditionAPIServerReady, ReasonWaitingForCertificates, waiting)
+	etcd = notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonWaitingForCertificates, waiting)
+	api = notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForCertificates, waiting)
 	sts := &appsv1.StatefulSet{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts); {
 	case err == nil:
@@ -758,7 +760,7 @@ func (r *Reconciler) emitTransitions(tc *v1alpha1.TenantCluster, before []metav1
 
 func transitionEventType(old *metav1.Condition, c metav1.Condition) string {
 	switch {
-	case c.Reason == ReasonInvalidSpec || c.Reason == ReasonReconcileError:
+	case c.Reason == v1alpha1.ReasonInvalidSpec || c.Reason == v1alpha1.ReasonReconcileError:
 		return corev1.EventTypeWarning
 	case c.Status == metav1.ConditionFalse && old != nil && old.Status == metav1.ConditionTrue:
 		return corev1.EventTypeWarning

@@ -213,7 +213,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if got, err = getTC(ctx, key); err != nil {
 			return false, "", err
 		}
-		return hasCondition(got, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, tenantcluster.ReasonIssued) &&
+		return hasCondition(got, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, v1alpha1.ReasonIssued) &&
 			got.Status.Endpoint == "https://"+lbIP+":6443" && got.Status.AdminKubeconfigSecret != "", conditionsString(got), nil
 	})
 	if !slices.Contains(got.Finalizers, tenantcluster.Finalizer) {
@@ -350,7 +350,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEtcdReady)
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tenantcluster.ReasonMembersNotReady || !strings.Contains(c.Message, "no pods running yet") {
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonMembersNotReady || !strings.Contains(c.Message, "no pods running yet") {
 			t.Errorf("EtcdReady = %+v, want False/MembersNotReady saying no pods run", c)
 		}
 		sts := &appsv1.StatefulSet{}
@@ -362,7 +362,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		// The API server is created only once etcd answers: started
 		// earlier it would crash-loop into a long restart back-off.
-		if !hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForEtcd) {
+		if !hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForEtcd) {
 			t.Errorf("APIServerReady: %s", conditionsString(got))
 		}
 		err = env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-apiserver"}, &appsv1.Deployment{})
@@ -372,7 +372,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if !hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") {
 			t.Errorf("Ready is not False: %s", conditionsString(got))
 		}
-		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonWaitingForAPIServer) {
+		if !hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForAPIServer) {
 			t.Errorf("AddonsReady: %s", conditionsString(got))
 		}
 		if got.Status.ObservedVersion != "" {
@@ -383,7 +383,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.UID == got.UID && e.Reason == v1alpha1.ConditionCertificatesReady+tenantcluster.ReasonIssued && e.Type == corev1.EventTypeNormal
+			return e.Regarding.UID == got.UID && e.Reason == v1alpha1.ConditionCertificatesReady+v1alpha1.ReasonIssued && e.Type == corev1.EventTypeNormal
 		}) {
 			t.Errorf("no Normal event for the issued certificates among %d events", len(events.Items))
 		}
@@ -408,7 +408,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, tenantcluster.ReasonNotAvailable), conditionsString(got), nil
+		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, v1alpha1.ReasonNotAvailable), conditionsString(got), nil
 	})
 
 	// Workloads and their owner references.
@@ -533,7 +533,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 		return hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
-			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, tenantcluster.ReasonApplyFailed) &&
+			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionFalse, v1alpha1.ReasonApplyFailed) &&
 			ready != nil && ready.Status == metav1.ConditionFalse && strings.Contains(ready.Message, "connection refused (simulated)"), conditionsString(got), nil
 	})
 	setTenantDown(tenantHost(name, ns), false)
@@ -545,10 +545,10 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionTrue, tenantcluster.ReasonControlPlaneReady) &&
+		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonControlPlaneReady) &&
 			hasCondition(got, v1alpha1.ConditionEtcdReady, metav1.ConditionTrue, "") &&
 			hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionTrue, "") &&
-			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionTrue, tenantcluster.ReasonApplied) &&
+			hasCondition(got, v1alpha1.ConditionAddonsReady, metav1.ConditionTrue, v1alpha1.ReasonApplied) &&
 			got.Status.ObservedVersion == tc.Spec.Version && got.Status.ObservedGeneration == got.Generation, conditionsString(got), nil
 	})
 	checkTenantRBAC(ctx, t, name, ns)
@@ -727,7 +727,7 @@ func TestInvalidSpec(t *testing.T) {
 		if got, err = getTC(ctx, key); err != nil {
 			return false, "", err
 		}
-		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, tenantcluster.ReasonInvalidSpec), conditionsString(got), nil
+		return hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec), conditionsString(got), nil
 	})
 	c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
 	if !strings.Contains(c.Message, "metadata.name") {
@@ -752,7 +752,7 @@ func TestInvalidSpec(t *testing.T) {
 			return false, "", err
 		}
 		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
-			return e.Regarding.UID == got.UID && e.Type == corev1.EventTypeWarning && strings.Contains(e.Reason, tenantcluster.ReasonInvalidSpec)
+			return e.Regarding.UID == got.UID && e.Type == corev1.EventTypeWarning && strings.Contains(e.Reason, v1alpha1.ReasonInvalidSpec)
 		}), fmt.Sprintf("%d events", len(events.Items)), nil
 	})
 	// Deletion still works for a spec that never resolved. A token issuer

@@ -15,23 +15,6 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 )
 
-// Condition reasons. They are part of the API users script against
-// (kubectl wait, alerts), so they are constants, never formatted strings.
-const (
-	ReasonInvalidSpec            = "InvalidSpec"
-	ReasonIssued                 = "Issued"
-	ReasonIssuing                = "Issuing"
-	ReasonWaitingForCertificates = "WaitingForCertificates"
-	ReasonMembersReady           = "MembersReady"
-	ReasonMembersNotReady        = "MembersNotReady"
-	ReasonAvailable              = "Available"
-	ReasonNotAvailable           = "NotAvailable"
-	ReasonEndpointPending        = "EndpointPending"
-	ReasonControlPlaneReady      = "ControlPlaneReady"
-	ReasonReconcileError         = "ReconcileError"
-	ReasonWaitingForEtcd         = "WaitingForEtcd"
-)
-
 // namedCertificate is a Certificate the reconciler applied, with what it read
 // back (nil when it could not be read).
 type namedCertificate struct {
@@ -68,12 +51,12 @@ func certificatesCondition(certs []namedCertificate) (metav1.Condition, bool) {
 	}
 	if len(pending) == 0 {
 		return metav1.Condition{
-			Type: v1alpha1.ConditionCertificatesReady, Status: metav1.ConditionTrue, Reason: ReasonIssued,
+			Type: v1alpha1.ConditionCertificatesReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonIssued,
 			Message: fmt.Sprintf("all %d certificates are issued", len(certs)),
 		}, true
 	}
 	return metav1.Condition{
-		Type: v1alpha1.ConditionCertificatesReady, Status: metav1.ConditionFalse, Reason: ReasonIssuing,
+		Type: v1alpha1.ConditionCertificatesReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonIssuing,
 		Message: fmt.Sprintf("%d of %d certificates not ready: %s", len(pending), len(certs), strings.Join(pending, ", ")),
 	}, false
 }
@@ -90,16 +73,16 @@ func etcdCondition(sts *appsv1.StatefulSet) (metav1.Condition, bool) {
 	}
 	switch {
 	case sts == nil:
-		return notReady(v1alpha1.ConditionEtcdReady, ReasonMembersNotReady, "the etcd StatefulSet does not exist yet"), false
+		return notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonMembersNotReady, "the etcd StatefulSet does not exist yet"), false
 	case sts.Status.ObservedGeneration < sts.Generation:
-		return notReady(v1alpha1.ConditionEtcdReady, ReasonMembersNotReady,
+		return notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonMembersNotReady,
 			fmt.Sprintf("%d/%d etcd members ready; no pods running yet for generation %d of the StatefulSet", sts.Status.ReadyReplicas, want, sts.Generation)), false
 	case sts.Status.ReadyReplicas < want:
-		return notReady(v1alpha1.ConditionEtcdReady, ReasonMembersNotReady,
+		return notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonMembersNotReady,
 			fmt.Sprintf("%d/%d etcd members ready", sts.Status.ReadyReplicas, want)), false
 	}
 	return metav1.Condition{
-		Type: v1alpha1.ConditionEtcdReady, Status: metav1.ConditionTrue, Reason: ReasonMembersReady,
+		Type: v1alpha1.ConditionEtcdReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonMembersReady,
 		Message: fmt.Sprintf("%d/%d etcd members ready", sts.Status.ReadyReplicas, want),
 	}, true
 }
@@ -140,9 +123,9 @@ func rolledOut(d *appsv1.Deployment) bool {
 func apiServerCondition(d *appsv1.Deployment) (metav1.Condition, bool) {
 	ok, msg := deploymentAvailable(d, "kube-apiserver")
 	if !ok {
-		return notReady(v1alpha1.ConditionAPIServerReady, ReasonNotAvailable, msg), false
+		return notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonNotAvailable, msg), false
 	}
-	return metav1.Condition{Type: v1alpha1.ConditionAPIServerReady, Status: metav1.ConditionTrue, Reason: ReasonAvailable, Message: msg}, true
+	return metav1.Condition{Type: v1alpha1.ConditionAPIServerReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAvailable, Message: msg}, true
 }
 
 // readyCondition summarises the others. It lists every reason the control
@@ -161,11 +144,11 @@ func readyCondition(conds []metav1.Condition, extra []string) metav1.Condition {
 	}
 	why = append(why, extra...)
 	if len(why) == 0 {
-		return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonControlPlaneReady,
+		return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonControlPlaneReady,
 			Message: "the control plane is running"}
 	}
 	if reason == "" {
-		reason = ReasonNotAvailable
+		reason = v1alpha1.ReasonNotAvailable
 	}
 	return notReady(v1alpha1.ConditionReady, reason, strings.Join(why, "; "))
 }

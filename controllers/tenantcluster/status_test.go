@@ -88,7 +88,7 @@ func TestEtcdCondition(t *testing.T) {
 			if c.Type != v1alpha1.ConditionEtcdReady {
 				t.Errorf("type %s", c.Type)
 			}
-			if !ok && c.Reason != ReasonMembersNotReady {
+			if !ok && c.Reason != v1alpha1.ReasonMembersNotReady {
 				t.Errorf("reason %s", c.Reason)
 			}
 		})
@@ -145,9 +145,9 @@ func TestReadyCondition(t *testing.T) {
 		wantReason string
 		wantMsg    string
 	}{
-		{"all true", []metav1.Condition{ok("A"), ok("B")}, nil, metav1.ConditionTrue, ReasonControlPlaneReady, "the control plane is running"},
+		{"all true", []metav1.Condition{ok("A"), ok("B")}, nil, metav1.ConditionTrue, v1alpha1.ReasonControlPlaneReady, "the control plane is running"},
 		{"first false names the reason, message lists all", []metav1.Condition{ok("A"), bad("B"), bad("C")}, []string{"x"}, metav1.ConditionFalse, "BFalse", "B: broken; C: broken; x"},
-		{"only extra", []metav1.Condition{ok("A")}, []string{"endpoint pending"}, metav1.ConditionFalse, ReasonNotAvailable, "endpoint pending"},
+		{"only extra", []metav1.Condition{ok("A")}, []string{"endpoint pending"}, metav1.ConditionFalse, v1alpha1.ReasonNotAvailable, "endpoint pending"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := readyCondition(tc.conds, tc.extra)
@@ -277,8 +277,8 @@ func TestTransitionEventType(t *testing.T) {
 		{"first observation", nil, cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeNormal},
 		{"became true", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionTrue, "Issued"), corev1.EventTypeNormal},
 		{"fell from true", ptr(cond(metav1.ConditionTrue, "Issued")), cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeWarning},
-		{"invalid spec", nil, cond(metav1.ConditionFalse, ReasonInvalidSpec), corev1.EventTypeWarning},
-		{"error", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionFalse, ReasonReconcileError), corev1.EventTypeWarning},
+		{"invalid spec", nil, cond(metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec), corev1.EventTypeWarning},
+		{"error", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionFalse, v1alpha1.ReasonReconcileError), corev1.EventTypeWarning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := transitionEventType(tc.old, tc.new); got != tc.want {

@@ -112,9 +112,12 @@ func Addons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 }
 
 // AddonNames lists "Kind namespace/name" (or "Kind name" when
-// cluster-scoped) of what Addons returns for c and in, in the same order,
-// for status messages and pruning. Unlike Addons it needs neither Endpoint
-// nor CACert: which objects exist depends only on the switches.
+// cluster-scoped) of what Addons returns for c and in, in the same order.
+// Unlike Addons it needs neither Endpoint nor CACert: which objects exist
+// depends only on the switches. The controller does not use it (its
+// AddonsReady message counts objects, and pruning needs the objects' kinds
+// to read them back, so it calls Addons with every switch on); it is the
+// cheap way to ask which objects a set of switches yields.
 func AddonNames(c *Cluster, in AddonInputs) ([]string, error) {
 	objs, err := buildAddons(c, in)
 	if err != nil {

@@ -177,13 +177,16 @@ const (
 // pod must be ready on /readyz before an old one goes. The checksum
 // annotation covers the mounted Secrets and configuration, so a renewed
 // certificate or a changed admission config rolls the pods.
-func APIServerDeployment(c *Cluster, secrets SecretData) (*appsv1.Deployment, error) {
+//
+// config is the control plane ConfigMap (ConfigMap) as the caller applied
+// it: the checksum hashes the configuration the pods will actually mount,
+// and the ConfigMap is built once per pass rather than once per workload.
+func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
 	args, err := APIServerFlags(c)
 	if err != nil {
 		return nil, err
 	}
-	cm, err := ConfigMap(c)
-	if err != nil {
+	if err := c.checkConfig(ComponentAPIServer, config); err != nil {
 		return nil, err
 	}
 	apiConfigKeys := []string{ConfigKeyAdmission}
@@ -250,12 +253,26 @@ func APIServerDeployment(c *Cluster, secrets SecretData) (*appsv1.Deployment, er
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      c.labels(ComponentAPIServer),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, cm.Data, configKeys)},
+					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
 				},
 				Spec: pod,
 			},
 		},
 	}, nil
+}
+
+// checkConfig refuses a missing ConfigMap or one of another tenant: a pod
+// template hashed over the wrong configuration would not roll when its own
+// changes.
+func (c *Cluster) checkConfig(component string, config *corev1.ConfigMap) error {
+	if config == nil {
+		return fmt.Errorf("%s: the control plane ConfigMap is required", component)
+	}
+	if config.Name != c.ConfigMapName() || config.Namespace != c.Namespace {
+		return fmt.Errorf("%s: ConfigMap %s/%s is not the control plane ConfigMap %s/%s", component,
+			config.Namespace, config.Name, c.Namespace, c.ConfigMapName())
+	}
+	return nil
 }
 
 var (
@@ -267,36 +284,37 @@ var (
 	schedulerMounts = []secretMount{kubeconfigMount(RoleScheduler)}
 )
 
-// ControllerManagerDeployment builds kube-controller-manager.
-func ControllerManagerDeployment(c *Cluster, secrets SecretData) (*appsv1.Deployment, error) {
+// ControllerManagerDeployment builds kube-controller-manager. config is the
+// control plane ConfigMap, as for APIServerDeployment.
+func ControllerManagerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
 	args, err := ControllerManagerFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	return c.leaderElectedDeployment(ComponentControllerManager, c.ControllerManagerName(), args,
-		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, requests("100m", "128Mi"), secrets)
+		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, requests("100m", "128Mi"), config, secrets)
 }
 
-// SchedulerDeployment builds kube-scheduler.
-func SchedulerDeployment(c *Cluster, secrets SecretData) (*appsv1.Deployment, error) {
+// SchedulerDeployment builds kube-scheduler. config is the control plane
+// ConfigMap, as for APIServerDeployment.
+func SchedulerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
 	args, err := SchedulerFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	return c.leaderElectedDeployment(ComponentScheduler, c.SchedulerName(), args,
-		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, requests("50m", "64Mi"), secrets)
+		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, requests("50m", "64Mi"), config, secrets)
 }
 
 // leaderElectedDeployment is the shape kube-controller-manager and
 // kube-scheduler share: two replicas, one active by leader election, probed
 // on /healthz of their secure port (readable anonymously by default).
 func (c *Cluster) leaderElectedDeployment(component, name string, args []string, mounts []secretMount,
-	kubeconfigKey string, port int32, res corev1.ResourceRequirements, secrets SecretData) (*appsv1.Deployment, error) {
-	cm, err := ConfigMap(c)
-	if err != nil {
+	kubeconfigKey string, port int32, res corev1.ResourceRequirements, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
+	if err := c.checkConfig(component, config); err != nil {
 		return nil, err
 	}
-	if _, ok := cm.Data[kubeconfigKey]; !ok {
+	if _, ok := config.Data[kubeconfigKey]; !ok {
 		return nil, fmt.Errorf("%s: kubeconfig %s missing from the control plane ConfigMap", component, kubeconfigKey)
 	}
 	configKeys := []string{kubeconfigKey}
@@ -319,7 +337,7 @@ func (c *Cluster) leaderElectedDeployment(component, name string, args []string,
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      c.labels(component),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, cm.Data, configKeys)},
+					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
 				},
 				Spec: pod,
 			},

@@ -154,7 +154,7 @@ func TestAPIServerDeploymentKonnectivity(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprintf("konnectivity=%v", on), func(t *testing.T) {
 			c := resolveTC(t, konnectivity(on), func(tc *v1alpha1.TenantCluster) { tc.Spec.APIServer.Replicas = ptrTo(int32(3)) })
-			d, err := APIServerDeployment(c, nil)
+			d, err := APIServerDeployment(c, mustConfigMap(t, c), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -214,8 +214,8 @@ func TestImagesComeFromOptions(t *testing.T) {
 	opts.Images.Registry = "mirror.local:5000/k8s"
 	c := mustResolve(t, newTC(func(tc *v1alpha1.TenantCluster) { tc.Spec.Version = "v1.35.1" }), opts)
 	sts, _ := EtcdStatefulSet(c, EtcdClusterNew, nil)
-	kcm, _ := ControllerManagerDeployment(c, nil)
-	sched, _ := SchedulerDeployment(c, nil)
+	kcm, _ := ControllerManagerDeployment(c, mustConfigMap(t, c), nil)
+	sched, _ := SchedulerDeployment(c, mustConfigMap(t, c), nil)
 	for got, want := range map[string]string{
 		sts.Spec.Template.Spec.Containers[0].Image:   "mirror.local:5000/k8s/etcd:3.6.5-0",
 		kcm.Spec.Template.Spec.Containers[0].Image:   "mirror.local:5000/k8s/kube-controller-manager:v1.35.1",
@@ -229,11 +229,11 @@ func TestImagesComeFromOptions(t *testing.T) {
 
 func TestLeaderElectedDeployments(t *testing.T) {
 	c := resolveTC(t)
-	kcm, err := ControllerManagerDeployment(c, nil)
+	kcm, err := ControllerManagerDeployment(c, mustConfigMap(t, c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := SchedulerDeployment(c, nil)
+	sched, err := SchedulerDeployment(c, mustConfigMap(t, c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +257,16 @@ func workloadObjects(t *testing.T, c *Cluster, secrets SecretData) (*appsv1.Stat
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := APIServerDeployment(c, secrets)
+	cm := mustConfigMap(t, c)
+	api, err := APIServerDeployment(c, cm, secrets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kcm, err := ControllerManagerDeployment(c, secrets)
+	kcm, err := ControllerManagerDeployment(c, cm, secrets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := SchedulerDeployment(c, secrets)
+	sched, err := SchedulerDeployment(c, cm, secrets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func TestAPIServerServiceExpose(t *testing.T) {
 				t.Errorf("externalIPs = %v, want %v", svc.Spec.ExternalIPs, tt.wantExternal)
 			}
 			// Target ports are named and must exist in the API server pod.
-			d, err := APIServerDeployment(c, nil)
+			d, err := APIServerDeployment(c, mustConfigMap(t, c), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -539,5 +540,44 @@ func TestPodDisruptionBudgets(t *testing.T) {
 	}
 	if etcdPDB == nil || !reflect.DeepEqual(etcdPDB.Spec.Selector.MatchLabels, sts.Spec.Selector.MatchLabels) {
 		t.Errorf("etcd budget does not select the etcd pods")
+	}
+}
+
+// TestWorkloadsHashTheGivenConfigMap: the pod-template checksum covers the
+// ConfigMap the caller passes (the one it applied), not a copy the builder
+// makes, and a workload refuses to be built without it or with another
+// tenant's.
+func TestWorkloadsHashTheGivenConfigMap(t *testing.T) {
+	c := resolveTC(t)
+	builders := map[string]func(*Cluster, *corev1.ConfigMap, SecretData) (*appsv1.Deployment, error){
+		"apiserver": APIServerDeployment, "controller-manager": ControllerManagerDeployment, "scheduler": SchedulerDeployment,
+	}
+	for name, b := range builders {
+		t.Run(name, func(t *testing.T) {
+			cm := mustConfigMap(t, c)
+			before, err := b(c, cm, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed := cm.DeepCopy()
+			for k := range changed.Data {
+				changed.Data[k] += "# edited\n"
+			}
+			after, err := b(c, changed, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before.Spec.Template.Annotations[AnnotationChecksum] == after.Spec.Template.Annotations[AnnotationChecksum] {
+				t.Error("checksum ignores the ConfigMap passed in")
+			}
+			if _, err := b(c, nil, nil); err == nil {
+				t.Error("built without a ConfigMap")
+			}
+			other := cm.DeepCopy()
+			other.Name = "beta-control-plane"
+			if _, err := b(c, other, nil); err == nil {
+				t.Error("built with another tenant's ConfigMap")
+			}
+		})
 	}
 }

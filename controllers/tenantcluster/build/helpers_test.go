@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
@@ -40,6 +41,16 @@ func mustResolve(t *testing.T, tc *v1alpha1.TenantCluster, opts Options) *Cluste
 func resolveTC(t *testing.T, mods ...func(*v1alpha1.TenantCluster)) *Cluster {
 	t.Helper()
 	return mustResolve(t, newTC(mods...), testOptions())
+}
+
+// mustConfigMap is the control plane ConfigMap the workload builders take.
+func mustConfigMap(t *testing.T, c *Cluster) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := ConfigMap(c)
+	if err != nil {
+		t.Fatalf("ConfigMap: %v", err)
+	}
+	return cm
 }
 
 func konnectivity(on bool) func(*v1alpha1.TenantCluster) {

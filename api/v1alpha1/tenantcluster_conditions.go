@@ -1,0 +1,69 @@
+package v1alpha1
+
+// Reasons of the TenantCluster conditions. They are part of the API: users
+// script against them (kubectl wait, alerts) and every change of one is an
+// event whose reason is the condition type followed by it, so they are
+// constants here, never formatted strings, and renaming one is a breaking
+// change.
+const (
+	// Ready.
+
+	// ReasonControlPlaneReady: every other condition is True.
+	ReasonControlPlaneReady = "ControlPlaneReady"
+	// ReasonInvalidSpec: the spec cannot be built; nothing is written
+	// until it is edited.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonReconcileError: the last pass failed; the message is the error.
+	ReasonReconcileError = "ReconcileError"
+	// When another condition is False, Ready's reason is that condition's
+	// type followed by "False" (e.g. EtcdReadyFalse), naming the first one
+	// in the order CertificatesReady, EtcdReady, APIServerReady,
+	// AddonsReady; when only something without a condition of its own
+	// holds it back (controller-manager, scheduler, a pending endpoint) it
+	// is ReasonNotAvailable.
+
+	// CertificatesReady.
+
+	// ReasonIssued: every Certificate is issued for its current spec.
+	ReasonIssued = "Issued"
+	// ReasonIssuing: some Certificate or its Secret is not there yet.
+	ReasonIssuing = "Issuing"
+
+	// EtcdReady.
+
+	// ReasonMembersReady: every etcd member is ready (which needs quorum).
+	ReasonMembersReady = "MembersReady"
+	// ReasonMembersNotReady: some member is not, or the StatefulSet has
+	// not caught up with its spec.
+	ReasonMembersNotReady = "MembersNotReady"
+
+	// APIServerReady (and Ready).
+
+	// ReasonAvailable: every API server replica is available.
+	ReasonAvailable = "Available"
+	// ReasonNotAvailable: some replica is not.
+	ReasonNotAvailable = "NotAvailable"
+	// ReasonWaitingForEtcd: the API server is created only once etcd is
+	// ready.
+	ReasonWaitingForEtcd = "WaitingForEtcd"
+
+	// EtcdReady, APIServerReady and AddonsReady.
+
+	// ReasonWaitingForCertificates: never deployed, since the certificates
+	// it mounts are not issued yet.
+	ReasonWaitingForCertificates = "WaitingForCertificates"
+
+	// AddonsReady.
+
+	// ReasonApplied: kubefarm's RBAC and the add-ons are applied inside
+	// the tenant.
+	ReasonApplied = "Applied"
+	// ReasonApplyFailed: a write into the tenant failed; retried shortly.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonWaitingForAPIServer: the tenant API server is not available
+	// yet.
+	ReasonWaitingForAPIServer = "WaitingForAPIServer"
+	// ReasonEndpointPending: the external endpoint nodes use is not known
+	// yet.
+	ReasonEndpointPending = "EndpointPending"
+)
