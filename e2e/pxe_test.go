@@ -117,16 +117,15 @@ func TestPXE(t *testing.T) {
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatalf("creating the NodePool: %v", err)
 	}
-	// There is no NodePool controller yet: the Machine is written directly,
-	// as that controller will.
-	machine := &kubefarmv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: hostname},
-		Spec: kubefarmv1.MachineSpec{
-			Pool: pool.Name, Cluster: "c1", Hostname: hostname, MACs: []string{mac}, IP: ip, DesiredImage: "img",
-		},
-	}
-	if err := c.Create(ctx, machine); err != nil {
-		t.Fatalf("creating the Machine: %v", err)
+	// The NodePool controller writes the pool's Machine; kubefarm-pxe
+	// answers only once it has seen it.
+	machine := &kubefarmv1.Machine{}
+	poll(t, ctx, "the NodePool controller never wrote the Machine", time.Minute, func(ctx context.Context) (bool, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + hostname}, machine)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if machine.Spec.Hostname != hostname || machine.Spec.IP != ip || len(machine.Spec.MACs) != 1 || machine.Spec.MACs[0] != mac {
+		t.Fatalf("the controller's Machine does not match the pool entry: %+v", machine.Spec)
 	}
 
 	cliNs := bootClient(t, mac)

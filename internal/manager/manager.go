@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 )
 
@@ -45,6 +46,10 @@ type Options struct {
 	// PXENamespace is where kubefarm-pxe runs; the TenantCluster controller
 	// writes each tenant's token issuer credential there. Empty writes none.
 	PXENamespace string
+	// DialTenant is how the TenantCluster controller makes the client of a
+	// tenant's API server, which it keeps per tenant; nil dials the tenant
+	// at its in-cluster address. Tests, whose tenants are stand-ins, set it.
+	DialTenant tenantcluster.DialTenant
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -117,15 +122,22 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // leader; the webhooks registered beside them run on every replica.
 func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	if err := (&tenantcluster.Reconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Scheme:       mgr.GetScheme(),
-		Recorder:     mgr.GetEventRecorder("tenantcluster-controller"),
-		Images:       tenantcluster.DefaultImages(opts.ImageRegistry),
-		AddonsResync: opts.AddonsResync,
-		PXENamespace: opts.PXENamespace,
+		Client:        mgr.GetClient(),
+		APIReader:     mgr.GetAPIReader(),
+		Scheme:        mgr.GetScheme(),
+		Recorder:      mgr.GetEventRecorder("tenantcluster-controller"),
+		Images:        tenantcluster.DefaultImages(opts.ImageRegistry),
+		AddonsResync:  opts.AddonsResync,
+		PXENamespace:  opts.PXENamespace,
+		TenantClients: tenantcluster.NewTenantClients(opts.DialTenant),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the TenantCluster controller: %w", err)
+	}
+	if err := (&nodepool.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("nodepool-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the NodePool controller: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,34 @@
+package v1alpha1
+
+// Reasons of the NodePool conditions. Like the TenantCluster's, they are
+// part of the API (kubectl wait, alerts, and the reason of the event that
+// every change of a condition emits), so they are constants, never
+// formatted strings.
+const (
+	// Ready.
+
+	// ReasonPoolReady: every machine of the pool is a Ready node.
+	ReasonPoolReady = "PoolReady"
+	// ReasonBootImageNotFound: spec.bootImage names no BootImage. The
+	// Machines are still written; new ones get a served image once the
+	// BootImage exists.
+	ReasonBootImageNotFound = "BootImageNotFound"
+	// ReasonMachineConflict: a Machine of the name one of the pool's
+	// entries needs exists and belongs to something else (another pool
+	// whose name and entry spell the same object name); that entry is
+	// left alone.
+	ReasonMachineConflict = "MachineConflict"
+	// Ready is also False with ReasonInvalidSpec or ReasonReconcileError
+	// (see tenantcluster_conditions.go), or with the reason of
+	// MachinesReady when only that holds it back.
+
+	// MachinesReady.
+
+	// ReasonAllMachinesReady: every Machine's NodeReady condition is True.
+	ReasonAllMachinesReady = "AllMachinesReady"
+	// ReasonMachinesNotReady: some Machine's node is not Ready (or has not
+	// joined yet); the message names up to five of them.
+	ReasonMachinesNotReady = "MachinesNotReady"
+	// ReasonNoMachines: the pool has no machines.
+	ReasonNoMachines = "NoMachines"
+)

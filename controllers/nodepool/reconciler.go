@@ -1,0 +1,375 @@
+// Package nodepool is the controller of NodePool: it keeps one Machine per
+// pool entry (created, updated and deleted with the pool) and reports the
+// pool's machines in its status. The Machines come from the pure builder
+// in the build subpackage; this package only fetches, applies what differs,
+// prunes what the pool no longer names and writes conditions.
+//
+// The reconcile is a list of phases over a scope, with one deferred status
+// write that computes the summary conditions (see Reconcile), the same shape
+// as the TenantCluster controller's.
+package nodepool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/internal/conditions"
+	"github.com/kubefarm/kubefarm/internal/ssa"
+)
+
+// FieldOwner is the server-side apply field manager of the NodePool
+// controller's writes: the Machines' metadata and spec, the one-time initial
+// served image, and the pool's status. The rollout controller moves the
+// served image later under a field manager of its own.
+const FieldOwner = "kubefarm-nodepool"
+
+// BootImageIndex indexes NodePools by spec.bootImage, so that a BootImage
+// appearing wakes exactly the pools that name it.
+const BootImageIndex = "spec.bootImage"
+
+// Reconciler reconciles NodePools.
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client   client.Client
+	Recorder events.EventRecorder
+}
+
+// SetupWithManager registers the controller. Owning the Machines makes a
+// Machine's status (its node's readiness) and any hand edit of its spec wake
+// the pool; the index on spec.bootImage maps a BootImage to its pools.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodePool{}, BootImageIndex,
+		func(o client.Object) []string { return []string{o.(*v1alpha1.NodePool).Spec.BootImage} }); err != nil {
+		return fmt.Errorf("indexing NodePools by %s: %w", BootImageIndex, err)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.NodePool{}).
+		Owns(&v1alpha1.Machine{}).
+		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfImage)).
+		Named("nodepool").
+		Complete(r)
+}
+
+func (r *Reconciler) poolsOfImage(ctx context.Context, o client.Object) []reconcile.Request {
+	pools := &v1alpha1.NodePoolList{}
+	if err := r.Client.List(ctx, pools, client.MatchingFields{BootImageIndex: o.GetName()}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the NodePools of a BootImage", "bootImage", o.GetName())
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(pools.Items))
+	for _, p := range pools.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+	}
+	return reqs
+}
+
+// +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools/status,verbs=patch
+// Machines block their pool's foreground deletion (blockOwnerDeletion),
+// which OwnerReferencesPermissionEnforcement allows only to who may update
+// the pool's finalizers.
+// +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools/finalizers,verbs=update
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=bootimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// scope is what one pass knows about one pool. Phases fill it in order and
+// record their findings on it; the deferred status write turns the findings
+// into conditions in one place.
+type scope struct {
+	pool *v1alpha1.NodePool
+	// image is the pool's BootImage; nil when it does not exist.
+	image *v1alpha1.BootImage
+	// desired are the Machines the pool stands for, from the builder.
+	desired []*v1alpha1.Machine
+	// live are the pool's Machines as the API server holds them after this
+	// pass's writes, by name.
+	live map[string]*v1alpha1.Machine
+	// invalid is why the pool cannot be built; nothing is written then.
+	invalid error
+	// conflicts name the entries whose Machine belongs to someone else.
+	conflicts []string
+}
+
+// phase is one step of a pass. A phase that cannot go on returns stop; an
+// error ends the pass too and is reported in Ready.
+type phase func(ctx context.Context, s *scope) (stop bool, err error)
+
+// Reconcile drives one NodePool towards its spec. Conditions and counts are
+// computed from the scope once, by the deferred status write, so every exit
+// (an invalid spec, an error) reports what was observed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	pool := &v1alpha1.NodePool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		// The Machines carry owner references to the pool: the garbage
+		// collector removes them, and nothing else is the pool's.
+		return ctrl.Result{}, nil
+	}
+	s := &scope{pool: pool, live: map[string]*v1alpha1.Machine{}}
+	before := pool.Status.DeepCopy()
+	defer func() {
+		r.summarize(s, retErr)
+		if equality.Semantic.DeepEqual(before, &s.pool.Status) {
+			return
+		}
+		if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, s.pool); err != nil {
+			retErr = errors.Join(retErr, fmt.Errorf("applying the status of NodePool %s/%s: %w", pool.Namespace, pool.Name, err))
+			return
+		}
+		conditions.EmitTransitions(r.Recorder, s.pool, before.Conditions, s.pool.Status.Conditions,
+			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError)
+	}()
+	for _, p := range []phase{r.buildMachines, r.fetchImage, r.applyMachines, r.pruneMachines} {
+		stop, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if stop {
+			break
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// buildMachines runs the builder. A pool it refuses is an invalid spec:
+// retrying cannot help, and the pool's next edit brings the next pass.
+func (r *Reconciler) buildMachines(ctx context.Context, s *scope) (bool, error) {
+	desired, err := build.Machines(s.pool)
+	if err != nil {
+		s.invalid = err
+		log.FromContext(ctx).Info("invalid NodePool", "error", err.Error())
+		return true, nil
+	}
+	s.desired = desired
+	return false, nil
+}
+
+// fetchImage reads the pool's BootImage. A missing one does not stop the
+// pass: the Machines' identity does not depend on it, and kubefarm-pxe can
+// already answer their DHCP; only a new Machine's served image waits.
+func (r *Reconciler) fetchImage(ctx context.Context, s *scope) (bool, error) {
+	img := &v1alpha1.BootImage{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: s.pool.Spec.BootImage}, img); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading BootImage %s: %w", s.pool.Spec.BootImage, err)
+	}
+	s.image = img
+	return false, nil
+}
+
+// applyMachines writes each desired Machine whose live copy differs, and
+// gives a Machine that has no served image yet its initial one. Comparing
+// first keeps a pass that changes nothing free of writes: every Machine's
+// status update wakes its pool, and a pool of 250 would otherwise cost 250
+// applies per node heartbeat that changes a condition.
+func (r *Reconciler) applyMachines(ctx context.Context, s *scope) (bool, error) {
+	for _, want := range s.desired {
+		live := &v1alpha1.Machine{}
+		err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), live)
+		switch {
+		case apierrors.IsNotFound(err):
+			live = nil
+		case err != nil:
+			return false, fmt.Errorf("reading Machine %s: %w", want.Name, err)
+		}
+		if live != nil && !metav1.IsControlledBy(live, s.pool) {
+			s.conflicts = append(s.conflicts, want.Name)
+			continue
+		}
+		if live == nil || !upToDate(live, want) {
+			applied := &v1alpha1.Machine{}
+			if err := ssa.Apply(ctx, r.Client, FieldOwner, want, applied); err != nil {
+				return false, err
+			}
+			live = applied
+		}
+		if live.Status.ServedImage == nil && s.image != nil {
+			if err := r.setInitialServedImage(ctx, live, s.image); err != nil {
+				return false, err
+			}
+		}
+		s.live[live.Name] = live
+	}
+	return false, nil
+}
+
+// upToDate tells whether live already carries everything the builder
+// decides: spec, the builder's labels, and the owner reference. What others
+// added (labels, owner references) does not count: applying would not
+// remove it, so it would only make every pass write.
+func upToDate(live, want *v1alpha1.Machine) bool {
+	if !equality.Semantic.DeepEqual(live.Spec, want.Spec) {
+		return false
+	}
+	for k, v := range want.Labels {
+		if live.Labels[k] != v {
+			return false
+		}
+	}
+	for _, ref := range want.OwnerReferences {
+		if !slices.ContainsFunc(live.OwnerReferences, func(o metav1.OwnerReference) bool {
+			return equality.Semantic.DeepEqual(o, ref)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// setInitialServedImage gives a new Machine the pool's image to be served at
+// its first boot. Only the rollout moves it afterwards, so it is written
+// once, when absent; the apply carries nothing but that field, under this
+// controller's field manager.
+func (r *Reconciler) setInitialServedImage(ctx context.Context, m *v1alpha1.Machine, img *v1alpha1.BootImage) error {
+	patch := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace}}
+	patch.Status.ServedImage = build.InitialServedImage(img)
+	if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, patch); err != nil {
+		return err
+	}
+	m.Status.ServedImage = patch.Status.ServedImage
+	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, "ServedImageSet", "Create",
+		"first boot will serve BootImage %s (rootfs %s)", img.Name, img.Spec.Rootfs.Digest)
+	return nil
+}
+
+// pruneMachines deletes the pool's Machines whose entry is gone. Only
+// Machines the pool controls are touched, with a UID precondition, so a
+// Machine recreated meanwhile under the same name survives.
+func (r *Reconciler) pruneMachines(ctx context.Context, s *scope) (bool, error) {
+	list := &v1alpha1.MachineList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(s.pool.Namespace),
+		client.MatchingLabels{build.LabelPool: s.pool.Name}); err != nil {
+		return false, fmt.Errorf("listing the Machines of NodePool %s: %w", s.pool.Name, err)
+	}
+	wanted := make(map[string]bool, len(s.desired))
+	for _, m := range s.desired {
+		wanted[m.Name] = true
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		if wanted[m.Name] || !metav1.IsControlledBy(m, s.pool) || !m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting Machine %s: %w", m.Name, err)
+		}
+		r.Recorder.Eventf(s.pool, m, corev1.EventTypeNormal, "MachineDeleted", "Delete",
+			"deleted Machine %s: its entry is no longer in the pool", m.Name)
+	}
+	return false, nil
+}
+
+// summarize turns the scope into the pool's status: the counts and the
+// MachinesReady and Ready conditions. It is the only place either
+// condition is decided.
+func (r *Reconciler) summarize(s *scope, passErr error) {
+	pool := s.pool
+	pool.Status.ObservedGeneration = pool.Generation
+	set := func(c metav1.Condition) { conditions.Set(&pool.Status.Conditions, pool.Generation, c) }
+	if s.invalid != nil {
+		set(conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, s.invalid.Error()))
+		return
+	}
+	counts := countMachines(pool, s.desired, s.live)
+	pool.Status.Machines, pool.Status.ReadyMachines, pool.Status.UpdatedMachines =
+		int32(len(s.desired)), int32(counts.ready), int32(counts.updated)
+
+	machinesReady := conditions.New(v1alpha1.ConditionMachinesReady, true, v1alpha1.ReasonAllMachinesReady,
+		fmt.Sprintf("%d of %d machines are Ready nodes", counts.ready, len(s.desired)))
+	switch {
+	case len(s.desired) == 0:
+		machinesReady = conditions.New(v1alpha1.ConditionMachinesReady, false, v1alpha1.ReasonNoMachines, "the pool has no machines")
+	case len(counts.notReady) > 0:
+		machinesReady = conditions.New(v1alpha1.ConditionMachinesReady, false, v1alpha1.ReasonMachinesNotReady,
+			fmt.Sprintf("%d of %d machines are Ready nodes; not Ready: %s", counts.ready, len(s.desired), someOf(counts.notReady)))
+	}
+	if passErr == nil {
+		// A failed pass saw only part of the Machines; the previous
+		// MachinesReady stays rather than a partial count.
+		set(machinesReady)
+	}
+
+	var ready metav1.Condition
+	switch {
+	case passErr != nil:
+		ready = conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconcileError, passErr.Error())
+	case s.image == nil:
+		ready = conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonBootImageNotFound,
+			fmt.Sprintf("BootImage %s does not exist; new machines get a served image once it does", pool.Spec.BootImage))
+	case len(s.conflicts) > 0:
+		ready = conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonMachineConflict,
+			"these Machines exist and belong to something else, so their entries are not applied: "+someOf(s.conflicts))
+	case machinesReady.Status != metav1.ConditionTrue:
+		ready = conditions.New(v1alpha1.ConditionReady, false, machinesReady.Reason, machinesReady.Message)
+	default:
+		ready = conditions.New(v1alpha1.ConditionReady, true, v1alpha1.ReasonPoolReady, machinesReady.Message)
+	}
+	set(ready)
+}
+
+type machineCounts struct {
+	ready, updated int
+	notReady       []string
+}
+
+// countMachines counts the desired Machines whose node is Ready (their
+// NodeReady condition) and those running the pool's image: served it and
+// booted its rootfs.
+func countMachines(pool *v1alpha1.NodePool, desired []*v1alpha1.Machine, live map[string]*v1alpha1.Machine) machineCounts {
+	var c machineCounts
+	for _, want := range desired {
+		m := live[want.Name]
+		if m != nil && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionNodeReady) {
+			c.ready++
+		} else {
+			c.notReady = append(c.notReady, want.Name)
+		}
+		if m != nil && runsImage(m, pool.Spec.BootImage) {
+			c.updated++
+		}
+	}
+	sort.Strings(c.notReady)
+	return c
+}
+
+// runsImage: the machine is served the named image and last booted its
+// rootfs.
+func runsImage(m *v1alpha1.Machine, image string) bool {
+	served, booted := m.Status.ServedImage, m.Status.LastBoot
+	return served != nil && served.Name == image && booted != nil && booted.ImageDigest == served.Digest
+}
+
+// someOf names up to five items, and how many more there are, so that a
+// condition message stays short for a pool of 250.
+func someOf(names []string) string {
+	const most = 5
+	if len(names) <= most {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:most], ", "), len(names)-most)
+}
