@@ -19,7 +19,7 @@ func shed(mt dhcpv4.MessageType, queued, capacity int) bool {
 }
 
 // peekMessageType finds option 53 in a raw BOOTP packet without decoding
-// it: a bounded walk over the options, for the socket reader's admission
+// it: a bounded walk over the options, for the socket reader's shedding
 // decision. Anything it cannot read is reported as not found and left to
 // the full parser.
 func peekMessageType(pkt []byte) (dhcpv4.MessageType, bool) {
