@@ -337,8 +337,6 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		}
 		if allocator != nil {
 			dcfg.Dynamic = allocator
-			dcfg.DynamicErrors = dhcp.DynamicErrors{NoPool: dynamic.ErrNoPool, RangeFull: dynamic.ErrRangeFull,
-				NotLeased: dynamic.ErrNotLeased, NoRecord: dynamic.ErrNoRecord}
 			dcfg.DynamicWorkers = o.dynamicWorkers
 		}
 		dm, err := dhcp.NewMetrics(reg)

@@ -2,7 +2,7 @@ package dhcp
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net"
 	"time"
 
@@ -14,7 +14,12 @@ import (
 // Dynamic hands out addresses of a NodePool's catch-all range to MACs no
 // Machine has; *dynamic.Allocator implements it. Its leases live in the
 // API, so every call may write there: it is kept off the static path (see
-// Server.Serve) and bounded by DynamicTimeout.
+// Server.Serve) and each call's context ends after DynamicTimeout.
+//
+// An error that says what to do with the packet is an *OutcomeError (or
+// wraps one): package dynamic's ErrNotLeased names Nak (the server answers
+// DHCPNAK), ErrNoPool and ErrNoRecord IgnoredUnknown, ErrRangeFull
+// IgnoredRangeFull. Any other error is a failure (counted as "error").
 type Dynamic interface {
 	// Offer returns the lease to offer mac: its current one, or a new
 	// claim. relay is giaddr (nil when not relayed), local this server's
@@ -22,8 +27,8 @@ type Dynamic interface {
 	// hostname is the client's option 12, untrusted (the allocator
 	// validates it before storing it).
 	Offer(ctx context.Context, mac net.HardwareAddr, hostname string, relay, local net.IP) (*leases.Lease, error)
-	// Ack confirms ip for mac, or fails with an error wrapping
-	// ErrDynamicNotLeased.
+	// Ack confirms ip for mac; an address that is not mac's fails with an
+	// error of outcome Nak.
 	Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, hostname string, relay, local net.IP) (*leases.Lease, error)
 	// Release gives mac's lease on ip back.
 	Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error
@@ -32,36 +37,101 @@ type Dynamic interface {
 	Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP) error
 }
 
-// DynamicErrors are the allocator's sentinels the server tells apart; the
-// caller sets them from package dynamic (which this package must not
-// import: dynamic builds on leases, as this package does).
-type DynamicErrors struct {
-	// NoPool: no catch-all range serves the network (ignore the MAC).
-	// RangeFull: no free address (ignore, counted). NotLeased: the
-	// requested address is someone else's (NAK). NoRecord: the MAC holds
-	// no lease on it (stay silent, RFC 2131 4.3.2).
-	NoPool, RangeFull, NotLeased, NoRecord error
-}
-
 // Defaults of the dynamic path.
 const (
 	DefaultDynamicWorkers = 4
 	DefaultDynamicQueue   = 64
-	// DefaultDynamicTimeout is below a DHCP client's first retransmission
-	// (4 s, RFC 2131 4.1): an answer later than that answers nobody.
+	// DefaultDynamicTimeout is the deadline of each allocator call's
+	// context, and the only bound on it (the allocator adds none). It is
+	// below a DHCP client's first retransmission (4 s, RFC 2131 4.1): an
+	// answer later than that answers nobody.
 	DefaultDynamicTimeout = 3 * time.Second
 )
 
-// dynamicJob is a packet for an unknown MAC waiting for the allocator. It
-// owns a copy of the datagram: the reader's buffer is recycled at once.
-type dynamicJob struct {
-	pkt  []byte
-	peer *net.UDPAddr
-	conn net.PacketConn
-	at   time.Time
+// source is where the answer path takes a client's lease from: the lease
+// table's entry of a known machine (lease), or for an unknown MAC the
+// allocator (dyn). It is what differs between the two; authoritativeReply's
+// one switch does the rest.
+type source struct {
+	lease *leases.Lease
+	dyn   Dynamic
 }
 
-// wantsDynamic says whether an unknown MAC's packet goes to the allocator.
+// offer is the lease a DISCOVER is offered. local is this server's
+// address (ServerID): without a relay, it chooses the allocator's pool.
+func (s source) offer(ctx context.Context, req *dhcpv4.DHCPv4, local net.IP) (*leases.Lease, error) {
+	if s.lease != nil {
+		return s.lease, nil
+	}
+	l, err := s.dyn.Offer(ctx, req.ClientHWAddr, req.HostName(), relayOf(req), local)
+	return allocated(req, l, err)
+}
+
+// ack is the lease a REQUEST for want is acknowledged with; an error of
+// outcome Nak when want is not the client's.
+func (s source) ack(ctx context.Context, req *dhcpv4.DHCPv4, want, local net.IP) (*leases.Lease, error) {
+	if s.lease != nil {
+		if want == nil || !want.Equal(s.lease.IP) {
+			return s.lease, errNak
+		}
+		return s.lease, nil
+	}
+	if want == nil {
+		return nil, fmt.Errorf("%w: REQUEST names no address", ErrMalformed)
+	}
+	l, err := s.dyn.Ack(ctx, req.ClientHWAddr, want, req.HostName(), relayOf(req), local)
+	return allocated(req, l, err)
+}
+
+// release frees the lease a RELEASE gives back (ciaddr) and returns
+// ErrReleased, or why it could not. A known machine's lease is static:
+// nothing to free, but the release is counted.
+func (s source) release(ctx context.Context, req *dhcpv4.DHCPv4) error {
+	if s.lease == nil {
+		if err := s.dyn.Release(ctx, req.ClientHWAddr, req.ClientIPAddr.To4()); err != nil {
+			return err
+		}
+	}
+	return ErrReleased
+}
+
+// decline records a DECLINE of the address in option 50 (RFC 2131 4.4.4)
+// and returns ErrDeclined, or why it could not. A known machine keeps its
+// address: offering it a different one would break its identity, so the
+// operator must remove the host that squats on it, which the declined
+// counter and the machine's event surface. An allocated address is withheld
+// from everyone for a lease time.
+func (s source) decline(ctx context.Context, req *dhcpv4.DHCPv4) error {
+	if s.lease != nil {
+		return ErrDeclined
+	}
+	ip := req.RequestedIPAddress().To4()
+	if isZero(ip) {
+		return fmt.Errorf("%w: DECLINE names no address", ErrMalformed)
+	}
+	if err := s.dyn.Decline(ctx, req.ClientHWAddr, ip); err != nil {
+		return err
+	}
+	return ErrDeclined
+}
+
+// allocated checks a lease the allocator returned as a table's is checked.
+func allocated(req *dhcpv4.DHCPv4, l *leases.Lease, err error) (*leases.Lease, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l, usable(req, l)
+}
+
+// relayOf is giaddr, nil when the request was not relayed.
+func relayOf(req *dhcpv4.DHCPv4) net.IP {
+	if r := req.GatewayIPAddr.To4(); !isZero(r) {
+		return r
+	}
+	return nil
+}
+
+// wantsDynamic says whether an unknown MAC's request goes to the allocator.
 // proxyDHCP never allocates: another server owns the addresses there.
 func (s *Server) wantsDynamic(req *dhcpv4.DHCPv4) bool {
 	if s.cfg.Dynamic == nil || s.cfg.ProxyDHCP {
@@ -74,98 +144,11 @@ func (s *Server) wantsDynamic(req *dhcpv4.DHCPv4) bool {
 	return false
 }
 
-// allocate answers an unknown MAC from the dynamic range: the API side of
-// handle, run by a dynamic worker (or inline by HandlePacket).
+// allocate answers an unknown MAC's request with the allocator as its lease
+// source, within DynamicTimeout: run by a dynamic worker (or inline by
+// HandlePacket).
 func (s *Server) allocate(ctx context.Context, a answer, peer *net.UDPAddr) answer {
-	req := a.req
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.DynamicTimeout)
 	defer cancel()
-	relay := req.GatewayIPAddr.To4()
-	if isZero(relay) {
-		relay = nil
-	}
-	mac := req.ClientHWAddr
-	var (
-		lease *leases.Lease
-		err   error
-	)
-	switch req.MessageType() {
-	case dhcpv4.MessageTypeDiscover:
-		lease, err = s.cfg.Dynamic.Offer(ctx, mac, req.HostName(), relay, s.cfg.ServerID)
-	case dhcpv4.MessageTypeRequest:
-		if forOtherServer(req, s.cfg) {
-			a.outcome = IgnoredOtherServer
-			return a
-		}
-		want := req.RequestedIPAddress()
-		if isZero(want) {
-			want = req.ClientIPAddr
-		}
-		if isZero(want) {
-			a.outcome = Malformed
-			return a
-		}
-		lease, err = s.cfg.Dynamic.Ack(ctx, mac, want.To4(), req.HostName(), relay, s.cfg.ServerID)
-		if err != nil && errors.Is(err, s.cfg.DynamicErrors.NotLeased) {
-			resp := nak(req, s.cfg)
-			a.resp, a.outcome = resp, Nak
-			a.out, a.dst = resp.ToBytes(), Destination(req, resp, peer)
-			return a
-		}
-	case dhcpv4.MessageTypeRelease:
-		if forOtherServer(req, s.cfg) {
-			a.outcome = IgnoredOtherServer
-			return a
-		}
-		if err := s.cfg.Dynamic.Release(ctx, mac, req.ClientIPAddr.To4()); err != nil {
-			s.log.Error(err, "releasing a dynamic lease", "mac", mac.String(), "ip", req.ClientIPAddr.String())
-			a.outcome = Failed
-			return a
-		}
-		a.outcome = Released
-		return a
-	case dhcpv4.MessageTypeDecline:
-		if forOtherServer(req, s.cfg) {
-			a.outcome = IgnoredOtherServer
-			return a
-		}
-		// RFC 2131 4.4.4: the declined address is in option 50.
-		ip := req.RequestedIPAddress().To4()
-		if isZero(ip) {
-			a.outcome = Malformed
-			return a
-		}
-		if err := s.cfg.Dynamic.Decline(ctx, mac, ip); err != nil {
-			s.log.Error(err, "recording a declined dynamic lease", "mac", mac.String(), "ip", ip.String())
-			a.outcome = Failed
-			return a
-		}
-		s.log.Info("client declined its dynamic address: another host uses it; withheld for one lease time", "mac", mac.String(), "ip", ip.String())
-		a.outcome = Declined
-		return a
-	}
-	switch {
-	case err == nil:
-	case errors.Is(err, s.cfg.DynamicErrors.NoPool), errors.Is(err, s.cfg.DynamicErrors.NoRecord):
-		a.outcome = IgnoredUnknown
-		return a
-	case errors.Is(err, s.cfg.DynamicErrors.RangeFull):
-		s.log.Info("dynamic range full; unknown MAC not answered", "mac", mac.String(), "reason", err.Error())
-		a.outcome = IgnoredRangeFull
-		return a
-	default:
-		s.log.Error(err, "dynamic lease", "mac", mac.String(), "type", a.typ)
-		a.outcome = Failed
-		return a
-	}
-	return s.reply(a, lease, peer)
-}
-
-// dynamicWork runs one queued job to its reply.
-func (s *Server) dynamicWork(ctx context.Context, j dynamicJob) {
-	a := s.handle(j.pkt, j.peer)
-	if a.dynamic {
-		a = s.allocate(ctx, a, j.peer)
-	}
-	s.finish(a, j.conn, j.at)
+	return s.reply(ctx, a, source{dyn: s.cfg.Dynamic}, peer)
 }

@@ -2,14 +2,12 @@ package dhcp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -18,11 +16,13 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
 
+// The allocator's errors, as package dynamic defines them: each names its
+// outcome.
 var (
-	errNoPool    = errors.New("no pool")
-	errRangeFull = errors.New("range full")
-	errNotLeased = errors.New("not leased")
-	errNoRecord  = errors.New("no record")
+	errNoPool    error = &OutcomeError{IgnoredUnknown, "no pool"}
+	errRangeFull error = &OutcomeError{IgnoredRangeFull, "range full"}
+	errNotLeased error = &OutcomeError{Nak, "not leased"}
+	errNoRecord  error = &OutcomeError{IgnoredUnknown, "no record"}
 )
 
 // memDynamic is an in-memory allocator standing in for package dynamic
@@ -105,7 +105,6 @@ func (d *memDynamic) Decline(_ context.Context, mac net.HardwareAddr, ip net.IP)
 func dynamicConfig(d Dynamic) Config {
 	c := testConfig()
 	c.Dynamic = d
-	c.DynamicErrors = DynamicErrors{NoPool: errNoPool, RangeFull: errRangeFull, NotLeased: errNotLeased, NoRecord: errNoRecord}
 	return c
 }
 
@@ -184,14 +183,6 @@ func TestDynamicAnswers(t *testing.T) {
 	ps, _ := testServer(t, pc, tableWith(testLease()))
 	if _, _, _, o := ps.HandlePacket(request(dhcpv4.MessageTypeDiscover, pxe...).ToBytes(), nil); o != IgnoredUnknown {
 		t.Errorf("proxyDHCP with an unknown MAC: %v", o)
-	}
-}
-
-func TestDynamicNeedsSentinels(t *testing.T) {
-	c := testConfig()
-	c.Dynamic = newMemDynamic()
-	if _, err := NewServer(c, tableWith(testLease()), nil, logr.Discard()); err == nil {
-		t.Fatal("a dynamic allocator without sentinel errors was accepted")
 	}
 }
 

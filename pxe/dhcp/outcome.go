@@ -29,23 +29,36 @@ const (
 	Failed             Outcome = "error"
 )
 
+// OutcomeError is a reason a request gets no reply, or a NAK: it names its
+// outcome itself. Reply's sentinels below are OutcomeErrors, and so are the
+// errors of the catch-all allocator (package pxe/dynamic), so the server
+// tells every reason apart by its outcome and imports no allocator. An
+// error that is not one (or wraps none) is a failure.
+type OutcomeError struct {
+	Outcome Outcome
+	Msg     string
+}
+
+func (e *OutcomeError) Error() string { return e.Msg }
+
 // Reasons Reply sends nothing. Callers tell them apart with errors.Is.
 var (
-	ErrMalformed    = errors.New("malformed request")
-	ErrUnknown      = errors.New("unknown client")
-	ErrOtherServer  = errors.New("request is for another server")
-	ErrNotPXE       = errors.New("proxyDHCP: not a PXE client or no boot file for it")
-	ErrBadRelay     = errors.New("relayed through an address outside the machine's subnet")
-	ErrReleased     = errors.New("client released its lease")
-	ErrDeclined     = errors.New("client declined its address")
-	ErrNotAnswered  = errors.New("message type not answered")
-	ErrReplyTooLong = errors.New("reply does not fit the client's maximum message size")
+	ErrMalformed   error = &OutcomeError{Malformed, "malformed request"}
+	ErrUnknown     error = &OutcomeError{IgnoredUnknown, "unknown client"}
+	ErrOtherServer error = &OutcomeError{IgnoredOtherServer, "request is for another server"}
+	ErrNotPXE      error = &OutcomeError{IgnoredNotPXE, "proxyDHCP: not a PXE client or no boot file for it"}
+	ErrBadRelay    error = &OutcomeError{IgnoredBadRelay, "relayed through an address outside the machine's subnet"}
+	ErrReleased    error = &OutcomeError{Released, "client released its lease"}
+	ErrDeclined    error = &OutcomeError{Declined, "client declined its address"}
+	ErrNotAnswered error = &OutcomeError{Ignored, "message type not answered"}
+	// errNak: the address a REQUEST names is not the client's (Nak).
+	errNak          error = &OutcomeError{Nak, "requested address is not this client's"}
+	ErrReplyTooLong       = errors.New("reply does not fit the client's maximum message size")
 )
 
 // outcomeOf maps Reply's result to the metric outcome.
 func outcomeOf(req, resp *dhcpv4.DHCPv4, err error) Outcome {
-	switch {
-	case err == nil && resp != nil:
+	if err == nil && resp != nil {
 		switch resp.MessageType() {
 		case dhcpv4.MessageTypeOffer:
 			return Offered
@@ -58,25 +71,17 @@ func outcomeOf(req, resp *dhcpv4.DHCPv4, err error) Outcome {
 			return Acked
 		}
 		return Failed
-	case errors.Is(err, ErrMalformed):
-		return Malformed
-	case errors.Is(err, ErrUnknown):
-		return IgnoredUnknown
-	case errors.Is(err, ErrOtherServer):
-		return IgnoredOtherServer
-	case errors.Is(err, ErrNotPXE):
-		return IgnoredNotPXE
-	case errors.Is(err, ErrBadRelay):
-		return IgnoredBadRelay
-	case errors.Is(err, ErrReleased):
-		return Released
-	case errors.Is(err, ErrDeclined):
-		return Declined
-	case errors.Is(err, ErrNotAnswered):
-		return Ignored
-	default:
-		return Failed
 	}
+	return errOutcome(err)
+}
+
+// errOutcome is the outcome err names; Failed when it names none.
+func errOutcome(err error) Outcome {
+	var oe *OutcomeError
+	if errors.As(err, &oe) {
+		return oe.Outcome
+	}
+	return Failed
 }
 
 // typeLabel bounds the "type" label to the eight DHCP message types.

@@ -1,6 +1,7 @@
 package dhcp
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -48,50 +49,44 @@ type Config struct {
 	Events events.Sink
 	// Dynamic, when set, answers unknown MACs from the catch-all ranges
 	// of NodePools that have one (never in proxyDHCP mode), through
-	// DynamicWorkers goroutines fed by a queue of DynamicQueue packets,
-	// each call bounded by DynamicTimeout. DynamicErrors are its sentinels.
+	// DynamicWorkers goroutines (default 4) fed by a queue of DynamicQueue
+	// parsed requests (default 64). DynamicTimeout (default 3 s) is the
+	// deadline of each allocator call's context, the only bound on it.
 	Dynamic        Dynamic
-	DynamicErrors  DynamicErrors
 	DynamicWorkers int
 	DynamicQueue   int
 	DynamicTimeout time.Duration
-}
-
-// Handler is one link of a reply chain: it sees the request and the reply
-// built so far, and returns the reply and whether the chain goes on.
-type Handler func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool)
-
-// Chain runs handlers in order until one stops.
-func Chain(hs ...Handler) Handler {
-	return func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
-		for _, h := range hs {
-			var next bool
-			if resp, next = h(req, resp); !next {
-				return resp, false
-			}
-		}
-		return resp, true
-	}
 }
 
 // Reply builds the answer to req for a client whose lease is lease (nil when
 // the MAC is unknown). It returns a nil reply and one of the Err* sentinels
 // when nothing must be sent.
 func Reply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4, error) {
+	resp, _, err := decide(context.Background(), req, source{lease: lease}, cfg)
+	return resp, err
+}
+
+// decide is the answer path's one decision: req, where its lease comes from
+// (src: the table's lease of a known machine, or the allocator for an
+// unknown MAC) and Config -> the reply, the lease it answers with (for
+// events), or an error naming the outcome when nothing is sent.
+func decide(ctx context.Context, req *dhcpv4.DHCPv4, src source, cfg Config) (*dhcpv4.DHCPv4, *leases.Lease, error) {
+	lease := src.lease
 	if err := validate(req); err != nil {
-		return nil, err
+		return nil, lease, err
 	}
-	if lease == nil {
-		return nil, ErrUnknown
+	if lease == nil && (src.dyn == nil || cfg.ProxyDHCP) {
+		return nil, nil, ErrUnknown
 	}
 	if cfg.ServerID.To4() == nil {
-		return nil, fmt.Errorf("server identifier %v is not IPv4", cfg.ServerID)
+		return nil, lease, fmt.Errorf("server identifier %v is not IPv4", cfg.ServerID)
 	}
-	if len(lease.IP.To4()) != net.IPv4len {
-		return nil, fmt.Errorf("lease of %s has no IPv4 address", req.ClientHWAddr)
-	}
-	if !relayOnClientSubnet(req, lease) {
-		return nil, ErrBadRelay
+	// A known machine's lease is checked before anything else; an
+	// allocated one as soon as the allocator returns it (src.offer, src.ack).
+	if lease != nil {
+		if err := usable(req, lease); err != nil {
+			return nil, lease, err
+		}
 	}
 	var (
 		resp *dhcpv4.DHCPv4
@@ -100,62 +95,102 @@ func Reply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4,
 	if cfg.ProxyDHCP {
 		resp, err = proxyReply(req, lease, cfg)
 	} else {
-		resp, err = authoritativeReply(req, lease, cfg)
+		resp, lease, err = authoritativeReply(ctx, req, src, cfg)
 	}
 	if err != nil || resp == nil {
-		return nil, err
+		return nil, lease, err
 	}
-	return fit(req, resp, lease)
+	resp, err = fit(req, resp, lease)
+	return resp, lease, err
 }
 
-func authoritativeReply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DHCPv4, error) {
+// usable checks a lease before it is answered with: an IPv4 address, and a
+// relay (if any) on its subnet.
+func usable(req *dhcpv4.DHCPv4, lease *leases.Lease) error {
+	if len(lease.IP.To4()) != net.IPv4len {
+		return fmt.Errorf("lease of %s has no IPv4 address", req.ClientHWAddr)
+	}
+	if !relayOnClientSubnet(req, lease) {
+		return ErrBadRelay
+	}
+	return nil
+}
+
+// authoritativeReply is the one message-type switch, for known machines
+// and unknown MACs alike: src says where the lease comes from and what a
+// RELEASE or DECLINE changes.
+func authoritativeReply(ctx context.Context, req *dhcpv4.DHCPv4, src source, cfg Config) (*dhcpv4.DHCPv4, *leases.Lease, error) {
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
-		resp := base(req, cfg, dhcpv4.MessageTypeOffer)
-		resp.YourIPAddr = lease.IP.To4()
-		resp, _ = Chain(leaseOptions(lease, true), bootOptions(cfg, true), tagOptions(lease))(req, resp)
-		return resp, nil
+		lease, err := src.offer(ctx, req, cfg.ServerID)
+		if err != nil {
+			return nil, lease, err
+		}
+		return withLease(base(req, cfg, dhcpv4.MessageTypeOffer), req, lease, cfg), lease, nil
 	case dhcpv4.MessageTypeRequest:
 		if forOtherServer(req, cfg) {
-			return nil, ErrOtherServer
+			return nil, src.lease, ErrOtherServer
 		}
-		// SELECTING and INIT-REBOOT name the address in option 50;
-		// RENEWING and REBINDING carry it in ciaddr (RFC 2131 4.3.2).
-		want := req.RequestedIPAddress()
-		if isZero(want) {
-			want = req.ClientIPAddr
-		}
-		if isZero(want) || !want.Equal(lease.IP) {
-			return nak(req, cfg), nil
+		lease, err := src.ack(ctx, req, requestedIP(req), cfg.ServerID)
+		if err != nil {
+			if errOutcome(err) == Nak {
+				return nak(req, cfg), lease, nil
+			}
+			return nil, lease, err
 		}
 		resp := base(req, cfg, dhcpv4.MessageTypeAck)
 		resp.ClientIPAddr = req.ClientIPAddr
-		resp.YourIPAddr = lease.IP.To4()
-		resp, _ = Chain(leaseOptions(lease, true), bootOptions(cfg, true), tagOptions(lease))(req, resp)
-		return resp, nil
+		return withLease(resp, req, lease, cfg), lease, nil
 	case dhcpv4.MessageTypeInform:
+		lease := src.lease
+		if lease == nil {
+			// The allocator keeps no configuration for an address it did
+			// not hand out in this exchange.
+			return nil, nil, ErrUnknown
+		}
 		// RFC 2131 4.3.5: configuration only, no yiaddr and no lease time.
 		resp := base(req, cfg, dhcpv4.MessageTypeAck)
 		resp.ClientIPAddr = req.ClientIPAddr
-		resp, _ = Chain(leaseOptions(lease, false), tagOptions(lease))(req, resp)
-		return resp, nil
+		addLeaseOptions(resp, lease, false)
+		addTagOptions(resp, lease)
+		return resp, lease, nil
 	case dhcpv4.MessageTypeRelease:
 		if forOtherServer(req, cfg) {
-			return nil, ErrOtherServer
+			return nil, src.lease, ErrOtherServer
 		}
-		// Leases are static: nothing to free, but the event is counted.
-		return nil, ErrReleased
+		return nil, src.lease, src.release(ctx, req)
 	case dhcpv4.MessageTypeDecline:
 		if forOtherServer(req, cfg) {
-			return nil, ErrOtherServer
+			return nil, src.lease, ErrOtherServer
 		}
-		// Another host uses the machine's address. Offering a different
-		// one would break the machine's identity; the operator must fix the
-		// conflict, which the declined counter surfaces.
-		return nil, ErrDeclined
+		return nil, src.lease, src.decline(ctx, req)
 	default:
-		return nil, ErrNotAnswered
+		return nil, src.lease, ErrNotAnswered
 	}
+}
+
+// withLease completes an OFFER or ACK with the lease: yiaddr, network
+// options and lease time, boot file, tag options.
+func withLease(resp, req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) *dhcpv4.DHCPv4 {
+	resp.YourIPAddr = lease.IP.To4()
+	addLeaseOptions(resp, lease, true)
+	addBootOptions(req, resp, cfg, true)
+	addTagOptions(resp, lease)
+	return resp
+}
+
+// requestedIP is the address a REQUEST asks for: SELECTING and INIT-REBOOT
+// name it in option 50; RENEWING and REBINDING carry it in ciaddr (RFC 2131
+// 4.3.2). nil when it names none.
+func requestedIP(req *dhcpv4.DHCPv4) net.IP {
+	want := req.RequestedIPAddress()
+	if isZero(want) {
+		want = req.ClientIPAddr
+	}
+	if isZero(want) {
+		return nil
+	}
+	return want.To4()
 }
 
 // proxyReply answers as a proxyDHCP server (PXE specification 2.1, 2.2.5):
@@ -193,8 +228,8 @@ func proxyReply(req *dhcpv4.DHCPv4, lease *leases.Lease, cfg Config) (*dhcpv4.DH
 	// PXE discovery control (vendor option 43, sub-option 6, bit 3): the
 	// boot file is in this reply, do not multicast for boot servers.
 	resp.Options[dhcpv4.OptionVendorSpecificInformation.Code()] = pxeDiscoveryControl()
-	// bootOptions echoes the client machine identifier (option 97).
-	resp, _ = bootOptions(cfg, false)(req, resp)
+	// addBootOptions echoes the client machine identifier (option 97).
+	addBootOptions(req, resp, cfg, false)
 	if resp.Options.Get(dhcpv4.OptionClassIdentifier) == nil {
 		resp.Options[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
 	}
@@ -262,111 +297,102 @@ func forOtherServer(req *dhcpv4.DHCPv4, cfg Config) bool {
 	return sid != nil && !net.IP(sid).Equal(cfg.ServerID)
 }
 
-// leaseOptions adds the network configuration of the lease.
-func leaseOptions(l *leases.Lease, withLeaseTime bool) Handler {
-	return func(_, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
-		o := resp.Options
-		if len(l.Mask) == net.IPv4len {
-			o[dhcpv4.OptionSubnetMask.Code()] = []byte(l.Mask)
-		}
-		if len(l.Router.To4()) == net.IPv4len {
-			o[dhcpv4.OptionRouter.Code()] = l.Router.To4()
-		}
-		if len(l.DNS) > 0 {
-			dns := make([]byte, 0, 4*len(l.DNS))
-			for _, d := range l.DNS {
-				if d4 := d.To4(); d4 != nil {
-					dns = append(dns, d4...)
-				}
-			}
-			if len(dns) > 0 {
-				o[dhcpv4.OptionDomainNameServer.Code()] = dns
+// addLeaseOptions adds the network configuration of the lease.
+func addLeaseOptions(resp *dhcpv4.DHCPv4, l *leases.Lease, withLeaseTime bool) {
+	o := resp.Options
+	if len(l.Mask) == net.IPv4len {
+		o[dhcpv4.OptionSubnetMask.Code()] = []byte(l.Mask)
+	}
+	if len(l.Router.To4()) == net.IPv4len {
+		o[dhcpv4.OptionRouter.Code()] = l.Router.To4()
+	}
+	if len(l.DNS) > 0 {
+		dns := make([]byte, 0, 4*len(l.DNS))
+		for _, d := range l.DNS {
+			if d4 := d.To4(); d4 != nil {
+				dns = append(dns, d4...)
 			}
 		}
-		if l.Domain != "" {
-			o[dhcpv4.OptionDomainName.Code()] = []byte(l.Domain)
+		if len(dns) > 0 {
+			o[dhcpv4.OptionDomainNameServer.Code()] = dns
 		}
-		if l.Hostname != "" {
-			o[dhcpv4.OptionHostName.Code()] = []byte(l.Hostname)
+	}
+	if l.Domain != "" {
+		o[dhcpv4.OptionDomainName.Code()] = []byte(l.Domain)
+	}
+	if l.Hostname != "" {
+		o[dhcpv4.OptionHostName.Code()] = []byte(l.Hostname)
+	}
+	if withLeaseTime {
+		secs := l.LeaseTime / time.Second
+		if secs <= 0 {
+			secs = leases.DefaultLeaseTime / time.Second
 		}
-		if withLeaseTime {
-			secs := l.LeaseTime / time.Second
-			if secs <= 0 {
-				secs = leases.DefaultLeaseTime / time.Second
-			}
-			if secs > 0xfffffffe { // 0xffffffff would mean "infinite"
-				secs = 0xfffffffe
-			}
-			o[dhcpv4.OptionIPAddressLeaseTime.Code()] = binary.BigEndian.AppendUint32(nil, uint32(secs))
+		if secs > 0xfffffffe { // 0xffffffff would mean "infinite"
+			secs = 0xfffffffe
 		}
-		return resp, true
+		o[dhcpv4.OptionIPAddressLeaseTime.Code()] = binary.BigEndian.AppendUint32(nil, uint32(secs))
 	}
 }
 
-// tagOptions adds the options of the machine's tags. They never replace an
-// option this server set: the API forbids those codes, and this guards
+// addTagOptions adds the options of the machine's tags. They never replace
+// an option this server set: the API forbids those codes, and this guards
 // against a lease built some other way.
-func tagOptions(l *leases.Lease) Handler {
-	return func(_, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
-		for _, o := range l.ExtraOptions {
-			if o.Code == 0 || o.Code == 255 || len(o.Value) == 0 {
-				continue
-			}
-			if _, taken := resp.Options[o.Code]; !taken {
-				resp.Options[o.Code] = o.Value
-			}
+func addTagOptions(resp *dhcpv4.DHCPv4, l *leases.Lease) {
+	for _, o := range l.ExtraOptions {
+		if o.Code == 0 || o.Code == 255 || len(o.Value) == 0 {
+			continue
 		}
-		return resp, true
+		if _, taken := resp.Options[o.Code]; !taken {
+			resp.Options[o.Code] = o.Value
+		}
 	}
 }
 
-// bootOptions adds the boot file bootfile.Decide picks. In authoritative mode
-// a client without a boot file still gets its address (it may be an OS-level
-// DHCP client on a booted machine), so the chain goes on either way.
-func bootOptions(cfg Config, echoPXEClient bool) Handler {
-	return func(req, resp *dhcpv4.DHCPv4) (*dhcpv4.DHCPv4, bool) {
-		r := bootfile.Decide(bootRequest(req), cfg.Boot)
-		o := resp.Options
-		switch r.Protocol {
-		case bootfile.TFTP:
-			resp.ServerIPAddr = r.NextServer.To4()
-			o[dhcpv4.OptionTFTPServerName.Code()] = []byte(r.NextServer.String())
-		case bootfile.HTTP:
-		default:
-			return resp, true
-		}
-		// The header's file field holds 127 bytes and a NUL; longer URLs
-		// travel in option 67 only rather than truncated.
-		if len(r.File) < 128 {
-			resp.BootFileName = r.File
-		}
-		o[dhcpv4.OptionBootfileName.Code()] = []byte(r.File)
-		if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
-			// PXE 2.1 table 2-1: firmware checks that the client machine
-			// identifier comes back.
-			o[dhcpv4.OptionClientMachineIdentifier.Code()] = uuid
-		}
-		switch {
-		case r.VendorClass != "":
-			o[dhcpv4.OptionClassIdentifier.Code()] = []byte(r.VendorClass)
-		case echoPXEClient && r.Protocol == bootfile.TFTP && strings.HasPrefix(req.ClassIdentifier(), "PXEClient"):
-			// Some PXE ROMs ignore offers that do not say PXEClient. Saying
-			// it makes this a PXE server's reply (PXE 2.1, 2.2.4), which
-			// then also needs option 43: without it EDK2 files the reply as
-			// a BINL offer and asks port 4011 for the boot file, where an
-			// authoritative server does not listen.
-			o[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
-			o[dhcpv4.OptionVendorSpecificInformation.Code()] = pxeDiscoveryControl()
-		}
-		// A client already running iPXE gets no "PXEClient": iPXE takes a
-		// PXEClient offer without siaddr for a ProxyDHCP offer and sends a
-		// ProxyDHCPREQUEST to port 4011 first. As the authoritative server
-		// tells it not to wait for ProxyDHCP offers either (iPXE waits 2 s
-		// for them after an offer without PXEClient): its boot file is here.
-		if echoPXEClient && r.Protocol == bootfile.HTTP && r.VendorClass == "" && isIPXE(req) {
-			o[optionIPXEEncap] = ipxeNoPXEDHCP()
-		}
-		return resp, true
+// addBootOptions adds the boot file bootfile.Decide picks. In authoritative
+// mode a client without a boot file still gets its address (it may be an
+// OS-level DHCP client on a booted machine), so this adds nothing then.
+func addBootOptions(req, resp *dhcpv4.DHCPv4, cfg Config, echoPXEClient bool) {
+	r := bootfile.Decide(bootRequest(req), cfg.Boot)
+	o := resp.Options
+	switch r.Protocol {
+	case bootfile.TFTP:
+		resp.ServerIPAddr = r.NextServer.To4()
+		o[dhcpv4.OptionTFTPServerName.Code()] = []byte(r.NextServer.String())
+	case bootfile.HTTP:
+	default:
+		return
+	}
+	// The header's file field holds 127 bytes and a NUL; longer URLs
+	// travel in option 67 only rather than truncated.
+	if len(r.File) < 128 {
+		resp.BootFileName = r.File
+	}
+	o[dhcpv4.OptionBootfileName.Code()] = []byte(r.File)
+	if uuid := req.Options.Get(dhcpv4.OptionClientMachineIdentifier); uuid != nil {
+		// PXE 2.1 table 2-1: firmware checks that the client machine
+		// identifier comes back.
+		o[dhcpv4.OptionClientMachineIdentifier.Code()] = uuid
+	}
+	switch {
+	case r.VendorClass != "":
+		o[dhcpv4.OptionClassIdentifier.Code()] = []byte(r.VendorClass)
+	case echoPXEClient && r.Protocol == bootfile.TFTP && strings.HasPrefix(req.ClassIdentifier(), "PXEClient"):
+		// Some PXE ROMs ignore offers that do not say PXEClient. Saying
+		// it makes this a PXE server's reply (PXE 2.1, 2.2.4), which
+		// then also needs option 43: without it EDK2 files the reply as
+		// a BINL offer and asks port 4011 for the boot file, where an
+		// authoritative server does not listen.
+		o[dhcpv4.OptionClassIdentifier.Code()] = []byte("PXEClient")
+		o[dhcpv4.OptionVendorSpecificInformation.Code()] = pxeDiscoveryControl()
+	}
+	// A client already running iPXE gets no "PXEClient": iPXE takes a
+	// PXEClient offer without siaddr for a ProxyDHCP offer and sends a
+	// ProxyDHCPREQUEST to port 4011 first. As the authoritative server
+	// tells it not to wait for ProxyDHCP offers either (iPXE waits 2 s
+	// for them after an offer without PXEClient): its boot file is here.
+	if echoPXEClient && r.Protocol == bootfile.HTTP && r.VendorClass == "" && isIPXE(req) {
+		o[optionIPXEEncap] = ipxeNoPXEDHCP()
 	}
 }
 
@@ -430,7 +456,7 @@ func fit(req, resp *dhcpv4.DHCPv4, l *leases.Lease) (*dhcpv4.DHCPv4, error) {
 		return resp, nil
 	}
 	for _, o := range l.ExtraOptions {
-		// Only remove what tagOptions put there (it stores the lease's own
+		// Only remove what addTagOptions put there (it stores the lease's own
 		// slice), never an option of the same code the server set itself.
 		if v, ok := resp.Options[o.Code]; ok && len(v) > 0 && len(v) == len(o.Value) && &v[0] == &o.Value[0] {
 			delete(resp.Options, o.Code)

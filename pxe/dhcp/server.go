@@ -56,9 +56,6 @@ func NewServer(cfg Config, l Leases, m *Metrics, log logr.Logger) (*Server, erro
 	if cfg.DynamicTimeout <= 0 {
 		cfg.DynamicTimeout = DefaultDynamicTimeout
 	}
-	if e := cfg.DynamicErrors; cfg.Dynamic != nil && (e.NoPool == nil || e.RangeFull == nil || e.NotLeased == nil || e.NoRecord == nil) {
-		return nil, errors.New("a dynamic allocator needs its four sentinel errors (DynamicErrors)")
-	}
 	return &Server{cfg: cfg, leases: l, metrics: m, log: log}, nil
 }
 
@@ -100,7 +97,9 @@ func (s *Server) HandlePacket(pkt []byte, peer *net.UDPAddr) (out []byte, dst *n
 	return a.out, a.dst, a.typ, a.outcome
 }
 
-// answer is what handle decided about one packet.
+// answer is one packet on its way through the answer path: parsed by
+// handle, then completed by reply with the lease from the table or (for an
+// unknown MAC, on a dynamic worker) from the allocator.
 type answer struct {
 	out     []byte
 	dst     *net.UDPAddr
@@ -111,10 +110,12 @@ type answer struct {
 	req, resp *dhcpv4.DHCPv4
 	lease     *leases.Lease
 	// dynamic: the MAC is unknown and the allocator must be asked; no
-	// outcome yet.
+	// outcome yet. req is parsed and valid.
 	dynamic bool
 }
 
+// handle is the static hot path: one parse, one lookup in the lease table,
+// and the reply, unless the MAC is unknown and the allocator must be asked.
 func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
 	if len(pkt) > MaxPacket {
 		return answer{typ: "unknown", outcome: Malformed}
@@ -133,26 +134,40 @@ func (s *Server) handle(pkt []byte, peer *net.UDPAddr) answer {
 		a.dynamic = true
 		return a
 	}
-	return s.reply(a, lease, peer)
+	return s.reply(context.Background(), a, source{lease: lease}, peer)
 }
 
-// reply completes a with the answer to its request for lease (static or
-// dynamic): the packet, where it goes, and the outcome.
-func (s *Server) reply(a answer, lease *leases.Lease, peer *net.UDPAddr) answer {
+// reply completes a with the answer to its request, the lease taken from
+// src: the packet, where it goes, and the outcome.
+func (s *Server) reply(ctx context.Context, a answer, src source, peer *net.UDPAddr) answer {
 	req := a.req
-	a.lease = lease
-	resp, err := Reply(req, lease, s.cfg)
-	a.outcome, a.resp = outcomeOf(req, resp, err), resp
+	resp, lease, err := decide(ctx, req, src, s.cfg)
+	a.lease, a.resp, a.outcome = lease, resp, outcomeOf(req, resp, err)
 	if resp == nil {
-		if a.outcome == Failed {
-			s.log.Error(err, "building reply", "mac", req.ClientHWAddr.String())
-		} else if a.outcome == Declined {
-			s.log.Info("client declined its address: another host uses it", "mac", req.ClientHWAddr.String(), "ip", lease.IP.String())
-		}
+		s.logOutcome(a, err)
 		return a
 	}
 	a.out, a.dst = resp.ToBytes(), Destination(req, resp, peer)
 	return a
+}
+
+// logOutcome logs the outcomes of a request without a reply that an
+// operator acts on: failures, declines, a full catch-all range.
+func (s *Server) logOutcome(a answer, err error) {
+	mac := a.req.ClientHWAddr.String()
+	switch a.outcome {
+	case Failed:
+		s.log.Error(err, "answering a DHCP request", "mac", mac, "type", a.typ)
+	case Declined:
+		if a.lease != nil {
+			s.log.Info("client declined its address: another host uses it", "mac", mac, "ip", a.lease.IP.String())
+		} else {
+			s.log.Info("client declined its dynamic address: another host uses it; withheld for one lease time",
+				"mac", mac, "ip", a.req.RequestedIPAddress().String())
+		}
+	case IgnoredRangeFull:
+		s.log.Info("dynamic range full; unknown MAC not answered", "mac", mac, "reason", err.Error())
+	}
 }
 
 // buffer carries one datagram from a reader to a worker. Buffers are
@@ -180,7 +195,7 @@ func (s *Server) Serve(ctx context.Context, conns ...net.PacketConn) error {
 		free <- new(buffer)
 	}
 	queue := make(chan *buffer, s.cfg.QueueSize)
-	// Unknown MACs for a dynamic range wait here for the allocator's API
+	// Unknown MACs' parsed requests wait here for the allocator's API
 	// calls, so that those never hold up the static workers.
 	var dynq chan dynamicJob
 	var workers, dynWorkers sync.WaitGroup
@@ -191,7 +206,7 @@ func (s *Server) Serve(ctx context.Context, conns ...net.PacketConn) error {
 			go func() {
 				defer dynWorkers.Done()
 				for j := range dynq {
-					s.dynamicWork(ctx, j)
+					s.finish(s.allocate(ctx, j.a, j.peer), j.conn, j.at)
 				}
 			}()
 		}
@@ -270,10 +285,20 @@ func (s *Server) read(ctx context.Context, c net.PacketConn, free, queue chan *b
 	}
 }
 
+// dynamicJob is an unknown MAC's parsed request waiting for the allocator.
+// The parsed request shares nothing with the reader's buffer, which is
+// recycled at once.
+type dynamicJob struct {
+	a    answer
+	peer *net.UDPAddr
+	conn net.PacketConn
+	at   time.Time
+}
+
 func (s *Server) work(b *buffer, dynq chan<- dynamicJob) {
 	a := s.handle(b.data[:b.n], b.peer)
 	if a.dynamic {
-		j := dynamicJob{pkt: append([]byte(nil), b.data[:b.n]...), peer: b.peer, conn: b.conn, at: b.at}
+		j := dynamicJob{a: a, peer: b.peer, conn: b.conn, at: b.at}
 		select {
 		case dynq <- j:
 		default:

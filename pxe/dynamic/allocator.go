@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
 
@@ -22,19 +23,24 @@ import (
 // the static leases (see pxe/httpboot).
 // +kubebuilder:rbac:groups=kubefarm.io,resources=dhcpleases,verbs=get;list;watch;create;update;delete
 
+// The allocator's errors say themselves what the DHCP server does with the
+// packet they stop (dhcp.OutcomeError): package dhcp tells them apart by
+// their outcome, without importing this package. Callers here still match
+// them with errors.Is.
 var (
 	// ErrNoPool: no pool with a dynamic range serves the packet's network.
 	// The DHCP server ignores the unknown MAC, as it does without ranges.
-	ErrNoPool = errors.New("no NodePool with a dynamic range serves this network")
-	// ErrRangeFull: no free address was found.
-	ErrRangeFull = errors.New("dynamic range full")
+	ErrNoPool error = &dhcp.OutcomeError{Outcome: dhcp.IgnoredUnknown, Msg: "no NodePool with a dynamic range serves this network"}
+	// ErrRangeFull: no free address was found. The DHCP server ignores the
+	// MAC and counts it.
+	ErrRangeFull error = &dhcp.OutcomeError{Outcome: dhcp.IgnoredRangeFull, Msg: "dynamic range full"}
 	// ErrNotLeased: the requested address is someone else's, or not an
 	// address of the range. The DHCP server answers NAK.
-	ErrNotLeased = errors.New("address not leased to this MAC")
+	ErrNotLeased error = &dhcp.OutcomeError{Outcome: dhcp.Nak, Msg: "address not leased to this MAC"}
 	// ErrNoRecord: a REQUEST for an address of the range this MAC holds no
 	// lease on, and no one else does either. The DHCP server stays silent
 	// (RFC 2131 4.3.2), so the client starts over with a DISCOVER.
-	ErrNoRecord = errors.New("no lease of this MAC on the address")
+	ErrNoRecord error = &dhcp.OutcomeError{Outcome: dhcp.IgnoredUnknown, Msg: "no lease of this MAC on the address"}
 )
 
 // Cache field index names.
@@ -51,7 +57,6 @@ const (
 const (
 	DefaultOfferHold   = 60 * time.Second
 	DefaultMaxAttempts = 32
-	DefaultCallTimeout = 5 * time.Second
 )
 
 // Config of an Allocator.
@@ -76,12 +81,13 @@ type Config struct {
 	// MaxAttempts bounds the claims (API writes) one call tries before it
 	// gives up with ErrRangeFull. Default 32.
 	MaxAttempts int
-	// CallTimeout bounds one call on top of the caller's context. Default 5s.
-	CallTimeout time.Duration
 }
 
 // Allocator hands out addresses of the pools' dynamic ranges to unknown
-// MACs, with DHCPLease objects as the shared state of all replicas.
+// MACs, with DHCPLease objects as the shared state of all replicas. It has
+// no timeout of its own: each call ends with the caller's context, whose
+// deadline the DHCP server sets (dhcp.Config.DynamicTimeout, 3 s by
+// default), so that the two can never disagree.
 type Allocator struct {
 	cache       cache.Cache
 	client      client.Client
@@ -90,7 +96,6 @@ type Allocator struct {
 	now         func() time.Time
 	hold        time.Duration
 	maxAttempts int
-	timeout     time.Duration
 }
 
 // New registers the allocator's field indexes on cfg.Cache and returns the
@@ -101,7 +106,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		return nil, errors.New("dynamic: Cache, Client, APIReader and Static are required")
 	}
 	a := &Allocator{cache: cfg.Cache, client: cfg.Client, api: cfg.APIReader, static: cfg.Static,
-		now: cfg.Now, hold: cfg.OfferHold, maxAttempts: cfg.MaxAttempts, timeout: cfg.CallTimeout}
+		now: cfg.Now, hold: cfg.OfferHold, maxAttempts: cfg.MaxAttempts}
 	if a.now == nil {
 		a.now = time.Now
 	}
@@ -110,9 +115,6 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	if a.maxAttempts <= 0 {
 		a.maxAttempts = DefaultMaxAttempts
-	}
-	if a.timeout <= 0 {
-		a.timeout = DefaultCallTimeout
 	}
 	if err := register(ctx, cfg.Cache); err != nil {
 		return nil, err
@@ -153,8 +155,6 @@ func register(ctx context.Context, c cache.Cache) error {
 // sent in option 12 ("" for none or invalid); it is recorded on a new or
 // rewritten lease, for inventory, and never costs a write of its own.
 func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname string, relay, local net.IP) (*leases.Lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("MAC %v is not an Ethernet address", mac)
 	}
@@ -199,8 +199,6 @@ func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname st
 // hostname as for Offer.
 func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, hostname string, relay, local net.IP) (*leases.Lease, error) {
 	hostname = ValidHostname(hostname)
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
 	if len(mac) != 6 {
 		return nil, fmt.Errorf("MAC %v is not an Ethernet address", mac)
 	}
@@ -265,14 +263,11 @@ func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP
 	})
 }
 
-// eachLease runs fn, within the allocator's call timeout, on the lease
-// object of ip in every catch-all pool whose range holds it: RELEASE and
-// DECLINE name an address, not a pool. A malformed address or MAC is
-// nothing to act on.
+// eachLease runs fn on the lease object of ip in every catch-all pool whose
+// range holds it: RELEASE and DECLINE name an address, not a pool. A
+// malformed address or MAC is nothing to act on.
 func (a *Allocator) eachLease(ctx context.Context, mac net.HardwareAddr, ip net.IP,
 	fn func(context.Context, *pool, types.NamespacedName) error) error {
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
 	ip = ip.To4()
 	if ip == nil || len(mac) != 6 {
 		return nil

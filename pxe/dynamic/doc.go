@@ -27,9 +27,11 @@
 //     another MAC are skipped (spec.ip) without an API call; a stale cache
 //     costs an extra API call, or at worst a spare claim that lapses after
 //     OfferHold. Correctness comes from Create and Update preconditions.
-//   - Bounded. One call makes at most MaxAttempts claims (32) and lasts at
-//     most CallTimeout (5 s); a range with no free address, or none found
-//     within the bound, is ErrRangeFull.
+//   - Bounded. One call makes at most MaxAttempts claims (32) and lasts
+//     no longer than its context: the DHCP server gives each call 3 s
+//     (dhcp.DefaultDynamicTimeout, below a client's first retransmission),
+//     and the allocator adds no deadline of its own. A range with no free
+//     address, or none found within MaxAttempts, is ErrRangeFull.
 //
 // Lifetimes: an OFFER holds a new address for OfferHold (60 s). A REQUEST
 // (Ack) sets expireTime to now + the pool's lease time, and a renewal
@@ -47,6 +49,10 @@
 // address; the longest prefix wins, then namespace/name order. No such pool
 // is ErrNoPool and the DHCP server ignores the MAC as it would without
 // ranges.
+//
+// Errors: ErrNoPool, ErrRangeFull, ErrNotLeased and ErrNoRecord are
+// dhcp.OutcomeErrors, each naming what the DHCP server does (ignore, count
+// a full range, NAK, stay silent); any other error is a failure.
 //
 // The pure part (ParseRange, Range.Candidates, LeaseName) is table-tested
 // without a server; the Allocator is tested against a real API server with
