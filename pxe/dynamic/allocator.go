@@ -123,29 +123,31 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 }
 
 func register(ctx context.Context, c cache.Cache) error {
-	if err := c.IndexField(ctx, &kubefarmv1.DHCPLease{}, MACIndex, func(o client.Object) []string {
-		if l, ok := o.(*kubefarmv1.DHCPLease); ok && l.Spec.MAC != "" {
-			return []string{l.Spec.MAC}
+	leaseField := func(field func(*kubefarmv1.DHCPLease) string) client.IndexerFunc {
+		return func(o client.Object) []string {
+			if l, ok := o.(*kubefarmv1.DHCPLease); ok && field(l) != "" {
+				return []string{field(l)}
+			}
+			return nil
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("indexing DHCPLeases by MAC: %w", err)
 	}
-	if err := c.IndexField(ctx, &kubefarmv1.DHCPLease{}, IPIndex, func(o client.Object) []string {
-		if l, ok := o.(*kubefarmv1.DHCPLease); ok && l.Spec.IP != "" {
-			return []string{l.Spec.IP}
+	for _, ix := range []struct {
+		obj         client.Object
+		field, what string
+		values      client.IndexerFunc
+	}{
+		{&kubefarmv1.DHCPLease{}, MACIndex, "DHCPLeases by MAC", leaseField(func(l *kubefarmv1.DHCPLease) string { return l.Spec.MAC })},
+		{&kubefarmv1.DHCPLease{}, IPIndex, "DHCPLeases by IP", leaseField(func(l *kubefarmv1.DHCPLease) string { return l.Spec.IP })},
+		{&kubefarmv1.NodePool{}, RangeIndex, "NodePools by dynamic range", func(o client.Object) []string {
+			if p, ok := o.(*kubefarmv1.NodePool); ok && p.Spec.Network.DynamicRange != nil {
+				return []string{"true"}
+			}
+			return nil
+		}},
+	} {
+		if err := c.IndexField(ctx, ix.obj, ix.field, ix.values); err != nil {
+			return fmt.Errorf("indexing %s: %w", ix.what, err)
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("indexing DHCPLeases by IP: %w", err)
-	}
-	if err := c.IndexField(ctx, &kubefarmv1.NodePool{}, RangeIndex, func(o client.Object) []string {
-		if p, ok := o.(*kubefarmv1.NodePool); ok && p.Spec.Network.DynamicRange != nil {
-			return []string{"true"}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("indexing NodePools by dynamic range: %w", err)
 	}
 	return nil
 }
@@ -259,7 +261,12 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, ho
 // Release deletes mac's lease on ip (precondition on UID/resourceVersion); absent is not an error.
 func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
 	return a.eachLease(ctx, mac, ip, func(ctx context.Context, _ *pool, key types.NamespacedName) error {
-		return a.release(ctx, key, mac)
+		// Not mac's, or declined (held for the host that squats on it):
+		// changeOwn leaves it.
+		return a.changeOwn(ctx, key, mac, "release", func(cur *kubefarmv1.DHCPLease) error {
+			uid, rv := cur.UID, cur.ResourceVersion
+			return a.client.Delete(ctx, cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+		})
 	})
 }
 
@@ -294,11 +301,21 @@ func (a *Allocator) eachLease(ctx context.Context, mac net.HardwareAddr, ip net.
 // left alone: only the client that was given the address may decline it.
 func (a *Allocator) Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP) error {
 	return a.eachLease(ctx, mac, ip, func(ctx context.Context, p *pool, key types.NamespacedName) error {
-		return a.decline(ctx, p, key, mac)
+		return a.changeOwn(ctx, key, mac, "decline", func(cur *kubefarmv1.DHCPLease) error {
+			cur.Spec.Declined = true
+			cur.Spec.ExpireTime = metav1.NewTime(a.now().Add(p.netw.LeaseTime))
+			return a.client.Update(ctx, cur)
+		})
 	})
 }
 
-func (a *Allocator) decline(ctx context.Context, p *pool, key types.NamespacedName, mac net.HardwareAddr) error {
+// changeOwn writes mac's lease at key: write gets the object as the API
+// server holds it and updates or deletes it with that resourceVersion; a
+// conflict (renewed or taken over since the read) reads it again, three
+// times at most. A lease that is gone, not mac's, or declined is left alone.
+// what names the change in errors.
+func (a *Allocator) changeOwn(ctx context.Context, key types.NamespacedName, mac net.HardwareAddr, what string,
+	write func(*kubefarmv1.DHCPLease) error) error {
 	for range 3 {
 		var cur kubefarmv1.DHCPLease
 		if err := a.api.Get(ctx, key, &cur); err != nil {
@@ -310,45 +327,17 @@ func (a *Allocator) decline(ctx context.Context, p *pool, key types.NamespacedNa
 		if cur.Spec.MAC != mac.String() || cur.Spec.Declined {
 			return nil
 		}
-		cur.Spec.Declined = true
-		cur.Spec.ExpireTime = metav1.NewTime(a.now().Add(p.netw.LeaseTime))
-		err := a.client.Update(ctx, &cur)
+		err := write(&cur)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			return nil
 		case apierrors.IsConflict(err):
 			continue
 		default:
-			return fmt.Errorf("marking DHCPLease %s declined: %w", key, err)
+			return fmt.Errorf("DHCPLease %s: %s: %w", key, what, err)
 		}
 	}
-	return fmt.Errorf("DHCPLease %s kept changing under three attempts to decline it", key)
-}
-
-func (a *Allocator) release(ctx context.Context, key types.NamespacedName, mac net.HardwareAddr) error {
-	for range 3 {
-		var cur kubefarmv1.DHCPLease
-		if err := a.api.Get(ctx, key, &cur); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("reading DHCPLease %s: %w", key, err)
-		}
-		if cur.Spec.MAC != mac.String() || cur.Spec.Declined {
-			return nil // not mac's, or held for the host that squats on it
-		}
-		uid, rv := cur.UID, cur.ResourceVersion
-		err := a.client.Delete(ctx, &cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
-		switch {
-		case err == nil, apierrors.IsNotFound(err):
-			return nil
-		case apierrors.IsConflict(err):
-			continue // changed since read (renewed or taken over): look again
-		default:
-			return fmt.Errorf("deleting DHCPLease %s: %w", key, err)
-		}
-	}
-	return fmt.Errorf("DHCPLease %s kept changing under three attempts to release it", key)
+	return fmt.Errorf("DHCPLease %s kept changing under three attempts to %s it", key, what)
 }
 
 func (a *Allocator) selectPool(ctx context.Context, relay, local net.IP) (*pool, error) {
