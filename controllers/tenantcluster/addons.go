@@ -28,8 +28,8 @@ const DefaultAddonsResync = time.Minute
 // bindings (without which the admin kubeconfig can do nothing) and then the
 // add-ons, and deletes add-ons a switch turned off. It returns AddonsReady
 // and whether the RBAC bindings are in place.
-func (r *Reconciler) reconcileTenantObjects(ctx context.Context, tc *v1alpha1.TenantCluster, c *build.Cluster,
-	secrets build.SecretData, svc *corev1.Service, endpoint string) (cond metav1.Condition, rbacApplied bool) {
+func (r *Reconciler) reconcileTenantObjects(ctx context.Context, s *scope) (cond metav1.Condition, rbacApplied bool) {
+	tc, c, secrets := s.tc, s.cluster, s.secrets
 	fail := func(reason, format string, args ...any) (metav1.Condition, bool) {
 		return notReady(v1alpha1.ConditionAddonsReady, reason, fmt.Sprintf(format, args...)), rbacApplied
 	}
@@ -37,7 +37,7 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, tc *v1alpha1.Te
 	if err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
-	tenant, err := newTenantClient(cfg)
+	tenant, err := r.TenantClients.Get(s.key(), cfg)
 	if err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, "tenant client: %v", err)
 	}
@@ -50,10 +50,10 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, tc *v1alpha1.Te
 	}
 	rbacApplied = true
 
-	if endpoint == "" {
+	if s.endpoint == "" {
 		return fail(v1alpha1.ReasonEndpointPending, "the add-ons need the external endpoint nodes use, which is not known yet")
 	}
-	in := addonInputs(tc, c, secrets, svc, endpoint)
+	in := addonInputs(tc, c, secrets, s.service, s.endpoint)
 	objs, err := build.Addons(c, in)
 	if err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, "%v", err)

@@ -73,9 +73,9 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	installFakeTenants()
 	var stop func()
-	mgr, stop, err = env.StartManager(context.Background(), manager.Options{AddonsResync: testAddonsResync, PXENamespace: pxeNamespace}, false)
+	mgr, stop, err = env.StartManager(context.Background(), manager.Options{AddonsResync: testAddonsResync, PXENamespace: pxeNamespace,
+		DialTenant: dialFakeTenant}, false)
 	if err != nil {
 		return 1, err
 	}
@@ -566,16 +566,24 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		// passes are known to have run (and finished) before comparing.
 		r := &tenantcluster.Reconciler{
 			Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
-			Recorder: mgr.GetEventRecorder("tenantcluster-test"),
-			Images:   tenantcluster.DefaultImages(""),
+			Recorder:      mgr.GetEventRecorder("tenantcluster-test"),
+			Images:        tenantcluster.DefaultImages(""),
+			TenantClients: tenantcluster.NewTenantClients(dialFakeTenant),
 		}
 		addonsBefore := addonVersions(ctx, t)
+		host := tenantHost(key.Name, key.Namespace)
+		dialsBefore := tenantDials(host)
 		for range 2 {
 			// A Ready cluster comes back only to apply its add-ons again.
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
 			if err != nil || res.RequeueAfter != tenantcluster.DefaultAddonsResync {
 				t.Fatalf("Reconcile = %+v, %v; want a requeue after %s", res, err, tenantcluster.DefaultAddonsResync)
 			}
+		}
+		// The second pass reuses the client of the first: one dial, by
+		// this Reconciler's TenantClients (the manager's keeps its own).
+		if n := tenantDials(host) - dialsBefore; n != 1 {
+			t.Errorf("%d dials of the tenant over two passes, want 1 (a client kept per TenantCluster)", n)
 		}
 		after := readOwned(t)
 		for k, rv := range before {
@@ -735,7 +743,8 @@ func TestInvalidSpec(t *testing.T) {
 	}
 	// Called directly: an invalid spec is not an error to retry.
 	r := &tenantcluster.Reconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
-		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("")}
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages(""),
+		TenantClients: tenantcluster.NewTenantClients(dialFakeTenant)}
 	if res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil || !res.IsZero() {
 		t.Errorf("Reconcile = %+v, %v; want no error and no requeue", res, err)
 	}
@@ -825,7 +834,7 @@ func TestLeastPrivilege(t *testing.T) {
 	c := leastPrivilegeClient(ctx, t)
 	r := &tenantcluster.Reconciler{Client: c, APIReader: c, Scheme: env.Scheme,
 		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s"),
-		PXENamespace: pxeNamespace}
+		PXENamespace: pxeNamespace, TenantClients: tenantcluster.NewTenantClients(dialFakeTenant)}
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
 	tc.Name = "cluster2"

@@ -2,13 +2,11 @@ package tenantcluster
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -157,136 +155,6 @@ func notReady(typ, reason, msg string) metav1.Condition {
 	return metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: msg}
 }
 
-// decideEtcdState says whether etcd members start with
-// --initial-cluster-state=new or existing. "new" is only right for the very
-// first bootstrap; afterwards a member that starts with an empty data
-// directory must join, never bootstrap a second cluster. Observable facts:
-//   - a StatefulSet that already says "existing" keeps it (switching back
-//     would roll every member for nothing);
-//   - a StatefulSet with a ready member has bootstrapped: readiness needs
-//     quorum, so a cluster exists. Switching rolls the members once, one at
-//     a time, and each keeps its data;
-//   - no StatefulSet but volumes of earlier members (a TenantCluster
-//     recreated after deletion with volumeReclaimPolicy Retain): the data
-//     is a cluster that already exists;
-//   - otherwise nothing was ever bootstrapped.
-func decideEtcdState(sts *appsv1.StatefulSet, existingVolumes int) build.EtcdClusterState {
-	if sts == nil {
-		if existingVolumes > 0 {
-			return build.EtcdClusterExisting
-		}
-		return build.EtcdClusterNew
-	}
-	if etcdStateOf(sts) == build.EtcdClusterExisting || sts.Status.ReadyReplicas > 0 {
-		return build.EtcdClusterExisting
-	}
-	return build.EtcdClusterNew
-}
-
-// etcdStateOf reads --initial-cluster-state back from a StatefulSet.
-func etcdStateOf(sts *appsv1.StatefulSet) build.EtcdClusterState {
-	for _, c := range sts.Spec.Template.Spec.Containers {
-		if c.Name != build.ComponentEtcd {
-			continue
-		}
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, "--initial-cluster-state="); ok {
-				return build.EtcdClusterState(v)
-			}
-		}
-	}
-	return ""
-}
-
-// observedAddress is the address the admin cluster published for the API
-// server Service, fed back into the builders (certificate SANs, advertise
-// address): the first load balancer ingress, or for NodePort the node
-// address chosen by nodeAddress. Empty while unknown.
-func observedAddress(svc *corev1.Service, nodeAddr string) string {
-	if svc == nil {
-		return ""
-	}
-	switch svc.Spec.Type {
-	case corev1.ServiceTypeLoadBalancer:
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				return in.IP
-			}
-			if in.Hostname != "" {
-				return in.Hostname
-			}
-		}
-	case corev1.ServiceTypeNodePort:
-		return nodeAddr
-	}
-	return ""
-}
-
-// endpointPort is the port clients use on the external address: the node
-// port for NodePort (the Service port exists only inside the admin
-// cluster), else the Service port. Zero while the node port is unallocated.
-func endpointPort(svc *corev1.Service, servicePort int32) int32 {
-	if svc == nil {
-		return 0
-	}
-	if svc.Spec.Type != corev1.ServiceTypeNodePort {
-		return servicePort
-	}
-	for _, p := range svc.Spec.Ports {
-		if p.Port == servicePort {
-			return p.NodePort
-		}
-	}
-	return 0
-}
-
-// endpointURL is status.endpoint: https://address:port, or "" while either
-// is unknown.
-func endpointURL(address string, port int32) string {
-	if address == "" || port == 0 {
-		return ""
-	}
-	if strings.Contains(address, ":") { // IPv6 literal
-		return fmt.Sprintf("https://[%s]:%d", address, port)
-	}
-	return fmt.Sprintf("https://%s:%d", address, port)
-}
-
-// nodeAddress picks the address NodePort clients use: among Ready nodes,
-// sorted by name so the choice is stable across reconciles (a change would
-// reissue the serving certificate and roll the API servers), the first
-// ExternalIP, else the first InternalIP.
-func nodeAddress(nodes []corev1.Node) string {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	pick := func(t corev1.NodeAddressType) string {
-		for _, n := range sorted {
-			if !nodeReady(&n) {
-				continue
-			}
-			for _, a := range n.Status.Addresses {
-				if a.Type == t && a.Address != "" {
-					return a.Address
-				}
-			}
-		}
-		return ""
-	}
-	if a := pick(corev1.NodeExternalIP); a != "" {
-		return a
-	}
-	return pick(corev1.NodeInternalIP)
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // followerVersion is the Kubernetes version kube-controller-manager and
 // kube-scheduler run. They must never be newer than any API server (the
 // version skew policy), so during an upgrade they keep the version the
@@ -311,4 +179,11 @@ func runsVersion(d *appsv1.Deployment, version string) bool {
 		}
 	}
 	return false
+}
+
+// addonsWaitingForAPIServer is AddonsReady while the tenant API server is
+// not available: decided by reconcileTenant when it runs, and by the
+// deferred status write when the pass stopped before it.
+func addonsWaitingForAPIServer() metav1.Condition {
+	return notReady(v1alpha1.ConditionAddonsReady, v1alpha1.ReasonWaitingForAPIServer, "waiting for the tenant API server")
 }

@@ -22,13 +22,6 @@ const tenantRetry = 10 * time.Second
 // unreachable tenant cannot hold a reconcile worker.
 const tenantClientTimeout = 10 * time.Second
 
-// newTenantClient returns a client of the tenant cluster for cfg. A variable
-// so that the integration tests, whose API server is not reachable at the
-// tenant Service's name, can point it elsewhere (export_test.go).
-var newTenantClient = func(cfg *rest.Config) (client.Client, error) {
-	return client.New(cfg, client.Options{})
-}
-
 // tenantRESTConfig is the super-admin identity at the API server Service's
 // in-cluster name: the manager runs in the admin cluster, which may not
 // reach the external endpoint, and the super-admin (system:masters) is the

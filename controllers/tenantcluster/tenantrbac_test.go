@@ -11,29 +11,36 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 )
 
-// The integration environment has no tenant API servers: fakeTenants plays
-// them with envtest's own API server, records the identity and address the
-// reconciler used, and can make a tenant unreachable.
+// The integration environment has no tenant API servers: dialFakeTenant
+// plays them with envtest's own API server, records the identity and
+// address the reconciler used and how often it dialled each, and can make
+// a tenant unreachable. The manager under test and the Reconcilers the
+// tests call directly get it through their TenantClients.
 var fakeTenants = struct {
 	sync.Mutex
 	configs map[string]*rest.Config // by Host
+	dials   map[string]int          // successful dials, by Host
 	down    map[string]bool         // Hosts that do not answer
-}{configs: map[string]*rest.Config{}, down: map[string]bool{}}
+}{configs: map[string]*rest.Config{}, dials: map[string]int{}, down: map[string]bool{}}
 
-func installFakeTenants() {
-	tenantcluster.SetTenantClientForTest(func(cfg *rest.Config) (client.Client, error) {
-		fakeTenants.Lock()
-		defer fakeTenants.Unlock()
-		fakeTenants.configs[cfg.Host] = rest.CopyConfig(cfg)
-		if fakeTenants.down[cfg.Host] {
-			return nil, errors.New("dial tcp: connection refused (simulated)")
-		}
-		return client.New(env.Config, client.Options{Scheme: env.Scheme})
-	})
+func dialFakeTenant(cfg *rest.Config) (client.Client, error) {
+	fakeTenants.Lock()
+	defer fakeTenants.Unlock()
+	fakeTenants.configs[cfg.Host] = rest.CopyConfig(cfg)
+	if fakeTenants.down[cfg.Host] {
+		return nil, errors.New("dial tcp: connection refused (simulated)")
+	}
+	fakeTenants.dials[cfg.Host]++
+	return client.New(env.Config, client.Options{Scheme: env.Scheme})
+}
+
+func tenantDials(host string) int {
+	fakeTenants.Lock()
+	defer fakeTenants.Unlock()
+	return fakeTenants.dials[host]
 }
 
 func tenantHost(name, ns string) string {

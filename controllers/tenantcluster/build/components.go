@@ -284,33 +284,46 @@ var (
 	schedulerMounts = []secretMount{kubeconfigMount(RoleScheduler)}
 )
 
+// leaderElected describes one of the two components that share the
+// leader-elected shape.
+type leaderElected struct {
+	component     string
+	name          func(*Cluster) string
+	flags         func(*Cluster) ([]string, error)
+	mounts        []secretMount
+	kubeconfigKey string
+	port          int32
+	cpu, memory   string
+}
+
+var (
+	controllerManager = leaderElected{ComponentControllerManager, (*Cluster).ControllerManagerName, ControllerManagerFlags,
+		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, "100m", "128Mi"}
+	scheduler = leaderElected{ComponentScheduler, (*Cluster).SchedulerName, SchedulerFlags,
+		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, "50m", "64Mi"}
+)
+
 // ControllerManagerDeployment builds kube-controller-manager. config is the
 // control plane ConfigMap, as for APIServerDeployment.
 func ControllerManagerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
-	args, err := ControllerManagerFlags(c)
-	if err != nil {
-		return nil, err
-	}
-	return c.leaderElectedDeployment(ComponentControllerManager, c.ControllerManagerName(), args,
-		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, requests("100m", "128Mi"), config, secrets)
+	return c.leaderElectedDeployment(controllerManager, config, secrets)
 }
 
 // SchedulerDeployment builds kube-scheduler. config is the control plane
 // ConfigMap, as for APIServerDeployment.
 func SchedulerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
-	args, err := SchedulerFlags(c)
-	if err != nil {
-		return nil, err
-	}
-	return c.leaderElectedDeployment(ComponentScheduler, c.SchedulerName(), args,
-		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, requests("50m", "64Mi"), config, secrets)
+	return c.leaderElectedDeployment(scheduler, config, secrets)
 }
 
 // leaderElectedDeployment is the shape kube-controller-manager and
 // kube-scheduler share: two replicas, one active by leader election, probed
 // on /healthz of their secure port (readable anonymously by default).
-func (c *Cluster) leaderElectedDeployment(component, name string, args []string, mounts []secretMount,
-	kubeconfigKey string, port int32, res corev1.ResourceRequirements, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
+func (c *Cluster) leaderElectedDeployment(l leaderElected, config *corev1.ConfigMap, secrets SecretData) (*appsv1.Deployment, error) {
+	args, err := l.flags(c)
+	if err != nil {
+		return nil, err
+	}
+	component, name, mounts, kubeconfigKey, port := l.component, l.name(c), l.mounts, l.kubeconfigKey, l.port
 	if err := c.checkConfig(component, config); err != nil {
 		return nil, err
 	}
@@ -323,7 +336,7 @@ func (c *Cluster) leaderElectedDeployment(component, name string, args []string,
 	ctr.VolumeMounts = c.volumeMounts(mounts, true)
 	ctr.StartupProbe = httpProbe("/healthz", port, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	ctr.LivenessProbe = httpProbe("/healthz", port, corev1.URISchemeHTTPS, 10, 6)
-	ctr.Resources = res
+	ctr.Resources = requests(l.cpu, l.memory)
 	pod := c.basePodSpec(component)
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = c.podVolumes(mounts, configKeys)

@@ -1,0 +1,121 @@
+package tenantcluster
+
+import (
+	"context"
+	"fmt"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+)
+
+// reconcileDelete runs while the TenantCluster is being deleted. Everything
+// the controller wrote in the TenantCluster's namespace carries an owner
+// reference to it, so the garbage collector removes those; the finalizer
+// exists for the token issuer credential in PXENamespace, which no owner
+// reference can reach across namespaces; for etcd's volumes, which
+// belong to the StatefulSet controller's claims and outlive the
+// StatefulSet, and the Secrets cert-manager wrote, which nothing owns (see
+// deletePKI): they are deleted or kept as spec.volumeReclaimPolicy says;
+// and to forget the tenant's client.
+func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) error {
+	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
+		return nil
+	}
+	// The tenant goes away; so does the client this controller kept for it.
+	r.TenantClients.Forget(client.ObjectKeyFromObject(tc))
+	if err := r.deleteTokenIssuerCredential(ctx, tc); err != nil {
+		return err
+	}
+	pvcs, err := r.etcdVolumes(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if tc.Spec.VolumeReclaimPolicy == v1alpha1.VolumeReclaimDelete {
+		if done, err := r.deletePKI(ctx, tc); err != nil || !done {
+			return err
+		}
+		for i := range pvcs {
+			if !pvcs[i].DeletionTimestamp.IsZero() {
+				continue
+			}
+			if err := r.Client.Delete(ctx, &pvcs[i], client.Preconditions{UID: &pvcs[i].UID}); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting etcd volume %s: %w", pvcs[i].Name, err)
+			}
+		}
+		if len(pvcs) > 0 {
+			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesDeleted", "Delete",
+				"deleted %d etcd volume claims (volumeReclaimPolicy Delete)", len(pvcs))
+		}
+	} else if len(pvcs) > 0 {
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesRetained", "Delete",
+			"kept %d etcd volume claims (volumeReclaimPolicy Retain); a TenantCluster of the same name reuses them", len(pvcs))
+	}
+	base := tc.DeepCopy()
+	controllerutil.RemoveFinalizer(tc, Finalizer)
+	err = r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
+		client.FieldOwner(FieldOwner))
+	if apierrors.IsConflict(err) {
+		// Changed meanwhile: the next pass (its event) removes it.
+		return nil
+	}
+	return client.IgnoreNotFound(err)
+}
+
+// deletePKI deletes the tenant's Certificates and then the Secrets
+// cert-manager wrote for them. cert-manager does not own those Secrets (its
+// owner-reference option is off by default), so garbage collection would
+// leave every key of a deleted tenant behind; and while a Certificate
+// exists cert-manager recreates a deleted Secret, so the Certificates go
+// first and the Secrets only once the Certificates are gone (their deletion
+// events bring the next pass). With volumeReclaimPolicy Retain all of it
+// stays with the volumes: the retained etcd data holds service-account
+// tokens and CA bundles that only the same keys keep valid for a
+// TenantCluster recreated on them.
+func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) (done bool, err error) {
+	certs := &cmapi.CertificateList{}
+	if err := r.Client.List(ctx, certs, client.InNamespace(tc.Namespace)); err != nil {
+		return false, err
+	}
+	remaining := 0
+	for i := range certs.Items {
+		cert := &certs.Items[i]
+		if !metav1.IsControlledBy(cert, tc) {
+			continue
+		}
+		remaining++
+		if !cert.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, cert, client.Preconditions{UID: &cert.UID}); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting Certificate %s: %w", cert.Name, err)
+		}
+	}
+	if remaining > 0 {
+		return false, nil
+	}
+	list := &corev1.SecretList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{build.LabelTenantCluster: tc.Name},
+		client.HasLabels{build.LabelPKIRole}); err != nil {
+		return false, err
+	}
+	for i := range list.Items {
+		s := &list.Items[i]
+		// No UID precondition: whatever holds this name now is the
+		// tenant's key material and goes too.
+		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting certificate Secret %s: %w", s.Name, err)
+		}
+	}
+	if len(list.Items) > 0 {
+		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "SecretsDeleted", "Delete",
+			"deleted %d certificate Secrets (volumeReclaimPolicy Delete)", len(list.Items))
+	}
+	return true, nil
+}

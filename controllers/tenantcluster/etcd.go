@@ -1,0 +1,70 @@
+package tenantcluster
+
+import (
+	"context"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+)
+
+// What etcd's state is decided from: the StatefulSet and the volumes of
+// earlier members (docs/etcd.md).
+
+// decideEtcdState says whether etcd members start with
+// --initial-cluster-state=new or existing. "new" is only right for the very
+// first bootstrap; afterwards a member that starts with an empty data
+// directory must join, never bootstrap a second cluster. Observable facts:
+//   - a StatefulSet that already says "existing" keeps it (switching back
+//     would roll every member for nothing);
+//   - a StatefulSet with a ready member has bootstrapped: readiness needs
+//     quorum, so a cluster exists. Switching rolls the members once, one at
+//     a time, and each keeps its data;
+//   - no StatefulSet but volumes of earlier members (a TenantCluster
+//     recreated after deletion with volumeReclaimPolicy Retain): the data
+//     is a cluster that already exists;
+//   - otherwise nothing was ever bootstrapped.
+func decideEtcdState(sts *appsv1.StatefulSet, existingVolumes int) build.EtcdClusterState {
+	if sts == nil {
+		if existingVolumes > 0 {
+			return build.EtcdClusterExisting
+		}
+		return build.EtcdClusterNew
+	}
+	if etcdStateOf(sts) == build.EtcdClusterExisting || sts.Status.ReadyReplicas > 0 {
+		return build.EtcdClusterExisting
+	}
+	return build.EtcdClusterNew
+}
+
+// etcdStateOf reads --initial-cluster-state back from a StatefulSet.
+func etcdStateOf(sts *appsv1.StatefulSet) build.EtcdClusterState {
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name != build.ComponentEtcd {
+			continue
+		}
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "--initial-cluster-state="); ok {
+				return build.EtcdClusterState(v)
+			}
+		}
+	}
+	return ""
+}
+
+// etcdVolumes lists the PersistentVolumeClaims of the tenant's etcd
+// members. The StatefulSet controller gives each claim the labels of the
+// claim template, which identify the tenant and the component.
+func (r *Reconciler) etcdVolumes(ctx context.Context, tc *v1alpha1.TenantCluster) ([]corev1.PersistentVolumeClaim, error) {
+	list := &corev1.PersistentVolumeClaimList{}
+	err := r.APIReader.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{
+		build.LabelInstance:      tc.Name,
+		build.LabelName:          build.ComponentEtcd,
+		build.LabelTenantCluster: tc.Name,
+	})
+	return list.Items, err
+}

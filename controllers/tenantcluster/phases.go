@@ -1,0 +1,466 @@
+package tenantcluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+)
+
+// scope is one pass over one TenantCluster. Each phase reads what the
+// earlier ones left here and adds its own: so every object is built once
+// per pass, and what a later phase derives from it (the pods' checksums
+// from the ConfigMap, the add-ons from the Service) is derived from the
+// object as applied. It also carries what the phases observed, from which
+// Reconcile's deferred status write decides the summary conditions.
+type scope struct {
+	tc *v1alpha1.TenantCluster
+	// cluster is the resolved spec, with the address the admin cluster
+	// published for the API server Service fed back in.
+	cluster *build.Cluster
+	// service is the API server Service as applied, and endpoint
+	// status.endpoint derived from it ("" while unknown).
+	service  *corev1.Service
+	endpoint string
+	// certificates are the tenant's Certificates as built; their Secrets
+	// are read back into secrets once all are issued.
+	certificates []*cmapi.Certificate
+	secrets      build.SecretData
+	// config is the control plane ConfigMap as applied.
+	config *corev1.ConfigMap
+	// apiServer and the followers are the live Deployments, as applied.
+	apiServer *appsv1.Deployment
+	followers []*appsv1.Deployment
+
+	// conditions are the ones the phases observed this pass, in phase
+	// order (CertificatesReady, EtcdReady, APIServerReady, AddonsReady):
+	// Ready's inputs. notReady is what else holds Ready back.
+	conditions []metav1.Condition
+	notReady   []string
+	// invalidSpec and waitingFor end the pass early, without an error.
+	invalidSpec error
+	waitingFor  waitReason
+}
+
+// waitReason is why a phase ended the pass before the last phase, because
+// something outside the controller must happen first; its arrival (a
+// watch event) brings the next pass.
+type waitReason string
+
+const (
+	// waitingForCertificates: the workloads are left alone while
+	// certificates are issued.
+	waitingForCertificates waitReason = "Certificates"
+	// waitingForEtcd: the first API server is created only once etcd is
+	// ready.
+	waitingForEtcd waitReason = "Etcd"
+)
+
+// getLive reads an object from the cache; found is false when it does not
+// exist.
+func (r *Reconciler) getLive(ctx context.Context, key client.ObjectKey, obj client.Object) (found bool, err error) {
+	err = r.Client.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// observe sets a condition a phase decided, and keeps it as an input of
+// Ready; a later observation of the same type replaces it.
+func (s *scope) observe(r *Reconciler, c metav1.Condition) {
+	r.setCondition(s.tc, c)
+	for i := range s.conditions {
+		if s.conditions[i].Type == c.Type {
+			s.conditions[i] = c
+			return
+		}
+	}
+	s.conditions = append(s.conditions, c)
+}
+
+// observed is the condition of a type observed this pass, or nil.
+func (s *scope) observed(typ string) *metav1.Condition {
+	for i := range s.conditions {
+		if s.conditions[i].Type == typ {
+			return &s.conditions[i]
+		}
+	}
+	return nil
+}
+
+func (s *scope) isTrue(typ string) bool {
+	c := s.observed(typ)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+func (s *scope) stopped() bool { return s.invalidSpec != nil || s.waitingFor != "" }
+
+func (s *scope) key() types.NamespacedName { return client.ObjectKeyFromObject(s.tc) }
+
+// phase is one step of a pass. It returns a requeue wish and an error; an
+// error ends the pass, and a phase that must wait ends it by setting
+// scope.waitingFor (or invalidSpec).
+type phase func(context.Context, *scope) (ctrl.Result, error)
+
+// phases are the steps of a pass, in the order they must happen.
+func (r *Reconciler) phases() []phase {
+	return []phase{
+		r.resolve,            // the spec, with the published address; stops on an invalid spec
+		r.reconcileServices,  // before the PKI: a load balancer's address is a SAN
+		r.reconcilePKI,       // Issuers, Certificates, their Secrets; stops while issuing
+		r.reconcileConfig,    // the control plane ConfigMap and the kubeconfigs
+		r.reconcileEtcd,      // etcd, with its initial cluster state decided
+		r.reconcileAPIServer, // created once etcd is ready; stops until then
+		r.reconcileTenant,    // RBAC and add-ons inside the tenant, once it answers
+		r.reconcilePDBs,      // disruption budgets
+		r.reconcileFollowers, // controller-manager and scheduler, behind the API servers in an upgrade
+		r.observeRollout,     // the endpoint still pending, observedVersion
+	}
+}
+
+// runPhases runs the phases in order until one fails or stops the pass,
+// and returns the soonest requeue any of them asked for.
+func (r *Reconciler) runPhases(ctx context.Context, s *scope) (ctrl.Result, error) {
+	var result ctrl.Result
+	for _, p := range r.phases() {
+		res, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		result = soonest(result, res)
+		if s.stopped() {
+			break
+		}
+	}
+	return result, nil
+}
+
+// soonest is the requeue that comes first, zero meaning none.
+func soonest(a, b ctrl.Result) ctrl.Result {
+	if a.RequeueAfter == 0 || (b.RequeueAfter != 0 && b.RequeueAfter < a.RequeueAfter) {
+		return b
+	}
+	return a
+}
+
+// resolve resolves the spec twice: first to validate it and learn the
+// Service's name, then with the address the admin cluster published for
+// that Service.
+func (r *Reconciler) resolve(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c, err := build.Resolve(s.tc, r.options(""))
+	if err != nil {
+		// The spec is wrong, not the world: retrying cannot help, and the
+		// watch on the TenantCluster brings the next pass when it is edited.
+		s.invalidSpec = err
+		log.FromContext(ctx).Info("invalid spec", "error", err.Error())
+		return ctrl.Result{}, nil
+	}
+	svc := &corev1.Service{}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, svc); err != nil {
+		return ctrl.Result{}, err
+	} else if !found {
+		svc = nil
+	}
+	nodeAddr := ""
+	if c.ExposeType == v1alpha1.ExposeNodePort && s.tc.Spec.APIServer.Expose.ExternalIP == "" {
+		nodes := &corev1.NodeList{}
+		if err := r.APIReader.List(ctx, nodes); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing nodes for the NodePort endpoint: %w", err)
+		}
+		nodeAddr = nodeAddress(nodes.Items)
+	}
+	if s.cluster, err = build.Resolve(s.tc, r.options(observedAddress(svc, nodeAddr))); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileServices applies the Services first: a LoadBalancer's address
+// ends up in the serving certificate, so asking for it before issuing saves
+// one reissue and one rollout.
+func (r *Reconciler) reconcileServices(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	if err := r.apply(ctx, s.tc, build.EtcdService(c), nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	s.service = &corev1.Service{}
+	if err := r.apply(ctx, s.tc, build.APIServerService(c), s.service); err != nil {
+		return ctrl.Result{}, err
+	}
+	s.endpoint = endpointURL(c.ExternalAddress, endpointPort(s.service, c.ServicePort))
+	s.tc.Status.Endpoint = s.endpoint
+	return ctrl.Result{}, nil
+}
+
+// reconcilePKI applies the Issuers and Certificates and, once every
+// Certificate is issued, reads their Secrets. Until then the workloads are
+// left as they are: new pods would only wait for their Secret volumes, and
+// would roll again as each certificate arrives. What already runs (a
+// reissue after a SAN change) keeps running and is reported as it is.
+func (r *Reconciler) reconcilePKI(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	for _, is := range build.Issuers(c) {
+		if err := r.apply(ctx, s.tc, is, nil); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	s.certificates = build.Certificates(c)
+	certs := make([]namedCertificate, 0, len(s.certificates))
+	for _, want := range s.certificates {
+		got := &cmapi.Certificate{}
+		if err := r.apply(ctx, s.tc, want, got); err != nil {
+			return ctrl.Result{}, err
+		}
+		certs = append(certs, namedCertificate{name: want.Name, cert: got})
+	}
+	certCond, ready := certificatesCondition(certs)
+	s.observe(r, certCond)
+	if ready {
+		secrets, missing, err := r.readSecrets(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(missing) > 0 {
+			// Issued but not yet in the cache; the Secret's arrival wakes us.
+			ready = false
+			s.observe(r, notReady(v1alpha1.ConditionCertificatesReady, v1alpha1.ReasonIssuing, "waiting for Secrets: "+strings.Join(missing, ", ")))
+		}
+		s.secrets = secrets
+	}
+	if ready {
+		return ctrl.Result{}, nil
+	}
+	etcdCond, apiCond, err := r.observeWhileIssuing(ctx, c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.observe(r, etcdCond)
+	s.observe(r, apiCond)
+	s.waitingFor = waitingForCertificates
+	return ctrl.Result{}, nil
+}
+
+// observeWhileIssuing reports etcd and the API server from the cache while
+// certificates are being issued: WaitingForCertificates when they were never
+// deployed, their observed readiness otherwise.
+func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *build.Cluster) (etcd, api metav1.Condition, err error) {
+	waiting := "waiting for certificates"
+	etcd = notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonWaitingForCertificates, waiting)
+	api = notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForCertificates, waiting)
+	sts := &appsv1.StatefulSet{}
+	found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts)
+	if err != nil {
+		return etcd, api, err
+	}
+	if found {
+		etcd, _ = etcdCondition(sts)
+	}
+	d := &appsv1.Deployment{}
+	if found, err = r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, d); err != nil {
+		return etcd, api, err
+	}
+	if found {
+		api, _ = apiServerCondition(d)
+	}
+	return etcd, api, nil
+}
+
+// reconcileConfig applies the control plane ConfigMap, which the workloads'
+// checksums then hash as applied, and the kubeconfigs.
+func (r *Reconciler) reconcileConfig(ctx context.Context, s *scope) (ctrl.Result, error) {
+	desired, err := build.ConfigMap(s.cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.config = &corev1.ConfigMap{}
+	if err := r.apply(ctx, s.tc, desired, s.config); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.applyKubeconfigs(ctx, s)
+}
+
+// reconcileEtcd applies the etcd StatefulSet with the initial cluster state
+// decided from what exists (see decideEtcdState).
+func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	var current *appsv1.StatefulSet
+	sts := &appsv1.StatefulSet{}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts); err != nil {
+		return ctrl.Result{}, err
+	} else if found {
+		current = sts
+	}
+	volumes := 0
+	if current == nil {
+		// Only worth a (direct, uncached) read when there is no StatefulSet
+		// to tell the story.
+		pvcs, err := r.etcdVolumes(ctx, s.tc)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		volumes = len(pvcs)
+	}
+	desired, err := build.EtcdStatefulSet(c, decideEtcdState(current, volumes), s.secrets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	live := &appsv1.StatefulSet{}
+	if err := r.apply(ctx, s.tc, desired, live); err != nil {
+		return ctrl.Result{}, err
+	}
+	cond, _ := etcdCondition(live)
+	s.observe(r, cond)
+	return ctrl.Result{}, nil
+}
+
+// reconcileAPIServer applies the API servers. A first API server started
+// before etcd answers exits, and the kubelet's restart back-off then
+// outlasts etcd's start (Ready took 27 s instead of 10 s on the e2e
+// cluster), so the control plane is first created only once etcd is ready.
+// An existing one is always kept up to date.
+func (r *Reconciler) reconcileAPIServer(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	if !s.isTrue(v1alpha1.ConditionEtcdReady) {
+		found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, &appsv1.Deployment{})
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !found {
+			s.observe(r, notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForEtcd, "created once etcd is ready"))
+			s.waitingFor = waitingForEtcd
+			return ctrl.Result{}, nil
+		}
+	}
+	desired, err := build.APIServerDeployment(c, s.config, s.secrets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.apiServer = &appsv1.Deployment{}
+	if err := r.apply(ctx, s.tc, desired, s.apiServer); err != nil {
+		return ctrl.Result{}, err
+	}
+	cond, _ := apiServerCondition(s.apiServer)
+	s.observe(r, cond)
+	return ctrl.Result{}, nil
+}
+
+// reconcileTenant writes the tenant's own RBAC and add-ons once its API
+// server answers: without them the admin kubeconfig can do nothing and no
+// node can join, so Ready waits for them. They are applied again every
+// AddonsResync, since nothing in the admin cluster notices a change inside
+// the tenant.
+func (r *Reconciler) reconcileTenant(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !s.isTrue(v1alpha1.ConditionAPIServerReady) {
+		s.observe(r, addonsWaitingForAPIServer())
+		return ctrl.Result{}, nil
+	}
+	logger := log.FromContext(ctx)
+	cond, rbacApplied := r.reconcileTenantObjects(ctx, s)
+	s.observe(r, cond)
+	switch {
+	case !rbacApplied:
+		logger.Info("tenant RBAC not applied yet", "error", cond.Message)
+		return ctrl.Result{RequeueAfter: tenantRetry}, nil
+	case cond.Status != metav1.ConditionTrue && cond.Reason == v1alpha1.ReasonApplyFailed:
+		logger.Info("tenant add-ons not applied", "error", cond.Message)
+		return ctrl.Result{RequeueAfter: tenantRetry}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.addonsResync()}, nil
+}
+
+// reconcilePDBs applies the disruption budgets the builder wants and deletes
+// the ones it no longer wants (a component scaled down to one replica),
+// which would otherwise block every drain of that replica's node.
+func (r *Reconciler) reconcilePDBs(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	wanted := map[string]bool{}
+	for _, pdb := range build.PodDisruptionBudgets(c) {
+		wanted[pdb.Name] = true
+		if err := r.apply(ctx, s.tc, pdb, nil); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	for _, name := range []string{c.EtcdServiceName(), c.APIServerServiceName()} {
+		if wanted[name] {
+			continue
+		}
+		pdb := &policyv1.PodDisruptionBudget{}
+		found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, pdb)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !found || !metav1.IsControlledBy(pdb, s.tc) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileFollowers applies kube-controller-manager and kube-scheduler at
+// the version followerVersion allows: in an upgrade they follow the API
+// servers, never lead them.
+func (r *Reconciler) reconcileFollowers(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	follower := c
+	if v := followerVersion(c.Version, s.tc.Status.ObservedVersion, s.apiServer); v != c.Version {
+		held := *c
+		held.Version = v
+		follower = &held
+		// Not a reason for Ready=False: the control plane serves
+		// throughout; status.observedVersion tells the upgrade's progress.
+		log.FromContext(ctx).Info("upgrade in progress: controller-manager and scheduler wait for the API servers", "running", v, "desired", c.Version)
+	}
+	for _, b := range []struct {
+		what  string
+		build func(*build.Cluster, *corev1.ConfigMap, build.SecretData) (*appsv1.Deployment, error)
+	}{{"kube-controller-manager", build.ControllerManagerDeployment}, {"kube-scheduler", build.SchedulerDeployment}} {
+		d, err := b.build(follower, s.config, s.secrets)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		got := &appsv1.Deployment{}
+		if err := r.apply(ctx, s.tc, d, got); err != nil {
+			return ctrl.Result{}, err
+		}
+		s.followers = append(s.followers, got)
+		if ok, msg := deploymentAvailable(got, b.what); !ok {
+			s.notReady = append(s.notReady, msg)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// observeRollout notes an endpoint still unknown against Ready, and moves
+// status.observedVersion only when every component runs the desired
+// version, so during an upgrade it keeps naming the version still (partly)
+// running.
+func (r *Reconciler) observeRollout(_ context.Context, s *scope) (ctrl.Result, error) {
+	if s.endpoint == "" {
+		s.notReady = append(s.notReady, "the external endpoint is not known yet (waiting for the Service's address)")
+	}
+	allRolledOut := rolledOut(s.apiServer)
+	for _, d := range s.followers {
+		allRolledOut = allRolledOut && rolledOut(d)
+	}
+	if allRolledOut {
+		s.tc.Status.ObservedVersion = s.cluster.Version
+	}
+	return ctrl.Result{}, nil
+}
