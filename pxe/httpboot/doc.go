@@ -1,7 +1,8 @@
 // Package httpboot is the HTTP side of kubefarm-pxe: what iPXE fetches once
 // it runs, and what UEFI HTTP boot firmware fetches first.
 //
-// Routes (GET and HEAD, except POST /report):
+// Routes (GET and HEAD, except POST /report; package bootpaths owns their
+// shapes and the URLs built from them):
 //
 //   - /boot/<mac>.ipxe: the machine's iPXE script (Script, a pure
 //     function). The MAC may be upper case or '-' separated; it is
@@ -14,7 +15,7 @@
 //     Range, If-None-Match (the ETag is the digest) and sendfile, marked
 //     immutable since the name is the content's hash.
 //   - /ipxe/<binary>: the iPXE binaries for UEFI HTTP boot, with the same
-//     allow-list as the TFTP service.
+//     allow-list as the TFTP service (bootpaths.Binaries).
 //   - /config/<mac>: the machine's node configuration and join token, for
 //     kubefarm-agent. Only to the machine's leased IP, for its MAC, inside
 //     its boot window (opened by serving its script, BootWindows), once;

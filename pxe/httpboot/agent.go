@@ -1,0 +1,194 @@
+package httpboot
+
+// What kubefarm-agent asks once the node runs: its boot configuration
+// (/config) and the report of what it booted (/report), both only from the
+// machine's leased address.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/events"
+)
+
+// forbidden answers 403 with one body for every reason, so that a prober
+// learns nothing about which MACs exist or whose IP it lacks; the reason
+// goes to the log.
+func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, reason string, kv ...any) {
+	h.log.Info("config/report request refused", append([]any{"reason", reason, "peer", r.RemoteAddr, "path", r.URL.Path}, kv...)...)
+	http.Error(w, "forbidden", http.StatusForbidden)
+}
+
+// refused is forbidden for a request that names a known machine: the
+// machine also gets a Warning event, so that `kubectl describe` shows
+// someone asking for its credentials from the wrong place or time. The
+// request path carries only the MAC, never a secret.
+func (h *Handler) refused(w http.ResponseWriter, r *http.Request, m *kubefarmv1.Machine, reason string) {
+	key := machineKey(m)
+	h.forbidden(w, r, reason, "machine", key)
+	if h.cfg.Events != nil && h.cfg.Events.Due(key, events.ReasonRefused, reason) {
+		h.cfg.Events.Warning(key, events.ReasonRefused, reason, fmt.Sprintf("refused %s %s from %s: %s", r.Method, r.URL.Path, peerHost(r), reason))
+	}
+}
+
+// peerMachine finds the machine of mac and checks that the request comes
+// from the address it leases. It answers the request itself when not.
+func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC string) (*kubefarmv1.Machine, bool) {
+	mac, err := NormalizeMAC(rawMAC)
+	if err != nil {
+		h.forbidden(w, r, "bad MAC")
+		return nil, false
+	}
+	m, ok := h.machines.ByMAC(mac)
+	if !ok {
+		h.forbidden(w, r, "unknown MAC", "mac", mac)
+		return nil, false
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	peer := net.ParseIP(host)
+	if err != nil || peer == nil || !peer.Equal(net.ParseIP(m.Spec.IP)) {
+		h.refused(w, r, m, "not from the machine's leased IP "+m.Spec.IP)
+		return nil, false
+	}
+	return m, true
+}
+
+// config serves the machine's boot configuration with its join token:
+// only to the machine's leased IP, for its MAC, inside its boot window,
+// once. Anything else is 403.
+func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) {
+	if h.cfg.Windows == nil {
+		h.forbidden(w, r, "boot configuration disabled")
+		return
+	}
+	m, ok := h.peerMachine(w, r, rawMAC)
+	if !ok {
+		return
+	}
+	key := machineKey(m)
+	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
+	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
+	if !ok {
+		log.Info("machine's pool not found", "pool", m.Spec.Pool)
+		http.Error(w, "node pool not available", http.StatusServiceUnavailable)
+		return
+	}
+	nc, err := NodeConfigFor(m, pool)
+	if err != nil {
+		log.Error(err, "building node configuration")
+		http.Error(w, "cannot build node configuration", http.StatusServiceUnavailable)
+		return
+	}
+	if h.cfg.Tokens == nil {
+		if h.cfg.Windows.IsOpen(key) {
+			log.Info("no join token issuer configured")
+			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
+			return
+		}
+		h.refused(w, r, m, noWindow)
+		return
+	}
+	opened, ok := h.cfg.Windows.Consume(key)
+	if !ok {
+		h.refused(w, r, m, noWindow)
+		return
+	}
+	ctx, cancel := apiWriteContext(r)
+	defer cancel()
+	tok, err := h.cfg.Tokens.Issue(ctx, m)
+	if err != nil {
+		h.cfg.Windows.Restore(key, opened)
+		log.Error(err, "issuing join token")
+		http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
+		return
+	}
+	nc.JoinToken = tok
+	body, err := json.Marshal(nc)
+	if err != nil {
+		h.cfg.Windows.Restore(key, opened)
+		log.Error(err, "encoding node configuration")
+		http.Error(w, "cannot encode node configuration", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("served boot configuration")
+	h.normal(key, events.ReasonConfigServed, "", func() string {
+		return fmt.Sprintf("served the boot configuration with a join token to %s, %s after the boot window opened",
+			peerHost(r), time.Since(opened).Round(time.Second))
+	})
+	w.Header().Set("Content-Type", "application/json")
+	// It carries a credential: no cache anywhere may keep it.
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(body)
+}
+
+// noWindow is the refusal of a /config request outside its boot window.
+const noWindow = "no open boot window (already used, expired, or this replica served no script for this boot)"
+
+// APIWriteTimeout bounds an API write a request makes: issuing a join
+// token, recording a boot.
+const APIWriteTimeout = 30 * time.Second
+
+// apiWriteContext is the context of an API write made for r: r's values
+// without its cancellation, bounded by APIWriteTimeout. net/http cancels a
+// request's context as soon as it reads EOF on the connection, which is
+// also what a client that half-closes after its request sends (busybox nc
+// does) while it still waits for the answer. Abandoning the write then
+// would answer 503 about a write that may well land, and the client's
+// retry would be cut short the same way.
+func apiWriteContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), APIWriteTimeout)
+}
+
+// maxReport bounds a report body; a real one is about 150 bytes.
+const maxReport = 4096
+
+// report records what a machine booted in its status.lastBoot. Only the
+// machine's leased IP may report for its MAC.
+func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
+	var rep BootReport
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReport))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		http.Error(w, "bad report", http.StatusBadRequest)
+		return
+	}
+	if _, err := rep.Validate(); err != nil {
+		http.Error(w, "bad report: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	m, ok := h.peerMachine(w, r, rep.MAC)
+	if !ok {
+		return
+	}
+	key := machineKey(m)
+	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
+	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest {
+		// Agents retry; a repeat is not a new boot and needs no write.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if h.cfg.Recorder == nil {
+		http.Error(w, "boot reports not recorded here", http.StatusServiceUnavailable)
+		return
+	}
+	rec := kubefarmv1.BootRecord{BootID: rep.BootID, ImageDigest: rep.ImageDigest, Time: metav1.NewTime(time.Now())}
+	ctx, cancel := apiWriteContext(r)
+	defer cancel()
+	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec); err != nil {
+		log.Error(err, "recording boot")
+		http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("boot recorded")
+	h.normal(key, events.ReasonBootReported, rep.BootID, func() string {
+		return fmt.Sprintf("booted %s, boot ID %s", rep.ImageDigest, rep.BootID)
+	})
+	w.WriteHeader(http.StatusNoContent)
+}
