@@ -95,9 +95,11 @@ func FuzzHandlePacket(f *testing.F) {
 	tab := tableWith(testLease())
 	auth, _ := testServer(f, testConfig(), tab)
 	proxy, _ := testServer(f, proxyConfig(), tab)
+	// Unknown MACs take the same answer path with an allocator's lease.
+	dyn, _ := testServer(f, dynamicConfig(newMemDynamic()), tab)
 	peer := &net.UDPAddr{IP: net.IPv4(10, 28, 0, 11), Port: 68}
 	f.Fuzz(func(t *testing.T, pkt []byte) {
-		for _, s := range []*Server{auth, proxy} {
+		for _, s := range []*Server{auth, proxy, dyn} {
 			out, dst, typ, o := s.HandlePacket(pkt, peer)
 			if typ == "" || o == "" {
 				t.Fatalf("empty labels %q %q", typ, o)
