@@ -18,19 +18,16 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -48,87 +45,9 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
-// options are the command line. Defaults are what a hostNetwork pod on a
-// boot network wants; --server-ip is the one flag with no sensible default.
-type options struct {
-	iface           string
-	serverIP        string
-	httpAddr        string
-	httpPort        int
-	tftpAddr        string
-	ipxeDir         string
-	uefiBinary      string
-	cacheDir        string
-	proxyDHCP       bool
-	workers         int
-	queue           int
-	tftpTimeout     time.Duration
-	tftpRetries     int
-	tftpTransfers   int
-	maxArtifact     int64
-	ensureTimeout   time.Duration
-	insecureReg     bool
-	namespace       string
-	shutdownTimeout time.Duration
-	bootWindow      time.Duration
-	podNamespace    string
-	joinTokenTTL    time.Duration
-	eventInterval   time.Duration
-	nodeName        string
-	dynamicRanges   bool
-	dynamicWorkers  int
-}
-
-func bindFlags(fs *flag.FlagSet, o *options) {
-	fs.StringVar(&o.iface, "interface", "",
-		"network interface of the boot network the DHCP server listens on (port 67, and 4011 with --proxy-dhcp); empty disables DHCP")
-	fs.StringVar(&o.iface, "dhcp-listen", "", "alias of --interface")
-	fs.StringVar(&o.serverIP, "server-ip", "",
-		"this server's IPv4 address on the boot network: DHCP server identifier, TFTP next-server and the host of every boot URL (required)")
-	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address the HTTP boot service (scripts, artifacts, /healthz, /metrics) listens on")
-	fs.IntVar(&o.httpPort, "http-port", 0,
-		"port booting machines use to reach the HTTP service, when it differs from --http-addr's (e.g. behind a hostPort); 0 uses --http-addr's")
-	fs.StringVar(&o.tftpAddr, "tftp-addr", ":69", "address the TFTP service listens on; empty disables TFTP")
-	fs.StringVar(&o.ipxeDir, "ipxe-dir", tftp.DefaultDir, "directory with the iPXE binaries served over TFTP and HTTP")
-	fs.StringVar(&o.uefiBinary, "uefi-binary", bootfile.BinaryUEFIx64,
-		"iPXE binary for x86-64 UEFI clients: ipxe.efi, or snponly.efi for firmware whose NIC drivers misbehave under iPXE")
-	fs.StringVar(&o.cacheDir, "cache-dir", "/var/cache/kubefarm-pxe", "directory of the content-addressed artifact cache")
-	fs.BoolVar(&o.proxyDHCP, "proxy-dhcp", false,
-		"proxyDHCP mode: another DHCP server hands out addresses; answer PXE clients with boot options only")
-	fs.IntVar(&o.workers, "workers", 0, "DHCP worker goroutines; 0 means 2 x GOMAXPROCS")
-	fs.IntVar(&o.queue, "queue", 1024, "DHCP packets that may wait for a worker before new ones are dropped")
-	fs.DurationVar(&o.tftpTimeout, "tftp-timeout", 2*time.Second, "how long TFTP waits for each acknowledgement before resending")
-	fs.IntVar(&o.tftpRetries, "tftp-retries", 5, "TFTP resends of one block before a transfer is abandoned")
-	fs.IntVar(&o.tftpTransfers, "tftp-max-transfers", 64, "concurrent TFTP transfers; requests beyond are refused at once")
-	fs.Int64Var(&o.maxArtifact, "max-artifact-size", 4<<30, "largest artifact (kernel, initrd, rootfs) the cache downloads, in bytes")
-	fs.DurationVar(&o.ensureTimeout, "artifact-wait", 2*time.Minute,
-		"how long a script request waits for its artifacts to be cached before answering 503 (iPXE retries)")
-	fs.BoolVar(&o.insecureReg, "insecure-registry", false, "reach OCI registries over plain HTTP")
-	fs.StringVar(&o.namespace, "namespace", "", "only serve Machines and NodePools of this namespace; empty means all")
-	fs.DurationVar(&o.bootWindow, "boot-window", 10*time.Minute,
-		"how long after serving a machine's iPXE script its agent may fetch its boot configuration (once)")
-	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"),
-		"namespace this replica runs in (default $POD_NAMESPACE): the token issuer credentials kubefarm-manager writes there "+
-			"(its --pxe-namespace) are the only Secrets read, so join tokens need only get/list/watch on Secrets of this namespace; "+
-			"empty disables join tokens (/config answers 503)")
-	fs.DurationVar(&o.joinTokenTTL, "join-token-ttl", jointoken.DefaultTTL,
-		"how long a machine's join token (a bootstrap token in its tenant cluster) is valid; at most 24h")
-	fs.BoolVar(&o.dynamicRanges, "dynamic-ranges", true,
-		"answer MACs of no Machine from the spec.network.dynamicRange of the NodePool serving their network, with leases stored as DHCPLease objects; "+
-			"false ignores every unknown MAC (and needs no access to dhcpleases)")
-	fs.IntVar(&o.dynamicWorkers, "dynamic-workers", dhcp.DefaultDynamicWorkers,
-		"goroutines answering unknown MACs from dynamic ranges (each makes API calls, apart from the static workers)")
-	fs.DurationVar(&o.eventInterval, "event-interval", events.DefaultInterval,
-		"Events on Machines (Offered, Acked, ScriptServed, ImageServed, ConfigServed, BootReported, Refused, Declined): "+
-			"the same event of one machine is recorded at most once per interval; 0 disables events")
-	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this replica runs on (default $NODE_NAME): the source host of its events")
-	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
-		"how long in-flight HTTP requests and TFTP transfers may take to finish on SIGTERM")
-}
-
 func main() {
 	var o options
-	bindFlags(flag.CommandLine, &o)
+	o.register(flag.CommandLine)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -143,24 +62,11 @@ func main() {
 }
 
 func run(ctx context.Context, o options, log logr.Logger) error {
-	serverIP := net.ParseIP(o.serverIP).To4()
-	if serverIP == nil {
-		return fmt.Errorf("--server-ip %q is not an IPv4 address", o.serverIP)
+	boot, err := o.bootServer()
+	if err != nil {
+		return err
 	}
-	httpPort := o.httpPort
-	if httpPort == 0 {
-		_, p, err := net.SplitHostPort(o.httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http-addr: %w", err)
-		}
-		if httpPort, err = strconv.Atoi(p); err != nil || httpPort == 0 {
-			return fmt.Errorf("--http-addr %q needs an explicit port", o.httpAddr)
-		}
-	}
-	baseURL := "http://" + serverIP.String()
-	if httpPort != 80 {
-		baseURL += ":" + strconv.Itoa(httpPort)
-	}
+	serverIP, httpPort, baseURL := boot.ip, boot.httpPort, boot.base.String()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -169,24 +75,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	scheme := k8sruntime.NewScheme()
-	if err := kubefarmv1.AddToScheme(scheme); err != nil {
+	scheme, err := newScheme()
+	if err != nil {
 		return err
 	}
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	copts := cache.Options{Scheme: scheme}
-	if o.namespace != "" {
-		copts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
-		// BootImages are cluster-scoped; DefaultNamespaces does not apply.
-	}
-	if o.podNamespace != "" {
-		// Secrets only of this namespace, and only the credentials:
-		// whatever --namespace says for Machines.
-		copts = jointoken.CacheOptions(o.podNamespace, copts)
-	}
-	c, err := cache.New(cfg, copts)
+	c, err := cache.New(cfg, o.cacheOptions(scheme))
 	if err != nil {
 		return fmt.Errorf("creating the cache: %w", err)
 	}
@@ -201,20 +94,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	var tokens httpboot.JoinTokens
-	if o.podNamespace != "" {
-		// Registered now so that the credentials are part of the cache
-		// sync that makes the replica ready.
-		if _, err := c.GetInformer(ctx, &corev1.Secret{}); err != nil {
-			return fmt.Errorf("watching the token issuer credentials: %w", err)
-		}
-		issuer, err := jointoken.New(jointoken.Config{Reader: c, Namespace: o.podNamespace, TTL: o.joinTokenTTL})
-		if err != nil {
-			return fmt.Errorf("--join-token-ttl: %w", err)
-		}
-		tokens = issuer
-	} else {
-		log.Info("no --pod-namespace (or $POD_NAMESPACE): join tokens disabled, /config answers 503")
+	tokens, err := joinTokens(ctx, c, o, log)
+	if err != nil {
+		return err
 	}
 
 	// Writes go straight to the API server: /report's status patch,
@@ -232,43 +114,17 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		}
 	}
 
-	store, err := httpboot.NewStore(httpboot.StoreConfig{
-		Dir:     o.cacheDir,
-		MaxSize: o.maxArtifact,
-		// Registry credentials come from the pod's docker config, if any;
-		// anonymous otherwise.
-		RemoteOptions: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)},
-		NameOptions:   nameOptions(o.insecureReg),
-	})
+	store, err := httpboot.NewStore(o.storeConfig())
 	if err != nil {
 		return fmt.Errorf("artifact cache: %w", err)
 	}
 	defer store.Close()
 
-	// Events go through client-go's broadcaster: throttled per machine
-	// before, queued (bounded, dropping) and aggregated after, so a boot
-	// storm or a slow API server never delays an answer.
-	var machineEvents *events.Recorder
-	if o.eventInterval > 0 {
-		rec, stopEvents, err := events.StartAPI(cfg, scheme, o.nodeName)
-		if err != nil {
-			return err
-		}
-		defer stopEvents()
-		machineEvents = events.New(rec, events.Config{Interval: o.eventInterval, UID: func(ns, name string) (types.UID, bool) {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			var m kubefarmv1.Machine
-			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
-				return "", false
-			}
-			return m.UID, true
-		}})
+	eventSink, stopEvents, err := machineEvents(ctx, cfg, scheme, c, o)
+	if err != nil {
+		return err
 	}
-	var eventSink events.Sink
-	if machineEvents != nil {
-		eventSink = machineEvents
-	}
+	defer stopEvents()
 
 	var synced sync.Once
 	ready := make(chan struct{})
@@ -313,9 +169,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
-		tftpSrv, err = tftp.NewServer(tftp.Config{
-			Dir: o.ipxeDir, Timeout: o.tftpTimeout, Retries: o.tftpRetries, MaxTransfers: o.tftpTransfers,
-		}, tm, log.WithName("tftp"))
+		tftpSrv, err = tftp.NewServer(o.tftpConfig(), tm, log.WithName("tftp"))
 		if err != nil {
 			return err
 		}
@@ -425,9 +279,57 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	return runErr
 }
 
-func nameOptions(insecure bool) []name.Option {
-	if insecure {
-		return []name.Option{name.Insecure}
+func newScheme() (*k8sruntime.Scheme, error) {
+	scheme := k8sruntime.NewScheme()
+	if err := kubefarmv1.AddToScheme(scheme); err != nil {
+		return nil, err
 	}
-	return nil
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+// joinTokens is the join token issuer of /config, reading the credentials
+// of --pod-namespace from c; nil when there is none. It registers its
+// informer, so it runs before the cache starts.
+func joinTokens(ctx context.Context, c cache.Cache, o options, log logr.Logger) (httpboot.JoinTokens, error) {
+	if o.podNamespace == "" {
+		log.Info("no --pod-namespace (or $POD_NAMESPACE): join tokens disabled, /config answers 503")
+		return nil, nil
+	}
+	// Registered now so that the credentials are part of the cache
+	// sync that makes the replica ready.
+	if _, err := c.GetInformer(ctx, &corev1.Secret{}); err != nil {
+		return nil, fmt.Errorf("watching the token issuer credentials: %w", err)
+	}
+	issuer, err := jointoken.New(jointoken.Config{Reader: c, Namespace: o.podNamespace, TTL: o.joinTokenTTL})
+	if err != nil {
+		return nil, fmt.Errorf("--join-token-ttl: %w", err)
+	}
+	return issuer, nil
+}
+
+// machineEvents is the sink of the Events on Machines (nil with
+// --event-interval 0) and what stops it. Events go through client-go's
+// broadcaster: throttled per machine before, queued (bounded, dropping) and
+// aggregated after, so a boot storm or a slow API server never delays an
+// answer.
+func machineEvents(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, c cache.Cache, o options) (events.Sink, func(), error) {
+	if o.eventInterval <= 0 {
+		return nil, func() {}, nil
+	}
+	rec, stop, err := events.StartAPI(cfg, scheme, o.nodeName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return events.New(rec, events.Config{Interval: o.eventInterval, UID: func(ns, name string) (types.UID, bool) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var m kubefarmv1.Machine
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
+			return "", false
+		}
+		return m.UID, true
+	}}), stop, nil
 }

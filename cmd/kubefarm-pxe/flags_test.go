@@ -1,0 +1,170 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+)
+
+func newFlagSet(t *testing.T, o *options) *flag.FlagSet {
+	t.Helper()
+	fs := flag.NewFlagSet("kubefarm-pxe", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.register(fs)
+	return fs
+}
+
+// TestFlagDefaults pins every flag's name and default: the chart, the e2e
+// scenario and operators' manifests rely on them.
+func TestFlagDefaults(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "kubefarm-system")
+	t.Setenv("NODE_NAME", "node-1")
+	var o options
+	fs := newFlagSet(t, &o)
+	want := map[string]string{
+		"interface":          "",
+		"dhcp-listen":        "",
+		"server-ip":          "",
+		"http-addr":          ":8080",
+		"http-port":          "0",
+		"tftp-addr":          ":69",
+		"ipxe-dir":           "/usr/lib/ipxe",
+		"uefi-binary":        "ipxe.efi",
+		"cache-dir":          "/var/cache/kubefarm-pxe",
+		"proxy-dhcp":         "false",
+		"workers":            "0",
+		"queue":              "1024",
+		"tftp-timeout":       "2s",
+		"tftp-retries":       "5",
+		"tftp-max-transfers": "64",
+		"max-artifact-size":  "4294967296",
+		"artifact-wait":      "2m0s",
+		"insecure-registry":  "false",
+		"namespace":          "",
+		"boot-window":        "10m0s",
+		"pod-namespace":      "kubefarm-system",
+		"join-token-ttl":     "15m0s",
+		"dynamic-ranges":     "true",
+		"dynamic-workers":    "4",
+		"event-interval":     "1m0s",
+		"node-name":          "node-1",
+		"shutdown-timeout":   "30s",
+	}
+	seen := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		seen[f.Name] = true
+		d, ok := want[f.Name]
+		if !ok {
+			t.Errorf("unexpected flag --%s", f.Name)
+			return
+		}
+		if f.DefValue != d {
+			t.Errorf("--%s defaults to %q, want %q", f.Name, f.DefValue, d)
+		}
+		if f.Usage == "" {
+			t.Errorf("--%s has no help text", f.Name)
+		}
+	})
+	for n := range want {
+		if !seen[n] {
+			t.Errorf("flag --%s is missing", n)
+		}
+	}
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.podNamespace != "kubefarm-system" || o.nodeName != "node-1" || o.httpAddr != ":8080" || o.bootWindow != 10*time.Minute || !o.dynamicRanges {
+		t.Errorf("defaults not set on the struct: %+v", o)
+	}
+}
+
+func TestFlagParse(t *testing.T) {
+	var o options
+	fs := newFlagSet(t, &o)
+	err := fs.Parse([]string{
+		"--dhcp-listen", "eth1", "--server-ip", "10.28.0.2", "--http-port", "80", "--proxy-dhcp",
+		"--tftp-timeout", "500ms", "--uefi-binary", "snponly.efi", "--dynamic-ranges=false", "--event-interval", "0",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.iface != "eth1" {
+		t.Errorf("--dhcp-listen is not an alias of --interface: %q", o.iface)
+	}
+	if o.serverIP != "10.28.0.2" || o.httpPort != 80 || !o.proxyDHCP || o.tftpTimeout != 500*time.Millisecond ||
+		o.uefiBinary != "snponly.efi" || o.dynamicRanges || o.eventInterval != 0 {
+		t.Errorf("parsed %+v", o)
+	}
+	if err := newFlagSet(t, &options{}).Parse([]string{"--no-such-flag"}); err == nil {
+		t.Error("an unknown flag was accepted")
+	}
+}
+
+func TestBootServer(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		serverIP, addr   string
+		port             int
+		wantPort         int
+		wantBase, errHas string
+	}{
+		{"port of --http-addr", "10.28.0.2", ":8080", 0, 8080, "http://10.28.0.2:8080", ""},
+		{"--http-port wins", "10.28.0.2", ":8080", 9090, 9090, "http://10.28.0.2:9090", ""},
+		{"port 80 is left out", "10.28.0.2", "0.0.0.0:80", 0, 80, "http://10.28.0.2", ""},
+		{"--http-port 80 is left out", "10.28.0.2", ":8080", 80, 80, "http://10.28.0.2", ""},
+		{"no server IP", "", ":8080", 0, 0, "", `--server-ip "" is not an IPv4 address`},
+		{"IPv6 server IP", "fe80::1", ":8080", 0, 0, "", `--server-ip "fe80::1" is not an IPv4 address`},
+		{"http-addr without a port", "10.28.0.2", "8080", 0, 0, "", "--http-addr: "},
+		{"http-addr port 0", "10.28.0.2", ":0", 0, 0, "", `--http-addr ":0" needs an explicit port`},
+		{"http-addr named port", "10.28.0.2", ":http", 0, 0, "", `--http-addr ":http" needs an explicit port`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := options{serverIP: tc.serverIP, httpAddr: tc.addr, httpPort: tc.port}
+			b, err := o.bootServer()
+			if tc.errHas != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("got %+v, %v; want an error containing %q", b, err, tc.errHas)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !b.ip.Equal(net.ParseIP(tc.serverIP)) || len(b.ip) != 4 || b.httpPort != tc.wantPort || b.base.String() != tc.wantBase {
+				t.Fatalf("got ip %v port %d base %q; want %s, %d, %q", b.ip, b.httpPort, b.base, tc.serverIP, tc.wantPort, tc.wantBase)
+			}
+		})
+	}
+}
+
+func TestComponentConfigs(t *testing.T) {
+	o := options{ipxeDir: "/srv/ipxe", tftpTimeout: time.Second, tftpRetries: 3, tftpTransfers: 7, cacheDir: "/c", maxArtifact: 42}
+	if c := o.tftpConfig(); c.Dir != "/srv/ipxe" || c.Timeout != time.Second || c.Retries != 3 || c.MaxTransfers != 7 || c.Files != nil {
+		t.Errorf("tftp config %+v", c)
+	}
+	if c := o.storeConfig(); c.Dir != "/c" || c.MaxSize != 42 || len(c.NameOptions) != 0 || len(c.RemoteOptions) != 1 {
+		t.Errorf("store config %+v", c)
+	}
+	o.insecureReg = true
+	if c := o.storeConfig(); len(c.NameOptions) != 1 {
+		t.Errorf("--insecure-registry: name options %v", c.NameOptions)
+	}
+
+	scheme := k8sruntime.NewScheme()
+	if c := o.cacheOptions(scheme); c.Scheme != scheme || c.DefaultNamespaces != nil || c.ByObject != nil {
+		t.Errorf("cache options without namespaces: %+v", c)
+	}
+	o.namespace, o.podNamespace = "tenants", "kubefarm-system"
+	c := o.cacheOptions(scheme)
+	if _, ok := c.DefaultNamespaces["tenants"]; !ok || len(c.DefaultNamespaces) != 1 {
+		t.Errorf("--namespace: default namespaces %v", c.DefaultNamespaces)
+	}
+	if len(c.ByObject) == 0 {
+		t.Error("--pod-namespace: no per-object cache options for the credentials")
+	}
+}
