@@ -98,6 +98,7 @@ func bootImage(t *testing.T, name, digestByte string) *v1alpha1.BootImage {
 	img := &v1alpha1.BootImage{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.BootImageSpec{
+			Repository: "registry.example.com/kubefarm/node",
 			Kernel: v1alpha1.Artifact{Digest: d("1")}, Initrd: v1alpha1.Artifact{Digest: d("2")},
 			Rootfs: v1alpha1.Artifact{Digest: d(digestByte)}, KubeletVersion: "v1.34.4",
 		},
