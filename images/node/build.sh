@@ -71,10 +71,11 @@ fi
 mkdir -p "$CACHE"
 tools="$(mktemp -d "$CACHE/.tools.XXXXXX")"
 work=""
+built=""
 cleanup() {
 	rm -rf "$tools"
 	if [ -n "$work" ] && [ -d "$work" ]; then
-		if [ "${KEEP_WORK:-}" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
+		if [ -z "$built" ] && [ "${KEEP_WORK:-}" = 1 ]; then log "kept $work"; else rm -rf "$work"; fi
 	fi
 }
 trap cleanup EXIT
@@ -97,7 +98,7 @@ cache_key() {
 		echo "kernel $KERNEL_PACKAGE"
 		echo "source-date-epoch $SOURCE_DATE_EPOCH"
 		echo "squashfs ${SQUASHFS_COMP[*]}"
-		(cd "$HERE" && find . -type f ! -name '*_test.go' ! -name '*.md' ! -name Dockerfile ! -path './cmd/*' ! -path './fetch/*' ! -name '*.go' -print0 |
+		(cd "$HERE" && find . -type f ! -name '*_test.go' ! -name '*.md' ! -name Dockerfile ! -name boot-test.sh ! -name secret-check.sh ! -path './cmd/*' ! -path './fetch/*' ! -name '*.go' -print0 |
 			sort -z | xargs -0 sha256sum)
 		echo "kubelet $(sha "$KUBELET")"
 		echo "flanneld $(sha "$FLANNELD")"
@@ -221,7 +222,8 @@ find "$root" -name '*.pyc' -delete
 # ---- the root file system ---------------------------------------------------
 log "mksquashfs"
 t0=$SECONDS
-mksquashfs "$root" "$art/rootfs.squashfs" -noappend -reproducible -quiet -no-progress \
+# SOURCE_DATE_EPOCH in the environment would clash with the explicit times.
+env -u SOURCE_DATE_EPOCH mksquashfs "$root" "$art/rootfs.squashfs" -noappend -reproducible -quiet -no-progress \
 	"${SQUASHFS_COMP[@]}" -mkfs-time "$SOURCE_DATE_EPOCH" -all-time "$SOURCE_DATE_EPOCH" -xattrs >/dev/null
 log "mksquashfs took $((SECONDS - t0)) s"
 
@@ -271,5 +273,6 @@ mv -T "$art" "$OUT" 2>/dev/null || {
 	# Someone else finished the same key first: theirs is as good as ours.
 	[ -f "$OUT/manifest.json" ] || die "cannot move the image into $OUT"
 }
+built=1
 log "built in $((SECONDS - start)) s"
 echo "$OUT"
