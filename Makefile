@@ -207,6 +207,29 @@ e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it
 	@rc=0; $(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc
 
+## ---- node image ------------------------------------------------------------------
+
+# flannel's daemon and CNI plugin for the node image, from their Go modules
+# (hack/tools/flannel, hack/tools/flannel/cni). flanneld needs cgo (its udp
+# backend), so it links the host's glibc: Debian bookworm, like the image.
+FLANNEL_VERSION := $(call mod_version,hack/tools/flannel/go.mod,github.com/flannel-io/flannel)
+
+$(BIN)/flanneld: hack/tools/flannel/go.mod hack/tools/flannel/go.sum
+	cd hack/tools/flannel && CGO_ENABLED=1 $(GO) build -trimpath -ldflags '-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$(FLANNEL_VERSION)' -o $@ github.com/flannel-io/flannel
+
+$(BIN)/cni/flannel: hack/tools/flannel/cni/go.mod hack/tools/flannel/cni/go.sum
+	cd hack/tools/flannel/cni && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/containernetworking/plugins/plugins/meta/flannel
+
+# What images/node/build.sh runs on the host (root): mmdebstrap, mksquashfs,
+# depmod/modprobe for the kernel modules, busybox-static for the initrd.
+NODE_IMAGE_APT_PACKAGES := mmdebstrap squashfs-tools kmod busybox-static
+
+.PHONY: node-image
+node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(NODE_IMAGE_APT_PACKAGES)"
+	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel images/node/build.sh) && \
+	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -count=1 -run TestBuiltImage ./images/node >&2 && echo "$$dir"
+
 ## ---- benchmarks ------------------------------------------------------------------
 
 BENCH_APT_PACKAGES := dnsmasq-base tftpd-hpa nginx-light

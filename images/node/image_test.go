@@ -281,8 +281,9 @@ func TestBuiltImage(t *testing.T) {
 	}
 	for _, f := range []string{"usr/bin/kubelet", "usr/bin/flanneld", "usr/bin/containerd", "usr/sbin/runc", "usr/lib/cni/flannel",
 		"usr/lib/cni/bridge", "usr/lib/cni/portmap", "usr/lib/cni/bandwidth", "usr/share/kubefarm/images/pause.tar",
-		"lib/systemd/systemd", "etc/systemd/system/multi-user.target.wants/kubelet.service",
-		fmt.Sprintf("lib/modules/%s/kernel/net/netfilter/ipvs/ip_vs.ko", m.Kernel.Release)} {
+		// bookworm is merged-/usr: /lib is a link to usr/lib.
+		"usr/lib/systemd/systemd", "etc/systemd/system/multi-user.target.wants/kubelet.service",
+		fmt.Sprintf("usr/lib/modules/%s/kernel/net/netfilter/ipvs/ip_vs.ko", m.Kernel.Release)} {
 		if !bytes.Contains(ls, []byte("squashfs-root/"+f+"\n")) && !bytes.Contains(ls, []byte("squashfs-root/"+f+" ")) {
 			t.Errorf("rootfs.squashfs has no /%s", f)
 		}

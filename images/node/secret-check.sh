@@ -26,6 +26,9 @@ trap cleanup EXIT
 printf -- '-----BEGIN PRIVATE KEY-----\n%s\n-----END PRIVATE KEY-----\ntoken: %s\n' "$KEY" "$TOKEN" >"$secret_file"
 out="$(KUBEFARM_TEST_SECRET="$TOKEN" KUBEFARM_JOIN_TOKEN="$TOKEN" KUBEFARM_TEST_KEY="$KEY" "$HERE/build.sh")"
 echo "built $out with the secrets around; searching it" >&2
+# The secret file changes only the key: these digests should equal those of
+# a build without it (a reproducibility check for free).
+(cd "$out" && sha256sum vmlinuz initrd rootfs.squashfs) >&2
 
 found=0
 check() { # $1: what, $2: file or folder
