@@ -40,6 +40,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
 // Finalizer holds a TenantCluster until the controller has handled what
@@ -196,7 +197,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			retErr = errors.Join(retErr, fmt.Errorf("applying status: %w", err))
 			return
 		}
-		r.emitTransitions(tc, before.Conditions)
+		conditions.EmitTransitions(r.Recorder, tc, before.Conditions, tc.Status.Conditions,
+			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError)
 	}()
 	return r.runPhases(ctx, s)
 }
@@ -238,30 +240,5 @@ func (r *Reconciler) options(observedAddress string) build.Options {
 }
 
 func (r *Reconciler) setCondition(tc *v1alpha1.TenantCluster, c metav1.Condition) {
-	c.ObservedGeneration = tc.Generation
-	meta.SetStatusCondition(&tc.Status.Conditions, c)
-}
-
-// emitTransitions records an event for every condition whose status or
-// reason changed: Normal when it became True or moved along, Warning when it
-// fell from True or failed.
-func (r *Reconciler) emitTransitions(tc *v1alpha1.TenantCluster, before []metav1.Condition) {
-	for _, c := range tc.Status.Conditions {
-		old := meta.FindStatusCondition(before, c.Type)
-		if old != nil && old.Status == c.Status && old.Reason == c.Reason {
-			continue
-		}
-		typ := transitionEventType(old, c)
-		r.Recorder.Eventf(tc, nil, typ, c.Type+c.Reason, "Reconcile", "%s=%s: %s", c.Type, c.Status, c.Message)
-	}
-}
-
-func transitionEventType(old *metav1.Condition, c metav1.Condition) string {
-	switch {
-	case c.Reason == v1alpha1.ReasonInvalidSpec || c.Reason == v1alpha1.ReasonReconcileError:
-		return corev1.EventTypeWarning
-	case c.Status == metav1.ConditionFalse && old != nil && old.Status == metav1.ConditionTrue:
-		return corev1.EventTypeWarning
-	}
-	return corev1.EventTypeNormal
+	conditions.Set(&tc.Status.Conditions, tc.Generation, c)
 }

@@ -250,44 +250,6 @@ func TestNodeAddress(t *testing.T) {
 	}
 }
 
-func TestPruneNulls(t *testing.T) {
-	m := map[string]any{"a": nil, "b": map[string]any{"c": nil, "d": 1}, "e": []any{map[string]any{"f": nil, "g": "x"}}}
-	pruneNulls(m)
-	if _, ok := m["a"]; ok {
-		t.Error("top-level null kept")
-	}
-	if b := m["b"].(map[string]any); len(b) != 1 || b["d"] != 1 {
-		t.Errorf("nested map = %v", b)
-	}
-	if e := m["e"].([]any)[0].(map[string]any); len(e) != 1 || e["g"] != "x" {
-		t.Errorf("map in list = %v", e)
-	}
-}
-
-func TestTransitionEventType(t *testing.T) {
-	cond := func(s metav1.ConditionStatus, reason string) metav1.Condition {
-		return metav1.Condition{Type: "X", Status: s, Reason: reason}
-	}
-	for _, tc := range []struct {
-		name string
-		old  *metav1.Condition
-		new  metav1.Condition
-		want string
-	}{
-		{"first observation", nil, cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeNormal},
-		{"became true", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionTrue, "Issued"), corev1.EventTypeNormal},
-		{"fell from true", ptr(cond(metav1.ConditionTrue, "Issued")), cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeWarning},
-		{"invalid spec", nil, cond(metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec), corev1.EventTypeWarning},
-		{"error", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionFalse, v1alpha1.ReasonReconcileError), corev1.EventTypeWarning},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := transitionEventType(tc.old, tc.new); got != tc.want {
-				t.Errorf("got %s, want %s", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestTenantOfLabel(t *testing.T) {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-apiserver", Labels: map[string]string{build.LabelTenantCluster: "c1"}}}
 	if got := tenantOfLabel(context.Background(), s); len(got) != 1 || got[0].Namespace != "ns" || got[0].Name != "c1" {

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
 // tenantRetry is how soon a failed write into the tenant cluster is
@@ -45,15 +44,8 @@ func tenantRESTConfig(c *build.Cluster, secrets build.SecretData) (*rest.Config,
 // these objects; a hand edit in the tenant is put back.
 func applyInTenant(ctx context.Context, tenant client.Client, objs []client.Object) error {
 	for _, o := range objs {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-		if err != nil {
-			return err
-		}
-		delete(m, "status")
-		pruneNulls(m)
-		u := &unstructured.Unstructured{Object: m}
-		if err := tenant.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), applyOptions...); err != nil {
-			return fmt.Errorf("applying %s %s in the tenant cluster: %w", u.GetKind(), objectName(u), err)
+		if err := ssa.Apply(ctx, tenant, FieldOwner, o, nil); err != nil {
+			return fmt.Errorf("in the tenant cluster: %w", err)
 		}
 	}
 	return nil

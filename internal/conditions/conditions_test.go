@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // recorder keeps the events it is given; the real recorder would send them
@@ -48,5 +50,30 @@ func TestSetKeepsTransitionTimeWhileStatusHolds(t *testing.T) {
 	Set(&conds, 2, New("Ready", false, "B", "y"))
 	if conds[0].LastTransitionTime != first || conds[0].Reason != "B" || conds[0].ObservedGeneration != 2 {
 		t.Errorf("after a reason change with the same status: %+v (first transition %v)", conds[0], first)
+	}
+}
+
+func TestEventType(t *testing.T) {
+	ptr := func(c metav1.Condition) *metav1.Condition { return &c }
+	cond := func(s metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: "X", Status: s, Reason: reason}
+	}
+	for _, tc := range []struct {
+		name string
+		old  *metav1.Condition
+		new  metav1.Condition
+		want string
+	}{
+		{"first observation", nil, cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeNormal},
+		{"became true", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionTrue, "Issued"), corev1.EventTypeNormal},
+		{"fell from true", ptr(cond(metav1.ConditionTrue, "Issued")), cond(metav1.ConditionFalse, "Issuing"), corev1.EventTypeWarning},
+		{"invalid spec", nil, cond(metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec), corev1.EventTypeWarning},
+		{"error", ptr(cond(metav1.ConditionFalse, "Issuing")), cond(metav1.ConditionFalse, v1alpha1.ReasonReconcileError), corev1.EventTypeWarning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := eventType(tc.old, tc.new, []string{v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError}); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
 	}
 }
