@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
 // NetworkUnavailableTaint keeps pods off a node until the agent has checked
@@ -31,7 +33,8 @@ type NodeConfig struct {
 }
 
 // NodeConfigFor derives a machine's node configuration from its pool: the
-// pool's labels and taints, then each tag's in the machine's tag order (a
+// pool's labels and taints, then each tag's, the pool's `all` tag first and
+// then the machine's in their order (internal/machineconfig; a
 // later tag overrides an earlier one for the same label key, or the same
 // taint key and effect), then the network-unavailable taint. Pure: the join
 // token is added by the caller.
@@ -42,52 +45,33 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig
 	if m.Namespace != pool.Namespace || m.Spec.Pool != pool.Name {
 		return NodeConfig{}, fmt.Errorf("machine %s/%s is not in pool %s/%s", m.Namespace, m.Name, pool.Namespace, pool.Name)
 	}
-	labels := map[string]string{}
-	type tk struct {
-		key    string
-		effect corev1.TaintEffect
+	resolved, err := machineconfig.Resolve(pool, m.Spec.Tags)
+	if err != nil {
+		return NodeConfig{}, err
 	}
-	var order []tk
-	taints := map[tk]corev1.Taint{}
-	addTaints := func(ts []corev1.Taint) {
-		for _, t := range ts {
-			k := tk{t.Key, t.Effect}
-			if _, seen := taints[k]; !seen {
-				order = append(order, k)
-			}
-			taints[k] = t
-		}
+	// The network-unavailable taint last: it replaces a tag's taint of the
+	// same key and effect in place, so no pool can schedule pods before the
+	// agent has verified the CNI chain.
+	taints := resolved.Taints
+	if i := slices.IndexFunc(taints, func(t corev1.Taint) bool {
+		return t.Key == NetworkUnavailableTaint.Key && t.Effect == NetworkUnavailableTaint.Effect
+	}); i >= 0 {
+		taints[i] = NetworkUnavailableTaint
+	} else {
+		taints = append(taints, NetworkUnavailableTaint)
 	}
-	for k, v := range pool.Spec.Labels {
-		labels[k] = v
-	}
-	addTaints(pool.Spec.Taints)
-	for _, name := range m.Spec.Tags {
-		tag, ok := pool.Spec.Tags[name]
-		if !ok {
-			return NodeConfig{}, fmt.Errorf("tag %q is not defined in pool %q", name, pool.Name)
-		}
-		for k, v := range tag.Labels {
-			labels[k] = v
-		}
-		addTaints(tag.Taints)
-	}
-	addTaints([]corev1.Taint{NetworkUnavailableTaint})
 	out := NodeConfig{
 		Machine:  machineKey(m),
 		Cluster:  m.Spec.Cluster,
 		Hostname: m.Spec.Hostname,
 		Kubelet:  pool.Spec.Kubelet,
-		Taints:   make([]corev1.Taint, 0, len(order)),
+		Taints:   taints,
 	}
 	if _, d := ImageFor(m); d != "" {
 		out.ImageDigest = d
 	}
-	if len(labels) > 0 {
-		out.Labels = labels
-	}
-	for _, k := range order {
-		out.Taints = append(out.Taints, taints[k])
+	if len(resolved.Labels) > 0 {
+		out.Labels = resolved.Labels
 	}
 	return out, nil
 }

@@ -348,3 +348,35 @@ func TestAPIWritesSurviveHalfClose(t *testing.T) {
 		t.Errorf("%d API writes, want 2", calls)
 	}
 }
+
+// The pool's `all` tag reaches every machine's labels, taints and kernel
+// arguments, before the machine's own tags.
+func TestAllTag(t *testing.T) {
+	p := pool()
+	p.Spec.Tags["all"] = kubefarmv1.TagSpec{
+		Labels:     map[string]string{"farm": "all", "gpu": "no"},
+		Taints:     []corev1.Taint{{Key: "farm", Effect: corev1.TaintEffectPreferNoSchedule}},
+		KernelArgs: []string{"all=1"},
+	}
+	p.Spec.Tags["gpu"] = kubefarmv1.TagSpec{Labels: map[string]string{"gpu": "yes"}, KernelArgs: []string{"nouveau.modeset=0"}}
+	m := machine("new", nil, "gpu")
+	m.Spec.Cluster = "c1"
+	cfg, err := NodeConfigFor(m, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Labels["farm"] != "all" || cfg.Labels["gpu"] != "yes" {
+		t.Errorf("labels %v: want the all tag's, overridden by the machine's gpu tag", cfg.Labels)
+	}
+	if len(cfg.Taints) != 2 || cfg.Taints[0].Key != "farm" || cfg.Taints[1] != NetworkUnavailableTaint {
+		t.Errorf("taints %v: want the all tag's, then the network-unavailable taint", cfg.Taints)
+	}
+	img := image("new", digestOf('a'), digestOf('b'), digestOf('c'))
+	script, err := Script(m, img, p, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(script, "quiet all=1 nouveau.modeset=0 ") {
+		t.Errorf("kernel arguments: want the pool's, the all tag's, then gpu's, in order; script:\n%s", script)
+	}
+}

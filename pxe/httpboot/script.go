@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machineconfig"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 )
 
@@ -149,14 +150,11 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 		return "", fmt.Errorf("served image %q pins rootfs %s but the image has %s", name, pinned, r)
 	}
 
-	args := append([]string(nil), pool.Spec.KernelArgs...)
-	for _, t := range m.Spec.Tags {
-		tag, ok := pool.Spec.Tags[t]
-		if !ok {
-			return "", fmt.Errorf("tag %q is not defined in pool %q", t, pool.Name)
-		}
-		args = append(args, tag.KernelArgs...)
+	resolved, err := machineconfig.Resolve(pool, m.Spec.Tags)
+	if err != nil {
+		return "", err
 	}
+	args := resolved.KernelArgs
 	for _, a := range args {
 		if err := ValidateKernelArg(a); err != nil {
 			return "", err

@@ -4,11 +4,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 	"time"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
 // DefaultLeaseTime applies when a pool does not set one (the API defaults it
@@ -125,7 +125,7 @@ func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Leas
 	if !netw.Subnet.Contains(ip) {
 		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, netw.Subnet)
 	}
-	extra, err := tagOptions(machine.Spec.Tags, pool.Spec.Tags)
+	extra, err := tagOptions(pool, machine.Spec.Tags)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s/%s: %w", machine.Namespace, machine.Name, err)
 	}
@@ -144,34 +144,29 @@ func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Leas
 	return out, nil
 }
 
-// tagOptions merges the DHCP options of the machine's tags in the order the
-// machine lists them; a later tag overrides an earlier one for the same code.
-func tagOptions(machineTags []string, tags map[string]kubefarmv1.TagSpec) ([]Option, error) {
-	byCode := map[uint8][]byte{}
-	for _, name := range machineTags {
-		tag, ok := tags[name]
-		if !ok {
-			return nil, fmt.Errorf("tag %q is not defined in the pool", name)
-		}
-		for _, o := range tag.DHCPOptions {
-			if o.Code < 1 || o.Code > 254 || reservedCodes[uint8(o.Code)] {
-				return nil, fmt.Errorf("tag %q: option %d cannot be set by a tag", name, o.Code)
-			}
-			v, err := ParseOptionValue(o.Value)
-			if err != nil {
-				return nil, fmt.Errorf("tag %q: option %d: %w", name, o.Code, err)
-			}
-			byCode[uint8(o.Code)] = v
-		}
+// tagOptions are the DHCP options of the machine's tags, resolved as every
+// part of kubefarm resolves tags (internal/machineconfig: the pool's `all`
+// tag first, a later tag overriding an earlier one for the same code), and
+// turned into wire bytes here, where the wire's limits are known.
+func tagOptions(pool *kubefarmv1.NodePool, machineTags []string) ([]Option, error) {
+	resolved, err := machineconfig.Resolve(pool, machineTags)
+	if err != nil {
+		return nil, err
 	}
-	if len(byCode) == 0 {
+	if len(resolved.DHCPOptions) == 0 {
 		return nil, nil
 	}
-	out := make([]Option, 0, len(byCode))
-	for c, v := range byCode {
-		out = append(out, Option{Code: c, Value: v})
+	out := make([]Option, 0, len(resolved.DHCPOptions))
+	for _, o := range resolved.DHCPOptions {
+		if o.Code < 1 || o.Code > 254 || reservedCodes[uint8(o.Code)] {
+			return nil, fmt.Errorf("option %d cannot be set by a tag", o.Code)
+		}
+		v, err := ParseOptionValue(o.Value)
+		if err != nil {
+			return nil, fmt.Errorf("tag option %d: %w", o.Code, err)
+		}
+		out = append(out, Option{Code: uint8(o.Code), Value: v})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Code < out[j].Code })
 	return out, nil
 }
 

@@ -1,6 +1,7 @@
 package leases
 
 import (
+	"fmt"
 	"net"
 	"reflect"
 	"strings"
@@ -155,6 +156,30 @@ func TestParseOptionValue(t *testing.T) {
 		got, err := ParseOptionValue(tt.in)
 		if (err != nil) != tt.err || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%q: got %v, %v", tt.in, got, err)
+		}
+	}
+}
+
+// The pool's `all` tag applies to every machine, first, as in kubefarm's
+// chart: its options reach the lease of a machine that names no tag, and a
+// machine's own tag overrides it for the same code.
+func TestAllTagOptions(t *testing.T) {
+	pool := testPool()
+	pool.Spec.Tags["all"] = kubefarmv1.TagSpec{DHCPOptions: []kubefarmv1.DHCPOption{{Code: 17, Value: "/all"}, {Code: 40, Value: "farm"}}}
+	for _, tc := range []struct {
+		tags []string
+		want string
+	}{{nil, "[17=/all 40=farm]"}, {[]string{"later"}, "[17=/other 40=farm]"}} {
+		got, err := FromObjects(testMachine(tc.tags...), pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var opts []string
+		for _, o := range got[0].ExtraOptions {
+			opts = append(opts, fmt.Sprintf("%d=%s", o.Code, o.Value))
+		}
+		if fmt.Sprint(opts) != tc.want {
+			t.Errorf("tags %v: options %v, want %s", tc.tags, opts, tc.want)
 		}
 	}
 }
