@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 )
@@ -138,6 +139,12 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		Recorder: mgr.GetEventRecorder("nodepool-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the NodePool controller: %w", err)
+	}
+	if err := (&csrapproval.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("csrapproval-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the kubelet serving CSR approval controller: %w", err)
 	}
 	return nil
 }
