@@ -1,0 +1,131 @@
+package csrapproval
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// kubeconfig is an internal admin kubeconfig as the TenantCluster
+// controller writes it, changed by edit.
+func kubeconfig(t *testing.T, edit func(*clientcmdapi.Config)) []byte {
+	t.Helper()
+	c := clientcmdapi.NewConfig()
+	c.Clusters["c1"] = &clientcmdapi.Cluster{Server: "https://c1-apiserver.ns.svc:6443", CertificateAuthorityData: []byte("ca")}
+	c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: []byte("crt"), ClientKeyData: []byte("key")}
+	c.Contexts["c1"] = &clientcmdapi.Context{Cluster: "c1", AuthInfo: "admin"}
+	c.CurrentContext = "c1"
+	if edit != nil {
+		edit(c)
+	}
+	b, err := clientcmd.Write(*c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRESTConfigTakesOnlyEmbeddedCredentials: whatever else the Secret's
+// kubeconfig says (files, exec plugins, tokens, impersonation, a proxy) is
+// not honoured, because whoever writes Secrets in the tenant's namespace
+// writes it.
+func TestRESTConfigTakesOnlyEmbeddedCredentials(t *testing.T) {
+	cfg, err := restConfigFromKubeconfig(kubeconfig(t, func(c *clientcmdapi.Config) {
+		a := c.AuthInfos["admin"]
+		a.Token, a.TokenFile = "stolen?", "/var/run/secrets/kubernetes.io/serviceaccount/token"
+		a.Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", APIVersion: "client.authentication.k8s.io/v1"}
+		a.Impersonate = "system:admin"
+		c.Clusters["c1"].ProxyURL = "http://proxy.example.com"
+		c.Clusters["c1"].InsecureSkipTLSVerify = true
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://c1-apiserver.ns.svc:6443" || string(cfg.CAData) != "ca" || string(cfg.CertData) != "crt" || string(cfg.KeyData) != "key" {
+		t.Errorf("config %+v", cfg)
+	}
+	if cfg.BearerToken != "" || cfg.BearerTokenFile != "" || cfg.ExecProvider != nil || cfg.AuthProvider != nil ||
+		cfg.Impersonate.UserName != "" || cfg.Proxy != nil || cfg.Insecure {
+		t.Errorf("config honours more than the embedded certificate: %+v", cfg)
+	}
+}
+
+func TestRESTConfigRefusesIncompleteKubeconfigs(t *testing.T) {
+	for name, edit := range map[string]func(*clientcmdapi.Config){
+		"no current context": func(c *clientcmdapi.Config) { c.CurrentContext = "other" },
+		"no user":            func(c *clientcmdapi.Config) { delete(c.AuthInfos, "admin") },
+		"CA in a file": func(c *clientcmdapi.Config) {
+			c.Clusters["c1"].CertificateAuthorityData, c.Clusters["c1"].CertificateAuthority = nil, "/etc/ca.crt"
+		},
+		"key in a file": func(c *clientcmdapi.Config) {
+			c.AuthInfos["admin"].ClientKeyData, c.AuthInfos["admin"].ClientKey = nil, "/etc/tls.key"
+		},
+		"a token only": func(c *clientcmdapi.Config) {
+			c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: "t"}
+		},
+		"no server": func(c *clientcmdapi.Config) { c.Clusters["c1"].Server = "" },
+	} {
+		if _, err := restConfigFromKubeconfig(kubeconfig(t, edit)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := restConfigFromKubeconfig(nil); err == nil {
+		t.Error("an empty Secret: accepted")
+	}
+}
+
+func TestFingerprintChangesWithEveryPart(t *testing.T) {
+	base, err := restConfigFromKubeconfig(kubeconfig(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{fingerprint(base): "base"}
+	for name, edit := range map[string]func(*clientcmdapi.Config){
+		"server": func(c *clientcmdapi.Config) { c.Clusters["c1"].Server = "https://other:6443" },
+		"ca":     func(c *clientcmdapi.Config) { c.Clusters["c1"].CertificateAuthorityData = []byte("ca2") },
+		"crt":    func(c *clientcmdapi.Config) { c.AuthInfos["admin"].ClientCertificateData = []byte("crt2") },
+		"key":    func(c *clientcmdapi.Config) { c.AuthInfos["admin"].ClientKeyData = []byte("key2") },
+		// The same bytes moved across a boundary.
+		"shifted": func(c *clientcmdapi.Config) {
+			c.Clusters["c1"].CertificateAuthorityData = []byte("cac")
+			c.AuthInfos["admin"].ClientCertificateData = []byte("rt")
+		},
+	} {
+		cfg, err := restConfigFromKubeconfig(kubeconfig(t, edit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp := fingerprint(cfg)
+		if other, ok := seen[fp]; ok {
+			t.Errorf("%s has the fingerprint of %s", name, other)
+		}
+		seen[fp] = name
+	}
+	again, _ := restConfigFromKubeconfig(kubeconfig(t, nil))
+	if fingerprint(again) != fingerprint(base) {
+		t.Error("the same credential has two fingerprints")
+	}
+}
+
+func TestTenantOfKubeconfig(t *testing.T) {
+	secret := func(name string) client.Object {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+	}
+	want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "c1"}}}
+	if got := tenantOfKubeconfig(context.Background(), secret("c1-admin-kubeconfig-internal")); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	for _, name := range []string{"-admin-kubeconfig-internal", "c1-admin-kubeconfig", "c1-ca"} {
+		if got := tenantOfKubeconfig(context.Background(), secret(name)); got != nil {
+			t.Errorf("%s maps to %v", name, got)
+		}
+	}
+}
