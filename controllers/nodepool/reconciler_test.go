@@ -30,33 +30,7 @@ var env *testenv.Env
 // NodePool controller runs with its real wiring, cache index and webhook
 // admission of the pools.
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = testenv.Start(testenv.Options{CertManager: true})
-	if env != nil {
-		defer func() {
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-			}
-		}()
-	}
-	if err != nil {
-		return 1, err
-	}
-	_, stop, err := env.StartManager(context.Background(), manager.Options{}, true)
-	if err != nil {
-		return 1, err
-	}
-	defer stop()
-	return m.Run(), nil
+	testenv.MainWithManager(m, testenv.Options{CertManager: true}, manager.Options{}, &env)
 }
 
 // example is examples/nodepool.yaml in a namespace of its own, with an
@@ -99,7 +73,7 @@ func bootImage(t *testing.T, name, digestByte string) *v1alpha1.BootImage {
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: v1alpha1.BootImageSpec{
 			Repository: "registry.example.com/kubefarm/node",
-			Kernel: v1alpha1.Artifact{Digest: d("1")}, Initrd: v1alpha1.Artifact{Digest: d("2")},
+			Kernel:     v1alpha1.Artifact{Digest: d("1")}, Initrd: v1alpha1.Artifact{Digest: d("2")},
 			Rootfs: v1alpha1.Artifact{Digest: d(digestByte)}, KubeletVersion: "v1.34.4",
 		},
 	}
@@ -393,26 +367,12 @@ func resourceVersions(t *testing.T, pool *v1alpha1.NodePool) map[string]string {
 
 func patchPool(t *testing.T, pool *v1alpha1.NodePool, edit func(*v1alpha1.NodePool)) {
 	t.Helper()
-	retryOnConflict(t, func(ctx context.Context) error {
-		got := &v1alpha1.NodePool{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), got); err != nil {
-			return err
-		}
-		edit(got)
-		return env.Client.Update(ctx, got)
-	})
+	update(t, client.ObjectKeyFromObject(pool), &v1alpha1.NodePool{}, false, edit)
 }
 
 func patchMachine(t *testing.T, ns, name string, edit func(*v1alpha1.Machine)) {
 	t.Helper()
-	retryOnConflict(t, func(ctx context.Context) error {
-		got := &v1alpha1.Machine{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
-			return err
-		}
-		edit(got)
-		return env.Client.Update(ctx, got)
-	})
+	update(t, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.Machine{}, false, edit)
 }
 
 // setMachineStatus plays the part of the controllers that report a
@@ -420,13 +380,22 @@ func patchMachine(t *testing.T, ns, name string, edit func(*v1alpha1.Machine)) {
 // subresource as they will.
 func setMachineStatus(t *testing.T, ns, name string, edit func(*v1alpha1.Machine)) {
 	t.Helper()
+	update(t, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.Machine{}, true, edit)
+}
+
+// update reads key into obj, edits it and writes it back (its status
+// subresource when status), again on a conflict with another writer.
+func update[T client.Object](t *testing.T, key client.ObjectKey, obj T, status bool, edit func(T)) {
+	t.Helper()
 	retryOnConflict(t, func(ctx context.Context) error {
-		got := &v1alpha1.Machine{}
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, got); err != nil {
+		if err := env.Client.Get(ctx, key, obj); err != nil {
 			return err
 		}
-		edit(got)
-		return env.Client.Status().Update(ctx, got)
+		edit(obj)
+		if status {
+			return env.Client.Status().Update(ctx, obj)
+		}
+		return env.Client.Update(ctx, obj)
 	})
 }
 

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/manager"
 )
 
 // Options choose what runs beside the API server.
@@ -240,20 +241,39 @@ func (e *Env) AddUser(user envtest.User) (*envtest.AuthenticatedUser, error) {
 // Main is a TestMain body for packages whose tests share one environment: it
 // starts the environment into *env, runs the tests, stops it and exits.
 func Main(m interface{ Run() int }, opts Options, env **Env) {
+	os.Exit(run(m, opts, env, nil))
+}
+
+// MainWithManager is Main with kubefarm-manager running in-process beside
+// the tests, as it ships (StartManager, webhooks installed), for the
+// packages that test a controller through its real wiring.
+func MainWithManager(m interface{ Run() int }, opts Options, mgrOpts manager.Options, env **Env) {
+	os.Exit(run(m, opts, env, &mgrOpts))
+}
+
+func run(m interface{ Run() int }, opts Options, env **Env, mgrOpts *manager.Options) int {
 	var err error
 	*env, err = Start(opts)
+	if *env != nil {
+		defer func() {
+			if err := (*env).Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
+			}
+		}()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		if *env != nil {
-			_ = (*env).Stop()
+		return 1
+	}
+	if mgrOpts != nil {
+		_, stop, err := (*env).StartManager(context.Background(), *mgrOpts, true)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "starting kubefarm-manager:", err)
+			return 1
 		}
-		os.Exit(1)
+		defer stop()
 	}
-	code := m.Run()
-	if err := (*env).Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-	}
-	os.Exit(code)
+	return m.Run()
 }
 
 // WriteKubeconfig provisions user (see AddUser) and writes a kubeconfig for
