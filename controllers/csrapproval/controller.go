@@ -2,9 +2,6 @@ package csrapproval
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,6 +22,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/restconfig"
 )
 
 // The controller around Decide. Its reconciler does not decide CSRs: it
@@ -124,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		logger.Error(err, "unusable kubeconfig; not watching the tenant's CSRs", "secret", name)
 		return stop("its kubeconfig is unusable")
 	}
-	started, err := r.Watches.ensure(tc, cfg, fingerprint(cfg))
+	started, err := r.Watches.ensure(tc, cfg, restconfig.FingerprintString(cfg))
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -167,18 +165,4 @@ func restConfigFromKubeconfig(data []byte) (*rest.Config, error) {
 		},
 		UserAgent: FieldOwner,
 	}, nil
-}
-
-// fingerprint hashes what a watch connects with, so that a change of any of
-// it (a renewed certificate, a recreated PKI) restarts the watch. Values are
-// length-prefixed: no two configs share a hash by concatenation.
-func fingerprint(cfg *rest.Config) string {
-	h := sha256.New()
-	for _, b := range [][]byte{[]byte(cfg.Host), cfg.CAData, cfg.CertData, cfg.KeyData} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }

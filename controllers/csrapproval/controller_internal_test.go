@@ -12,6 +12,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/kubefarm/kubefarm/internal/restconfig"
 )
 
 // kubeconfig is an internal admin kubeconfig as the TenantCluster
@@ -87,7 +89,7 @@ func TestFingerprintChangesWithEveryPart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]string{fingerprint(base): "base"}
+	seen := map[string]string{restconfig.FingerprintString(base): "base"}
 	for name, edit := range map[string]func(*clientcmdapi.Config){
 		"server": func(c *clientcmdapi.Config) { c.Clusters["c1"].Server = "https://other:6443" },
 		"ca":     func(c *clientcmdapi.Config) { c.Clusters["c1"].CertificateAuthorityData = []byte("ca2") },
@@ -103,14 +105,14 @@ func TestFingerprintChangesWithEveryPart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fp := fingerprint(cfg)
+		fp := restconfig.FingerprintString(cfg)
 		if other, ok := seen[fp]; ok {
 			t.Errorf("%s has the fingerprint of %s", name, other)
 		}
 		seen[fp] = name
 	}
 	again, _ := restConfigFromKubeconfig(kubeconfig(t, nil))
-	if fingerprint(again) != fingerprint(base) {
+	if restconfig.FingerprintString(again) != restconfig.FingerprintString(base) {
 		t.Error("the same credential has two fingerprints")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,12 +28,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -226,17 +225,8 @@ func start(t *testing.T) *fixture {
 
 // exampleTenantCluster is examples/tenantcluster.yaml, in namespace ns.
 func exampleTenantCluster(t *testing.T, ns string) *kubefarmv1.TenantCluster {
-	t.Helper()
-	root, err := testenv.RepoRoot()
+	tc, err := examples.TenantCluster()
 	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "examples", "tenantcluster.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &kubefarmv1.TenantCluster{}
-	if err := yaml.UnmarshalStrict(b, tc); err != nil {
 		t.Fatal(err)
 	}
 	tc.Namespace = ns

@@ -3,7 +3,6 @@ package nodepool_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
+	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -38,16 +37,8 @@ func TestMain(m *testing.M) {
 // webhook refuses a MAC or IP used by another pool).
 func example(t *testing.T, subnet int) *v1alpha1.NodePool {
 	t.Helper()
-	root, err := testenv.RepoRoot()
+	pool, err := examples.NodePool()
 	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(root + "/examples/nodepool.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := &v1alpha1.NodePool{}
-	if err := yaml.UnmarshalStrict(data, pool); err != nil {
 		t.Fatal(err)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "nodepool-"}}

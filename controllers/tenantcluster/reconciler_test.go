@@ -35,6 +35,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
+	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -106,17 +107,8 @@ func newNamespace(t *testing.T) string {
 
 // exampleTenantCluster is examples/tenantcluster.yaml, in namespace ns.
 func exampleTenantCluster(t *testing.T, ns string) *v1alpha1.TenantCluster {
-	t.Helper()
-	root, err := testenv.RepoRoot()
+	tc, err := examples.TenantCluster()
 	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, "examples", "tenantcluster.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &v1alpha1.TenantCluster{}
-	if err := yaml.UnmarshalStrict(b, tc); err != nil {
 		t.Fatal(err)
 	}
 	tc.Namespace = ns

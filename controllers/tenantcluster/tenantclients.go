@@ -2,12 +2,13 @@ package tenantcluster
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefarm/kubefarm/internal/restconfig"
 )
 
 // DialTenant makes a client of a tenant API server from its REST config.
@@ -59,7 +60,7 @@ func (t *TenantClients) Get(cluster types.NamespacedName, cfg *rest.Config) (cli
 	if t == nil {
 		return dialTenant(cfg)
 	}
-	credential := credentialOf(cfg)
+	credential := restconfig.Fingerprint(cfg)
 	t.mu.Lock()
 	kept, ok := t.byCluster[cluster]
 	t.mu.Unlock()
@@ -94,20 +95,4 @@ func (t *TenantClients) Len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.byCluster)
-}
-
-// credentialOf hashes what a client is made from: the address and the TLS
-// identity (tenantRESTConfig sets nothing else that varies). Every value is
-// length-prefixed, so no two inputs share a hash by concatenation.
-func credentialOf(cfg *rest.Config) [sha256.Size]byte {
-	h := sha256.New()
-	for _, b := range [][]byte{[]byte(cfg.Host), cfg.CAData, cfg.CertData, cfg.KeyData} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
-		h.Write(n[:])
-		h.Write(b)
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
 }

@@ -57,8 +57,8 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
-	"github.com/kubefarm/kubefarm/hack/bench/internal/examples"
 	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
+	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -188,7 +188,7 @@ func run() error {
 				"(an e2e scenario?) or pass -allow-others", strings.Join(names, ", "))
 		}
 	}
-	example, err := examples.TenantCluster(root)
+	example, err := examples.TenantCluster()
 	if err != nil {
 		return err
 	}

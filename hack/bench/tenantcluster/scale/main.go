@@ -63,7 +63,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/hack/bench/internal/examples"
+	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -142,7 +142,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	example, err := examples.TenantCluster(root)
+	example, err := examples.TenantCluster()
 	if err != nil {
 		return err
 	}
