@@ -21,6 +21,11 @@ const (
 	ConditionBooted    = "Booted"
 	ConditionUpToDate  = "UpToDate"
 	ConditionNodeReady = "NodeReady"
+	// ConditionNetworkVerified is what kubefarm-agent found of the node's
+	// CNI chain in the boot of status.lastBoot (written in the same status
+	// write, so it always refers to that boot). Only when it is True may
+	// the manager lift kubefarm.io/network-unavailable from the node.
+	ConditionNetworkVerified = "NetworkVerified"
 
 	// BootImage conditions.
 	ConditionArtifactsVerified = "ArtifactsVerified"

@@ -34,6 +34,9 @@ const (
 	ReasonConfigServed = "ConfigServed" // boot configuration with the join token served
 	ReasonBootReported = "BootReported" // the booted machine reported boot ID and digest
 	ReasonRefused      = "Refused"      // a request for the machine was refused (403)
+	// ReasonNetworkUnverified (Warning): the agent's CNI chain check failed;
+	// the node keeps kubefarm.io/network-unavailable.
+	ReasonNetworkUnverified = "NetworkUnverified"
 )
 
 // DefaultInterval is how often the same event (machine, reason, subject)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -95,6 +96,19 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		h.refused(w, r, m, noWindow)
 		return
 	}
+	if h.cfg.Tenants != nil && h.cfg.Windows.IsOpen(key) {
+		// Before the window is consumed: a tenant not reachable yet costs
+		// the agent a retry, not its boot.
+		ctx, cancel := apiWriteContext(r)
+		facts, err := h.cfg.Tenants.Facts(ctx, m)
+		cancel()
+		if err != nil {
+			log.Error(err, "looking up the tenant cluster's facts")
+			http.Error(w, "tenant cluster not available", http.StatusServiceUnavailable)
+			return
+		}
+		nc.TenantFacts = facts
+	}
 	opened, ok := h.cfg.Windows.Consume(key)
 	if !ok {
 		h.refused(w, r, m, noWindow)
@@ -146,7 +160,8 @@ func apiWriteContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), APIWriteTimeout)
 }
 
-// maxReport bounds a report body; a real one is about 150 bytes.
+// maxReport bounds a report body; a real one is about 150 bytes, 700 with
+// a network verdict of MaxNetworkReason.
 const maxReport = 4096
 
 // report records what a machine booted in its status.lastBoot. Only the
@@ -169,7 +184,9 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	}
 	key := machineKey(m)
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
-	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest {
+	network := NetworkCondition(rep.BootID, rep.Network)
+	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest &&
+		sameCondition(meta.FindStatusCondition(m.Status.Conditions, network.Type), network) {
 		// Agents retry; a repeat is not a new boot and needs no write.
 		w.WriteHeader(http.StatusNoContent)
 		return
@@ -181,7 +198,7 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	rec := kubefarmv1.BootRecord{BootID: rep.BootID, ImageDigest: rep.ImageDigest, Time: metav1.NewTime(time.Now())}
 	ctx, cancel := apiWriteContext(r)
 	defer cancel()
-	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec); err != nil {
+	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec, network); err != nil {
 		log.Error(err, "recording boot")
 		http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
 		return
@@ -190,5 +207,14 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	h.normal(key, events.ReasonBootReported, rep.BootID, func() string {
 		return fmt.Sprintf("booted %s, boot ID %s", rep.ImageDigest, rep.BootID)
 	})
+	if network.Status == metav1.ConditionFalse && h.cfg.Events != nil && h.cfg.Events.Due(key, events.ReasonNetworkUnverified, rep.BootID) {
+		h.cfg.Events.Warning(key, events.ReasonNetworkUnverified, rep.BootID, network.Message)
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// sameCondition reports whether have already says what want says; the
+// transition time is the API's business.
+func sameCondition(have *metav1.Condition, want metav1.Condition) bool {
+	return have != nil && have.Status == want.Status && have.Reason == want.Reason && have.Message == want.Message
 }

@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
@@ -30,6 +34,44 @@ type NodeConfig struct {
 	Kubelet     kubefarmv1.KubeletSpec `json:"kubelet"`
 	// JoinToken is the bootstrap token for this machine alone.
 	JoinToken string `json:"joinToken"`
+
+	// The tenant cluster as its nodes see it (TenantFacts); empty when
+	// kubefarm-pxe has no source for them, and then the agent cannot join.
+	TenantFacts `json:",inline"`
+
+	// What kubefarm's ltsp.config carried, all optional: the node's time
+	// zone (an IANA name such as Europe/Berlin), the root account's SSH
+	// authorized keys and its password hash (crypt(3) form, e.g.
+	// $6$...). No API field feeds them yet; the agent applies what is set.
+	Timezone          string   `json:"timezone,omitempty"`
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+	RootPasswordHash  string   `json:"rootPasswordHash,omitempty"`
+}
+
+// TenantFacts are what a node needs to know of its tenant cluster to join
+// it: where the API server is and which CA signs it (what the tenant's
+// kube-public/cluster-info publishes), the DNS settings its kubelet hands to
+// pods (those of the tenant's kube-system/kubelet-config) and the pod
+// network flannel allocates node subnets from.
+type TenantFacts struct {
+	// APIServer is the tenant API server's https URL as nodes reach it.
+	APIServer string `json:"apiServer,omitempty"`
+	// CACert is the PEM of the tenant cluster CA.
+	CACert []byte `json:"caCert,omitempty"`
+	// ClusterDNS are the addresses of the tenant's DNS Service.
+	ClusterDNS []string `json:"clusterDNS,omitempty"`
+	// ClusterDomain is the tenant's DNS domain, e.g. cluster.local.
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// PodCIDR is the tenant's pod network, e.g. 10.244.0.0/16.
+	PodCIDR string `json:"podCIDR,omitempty"`
+}
+
+// Tenants looks up the TenantFacts of a machine's tenant cluster for
+// /config. An error is the server's (the tenant is not reachable or not
+// ready): /config answers 503 without consuming the boot window, and the
+// agent retries.
+type Tenants interface {
+	Facts(ctx context.Context, m *kubefarmv1.Machine) (TenantFacts, error)
 }
 
 // NodeConfigFor derives a machine's node configuration from its pool: the
@@ -159,7 +201,23 @@ type BootReport struct {
 	MAC         string `json:"mac"`
 	BootID      string `json:"bootID"`
 	ImageDigest string `json:"imageDigest"`
+	// Network is the agent's verdict on the node's CNI chain; absent in
+	// reports of agents (or the initrd) that do not check it.
+	Network *NetworkVerdict `json:"network,omitempty"`
 }
+
+// NetworkVerdict is the result of the agent's CNI chain check
+// (ARCHITECTURE.md, boot step 4).
+type NetworkVerdict struct {
+	Verified bool `json:"verified"`
+	// Reason says what failed, or what was checked; at most
+	// MaxNetworkReason bytes of printable text.
+	Reason string `json:"reason"`
+}
+
+// MaxNetworkReason bounds a verdict's reason: it becomes a condition
+// message and an event, both read by people.
+const MaxNetworkReason = 512
 
 // Validate checks the report's fields; MAC is returned normalised.
 func (r BootReport) Validate() (string, error) {
@@ -173,7 +231,43 @@ func (r BootReport) Validate() (string, error) {
 	if !validDigest(r.ImageDigest) {
 		return "", errors.New("imageDigest must be sha256:<64 hex>")
 	}
+	if n := r.Network; n != nil {
+		if len(n.Reason) > MaxNetworkReason {
+			return "", fmt.Errorf("network.reason is %d bytes, over %d", len(n.Reason), MaxNetworkReason)
+		}
+		if !n.Verified && n.Reason == "" {
+			return "", errors.New("network.reason is required when network.verified is false")
+		}
+		for _, c := range n.Reason {
+			// Printable UTF-8 only: it is shown by kubectl and in logs.
+			if c == utf8.RuneError || !unicode.IsPrint(c) {
+				return "", errors.New("network.reason must be printable text")
+			}
+		}
+	}
 	return mac, nil
+}
+
+// NetworkCondition is the Machine's NetworkVerified condition for a report
+// of boot bootID: True or False with the agent's reason, Unknown when the
+// report carried no verdict. The boot ID is in the message, so that what
+// the condition refers to is visible; it is written in the same status
+// write as lastBoot, which is what the manager compares against.
+func NetworkCondition(bootID string, v *NetworkVerdict) metav1.Condition {
+	c := metav1.Condition{Type: kubefarmv1.ConditionNetworkVerified}
+	switch {
+	case v == nil:
+		c.Status, c.Reason = metav1.ConditionUnknown, kubefarmv1.ReasonNetworkNotReported
+		c.Message = "boot " + bootID + ": the report carried no network verdict"
+	case v.Verified:
+		c.Status, c.Reason = metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified
+		c.Message = "boot " + bootID + ": " + v.Reason
+	default:
+		c.Status, c.Reason = metav1.ConditionFalse, kubefarmv1.ReasonCNIChainInvalid
+		c.Message = "boot " + bootID + ": " + v.Reason
+	}
+	c.Message = strings.TrimSuffix(c.Message, ": ")
+	return c
 }
 
 // validBootID accepts the kernel's boot_id form: 8-4-4-4-12 lower-case hex.
@@ -197,7 +291,8 @@ func validBootID(s string) bool {
 	return true
 }
 
-// BootRecorder writes a machine's status.lastBoot.
+// BootRecorder writes a machine's status.lastBoot and, in the same write,
+// its NetworkVerified condition (network; see NetworkCondition).
 type BootRecorder interface {
-	RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error
+	RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error
 }

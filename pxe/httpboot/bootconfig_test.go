@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
@@ -127,15 +129,19 @@ func (f *fakeTokens) Issue(_ context.Context, m *kubefarmv1.Machine) (string, er
 }
 
 type fakeRecorder struct {
-	mu   sync.Mutex
-	recs []kubefarmv1.BootRecord
+	mu    sync.Mutex
+	recs  []kubefarmv1.BootRecord
+	conds []metav1.Condition
 }
 
-func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recs = append(f.recs, rec)
-	m.Status.LastBoot = &rec // what the API write does, seen through the fake
+	f.conds = append(f.conds, network)
+	// What the API write does, seen through the fake.
+	m.Status.LastBoot = &rec
+	meta.SetStatusCondition(&m.Status.Conditions, network)
 	return nil
 }
 
@@ -256,7 +262,7 @@ func (s *slowWriter) write(ctx context.Context) error {
 	}
 }
 
-func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec kubefarmv1.BootRecord, _ metav1.Condition) error {
 	if err := s.write(ctx); err != nil {
 		return err
 	}

@@ -20,9 +20,13 @@
 //     kubefarm-agent. Only to the machine's leased IP, for its MAC, inside
 //     its boot window (opened by serving its script, BootWindows), once;
 //     every other request gets the same 403.
-//   - POST /report: the agent's boot ID and image digest, recorded in the
-//     Machine's status.lastBoot (BootRecorder), again only from the
-//     machine's leased IP.
+//     With Tenants set it also carries the tenant's API server, CA, DNS
+//     and pod network (TenantFacts).
+//   - POST /report: the agent's boot ID, image digest and CNI chain
+//     verdict, recorded in the Machine's status.lastBoot and its
+//     NetworkVerified condition in one write (BootRecorder), again only
+//     from the machine's leased IP; a failed verdict is also a Warning
+//     event (NetworkUnverified).
 //   - /healthz, /metrics.
 //
 // Store is the content-addressed cache: downloads go to a temporary file,

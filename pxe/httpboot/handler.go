@@ -55,6 +55,9 @@ type Config struct {
 	// Tokens issues join tokens for /config. Nil: /config answers 503 to
 	// an otherwise authorised request, without consuming its window.
 	Tokens JoinTokens
+	// Tenants, when set, fills the tenant facts of /config (API server,
+	// CA, DNS, pod network). Nil: /config carries none of them.
+	Tenants Tenants
 	// Recorder writes boot reports. Nil: /report answers 503.
 	Recorder BootRecorder
 	// Events, when set, records each stage of a machine's HTTP boot

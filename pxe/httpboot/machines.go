@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -142,16 +144,21 @@ func (c *CacheMachines) get(key types.NamespacedName, obj client.Object) bool {
 	return true
 }
 
-// StatusRecorder writes status.lastBoot with a merge patch on the status
-// subresource: it touches only that field, so it never races the rollout
-// controller's writes to the rest of the status.
+// StatusRecorder writes status.lastBoot and the NetworkVerified condition
+// with one merge patch on the status subresource, so the condition always
+// refers to the boot in lastBoot. A merge patch replaces the whole
+// conditions list, so the patch carries the resourceVersion it was computed
+// from (optimistic lock): a condition another controller wrote meanwhile
+// makes it fail with a conflict (the agent's retry then starts from the
+// updated cache) instead of being overwritten.
 type StatusRecorder struct {
 	Client client.Client
 }
 
 // RecordBoot implements BootRecorder.
-func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord) error {
+func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error {
 	patched := m.DeepCopy()
 	patched.Status.LastBoot = &rec
-	return s.Client.Status().Patch(ctx, patched, client.MergeFrom(m))
+	meta.SetStatusCondition(&patched.Status.Conditions, network)
+	return s.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{}))
 }

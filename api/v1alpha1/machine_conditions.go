@@ -1,0 +1,22 @@
+package v1alpha1
+
+// Reasons of the Machine conditions written by kubefarm-pxe from the agent's
+// boot report. Like the other kinds' reasons they are part of the API
+// (kubectl wait, alerts, the manager's taint lifting), so they are
+// constants.
+const (
+	// NetworkVerified.
+
+	// ReasonCNIChainVerified: the agent found every binary the image's
+	// conflist names, the conflist with the hash the image's manifest
+	// records, and nothing in /etc/cni/net.d sorting before it.
+	ReasonCNIChainVerified = "CNIChainVerified"
+	// ReasonCNIChainInvalid: the agent's check failed; the message says
+	// what it found.
+	ReasonCNIChainInvalid = "CNIChainInvalid"
+	// ReasonNetworkNotReported: the latest boot's report carried no
+	// verdict (an agent that predates the check, or the initrd's failure
+	// report). Unknown, so that a True of an earlier boot never survives a
+	// reboot.
+	ReasonNetworkNotReported = "NetworkNotReported"
+)
