@@ -1,0 +1,222 @@
+// Package pxeclient is the agent's side of kubefarm-pxe's /config and
+// /report (pxe/httpboot/agent.go): bounded requests, retried with backoff
+// while retrying can help.
+//
+// kubefarm-pxe authenticates a /config request by where it comes from: the
+// machine's leased IP, for one of its MACs, inside the boot window that
+// serving this boot's iPXE script opened, once. So the request must leave
+// from the boot interface's address (the kernel picks it for the route to
+// the server on a flat boot network), name the boot interface's MAC, and a
+// 403 is final: the window is used or gone, and only a new boot opens
+// another.
+//
+// The configuration carries a join token: nothing here logs a NodeConfig or
+// puts its body into an error.
+package pxeclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+)
+
+// MaxConfig bounds the /config answer: a real one is a few kilobytes (the
+// CA certificate is the largest part).
+const MaxConfig = 1 << 20
+
+// maxErrorBody bounds how much of an error answer is read into a message.
+const maxErrorBody = 256
+
+// Client talks to one kubefarm-pxe replica.
+type Client struct {
+	// Base is kubefarm-pxe's URL from the kernel command line.
+	Base bootpaths.Base
+	// HTTP does the requests; nil is a client with RequestTimeout.
+	HTTP *http.Client
+	// RequestTimeout bounds one request (default 30 s).
+	RequestTimeout time.Duration
+	// Backoff is the first wait between attempts (default 1 s); it doubles
+	// up to MaxBackoff (default 30 s), with up to 20% jitter so that a rack
+	// powered on at once does not retry in step.
+	Backoff, MaxBackoff time.Duration
+	// Attempts bounds the attempts of one call (default 20, about eight
+	// minutes with the default backoff); the caller's context bounds them
+	// too.
+	Attempts int
+	Log      logr.Logger
+	// sleep waits between attempts; tests replace it.
+	sleep func(context.Context, time.Duration) error
+}
+
+// StatusError is an answer that is not a success.
+type StatusError struct {
+	Op   string // "GET /config/<mac>", "POST /report"
+	Code int
+	Body string // the start of the body, for the log; never a NodeConfig
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Code, e.Body)
+}
+
+// retryable: the server's failures that a later attempt may not meet. 503
+// is what kubefarm-pxe answers while the tenant's token issuer credential
+// or facts are not there yet, or the tenant API is down; it keeps the boot
+// window open for the retry. 403 (no window, wrong address, unknown MAC)
+// and 400 are final.
+func retryable(err error) bool {
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.Code == http.StatusServiceUnavailable || se.Code == http.StatusTooManyRequests ||
+			se.Code == http.StatusBadGateway || se.Code == http.StatusGatewayTimeout || se.Code == http.StatusInternalServerError
+	}
+	var de *decodeError
+	// Transport errors (refused, reset, timeout) are retried; a body that
+	// does not decode will not decode better next time.
+	return !errors.As(err, &de)
+}
+
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+func (c *Client) defaults() {
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 30 * time.Second
+	}
+	if c.HTTP == nil {
+		c.HTTP = &http.Client{Timeout: c.RequestTimeout}
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = time.Second
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = 20
+	}
+	if c.sleep == nil {
+		c.sleep = sleepCtx
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retry runs once until it succeeds, fails for good, or the attempts or ctx
+// run out.
+func (c *Client) retry(ctx context.Context, op string, once func(context.Context) error) error {
+	c.defaults()
+	wait := c.Backoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, c.RequestTimeout)
+		err = once(rctx)
+		cancel()
+		if err == nil || !retryable(err) || attempt >= c.Attempts || ctx.Err() != nil {
+			break
+		}
+		d := wait + time.Duration(rand.Int64N(int64(wait)/5+1))
+		c.Log.Info("retrying", "op", op, "attempt", attempt, "in", d.Round(time.Millisecond).String(), "error", err.Error())
+		if serr := c.sleep(ctx, d); serr != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", op, serr, err)
+		}
+		wait = min(2*wait, c.MaxBackoff)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return nil
+}
+
+// FetchConfig gets the node configuration of the machine with mac (the
+// boot NIC's, lower-case colon form).
+func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConfig, error) {
+	var nc httpboot.NodeConfig
+	url := c.Base.String() + "/config/" + mac
+	err := c.retry(ctx, "GET /config/"+mac, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return &decodeError{err}
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return statusError("GET /config/"+mac, resp)
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxConfig+1))
+		if err != nil {
+			return err
+		}
+		if len(body) > MaxConfig {
+			return &decodeError{fmt.Errorf("node configuration is over %d bytes", MaxConfig)}
+		}
+		nc = httpboot.NodeConfig{}
+		// The body holds the join token: the decoder's error is kept
+		// short of quoting it (it names offsets and types, not values).
+		if err := json.Unmarshal(body, &nc); err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				return &decodeError{fmt.Errorf("node configuration is not JSON (offset %d)", se.Offset)}
+			}
+			return &decodeError{errors.New("node configuration does not decode")}
+		}
+		return nil
+	})
+	return nc, err
+}
+
+// Report posts the boot report. kubefarm-pxe answers 204, also to a repeat.
+func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	url := c.Base.String() + "/report"
+	return c.retry(ctx, "POST /report", func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return &decodeError{err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			return statusError("POST /report", resp)
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		return nil
+	})
+}
+
+func statusError(op string, resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	return &StatusError{Op: op, Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
+}

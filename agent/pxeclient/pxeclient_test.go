@@ -1,0 +1,118 @@
+package pxeclient
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+)
+
+const mac = "02:00:00:00:00:01"
+const token = "abcdef.0123456789abcdef"
+
+// server answers the codes in order, then the last one for ever.
+func server(t *testing.T, codes []int, body string) (*Client, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := int(n.Add(1)) - 1
+		code := codes[min(i, len(codes)-1)]
+		if code != 200 {
+			http.Error(w, "nope", code)
+			return
+		}
+		_, _ = w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	var slept []time.Duration
+	c := &Client{Base: bootpaths.Base(srv.URL), Attempts: 5, Log: testr.New(t),
+		sleep: func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }}
+	return c, &n
+}
+
+func TestFetchConfig(t *testing.T) {
+	good, _ := json.Marshal(httpboot.NodeConfig{Hostname: "node-1", JoinToken: token})
+	for _, tc := range []struct {
+		name     string
+		codes    []int
+		body     string
+		attempts int32
+		err      string
+	}{
+		{"first time", []int{200}, string(good), 1, ""},
+		{"503 while the tenant credential is missing, then served", []int{503, 503, 200}, string(good), 3, ""},
+		{"403 is final", []int{403}, string(good), 1, "HTTP 403"},
+		{"503 until the attempts run out", []int{503}, string(good), 5, "HTTP 503"},
+		{"garbage is final", []int{200}, `{"joinToken":"` + token + `",`, 1, "not JSON"},
+		{"oversized", []int{200}, `{"hostname":"` + strings.Repeat("x", MaxConfig) + `"}`, 1, "over"},
+	} {
+		c, n := server(t, tc.codes, tc.body)
+		nc, err := c.FetchConfig(context.Background(), mac)
+		if got := n.Load(); got != tc.attempts {
+			t.Errorf("%s: %d attempts, want %d", tc.name, got, tc.attempts)
+		}
+		if tc.err == "" {
+			if err != nil || nc.Hostname != "node-1" || nc.JoinToken != token {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: err %v, want one with %q", tc.name, err, tc.err)
+		}
+		if err != nil && strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("%s: the error quotes the join token: %v", tc.name, err)
+		}
+	}
+}
+
+func TestFetchConfigContext(t *testing.T) {
+	c, _ := server(t, []int{503}, "")
+	c.sleep = sleepCtx
+	c.Attempts = 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := c.FetchConfig(ctx, mac); err == nil {
+		t.Fatal("no error after the context ended")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("returned after %s", d)
+	}
+}
+
+func TestReport(t *testing.T) {
+	var got httpboot.BootReport
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			http.Error(w, "cannot record boot", 503)
+			return
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/report" {
+			http.Error(w, "bad", 400)
+			return
+		}
+		_ = json.NewDecoder(r.Body).Decode(&got)
+		w.WriteHeader(204)
+	}))
+	defer srv.Close()
+	c := &Client{Base: bootpaths.Base(srv.URL), Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
+	rep := httpboot.BootReport{MAC: mac, BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: "sha256:x",
+		Network: &httpboot.NetworkVerdict{Verified: true, Reason: "ok"}}
+	if err := c.Report(context.Background(), rep); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 2 || got.Network == nil || !got.Network.Verified || got.BootID != rep.BootID {
+		t.Errorf("%d requests, got %+v", n.Load(), got)
+	}
+}
