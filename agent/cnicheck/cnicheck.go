@@ -182,4 +182,3 @@ func PluginTypes(conflist []byte) ([]string, error) {
 	}
 	return out, nil
 }
-
