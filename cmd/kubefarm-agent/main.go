@@ -1,0 +1,311 @@
+// kubefarm-agent runs on every netbooted node, as kubefarm-agent.service
+// (ARCHITECTURE.md, boot steps 3 to 5): it fetches the machine's node
+// configuration from the kubefarm-pxe replica that served this boot, writes
+// the kubelet's and flannel's files, starts them, waits for flanneld's
+// subnet lease, checks the CNI chain and reports the boot with its verdict.
+//
+// kubelet is started with `systemctl start`, not by unit ordering:
+// kubelet.service and flanneld.service carry ConditionPathExists on the
+// files this agent writes, so at boot systemd skips them, and nothing later
+// would re-evaluate the condition. Starting them explicitly once the files
+// are in place is the one ordering that cannot race.
+//
+// The join token is fetched once per boot (kubefarm-pxe's window closes on
+// use), so what was written is remembered in --state-dir (a tmpfs, gone at
+// reboot) by boot ID: a restarted agent goes on from the start of kubelet
+// instead of asking again. After a successful report the agent stays
+// running until stopped, so that the unit's Restart=always does not run it
+// again.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/kubefarm/kubefarm/agent/bootparams"
+	"github.com/kubefarm/kubefarm/agent/cnicheck"
+	"github.com/kubefarm/kubefarm/agent/pxeclient"
+	"github.com/kubefarm/kubefarm/agent/render"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+)
+
+// Options are the agent's flags. Paths named "in the root" are joined to
+// Root; the others are read as given.
+type Options struct {
+	Root           string        // the node's root file system ("/")
+	Cmdline        string        // the kernel command line
+	BootIDFile     string        // the kernel's boot ID
+	BootIfaceFile  string        // the initrd's record of the boot interface
+	SysClassNet    string        // where interfaces' MACs are
+	CNIRecord      string        // in the root: what the image records of its CNI chain
+	StateDir       string        // in the root: what this boot already did
+	FlannelSubnet  string        // in the root: flanneld's lease, written once it runs
+	FetchTimeout   time.Duration // bounds fetching the configuration, retries included
+	NetworkTimeout time.Duration // bounds the wait for FlannelSubnet
+	ReportTimeout  time.Duration // bounds the report, retries included
+}
+
+func defaultOptions() Options {
+	return Options{
+		Root: "/", Cmdline: "/proc/cmdline", BootIDFile: "/proc/sys/kernel/random/boot_id",
+		BootIfaceFile: "/run/kubefarm/bootif", SysClassNet: "/sys/class/net",
+		CNIRecord: "/usr/share/kubefarm/cni.json", StateDir: "/run/kubefarm-agent",
+		FlannelSubnet: "/run/flannel/subnet.env",
+		FetchTimeout:  15 * time.Minute, NetworkTimeout: 5 * time.Minute, ReportTimeout: 5 * time.Minute,
+	}
+}
+
+// Deps are the agent's effects on the running system, replaced in tests.
+type Deps struct {
+	// StartUnits starts systemd units (systemctl start).
+	StartUnits func(ctx context.Context, units ...string) error
+	// SetHostname sets the kernel's host name.
+	SetHostname func(name string) error
+	// HTTP talks to kubefarm-pxe; nil is the default client.
+	HTTP *http.Client
+	// Poll is the interval of the wait for flanneld (default 1 s).
+	Poll time.Duration
+}
+
+// systemctlStart starts units and waits for their start jobs: kubelet and
+// flanneld are Type=simple, so that is as soon as they run.
+func systemctlStart(ctx context.Context, units ...string) error {
+	out, err := exec.CommandContext(ctx, "systemctl", append([]string{"start"}, units...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("systemctl start %s: %v: %s", strings.Join(units, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func main() {
+	o := defaultOptions()
+	flag.StringVar(&o.Root, "root", o.Root, "the node's root file system; the paths marked 'in the root' are under it")
+	flag.StringVar(&o.Cmdline, "cmdline", o.Cmdline, "the kernel command line (kubefarm.server=, kubefarm.image=, BOOTIF=)")
+	flag.StringVar(&o.BootIDFile, "boot-id", o.BootIDFile, "the kernel's boot ID")
+	flag.StringVar(&o.BootIfaceFile, "bootif", o.BootIfaceFile, "the initrd's record of the boot interface's name")
+	flag.StringVar(&o.SysClassNet, "sys-class-net", o.SysClassNet, "sysfs' network interfaces (for the boot interface's MAC)")
+	flag.StringVar(&o.CNIRecord, "cni-record", o.CNIRecord, "in the root: the image's record of its CNI chain (JSON with the manifest's cni member)")
+	flag.StringVar(&o.StateDir, "state-dir", o.StateDir, "in the root: what this boot already did (a tmpfs)")
+	flag.StringVar(&o.FlannelSubnet, "flannel-subnet", o.FlannelSubnet, "in the root: the file flanneld writes once it has its lease")
+	flag.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "bound on fetching the node configuration, retries included")
+	flag.DurationVar(&o.NetworkTimeout, "network-timeout", o.NetworkTimeout, "bound on the wait for flanneld's lease")
+	flag.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "bound on the report, retries included")
+	flag.Parse()
+
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) }}
+	if err := run(ctx, o, deps, log); err != nil {
+		log.Error(err, "kubefarm-agent failed")
+		os.Exit(1)
+	}
+	<-ctx.Done()
+}
+
+// run does one boot's work; see the package comment.
+func run(ctx context.Context, o Options, d Deps, log logr.Logger) error {
+	if d.Poll <= 0 {
+		d.Poll = time.Second
+	}
+	in := func(p string) string { return filepath.Join(o.Root, p) }
+
+	cmdline, err := os.ReadFile(o.Cmdline)
+	if err != nil {
+		return err
+	}
+	params, err := bootparams.Parse(string(cmdline))
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(o.BootIDFile)
+	if err != nil {
+		return err
+	}
+	bootID, err := bootparams.ParseBootID(string(b))
+	if err != nil {
+		return err
+	}
+	iface, mac, err := bootInterface(o, params)
+	if err != nil {
+		return err
+	}
+	log = log.WithValues("server", params.Server.String(), "mac", mac, "bootID", bootID)
+	pxe := &pxeclient.Client{Base: params.Server, HTTP: d.HTTP, Log: log}
+
+	// 1. Configuration and files, once per boot.
+	marker := filepath.Join(in(o.StateDir), "configured")
+	if done, _ := os.ReadFile(marker); strings.TrimSpace(string(done)) == bootID {
+		log.Info("files of this boot already written; not fetching the configuration again")
+	} else {
+		fctx, cancel := context.WithTimeout(ctx, o.FetchTimeout)
+		nc, err := pxe.FetchConfig(fctx, mac)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("fetching the node configuration: %w", err)
+		}
+		// Never the whole NodeConfig: it holds the join token.
+		log.Info("fetched the node configuration", "machine", nc.Machine, "cluster", nc.Cluster, "hostname", nc.Hostname, "apiServer", nc.APIServer)
+		if nc.ImageDigest != "" && nc.ImageDigest != params.Image {
+			log.Info("kubefarm-pxe serves another image than this boot's", "served", nc.ImageDigest, "booted", params.Image)
+		}
+		rin := render.Input{Config: nc, BootIface: iface}
+		if nc.RootPasswordHash != "" {
+			if rin.Shadow, err = os.ReadFile(in(render.Shadow)); err != nil {
+				return err
+			}
+		}
+		res, err := render.Render(rin)
+		if err != nil {
+			return err
+		}
+		if len(res.DroppedLabels) > 0 {
+			log.Info("labels kubelet may not set on its own Node left to kubefarm-manager", "labels", res.DroppedLabels)
+		}
+		if err := writeFiles(o.Root, res.Files); err != nil {
+			return err
+		}
+		if err := d.SetHostname(nc.Hostname); err != nil {
+			return fmt.Errorf("setting the host name %q: %w", nc.Hostname, err)
+		}
+		if err := os.MkdirAll(in(o.StateDir), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(marker, []byte(bootID+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+
+	// 2. kubelet and flanneld.
+	if err := d.StartUnits(ctx, "kubelet.service", "flanneld.service"); err != nil {
+		return err
+	}
+
+	// 3. The network: flanneld's lease, then the chain.
+	verdict := waitNetwork(ctx, in(o.FlannelSubnet), o.NetworkTimeout, d.Poll)
+	if verdict.OK {
+		verdict = checkChain(o)
+	}
+	log.Info("CNI chain checked", "verified", verdict.OK, "reason", verdict.Reason)
+
+	// 4. The report.
+	rep := httpboot.BootReport{MAC: mac, BootID: bootID, ImageDigest: params.Image,
+		Network: &httpboot.NetworkVerdict{Verified: verdict.OK, Reason: clip(verdict.Reason, httpboot.MaxNetworkReason)}}
+	rctx, cancel := context.WithTimeout(ctx, o.ReportTimeout)
+	defer cancel()
+	if err := pxe.Report(rctx, rep); err != nil {
+		return fmt.Errorf("reporting the boot: %w", err)
+	}
+	log.Info("boot reported")
+	return nil
+}
+
+// bootInterface names the interface the machine booted on and its MAC: the
+// one the initrd got its lease on (so the address kubefarm-pxe checks
+// /config against), whose MAC is BOOTIF's when iPXE passed it.
+func bootInterface(o Options, p bootparams.Params) (iface, mac string, err error) {
+	b, err := os.ReadFile(o.BootIfaceFile)
+	if err != nil {
+		return "", "", fmt.Errorf("the boot interface: %w", err)
+	}
+	if iface, err = bootparams.ParseBootIface(string(b)); err != nil {
+		return "", "", err
+	}
+	if p.BootIF != "" {
+		return iface, p.BootIF, nil
+	}
+	addr, err := os.ReadFile(filepath.Join(o.SysClassNet, iface, "address"))
+	if err != nil {
+		return "", "", fmt.Errorf("the MAC of boot interface %s: %w", iface, err)
+	}
+	mac, err = bootparams.NormalizeMAC(strings.TrimSpace(string(addr)))
+	if err != nil {
+		return "", "", fmt.Errorf("the MAC of boot interface %s: %w", iface, err)
+	}
+	return iface, mac, nil
+}
+
+// waitNetwork waits for flanneld's subnet file. A failed wait is a verdict
+// with its reason; success is OK without one (the chain check follows).
+func waitNetwork(ctx context.Context, file string, timeout, poll time.Duration) cnicheck.Verdict {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		if fi, err := os.Stat(file); err == nil && fi.Size() > 0 {
+			return cnicheck.Verdict{OK: true}
+		}
+		select {
+		case <-ctx.Done():
+			return cnicheck.Verdict{Reason: fmt.Sprintf("flanneld wrote no %s within %s", strings.TrimPrefix(file, "/"), timeout)}
+		case <-t.C:
+		}
+	}
+}
+
+func checkChain(o Options) cnicheck.Verdict {
+	want, err := cnicheck.ReadExpected(filepath.Join(o.Root, o.CNIRecord))
+	if err != nil {
+		return cnicheck.Verdict{Reason: err.Error()}
+	}
+	return cnicheck.Check(o.Root, cnicheck.Default, want)
+}
+
+// clip cuts s to at most n bytes on a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && (s[n]&0xc0) == 0x80 {
+		n--
+	}
+	return s[:n]
+}
+
+// writeFiles writes files under root: each through a temporary file renamed
+// into place, so kubelet never reads half a file, with its mode set
+// whatever the umask.
+func writeFiles(root string, files []render.File) error {
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		dirMode := os.FileMode(0o755)
+		if f.Mode&0o077 == 0 && strings.HasPrefix(f.Path, "/root/") {
+			dirMode = 0o700 // /root/.ssh
+		}
+		if err := os.MkdirAll(filepath.Dir(p), dirMode); err != nil {
+			return fmt.Errorf("writing %s: %w", f.Path, err)
+		}
+		tmp := p + ".kubefarm-agent.tmp"
+		_ = os.Remove(tmp)
+		if f.Symlink != "" {
+			if err := os.Symlink(f.Symlink, tmp); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Path, err)
+			}
+		} else {
+			if err := os.WriteFile(tmp, f.Data, f.Mode); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Path, err)
+			}
+			if err := os.Chmod(tmp, f.Mode); err != nil {
+				return fmt.Errorf("writing %s: %w", f.Path, err)
+			}
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("writing %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}

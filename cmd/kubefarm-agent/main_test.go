@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/kubefarm/kubefarm/agent/render"
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
+)
+
+const (
+	mac    = "02:00:00:00:00:01"
+	bootID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	image  = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	token  = "abcdef.0123456789abcdef"
+	ca     = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+)
+
+// fakePXE stands for kubefarm-pxe: /config/<mac> once (then 403, as a
+// consumed boot window), after a 503 as while the tenant credential is
+// missing; /report records what it is sent.
+type fakePXE struct {
+	mu      sync.Mutex
+	configs int
+	reports []httpboot.BootReport
+}
+
+func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/config/"+mac:
+		f.configs++
+		switch f.configs {
+		case 1:
+			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
+		case 2:
+			_ = json.NewEncoder(w).Encode(httpboot.NodeConfig{
+				Machine: "t1/m1", Cluster: "c1", Hostname: "node-1", ImageDigest: image,
+				Labels:    map[string]string{"rack": "r1", "node-role.kubernetes.io/worker": ""},
+				Taints:    nil,
+				JoinToken: token,
+				TenantFacts: httpboot.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
+					ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodCIDR: "10.244.0.0/16"},
+			})
+		default:
+			http.Error(w, "forbidden", http.StatusForbidden)
+		}
+	case r.Method == http.MethodPost && r.URL.Path == "/report":
+		var rep httpboot.BootReport
+		dec := json.NewDecoder(r.Body)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			http.Error(w, "bad report", 400)
+			return
+		}
+		if _, err := rep.Validate(); err != nil {
+			http.Error(w, "bad report: "+err.Error(), 400)
+			return
+		}
+		f.reports = append(f.reports, rep)
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// fakeKubeletStarter stands for `systemctl start kubelet.service
+// flanneld.service`: it records the call and, as flanneld would once it has
+// its lease, writes /run/flannel/subnet.env (unless told not to).
+type fakeKubeletStarter struct {
+	root         string
+	noFlannel    bool
+	calls        [][]string
+	configAtCall bool
+}
+
+func (f *fakeKubeletStarter) start(_ context.Context, units ...string) error {
+	f.calls = append(f.calls, units)
+	_, err := os.Stat(filepath.Join(f.root, render.KubeletConfig))
+	f.configAtCall = err == nil
+	if f.noFlannel {
+		return nil
+	}
+	p := filepath.Join(f.root, "run/flannel/subnet.env")
+	_ = os.MkdirAll(filepath.Dir(p), 0o755)
+	return os.WriteFile(p, []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n"), 0o644)
+}
+
+func hexsum(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// nodeRoot is a temporary node root with the image's CNI chain and its
+// record, and the kernel's and initrd's files beside it.
+func nodeRoot(t *testing.T, server string) Options {
+	t.Helper()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	write := func(p string, data string, mode os.FileMode) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conflist, err := os.ReadFile("../../images/node/rootfs/" + nodeimage.ConflistPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(root, nodeimage.ConflistPath), string(conflist), 0o644)
+	rec := nodeimage.CNI{ConflistSHA256: hexsum(conflist), Plugins: map[string]string{}}
+	for _, p := range nodeimage.CNIChainPlugins {
+		write(filepath.Join(root, nodeimage.CNIBinDir, p), "#!/bin/true "+p, 0o755)
+		rec.Plugins[p] = hexsum([]byte("#!/bin/true " + p))
+	}
+	b, _ := json.Marshal(map[string]any{"cni": rec})
+	write(filepath.Join(root, "usr/share/kubefarm/cni.json"), string(b), 0o644)
+
+	o := defaultOptions()
+	o.Root = root
+	o.Cmdline = filepath.Join(dir, "cmdline")
+	o.BootIDFile = filepath.Join(dir, "boot_id")
+	o.BootIfaceFile = filepath.Join(dir, "bootif")
+	o.SysClassNet = filepath.Join(dir, "sys/class/net")
+	o.NetworkTimeout = 2 * time.Second
+	write(o.Cmdline, "console=ttyS0 initrd=initrd kubefarm.image="+image+" kubefarm.rootfs="+server+"/artifacts/"+image+" kubefarm.server="+server+"\n", 0o444)
+	write(o.BootIDFile, bootID+"\n", 0o444)
+	write(o.BootIfaceFile, "enp1s0\n", 0o644)
+	write(filepath.Join(o.SysClassNet, "enp1s0/address"), strings.ToUpper(mac)+"\n", 0o444)
+	return o
+}
+
+func TestRun(t *testing.T) {
+	pxe := &fakePXE{}
+	srv := httptest.NewServer(pxe)
+	defer srv.Close()
+	o := nodeRoot(t, srv.URL)
+	starter := &fakeKubeletStarter{root: o.Root}
+	var hostname string
+	deps := Deps{StartUnits: starter.start, SetHostname: func(n string) error { hostname = n; return nil }, Poll: 10 * time.Millisecond}
+	ctx := context.Background()
+
+	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if pxe.configs != 2 {
+		t.Errorf("%d /config requests, want 2 (a 503, then the configuration)", pxe.configs)
+	}
+	if len(starter.calls) != 1 || strings.Join(starter.calls[0], " ") != "kubelet.service flanneld.service" || !starter.configAtCall {
+		t.Errorf("fake kubelet starter calls %v (configuration written before: %v)", starter.calls, starter.configAtCall)
+	}
+	if hostname != "node-1" {
+		t.Errorf("host name %q", hostname)
+	}
+	fi, err := os.Stat(filepath.Join(o.Root, render.BootstrapKubeconfig))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("bootstrap kubeconfig: %v, %v", fi, err)
+	}
+	env, _ := os.ReadFile(filepath.Join(o.Root, render.KubeletEnv))
+	if !strings.Contains(string(env), "--node-labels=rack=r1") || strings.Contains(string(env), "node-role") {
+		t.Errorf("kubelet env %q", env)
+	}
+	if len(pxe.reports) != 1 {
+		t.Fatalf("reports %+v, want one", pxe.reports)
+	}
+	rep := pxe.reports[0]
+	if rep.MAC != mac || rep.BootID != bootID || rep.ImageDigest != image || rep.Network == nil || !rep.Network.Verified {
+		t.Errorf("report %+v (network %+v)", rep, rep.Network)
+	}
+
+	// A restarted agent (same boot) does not ask for the configuration
+	// again: the window is used. It starts kubelet and reports again.
+	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if pxe.configs != 2 || len(pxe.reports) != 2 {
+		t.Errorf("restart: %d /config requests, %d reports", pxe.configs, len(pxe.reports))
+	}
+
+	// A mesh conflist sorting first: reported, not verified.
+	if err := os.WriteFile(filepath.Join(o.Root, "etc/cni/net.d/00-mesh.conflist"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n := pxe.reports[2].Network; n == nil || n.Verified || !strings.Contains(n.Reason, "00-mesh.conflist") {
+		t.Errorf("report with a foreign conflist: %+v", n)
+	}
+}
+
+// TestRunNoFlannel: flanneld never writes its lease: the agent reports the
+// network unverified after the bounded wait, and the token is nowhere but
+// in the bootstrap kubeconfig.
+func TestRunNoFlannel(t *testing.T) {
+	pxe := &fakePXE{configs: 1} // no 503 first
+	srv := httptest.NewServer(pxe)
+	defer srv.Close()
+	o := nodeRoot(t, srv.URL)
+	o.NetworkTimeout = 100 * time.Millisecond
+	starter := &fakeKubeletStarter{root: o.Root, noFlannel: true}
+	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond}
+	if err := run(context.Background(), o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pxe.reports) != 1 || pxe.reports[0].Network.Verified || !strings.Contains(pxe.reports[0].Network.Reason, "run/flannel/subnet.env") {
+		t.Errorf("reports %+v", pxe.reports)
+	}
+	_ = filepath.WalkDir(o.Root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, render.BootstrapKubeconfig) {
+			return nil
+		}
+		if b, _ := os.ReadFile(p); strings.Contains(string(b), "0123456789abcdef") {
+			t.Errorf("%s holds the join token", p)
+		}
+		return nil
+	})
+}
+
+// TestRunRefused: a 403 (the window is gone) fails the run at once, with
+// nothing written and no unit started.
+func TestRunRefused(t *testing.T) {
+	pxe := &fakePXE{configs: 2}
+	srv := httptest.NewServer(pxe)
+	defer srv.Close()
+	o := nodeRoot(t, srv.URL)
+	starter := &fakeKubeletStarter{root: o.Root}
+	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }}
+	err := run(context.Background(), o, deps, testr.New(t))
+	if err == nil || !strings.Contains(err.Error(), "HTTP 403") {
+		t.Fatalf("err %v, want the 403", err)
+	}
+	if len(starter.calls) != 0 || len(pxe.reports) != 0 {
+		t.Errorf("started %v, reported %v", starter.calls, pxe.reports)
+	}
+}
