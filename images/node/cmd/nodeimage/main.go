@@ -8,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,7 +20,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(fmt.Errorf("usage: nodeimage initrd|pause-image|manifest|verify ..."))
+		fail(errors.New("usage: nodeimage initrd|pause-image|manifest|verify (see images/node/README.md)"))
 	}
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
