@@ -95,7 +95,7 @@ func TestReport(t *testing.T) {
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
-			http.Error(w, "cannot record boot", 503)
+			http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
 			return
 		}
 		if r.Method != http.MethodPost || r.URL.Path != "/report" {
