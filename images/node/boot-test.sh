@@ -9,6 +9,7 @@
 #      "kubefarm: rootfs digest mismatch: want ... got ..." on the console
 #      and POST a report with that error to <kubefarm.server>/report.
 # usage: boot-test.sh IMAGE_DIR      (IMAGE_DIR: what build.sh printed)
+# EXTRA_ARGS: more kernel arguments
 # Needs qemu-system-x86_64 and python3 (the stand-in HTTP server).
 set -euo pipefail
 dir="$(cd "$1" && pwd)"
@@ -37,8 +38,10 @@ sleep 1
 # boot NAME DIGEST UNTIL_REGEX: boot until the console matches, or time out.
 boot() {
 	local name=$1 digest=$2 until=$3 console="$logs/$1.console"
-	local args="console=ttyS0 systemd.log_color=0 kubefarm.rootfs=http://10.0.2.2:$port/rootfs.squashfs"
-	args+=" kubefarm.image=sha256:$digest kubefarm.server=http://10.0.2.2:$port"
+	# systemd stops printing unit status once a getty owns the serial
+	# console; journald's copy keeps "Started containerd.service" visible.
+	local args="console=ttyS0 systemd.log_color=0 systemd.journald.forward_to_console=1 kubefarm.rootfs=http://10.0.2.2:$port/rootfs.squashfs"
+	args+=" kubefarm.image=sha256:$digest kubefarm.server=http://10.0.2.2:$port ${EXTRA_ARGS:-}"
 	qemu-system-x86_64 -machine q35 -m 3072 -smp 1 -nographic -no-reboot -kernel "$dir/vmlinuz" -initrd "$dir/initrd" \
 		-append "$args" -netdev user,id=n0 -device virtio-net-pci,netdev=n0 >"$console" 2>&1 &
 	local q=$! t0=$SECONDS
