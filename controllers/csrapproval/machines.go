@@ -9,29 +9,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/tenantwatch"
 )
 
-// MachineNodeIndex indexes Machines by the node they are in a tenant:
-// "<spec.cluster>/<spec.hostname>" (see machineNodeKey). The cache scopes a
-// field index of a namespaced kind by namespace, so a lookup with
-// InNamespace(the TenantCluster's namespace) finds a tenant's node in O(1),
-// however many Machines the admin cluster holds: every CSR is decided
-// without a list scan.
-const MachineNodeIndex = "kubefarm.io/machine-node"
-
-// machineNodeKey is the MachineNodeIndex value of node hostname of
-// TenantCluster cluster. Neither name can hold a "/", so keys are unique.
-func machineNodeKey(cluster, hostname string) string { return cluster + "/" + hostname }
+// MachineNodeIndex is the Machine index the workers look nodes up by
+// (tenantwatch.MachineNodeIndex): every CSR is decided without a list scan.
+const MachineNodeIndex = tenantwatch.MachineNodeIndex
 
 // IndexMachines registers MachineNodeIndex on the manager's cache.
 func IndexMachines(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &kubefarmv1.Machine{}, MachineNodeIndex, func(o client.Object) []string {
-		m := o.(*kubefarmv1.Machine)
-		return []string{machineNodeKey(m.Spec.Cluster, m.Spec.Hostname)}
-	}); err != nil {
-		return fmt.Errorf("indexing Machines by %s: %w", MachineNodeIndex, err)
-	}
-	return nil
+	return tenantwatch.IndexMachines(ctx, indexer)
 }
 
 // machineFinder finds the Machine that is a node of a tenant, in the admin
@@ -47,15 +34,14 @@ type machineFinder struct {
 // addresses may be certified. err is a failure to read the cache, which is
 // no answer: the caller retries rather than deny.
 func (ms machineFinder) find(ctx context.Context, tenant types.NamespacedName, node string) (m *kubefarmv1.Machine, id Identity, ok bool, err error) {
-	list := &kubefarmv1.MachineList{}
-	if err := ms.reader.List(ctx, list, client.InNamespace(tenant.Namespace),
-		client.MatchingFields{MachineNodeIndex: machineNodeKey(tenant.Name, node)}); err != nil {
-		return nil, Identity{}, false, fmt.Errorf("looking up the Machine of node %q: %w", node, err)
+	machines, err := tenantwatch.MachinesOfNode(ctx, ms.reader, tenant, node)
+	if err != nil {
+		return nil, Identity{}, false, err
 	}
-	if len(list.Items) != 1 {
+	if len(machines) != 1 {
 		return nil, Identity{}, false, nil
 	}
-	m = &list.Items[0]
+	m = &machines[0]
 	domain, err := ms.domainOf(ctx, m)
 	if err != nil {
 		return nil, Identity{}, false, err

@@ -46,10 +46,9 @@ var kubeletServingSelector = "spec.signerName=" + certificatesv1.KubeletServingS
 // queue is the tenant's own, so a tenant that is slow or unreachable holds
 // up only its own requests.
 type tenantWatch struct {
-	tenant     types.NamespacedName
-	credential string
-	cancel     context.CancelFunc
-	done       chan struct{}
+	tenant types.NamespacedName
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 // approver is what every tenant's worker shares: the admin cluster's cache
@@ -61,9 +60,9 @@ type approver struct {
 
 // startTenantWatch starts the watch of tenant tc through cfg, in the
 // background: it does not wait for the tenant to answer, so one
-// unreachable tenant does not slow the start of the others. Stop it with
-// stop.
-func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Config, credential string) (*tenantWatch, error) {
+// unreachable tenant does not slow the start of the others (a
+// tenantwatch.StartFunc). Stop it with Stop.
+func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Config) (*tenantWatch, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("making the client of tenant %s/%s: %w", tc.Namespace, tc.Name, err)
@@ -102,7 +101,7 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	}
 
 	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
-	w := &tenantWatch{tenant: key, credential: credential, cancel: cancel, done: make(chan struct{})}
+	w := &tenantWatch{tenant: key, cancel: cancel, done: make(chan struct{})}
 	worker := &tenantWorker{approver: a, tenant: tc.DeepCopy(), client: cs, store: informer.GetStore(), queue: queue}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -117,9 +116,9 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	return w, nil
 }
 
-// stop stops the watch and waits until its goroutines have returned, so
-// that nothing approves for the tenant once stop has.
-func (w *tenantWatch) stop() {
+// Stop stops the watch and waits until its goroutines have returned, so
+// that nothing approves for the tenant once Stop has.
+func (w *tenantWatch) Stop() {
 	w.cancel()
 	<-w.done
 }

@@ -1,4 +1,4 @@
-package csrapproval
+package tenantwatch
 
 import (
 	"context"
@@ -40,16 +40,19 @@ func kubeconfig(t *testing.T, edit func(*clientcmdapi.Config)) []byte {
 // not honoured, because whoever writes Secrets in the tenant's namespace
 // writes it.
 func TestRESTConfigTakesOnlyEmbeddedCredentials(t *testing.T) {
-	cfg, err := restConfigFromKubeconfig(kubeconfig(t, func(c *clientcmdapi.Config) {
+	cfg, err := RESTConfig(kubeconfig(t, func(c *clientcmdapi.Config) {
 		a := c.AuthInfos["admin"]
 		a.Token, a.TokenFile = "stolen?", "/var/run/secrets/kubernetes.io/serviceaccount/token"
 		a.Exec = &clientcmdapi.ExecConfig{Command: "/bin/sh", APIVersion: "client.authentication.k8s.io/v1"}
 		a.Impersonate = "system:admin"
 		c.Clusters["c1"].ProxyURL = "http://proxy.example.com"
 		c.Clusters["c1"].InsecureSkipTLSVerify = true
-	}))
+	}), "test")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.UserAgent != "test" {
+		t.Errorf("user agent %q", cfg.UserAgent)
 	}
 	if cfg.Host != "https://c1-apiserver.ns.svc:6443" || string(cfg.CAData) != "ca" || string(cfg.CertData) != "crt" || string(cfg.KeyData) != "key" {
 		t.Errorf("config %+v", cfg)
@@ -75,17 +78,17 @@ func TestRESTConfigRefusesIncompleteKubeconfigs(t *testing.T) {
 		},
 		"no server": func(c *clientcmdapi.Config) { c.Clusters["c1"].Server = "" },
 	} {
-		if _, err := restConfigFromKubeconfig(kubeconfig(t, edit)); err == nil {
+		if _, err := RESTConfig(kubeconfig(t, edit), "test"); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := restConfigFromKubeconfig(nil); err == nil {
+	if _, err := RESTConfig(nil, "test"); err == nil {
 		t.Error("an empty Secret: accepted")
 	}
 }
 
 func TestFingerprintChangesWithEveryPart(t *testing.T) {
-	base, err := restConfigFromKubeconfig(kubeconfig(t, nil))
+	base, err := RESTConfig(kubeconfig(t, nil), "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +104,7 @@ func TestFingerprintChangesWithEveryPart(t *testing.T) {
 			c.AuthInfos["admin"].ClientCertificateData = []byte("rt")
 		},
 	} {
-		cfg, err := restConfigFromKubeconfig(kubeconfig(t, edit))
+		cfg, err := RESTConfig(kubeconfig(t, edit), "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +114,7 @@ func TestFingerprintChangesWithEveryPart(t *testing.T) {
 		}
 		seen[fp] = name
 	}
-	again, _ := restConfigFromKubeconfig(kubeconfig(t, nil))
+	again, _ := RESTConfig(kubeconfig(t, nil), "test")
 	if restconfig.FingerprintString(again) != restconfig.FingerprintString(base) {
 		t.Error("the same credential has two fingerprints")
 	}
@@ -122,11 +125,11 @@ func TestTenantOfKubeconfig(t *testing.T) {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
 	}
 	want := []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "c1"}}}
-	if got := tenantOfKubeconfig(context.Background(), secret("c1-admin-kubeconfig-internal")); !reflect.DeepEqual(got, want) {
+	if got := TenantOfKubeconfig(context.Background(), secret("c1-admin-kubeconfig-internal")); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 	for _, name := range []string{"-admin-kubeconfig-internal", "c1-admin-kubeconfig", "c1-ca"} {
-		if got := tenantOfKubeconfig(context.Background(), secret(name)); got != nil {
+		if got := TenantOfKubeconfig(context.Background(), secret(name)); got != nil {
 			t.Errorf("%s maps to %v", name, got)
 		}
 	}
