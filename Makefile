@@ -229,7 +229,7 @@ NODE_IMAGE_APT_PACKAGES := mmdebstrap squashfs-tools kmod busybox-static
 node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(NODE_IMAGE_APT_PACKAGES)"
 	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel images/node/build.sh) && \
-	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -count=1 -run TestBuiltImage ./images/node >&2 && echo "$$dir"
+	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -tags nodeimage -count=1 -run TestBuiltImage ./images/node >&2 && echo "$$dir"
 
 ## ---- benchmarks ------------------------------------------------------------------
 
