@@ -20,3 +20,21 @@ const (
 	// reboot.
 	ReasonNetworkNotReported = "NetworkNotReported"
 )
+
+// Reasons of the Machine's NodeReady condition, written by the manager from
+// the tenant's Node of the machine's hostname (controllers/machinenode).
+const (
+	// ReasonNodeReady: the Node's Ready condition is True.
+	ReasonNodeReady = "NodeReady"
+	// ReasonNodeNotReady: the Node's Ready condition is False; the message
+	// carries the kubelet's.
+	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonNodeStatusUnknown: the Node exists but its Ready condition is
+	// Unknown (the node controller's verdict once the kubelet stops
+	// posting status) or has not been posted yet. NodeReady is Unknown.
+	ReasonNodeStatusUnknown = "NodeStatusUnknown"
+	// ReasonNodeNotFound: the tenant has no Node of the machine's hostname,
+	// as its API server's complete list shows: never registered, or
+	// deleted. NodeReady is False.
+	ReasonNodeNotFound = "NodeNotFound"
+)
