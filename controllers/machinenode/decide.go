@@ -94,8 +94,9 @@ func (v TaintVerdict) String() string {
 	return fmt.Sprintf("TaintVerdict(%d)", int(v))
 }
 
-// hasNetworkTaint: the taint's key and effect, whatever its value, as the
-// kubelet registers it and the scheduler matches it.
+// networkTaintIndex is the index of the network-unavailable taint in the
+// Node's taints, -1 without one: its key and effect, whatever its value,
+// as the scheduler matches it.
 func networkTaintIndex(node *corev1.Node) int {
 	return slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool {
 		return t.Key == httpboot.NetworkUnavailableTaint.Key && t.Effect == httpboot.NetworkUnavailableTaint.Effect

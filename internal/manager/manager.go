@@ -21,6 +21,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
+	"github.com/kubefarm/kubefarm/controllers/machinenode"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 )
@@ -145,6 +146,12 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		Recorder: mgr.GetEventRecorder("csrapproval-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the kubelet serving CSR approval controller: %w", err)
+	}
+	if err := (&machinenode.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("machinenode-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the Machine node controller: %w", err)
 	}
 	return nil
 }
