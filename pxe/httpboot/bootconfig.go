@@ -20,7 +20,8 @@ import (
 
 // NetworkUnavailableTaint keeps pods off a node until the agent has checked
 // its CNI chain (ARCHITECTURE.md, boot step 4). The kubelet registers with
-// it; only the agent lifts it.
+// it; the manager lifts it (controllers/machinenode) once the agent's
+// report for the boot the node runs has made NetworkVerified True.
 var NetworkUnavailableTaint = corev1.Taint{Key: "kubefarm.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule}
 
 // NodeConfig is what kubefarm-agent fetches at /config/<mac> once per boot.
