@@ -27,14 +27,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -184,15 +182,7 @@ func TestApprovalPerTenant(t *testing.T) {
 func start(t *testing.T) *fixture {
 	t.Helper()
 	env := testenv.StartT(t, testenv.Options{})
-	scheme, err := manager.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := env.BareManagerT(t)
 	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -239,15 +229,11 @@ func exampleTenantCluster(t *testing.T, ns string) *kubefarmv1.TenantCluster {
 func (f *fixture) pool(t *testing.T, name string, hostnames ...string) *kubefarmv1.NodePool {
 	t.Helper()
 	ctx := context.Background()
-	img := &kubefarmv1.BootImage{
-		ObjectMeta: metav1.ObjectMeta{Name: "image-" + name},
-		Spec: kubefarmv1.BootImageSpec{
-			Repository: "registry.example.com/kubefarm/node",
-			Kernel:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("1", 64)},
-			Initrd:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("2", 64)},
-			Rootfs:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("3", 64)}, KubeletVersion: "v1.34.4",
-		},
+	img, err := examples.BootImage()
+	if err != nil {
+		t.Fatal(err)
 	}
+	img.Name = "image-" + name
 	if err := f.env.Client.Create(ctx, img); err != nil {
 		t.Fatal(err)
 	}

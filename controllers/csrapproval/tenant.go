@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/tenantwatch"
 )
 
 // FieldOwner is the field manager of the approvals the controller writes in
@@ -81,10 +82,7 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	}
 	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
 	logger := log.Log.WithName("csrapproval").WithValues("tenantCluster", key.String())
-	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		// The reflector retries with a backoff; say why, once per try.
-		logger.Info("watching the tenant's CertificateSigningRequests failed; retrying", "error", err.Error())
-	}); err != nil {
+	if err := tenantwatch.LogWatchErrors(informer, logger, "CertificateSigningRequests"); err != nil {
 		return nil, err
 	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
@@ -134,27 +132,7 @@ type tenantWorker struct {
 }
 
 func (w *tenantWorker) run(ctx context.Context) {
-	for w.next(ctx) {
-	}
-}
-
-// next handles one CSR name from the queue; false once the queue is shut
-// down. A failure retries the name with the queue's backoff.
-func (w *tenantWorker) next(ctx context.Context) bool {
-	name, shutdown := w.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer w.queue.Done(name)
-	if err := w.handle(ctx, name); err != nil {
-		if ctx.Err() == nil {
-			log.FromContext(ctx).Error(err, "handling a CertificateSigningRequest; retrying", "csr", name)
-			w.queue.AddRateLimited(name)
-		}
-		return true
-	}
-	w.queue.Forget(name)
-	return true
+	tenantwatch.Drain(ctx, w.queue, "a CertificateSigningRequest", w.handle)
 }
 
 // handle decides the CSR called name as the watch last saw it and writes

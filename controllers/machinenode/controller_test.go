@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
@@ -163,11 +162,7 @@ func TestMachineNodes(t *testing.T) {
 func start(t *testing.T) *fixture {
 	t.Helper()
 	env := testenv.StartT(t, testenv.Options{})
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := env.BareManagerT(t)
 	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -201,15 +196,11 @@ func start(t *testing.T) *fixture {
 func (f *fixture) pool(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	img := &kubefarmv1.BootImage{
-		ObjectMeta: metav1.ObjectMeta{Name: "image-machinenode"},
-		Spec: kubefarmv1.BootImageSpec{
-			Repository: "registry.example.com/kubefarm/node",
-			Kernel:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("1", 64)},
-			Initrd:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("2", 64)},
-			Rootfs:     kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("3", 64)}, KubeletVersion: "v1.34.4",
-		},
+	img, err := examples.BootImage()
+	if err != nil {
+		t.Fatal(err)
 	}
+	img.Name = "image-machinenode"
 	if err := f.env.Client.Create(ctx, img); err != nil {
 		t.Fatal(err)
 	}

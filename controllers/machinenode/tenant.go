@@ -93,9 +93,7 @@ func (s *syncer) startNodeWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Config) 
 	}
 	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
 	logger := log.Log.WithName("machinenode").WithValues("tenantCluster", key.String())
-	if err := informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
-		logger.Info("watching the tenant's Nodes failed; retrying", "error", err.Error())
-	}); err != nil {
+	if err := tenantwatch.LogWatchErrors(informer, logger, "Nodes"); err != nil {
 		return nil, err
 	}
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
@@ -171,27 +169,7 @@ func (w *nodeWorker) enqueueMachines(ctx context.Context) error {
 }
 
 func (w *nodeWorker) run(ctx context.Context) {
-	for w.next(ctx) {
-	}
-}
-
-// next handles one node name from the queue; false once the queue is shut
-// down. A failure retries the name with the queue's backoff.
-func (w *nodeWorker) next(ctx context.Context) bool {
-	name, shutdown := w.queue.Get()
-	if shutdown {
-		return false
-	}
-	defer w.queue.Done(name)
-	if err := w.handle(ctx, name); err != nil {
-		if ctx.Err() == nil {
-			log.FromContext(ctx).Error(err, "syncing a node and its Machine; retrying", "node", name)
-			w.queue.AddRateLimited(name)
-		}
-		return true
-	}
-	w.queue.Forget(name)
-	return true
+	tenantwatch.Drain(ctx, w.queue, "a node and its Machine", w.handle)
 }
 
 // handle brings the Machine of node name and the Node in step: NodeReady

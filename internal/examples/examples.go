@@ -28,6 +28,12 @@ func NodePool() (*kubefarmv1.NodePool, error) {
 	return p, load("nodepool.yaml", p)
 }
 
+// BootImage reads examples/bootimage.yaml.
+func BootImage() (*kubefarmv1.BootImage, error) {
+	img := &kubefarmv1.BootImage{}
+	return img, load("bootimage.yaml", img)
+}
+
 // load decodes one example strictly: a field the API does not know is an
 // error, not silently dropped. The folder is found from this source file's
 // place in the repository, so tests and benchmarks built from the checkout

@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"context"
+	"testing"
 
 	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/kubefarm/kubefarm/internal/manager"
 )
@@ -43,4 +45,18 @@ func (e *Env) StartManager(ctx context.Context, opts manager.Options, installWeb
 		}
 	}
 	return mgr, stop, nil
+}
+
+// BareManagerT is a controller-runtime manager on the environment with no
+// controller, webhook, metrics or probe, for a test that registers just the
+// controllers it exercises; it is started and stopped by the caller
+// (RunManager).
+func (e *Env) BareManagerT(t testing.TB) ctrl.Manager {
+	t.Helper()
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{Scheme: e.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr
 }
