@@ -37,6 +37,10 @@ const (
 	// ReasonNetworkUnverified (Warning): the agent's CNI chain check failed;
 	// the node keeps kubefarm.io/network-unavailable.
 	ReasonNetworkUnverified = "NetworkUnverified"
+	// ReasonBootFailed (Warning): the initrd stopped the boot before the
+	// image (a root filesystem whose digest did not match, a download
+	// that never completed) and reported why.
+	ReasonBootFailed = "BootFailed"
 )
 
 // DefaultInterval is how often the same event (machine, reason, subject)

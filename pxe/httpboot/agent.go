@@ -184,6 +184,18 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	}
 	key := machineKey(m)
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr, "bootID", rep.BootID, "image", rep.ImageDigest)
+	if rep.Error != "" {
+		// The initrd stopped before the image: nothing booted, so
+		// lastBoot keeps the boot that did. The operator learns why from
+		// the event and the log; the machine's console says the same.
+		log.Info("boot failed in the initrd", "error", rep.Error)
+		if h.cfg.Events != nil && h.cfg.Events.Due(key, events.ReasonBootFailed, rep.ImageDigest) {
+			h.cfg.Events.Warning(key, events.ReasonBootFailed, rep.ImageDigest,
+				fmt.Sprintf("boot of %s stopped in the initrd: %s", rep.ImageDigest, rep.Error))
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	network := NetworkCondition(rep.BootID, rep.Network)
 	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest &&
 		sameCondition(meta.FindStatusCondition(m.Status.Conditions, network.Type), network) {

@@ -205,7 +205,16 @@ type BootReport struct {
 	// Network is the agent's verdict on the node's CNI chain; absent in
 	// reports of agents (or the initrd) that do not check it.
 	Network *NetworkVerdict `json:"network,omitempty"`
+	// Error is set by the initrd when the boot stopped before the root
+	// filesystem (a digest mismatch, a download that never completed): the
+	// machine did not boot the image, so the report becomes a Warning event
+	// (BootFailed) and not a lastBoot record. At most MaxBootError bytes of
+	// printable text.
+	Error string `json:"error,omitempty"`
 }
+
+// MaxBootError bounds a failed boot's error: it becomes an event message.
+const MaxBootError = 512
 
 // NetworkVerdict is the result of the agent's CNI chain check
 // (ARCHITECTURE.md, boot step 4).
@@ -232,6 +241,15 @@ func (r BootReport) Validate() (string, error) {
 	if !validDigest(r.ImageDigest) {
 		return "", errors.New("imageDigest must be sha256:<64 hex>")
 	}
+	if len(r.Error) > MaxBootError {
+		return "", fmt.Errorf("error is %d bytes, over %d", len(r.Error), MaxBootError)
+	}
+	if !printable(r.Error) {
+		return "", errors.New("error must be printable text")
+	}
+	if r.Error != "" && r.Network != nil {
+		return "", errors.New("a failed boot (error) carries no network verdict")
+	}
 	if n := r.Network; n != nil {
 		if len(n.Reason) > MaxNetworkReason {
 			return "", fmt.Errorf("network.reason is %d bytes, over %d", len(n.Reason), MaxNetworkReason)
@@ -239,14 +257,22 @@ func (r BootReport) Validate() (string, error) {
 		if !n.Verified && n.Reason == "" {
 			return "", errors.New("network.reason is required when network.verified is false")
 		}
-		for _, c := range n.Reason {
-			// Printable UTF-8 only: it is shown by kubectl and in logs.
-			if c == utf8.RuneError || !unicode.IsPrint(c) {
-				return "", errors.New("network.reason must be printable text")
-			}
+		if !printable(n.Reason) {
+			return "", errors.New("network.reason must be printable text")
 		}
 	}
 	return mac, nil
+}
+
+// printable: valid, printable UTF-8 only, since report text is shown by
+// kubectl and in logs.
+func printable(s string) bool {
+	for _, c := range s {
+		if c == utf8.RuneError || !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // NetworkCondition is the Machine's NetworkVerified condition for a report

@@ -226,6 +226,10 @@ func TestConfigAndReport(t *testing.T) {
 		{"unknown field", "POST", mine, `{"mac":"` + mac + `","x":1}`, 400},
 		{"bad digest", "POST", mine, strings.Replace(good, "sha256:", "md5:", 1), 400},
 		{"too large", "POST", mine, `{"mac":"` + strings.Repeat(" ", 5000) + `"}`, 400},
+		{"failed boot with a verdict", "POST", mine, strings.Replace(good, `"}`, `","error":"x","network":{"verified":true,"reason":"ok"}}`, 1), 400},
+		{"failed boot, error too long", "POST", mine, strings.Replace(good, `"}`, `","error":"`+strings.Repeat("x", MaxBootError+1)+`"}`, 1), 400},
+		{"failed boot, unprintable error", "POST", mine, strings.Replace(good, `"}`, `","error":"a\u0007b"}`, 1), 400},
+		{"failed boot is no boot record", "POST", mine, strings.Replace(good, `"}`, `","error":"rootfs digest mismatch"}`, 1), 204},
 		{"good", "POST", mine, good, 204},
 		{"repeat", "POST", mine, good, 204},
 	} {

@@ -38,6 +38,10 @@ func TestBootEvents(t *testing.T) {
 	}
 	mine, other := ip+":40000", "10.0.0.99:40000"
 	report := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) + `"}`
+	// What the initrd sends when the root filesystem does not match
+	// (images/node/fetch.Report).
+	failed := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) +
+		`","error":"rootfs digest mismatch: want ` + sha(f.rootfs) + ` got sha256:` + strings.Repeat("0", 64) + `"}`
 
 	steps := []struct {
 		name         string
@@ -65,6 +69,8 @@ func TestBootEvents(t *testing.T) {
 			"Normal ConfigServed served the boot configuration with a join token to 10.0.0.11"},
 		{"config replayed", "GET", "/config/" + mac, mine, "", nil, 403,
 			"Warning Refused refused GET /config/" + mac + " from 10.0.0.11: no open boot window"},
+		{"the initrd's report of a failed boot", "POST", "/report", mine, failed, nil, 204,
+			"Warning BootFailed boot of " + sha(f.rootfs) + " stopped in the initrd: rootfs digest mismatch: want " + sha(f.rootfs) + " got sha256:"},
 		{"report", "POST", "/report", mine, report, nil, 204,
 			"Normal BootReported booted " + sha(f.rootfs) + ", boot ID 0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"},
 	}
