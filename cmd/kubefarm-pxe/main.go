@@ -94,9 +94,16 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	tokens, err := joinTokens(ctx, c, o, log)
+	issuer, err := joinTokens(ctx, c, o, log)
 	if err != nil {
 		return err
+	}
+	// Interfaces are set only with an issuer: a nil *Issuer in one would
+	// not compare equal to nil, and /config would call it.
+	var tokens httpboot.JoinTokens
+	var tenants httpboot.Tenants
+	if issuer != nil {
+		tokens, tenants = issuer, issuer
 	}
 
 	// Writes go straight to the API server: /report's status patch,
@@ -143,6 +150,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		// another namespace) makes Issue fail: /config answers 503 to the
 		// machine, which retries, and logs which Secret is missing.
 		Tokens: tokens,
+		// The tenant's endpoint, CA and DNS for the agent come from the
+		// same Secret as the credential (bootstraptoken.KeyNodeFacts).
+		Tenants: tenants,
 		Ready: func() bool {
 			select {
 			case <-ready:
@@ -293,7 +303,7 @@ func newScheme() (*k8sruntime.Scheme, error) {
 // joinTokens is the join token issuer of /config, reading the credentials
 // of --pod-namespace from c; nil when there is none. It registers its
 // informer, so it runs before the cache starts.
-func joinTokens(ctx context.Context, c cache.Cache, o options, log logr.Logger) (httpboot.JoinTokens, error) {
+func joinTokens(ctx context.Context, c cache.Cache, o options, log logr.Logger) (*jointoken.Issuer, error) {
 	if o.podNamespace == "" {
 		log.Info("no --pod-namespace (or $POD_NAMESPACE): join tokens disabled, /config answers 503")
 		return nil, nil

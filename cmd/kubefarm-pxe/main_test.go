@@ -324,20 +324,29 @@ func TestBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As kubefarm-manager writes it once the tenant's endpoint is known:
+	// the credential and the facts a node needs to reach the tenant.
+	facts := []byte(`{"apiServer":"https://203.0.113.7:6443","caCert":"LS0tLS1CRUdJTg==","clusterDNS":["10.96.0.10"],"clusterDomain":"cluster.local","podCIDR":"10.244.0.0/16"}`)
 	if err := c.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: credName, Labels: bootstraptoken.CredentialLabels(ns.Name, "c1")},
-		Data:       map[string][]byte{bootstraptoken.KeyKubeconfig: kc},
+		Data:       map[string][]byte{bootstraptoken.KeyKubeconfig: kc, bootstraptoken.KeyNodeFacts: facts},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	var nodeConfig struct {
-		Machine   string `json:"machine"`
-		JoinToken string `json:"joinToken"`
+		Machine    string   `json:"machine"`
+		JoinToken  string   `json:"joinToken"`
+		APIServer  string   `json:"apiServer"`
+		ClusterDNS []string `json:"clusterDNS"`
+		PodCIDR    string   `json:"podCIDR"`
 	}
 	poll("/config serves a join token once the credential exists", func() bool {
 		code, b := get(base + "/config/" + mac)
 		return code == 200 && json.Unmarshal(b, &nodeConfig) == nil
 	})
+	if nodeConfig.APIServer != "https://203.0.113.7:6443" || len(nodeConfig.ClusterDNS) != 1 || nodeConfig.PodCIDR != "10.244.0.0/16" {
+		t.Errorf("/config: tenant facts %+v, want those of the credential Secret", nodeConfig)
+	}
 	tok, err := bootstraptoken.Parse(nodeConfig.JoinToken)
 	if err != nil || nodeConfig.Machine != ns.Name+"/m7" {
 		t.Errorf("/config: machine %q, join token not one (%v)", nodeConfig.Machine, err)

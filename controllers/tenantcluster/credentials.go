@@ -2,6 +2,7 @@ package tenantcluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,7 @@ func (r *Reconciler) applyKubeconfigs(ctx context.Context, s *scope) error {
 	if err := r.apply(ctx, tc, r.kubeconfigSecret(c, InternalAdminKubeconfigSecretName(c.Name), internal), nil); err != nil {
 		return err
 	}
-	if err := r.applyTokenIssuerCredential(ctx, c, secrets); err != nil {
+	if err := r.applyTokenIssuerCredential(ctx, c, secrets, endpoint); err != nil {
 		return err
 	}
 	if endpoint == "" {
@@ -111,7 +112,7 @@ func (r *Reconciler) kubeconfigSecret(c *build.Cluster, name string, kubeconfig 
 // reach the external address. The Secret is in another namespace than the
 // TenantCluster, so it can have no owner reference; reconcileDelete
 // deletes it.
-func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *build.Cluster, secrets build.SecretData) error {
+func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *build.Cluster, secrets build.SecretData, endpoint string) error {
 	if r.PXENamespace == "" {
 		return nil
 	}
@@ -130,6 +131,15 @@ func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *build.Cl
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{bootstraptoken.KeyKubeconfig: kubeconfig},
+	}
+	if endpoint != "" {
+		// Until the endpoint is known there is nothing a node could
+		// join, and kubefarm-pxe answers /config with 503.
+		facts, err := json.Marshal(nodeFacts(c, endpoint, s["ca.crt"]))
+		if err != nil {
+			return err
+		}
+		secret.Data[bootstraptoken.KeyNodeFacts] = facts
 	}
 	err = r.applyUnowned(ctx, secret, nil)
 	if apierrors.IsNotFound(err) {
@@ -157,4 +167,18 @@ func (r *Reconciler) deleteTokenIssuerCredential(ctx context.Context, tc *v1alph
 		return fmt.Errorf("deleting the token issuer credential %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return nil
+}
+
+// nodeFacts are the tenant as its nodes see it: the external endpoint (the
+// one people use too: nodes boot outside the admin cluster), the tenant CA,
+// the DNS Service address and domain, and the pod network.
+func nodeFacts(c *build.Cluster, endpoint string, ca []byte) bootstraptoken.NodeFacts {
+	f := bootstraptoken.NodeFacts{APIServer: endpoint, CACert: ca, ClusterDomain: c.ClusterDomain}
+	if c.DNSServiceIP.IsValid() {
+		f.ClusterDNS = []string{c.DNSServiceIP.String()}
+	}
+	if c.PodCIDR.IsValid() {
+		f.PodCIDR = c.PodCIDR.String()
+	}
+	return f
 }

@@ -3,6 +3,7 @@ package tenantcluster_test
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"os"
@@ -312,6 +313,17 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		if len(user.ClientKeyData) == 0 {
 			t.Error("no client key")
+		}
+		// Beside it, what a joining node needs of the tenant: the
+		// external endpoint (nodes boot outside the admin cluster), the
+		// cluster CA, DNS and pod network.
+		var facts bootstraptoken.NodeFacts
+		if err := json.Unmarshal(s.Data[bootstraptoken.KeyNodeFacts], &facts); err != nil {
+			t.Fatalf("node facts: %v", err)
+		}
+		if facts.APIServer != "https://"+lbIP+":6443" || !parseCert(t, facts.CACert).Equal(caCert) ||
+			len(facts.ClusterDNS) != 1 || facts.ClusterDNS[0] != "10.96.0.10" || facts.ClusterDomain != "cluster.local" {
+			t.Errorf("node facts %+v: want the external endpoint, the cluster CA, 10.96.0.10 and cluster.local", facts)
 		}
 	})
 

@@ -30,7 +30,30 @@ const (
 	LabelTenantNamespace = "kubefarm.io/tenant-namespace"
 	// KeyKubeconfig is the data key of the kubeconfig in the Secret.
 	KeyKubeconfig = "kubeconfig"
+	// KeyNodeFacts is the data key of the tenant's NodeFacts (JSON) in the
+	// same Secret: written once the tenant's endpoint is known.
+	KeyNodeFacts = "node-facts.json"
 )
+
+// NodeFacts are what a joining node must know of its tenant cluster before
+// it can reach it: where the API server is and which CA signs it, the DNS
+// settings its kubelet hands to pods, and the pod network flannel allocates
+// node subnets from. kubefarm-manager knows them all and writes them beside
+// the token issuer's credential; kubefarm-pxe hands them to the machine's
+// agent with its join token (/config). Nothing here is secret: the same
+// facts are in the tenant's public kube-public/cluster-info.
+type NodeFacts struct {
+	// APIServer is the tenant API server's https URL as nodes reach it.
+	APIServer string `json:"apiServer,omitempty"`
+	// CACert is the PEM of the tenant cluster CA.
+	CACert []byte `json:"caCert,omitempty"`
+	// ClusterDNS are the addresses of the tenant's DNS Service.
+	ClusterDNS []string `json:"clusterDNS,omitempty"`
+	// ClusterDomain is the tenant's DNS domain, e.g. cluster.local.
+	ClusterDomain string `json:"clusterDomain,omitempty"`
+	// PodCIDR is the tenant's pod network, e.g. 10.244.0.0/16.
+	PodCIDR string `json:"podCIDR,omitempty"`
+}
 
 // maxSecretName is the longest valid Secret name (a DNS subdomain).
 const maxSecretName = 253

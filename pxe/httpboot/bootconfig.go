@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
@@ -50,22 +51,9 @@ type NodeConfig struct {
 }
 
 // TenantFacts are what a node needs to know of its tenant cluster to join
-// it: where the API server is and which CA signs it (what the tenant's
-// kube-public/cluster-info publishes), the DNS settings its kubelet hands to
-// pods (those of the tenant's kube-system/kubelet-config) and the pod
-// network flannel allocates node subnets from.
-type TenantFacts struct {
-	// APIServer is the tenant API server's https URL as nodes reach it.
-	APIServer string `json:"apiServer,omitempty"`
-	// CACert is the PEM of the tenant cluster CA.
-	CACert []byte `json:"caCert,omitempty"`
-	// ClusterDNS are the addresses of the tenant's DNS Service.
-	ClusterDNS []string `json:"clusterDNS,omitempty"`
-	// ClusterDomain is the tenant's DNS domain, e.g. cluster.local.
-	ClusterDomain string `json:"clusterDomain,omitempty"`
-	// PodCIDR is the tenant's pod network, e.g. 10.244.0.0/16.
-	PodCIDR string `json:"podCIDR,omitempty"`
-}
+// it (bootstraptoken.NodeFacts: kubefarm-manager publishes them beside the
+// token issuer's credential).
+type TenantFacts = bootstraptoken.NodeFacts
 
 // Tenants looks up the TenantFacts of a machine's tenant cluster for
 // /config. An error is the server's (the tenant is not reachable or not

@@ -17,6 +17,7 @@ package jointoken
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -146,25 +147,63 @@ func (i *Issuer) Issue(ctx context.Context, m *kubefarmv1.Machine) (string, erro
 	return tok.Value(), nil
 }
 
-// tenantClient returns the client of tenant, built anew when its credential
-// Secret changed since the last call.
-func (i *Issuer) tenantClient(ctx context.Context, tenant types.NamespacedName) (client.Client, error) {
+// Facts returns the NodeFacts kubefarm-manager published for m's tenant
+// beside the credential: what m's agent needs to reach the tenant. An error
+// until they are there (the tenant's endpoint is not known yet): /config
+// answers 503 and the agent retries.
+func (i *Issuer) Facts(ctx context.Context, m *kubefarmv1.Machine) (bootstraptoken.NodeFacts, error) {
+	var f bootstraptoken.NodeFacts
+	if m == nil || m.Spec.Cluster == "" {
+		return f, errors.New("tenant facts: the machine names no TenantCluster (spec.cluster)")
+	}
+	tenant := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.Cluster}
+	s, key, err := i.credential(ctx, tenant)
+	if err != nil {
+		return f, err
+	}
+	data, ok := s.Data[bootstraptoken.KeyNodeFacts]
+	if !ok {
+		return f, fmt.Errorf("%w for TenantCluster %s: Secret %s has no %q yet (the tenant's endpoint is not known)",
+			ErrNoCredential, tenant, key, bootstraptoken.KeyNodeFacts)
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return f, fmt.Errorf("tenant facts %q in Secret %s of TenantCluster %s do not parse: %w", bootstraptoken.KeyNodeFacts, key, tenant, err)
+	}
+	if f.APIServer == "" || len(f.CACert) == 0 {
+		return f, fmt.Errorf("tenant facts in Secret %s of TenantCluster %s name no API server or CA", key, tenant)
+	}
+	return f, nil
+}
+
+// credential reads the token issuer credential Secret of tenant from the
+// cache, checking that it is labelled for that tenant.
+func (i *Issuer) credential(ctx context.Context, tenant types.NamespacedName) (*corev1.Secret, types.NamespacedName, error) {
 	key := types.NamespacedName{Namespace: i.cfg.Namespace, Name: bootstraptoken.CredentialSecretName(tenant.Namespace, tenant.Name)}
 	s := &corev1.Secret{}
 	if err := i.cfg.Reader.Get(ctx, key, s); err != nil {
-		i.forget(tenant)
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("%w for TenantCluster %s: Secret %s not found (is the TenantCluster ready, and kubefarm-manager's --pxe-namespace %s?)",
+			return nil, key, fmt.Errorf("%w for TenantCluster %s: Secret %s not found (is the TenantCluster ready, and kubefarm-manager's --pxe-namespace %s?)",
 				ErrNoCredential, tenant, key, i.cfg.Namespace)
 		}
-		return nil, fmt.Errorf("reading the token issuer credential %s of TenantCluster %s: %w", key, tenant, err)
+		return nil, key, fmt.Errorf("reading the token issuer credential %s of TenantCluster %s: %w", key, tenant, err)
 	}
 	// The name is derived from the tenant, and the labels say whose it is;
 	// they must agree, or a Secret someone else wrote under that name could
 	// send one tenant's machines to another tenant.
 	if s.Labels[bootstraptoken.LabelTenantNamespace] != tenant.Namespace || s.Labels[bootstraptoken.LabelTenantCluster] != tenant.Name {
-		return nil, fmt.Errorf("token issuer credential %s is labelled for TenantCluster %s/%s, not %s",
+		return nil, key, fmt.Errorf("token issuer credential %s is labelled for TenantCluster %s/%s, not %s",
 			key, s.Labels[bootstraptoken.LabelTenantNamespace], s.Labels[bootstraptoken.LabelTenantCluster], tenant)
+	}
+	return s, key, nil
+}
+
+// tenantClient returns the client of tenant, built anew when its credential
+// Secret changed since the last call.
+func (i *Issuer) tenantClient(ctx context.Context, tenant types.NamespacedName) (client.Client, error) {
+	s, key, err := i.credential(ctx, tenant)
+	if err != nil {
+		i.forget(tenant)
+		return nil, err
 	}
 
 	i.mu.Lock()

@@ -222,3 +222,35 @@ func interceptorCreateFails() interceptor.Funcs {
 		return apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "", errors.New("RBAC: not allowed"))
 	}}
 }
+
+func TestFacts(t *testing.T) {
+	ctx := context.Background()
+	withFacts := credential(t, "farm", "alpha", "https://alpha.internal")
+	withFacts.Data[bootstraptoken.KeyNodeFacts] = []byte(`{"apiServer":"https://203.0.113.7:6443","caCert":"Q0E=","clusterDNS":["10.96.0.10"],"clusterDomain":"cluster.local"}`)
+	noFacts := credential(t, "farm", "beta", "https://beta.internal")
+	badFacts := credential(t, "farm", "gamma", "https://gamma.internal")
+	badFacts.Data[bootstraptoken.KeyNodeFacts] = []byte(`{"apiServer":""}`)
+	stolen := credential(t, "farm", "delta", "https://delta.internal")
+	stolen.Labels = bootstraptoken.CredentialLabels("farm", "alpha") // another tenant's label
+	stolen.Data[bootstraptoken.KeyNodeFacts] = withFacts.Data[bootstraptoken.KeyNodeFacts]
+	admin := fake.NewClientBuilder().WithObjects(withFacts, noFacts, badFacts, stolen).Build()
+	is, err := jointoken.New(jointoken.Config{Reader: admin, Namespace: pxeNS, TTL: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := is.Facts(ctx, machine("farm", "m1", "alpha"))
+	if err != nil || f.APIServer != "https://203.0.113.7:6443" || string(f.CACert) != "CA" || f.ClusterDomain != "cluster.local" {
+		t.Errorf("alpha: %+v, %v", f, err)
+	}
+	for _, tc := range []struct{ cluster, want string }{
+		{"beta", "no \"node-facts.json\" yet"},
+		{"gamma", "name no API server or CA"},
+		{"delta", "is labelled for TenantCluster farm/alpha"},
+		{"omega", "not found"},
+		{"", "names no TenantCluster"},
+	} {
+		if _, err := is.Facts(ctx, machine("farm", "m1", tc.cluster)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.cluster, err, tc.want)
+		}
+	}
+}
