@@ -147,7 +147,7 @@ func TestHandler(t *testing.T) {
 	k, i, r := sha(f.kernel), sha(f.initrd), sha(f.rootfs)
 	script := "#!ipxe\n" +
 		"kernel " + base + "/artifacts/" + k + " console=ttyS0,115200n8 quiet debug loglevel=7" +
-		" initrd=initrd kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + "\n" +
+		" initrd=initrd kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
 		"initrd --name initrd " + base + "/artifacts/" + i + "\nboot\n"
 	script2 := strings.Replace(script, " debug loglevel=7", "", 1)
 

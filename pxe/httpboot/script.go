@@ -121,11 +121,16 @@ func ImageFor(m *kubefarmv1.Machine) (name, digest string) {
 	return m.Spec.DesiredImage, ""
 }
 
+// bootIfArg is the BOOTIF argument as pxelinux and dracut know it:
+// "01-" (Ethernet) and the MAC with hyphens, filled in by iPXE.
+const bootIfArg = "BOOTIF=01-${netX/mac:hexhyp}"
+
 // Script builds the iPXE script that boots machine m on image img. pool
-// supplies the kernel arguments: the pool's, then each of the machine's tags'
-// in the order the machine lists them. baseURL is where this service answers
-// (http://<server>[:port], no trailing slash); it is configuration, never the
-// request's Host header, so a client cannot redirect other downloads.
+// supplies the kernel arguments: the pool's, then those of its `all` tag and
+// of the machine's tags in the order the machine lists them. baseURL is where
+// this service answers (http://<server>[:port], no trailing slash); it is
+// configuration, never the request's Host header, so a client cannot
+// redirect other downloads.
 func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.NodePool, baseURL string) (string, error) {
 	if m == nil || img == nil || pool == nil {
 		return "", errors.New("machine, image and pool are required")
@@ -165,6 +170,11 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 		"kubefarm.image="+r,
 		"kubefarm.rootfs="+urls.Artifact(r),
 		"kubefarm.server="+urls.String(),
+		// iPXE expands this to the MAC of the NIC it booted from, so the
+		// initrd brings up that interface (not whichever answers DHCP
+		// first on a multi-NIC machine) and reports for the right MAC.
+		// Set here, after the user arguments' check, which refuses "$".
+		bootIfArg,
 	)
 	cmdline := strings.Join(args, " ")
 	if len(cmdline) > MaxCmdline {
