@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"net"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"sigs.k8s.io/yaml"
 
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -46,6 +48,9 @@ const (
 	Timezone            = "/etc/timezone"
 	AuthorizedKeys      = "/root/.ssh/authorized_keys"
 	Shadow              = "/etc/shadow"
+	// ContainerdHostsDir is containerd's config_path (the image's
+	// /etc/containerd/config.toml): one <registry>/hosts.toml per mirror.
+	ContainerdHostsDir = "/etc/containerd/certs.d"
 )
 
 // Modes: anything holding a secret (the join token, a password hash, and
@@ -130,6 +135,14 @@ func Render(in Input) (Result, error) {
 
 	add(File{Path: Hostname, Mode: modePublic, Data: []byte(nc.Hostname + "\n")})
 
+	for i, m := range nc.RegistryMirrors {
+		hosts, err := containerdHosts(m)
+		if err != nil {
+			return Result{}, fmt.Errorf("node configuration of machine %s: registryMirrors[%d]: %w", nc.Machine, i, err)
+		}
+		add(File{Path: ContainerdHostsDir + "/" + m.Registry + "/hosts.toml", Mode: modePublic, Data: hosts})
+	}
+
 	if nc.Timezone != "" {
 		if !validTimezone(nc.Timezone) {
 			return Result{}, fmt.Errorf("node configuration of machine %s: timezone %q is not a zoneinfo name", nc.Machine, nc.Timezone)
@@ -157,6 +170,39 @@ func Render(in Input) (Result, error) {
 	}
 	sort.Slice(res.Files, func(i, j int) bool { return res.Files[i].Path < res.Files[j].Path })
 	return res, nil
+}
+
+// The shapes the API allows (api/v1alpha1.RegistryMirror), checked again
+// here: the configuration came over the network, and a registry name
+// becomes a folder name.
+var (
+	registryRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$`)
+	endpointRE = regexp.MustCompile(`^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?/?$`)
+)
+
+// containerdHosts is one registry's hosts.toml: the mirrors in order, for
+// pulling and resolving, then the registry itself (server).
+func containerdHosts(m kubefarmv1.RegistryMirror) ([]byte, error) {
+	if len(m.Registry) > 253 || !registryRE.MatchString(m.Registry) || strings.Contains(m.Registry, "..") {
+		return nil, fmt.Errorf("registry %q is not a host name with an optional port", m.Registry)
+	}
+	if len(m.Endpoints) == 0 || len(m.Endpoints) > 4 {
+		return nil, fmt.Errorf("registry %s: 1 to 4 endpoints, not %d", m.Registry, len(m.Endpoints))
+	}
+	var b bytes.Buffer
+	// docker.io's images live at registry-1.docker.io.
+	server := "https://" + m.Registry
+	if m.Registry == "docker.io" {
+		server = "https://registry-1.docker.io"
+	}
+	fmt.Fprintf(&b, "server = %q\n", server)
+	for _, e := range m.Endpoints {
+		if len(e) > 255 || !endpointRE.MatchString(e) {
+			return nil, fmt.Errorf("registry %s: endpoint %q is not an http or https URL without a path", m.Registry, e)
+		}
+		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", strings.TrimSuffix(e, "/"))
+	}
+	return b.Bytes(), nil
 }
 
 // bootstrapKubeconfig is kubelet's --bootstrap-kubeconfig: the tenant API

@@ -143,6 +143,28 @@ func TestRenderOptional(t *testing.T) {
 	}
 }
 
+// TestRenderRegistryMirrors: one hosts.toml per registry, mirrors in
+// order, then the registry itself (docker.io's at registry-1.docker.io).
+func TestRenderRegistryMirrors(t *testing.T) {
+	nc := config()
+	nc.RegistryMirrors = []kubefarmv1.RegistryMirror{
+		{Registry: "registry.k8s.io", Endpoints: []string{"http://10.123.0.1:5002/", "https://mirror.example.com"}},
+		{Registry: "docker.io", Endpoints: []string{"https://dh.example.com:8443"}},
+	}
+	r, err := Render(Input{Config: nc, BootIface: "eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "server = \"https://registry.k8s.io\"\n\n[host.\"http://10.123.0.1:5002\"]\n  capabilities = [\"pull\", \"resolve\"]\n" +
+		"\n[host.\"https://mirror.example.com\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+	if f := file(t, r, "/etc/containerd/certs.d/registry.k8s.io/hosts.toml"); string(f.Data) != want || f.Mode != 0o644 {
+		t.Errorf("registry.k8s.io hosts.toml %o:\n%s\nwant:\n%s", f.Mode, f.Data, want)
+	}
+	if f := file(t, r, "/etc/containerd/certs.d/docker.io/hosts.toml"); !strings.HasPrefix(string(f.Data), "server = \"https://registry-1.docker.io\"\n") {
+		t.Errorf("docker.io hosts.toml:\n%s", f.Data)
+	}
+}
+
 func TestRenderErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -162,6 +184,15 @@ func TestRenderErrors(t *testing.T) {
 		{"timezone escaping", func(in *Input) { in.Config.Timezone = "../../etc/passwd" }, "timezone"},
 		{"multi-line key", func(in *Input) { in.Config.SSHAuthorizedKeys = []string{"a\nb"} }, "sshAuthorizedKeys[0]"},
 		{"hash with a colon", func(in *Input) { in.Config.RootPasswordHash = "$6$a:b"; in.Shadow = []byte("root:*:1::::::\n") }, "rootPasswordHash"},
+		{"mirror folder escape", func(in *Input) {
+			in.Config.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "../etc", Endpoints: []string{"http://m:5000"}}}
+		}, "registryMirrors[0]"},
+		{"mirror endpoint with a quote", func(in *Input) {
+			in.Config.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{`http://m"]`}}}
+		}, "registryMirrors[0]"},
+		{"mirror without endpoints", func(in *Input) {
+			in.Config.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "docker.io"}}
+		}, "registryMirrors[0]"},
 		{"no root in shadow", func(in *Input) { in.Config.RootPasswordHash = "$6$a$b"; in.Shadow = []byte("daemon:*:1::::::\n") }, "rootPasswordHash"},
 	} {
 		in := Input{Config: config(), BootIface: "eth0"}

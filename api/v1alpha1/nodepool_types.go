@@ -76,6 +76,16 @@ type NodePoolSpec struct {
 	// +optional
 	Kubelet KubeletSpec `json:"kubelet,omitempty"`
 
+	// RegistryMirrors tell the machines' containerd where to pull the images
+	// of a registry from, for example a farm's own mirror of registry.k8s.io.
+	// kubefarm-agent writes them as containerd hosts.toml files at boot; a
+	// registry without a mirror is pulled from directly.
+	// +optional
+	// +listType=map
+	// +listMapKey=registry
+	// +kubebuilder:validation:MaxItems=16
+	RegistryMirrors []RegistryMirror `json:"registryMirrors,omitempty"`
+
 	// Rollout governs how a new BootImage reaches the machines.
 	// +optional
 	// +kubebuilder:default={}
@@ -220,6 +230,27 @@ type DHCPOption struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=255
 	Value string `json:"value"`
+}
+
+// RegistryMirror is where a node pulls one registry's images from.
+type RegistryMirror struct {
+	// Registry as images name it: a host name with an optional port, such
+	// as registry.k8s.io, docker.io or registry.example.com:5000.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$`
+	Registry string `json:"registry"`
+
+	// Endpoints are tried in order, each an http or https URL without
+	// credentials and without a path, such as http://10.28.0.1:5000. The
+	// registry itself is tried after them.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:items:Pattern=`^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?/?$`
+	Endpoints []string `json:"endpoints"`
 }
 
 // KubeletSpec configures the machines' kubelets.

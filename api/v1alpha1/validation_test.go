@@ -189,6 +189,18 @@ func TestNodePoolRejected(t *testing.T) {
 		{"bad maintenance window start", func(p *kubefarmv1.NodePool) {
 			p.Spec.Rollout.MaintenanceWindows = []kubefarmv1.MaintenanceWindow{{Start: "25:00"}}
 		}, []string{"spec.rollout.maintenanceWindows[0].start"}},
+		{"registry mirror with a path", func(p *kubefarmv1.NodePool) {
+			p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.28.0.1:5000/v2"}}}
+		}, []string{"spec.registryMirrors[0].endpoints[0]", "should match"}},
+		{"registry mirror with credentials", func(p *kubefarmv1.NodePool) {
+			p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"https://user:pw@mirror"}}}
+		}, []string{"spec.registryMirrors[0].endpoints[0]", "should match"}},
+		{"registry name with a slash", func(p *kubefarmv1.NodePool) {
+			p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "../etc", Endpoints: []string{"http://m:5000"}}}
+		}, []string{"spec.registryMirrors[0].registry", "should match"}},
+		{"registry mirror twice", func(p *kubefarmv1.NodePool) {
+			p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"http://a"}}, {Registry: "docker.io", Endpoints: []string{"http://b"}}}
+		}, []string{"spec.registryMirrors[1]", "Duplicate value"}},
 		{"too many machines", func(p *kubefarmv1.NodePool) {
 			p.Spec.Machines = machines(kubefarmv1.MaxMachinesPerPool + 1)
 			p.Spec.Network.Subnet = "10.28.0.0/16"

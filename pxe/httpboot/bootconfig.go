@@ -34,6 +34,8 @@ type NodeConfig struct {
 	Labels      map[string]string      `json:"labels,omitempty"`
 	Taints      []corev1.Taint         `json:"taints"`
 	Kubelet     kubefarmv1.KubeletSpec `json:"kubelet"`
+	// RegistryMirrors are the pool's, for containerd's hosts.toml files.
+	RegistryMirrors []kubefarmv1.RegistryMirror `json:"registryMirrors,omitempty"`
 	// JoinToken is the bootstrap token for this machine alone.
 	JoinToken string `json:"joinToken"`
 
@@ -97,6 +99,8 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig
 		Hostname: m.Spec.Hostname,
 		Kubelet:  pool.Spec.Kubelet,
 		Taints:   taints,
+
+		RegistryMirrors: pool.Spec.RegistryMirrors,
 	}
 	if _, d := ImageFor(m); d != "" {
 		out.ImageDigest = d

@@ -30,6 +30,7 @@ func TestNodeConfigFor(t *testing.T) {
 	p.Spec.Labels = map[string]string{"role": "worker", "zone": "a"}
 	p.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "pool", Effect: corev1.TaintEffectNoSchedule}}
 	p.Spec.Kubelet = kubefarmv1.KubeletSpec{MaxPods: 50}
+	p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.0.0.1:5000"}}}
 	p.Spec.Tags["gpu"] = kubefarmv1.TagSpec{
 		Labels: map[string]string{"gpu": "true", "zone": "b"},
 		Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}, {Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute}},
@@ -49,7 +50,8 @@ func TestNodeConfigFor(t *testing.T) {
 			{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute},
 			NetworkUnavailableTaint,
 		},
-		Kubelet: kubefarmv1.KubeletSpec{MaxPods: 50},
+		Kubelet:         kubefarmv1.KubeletSpec{MaxPods: 50},
+		RegistryMirrors: []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.0.0.1:5000"}}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
