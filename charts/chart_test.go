@@ -987,7 +987,7 @@ pxe:
   tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32}
   ipxe: {dir: /opt/ipxe, uefiBinary: snponly.efi, hostPath: /usr/lib/ipxe}
   cache: {type: emptyDir, sizeLimit: 30Gi}
-  artifacts: {maxSize: 8589934592, wait: 90s, insecureRegistry: true}
+  artifacts: {maxSize: 8589934592, wait: 90s, insecureRegistry: true, verify: false}
   watchNamespace: farm
   bootWindow: 5m
   joinTokenTTL: 20m
@@ -1087,6 +1087,7 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--max-artifact-size=8589934592",
 		"--artifact-wait=90s",
 		"--insecure-registry=true",
+		"--verify-images=false",
 		"--namespace=farm",
 		"--boot-window=5m",
 		"--join-token-ttl=20m",
@@ -1249,9 +1250,10 @@ func TestPXERBAC(t *testing.T) {
 		// Events on Machines, through client-go's broadcaster.
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"bootimages", "machines", "nodepools"}, Verbs: []string{"get", "list", "watch"}},
+		// BootImages' conditions (--verify-images) and Machines' boot reports.
+		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"bootimages/status", "machines/status"}, Verbs: []string{"patch"}},
 		// Leases of the dynamic ranges, shared by the replicas.
 		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"dhcpleases"}, Verbs: []string{"create", "delete", "get", "list", "update", "watch"}},
-		{APIGroups: []string{"kubefarm.io"}, Resources: []string{"machines/status"}, Verbs: []string{"patch"}},
 	}
 	if !reflect.DeepEqual(cr.Rules, wantCluster) {
 		t.Errorf("pxe ClusterRole rules:\n  got  %+v\n  want %+v", cr.Rules, wantCluster)

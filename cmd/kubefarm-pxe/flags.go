@@ -52,6 +52,7 @@ type options struct {
 	nodeName        string
 	dynamicRanges   bool
 	dynamicWorkers  int
+	verifyImages    bool
 }
 
 // register defines every flag on fs, with its default and help text.
@@ -80,6 +81,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ensureTimeout, "artifact-wait", 2*time.Minute,
 		"how long a script request waits for its artifacts to be cached before answering 503 (iPXE retries)")
 	fs.BoolVar(&o.insecureReg, "insecure-registry", false, "reach OCI registries over plain HTTP")
+	fs.BoolVar(&o.verifyImages, "verify-images", true,
+		"fetch every BootImage's kernel, initrd and rootfs into the cache when the image appears (and at start), so first boots do not wait, "+
+			"and write its ArtifactsVerified and Ready conditions; failures are retried with backoff. "+
+			"false fetches artifacts only when a machine asks (and needs no patch on bootimages/status)")
 	fs.StringVar(&o.namespace, "namespace", "", "only serve Machines and NodePools of this namespace; empty means all")
 	fs.DurationVar(&o.bootWindow, "boot-window", 10*time.Minute,
 		"how long after serving a machine's iPXE script its agent may fetch its boot configuration (once)")

@@ -45,6 +45,7 @@ func TestFlagDefaults(t *testing.T) {
 		"max-artifact-size":  "4294967296",
 		"artifact-wait":      "2m0s",
 		"insecure-registry":  "false",
+		"verify-images":      "true",
 		"namespace":          "",
 		"boot-window":        "10m0s",
 		"pod-namespace":      "kubefarm-system",
@@ -78,7 +79,7 @@ func TestFlagDefaults(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	if o.podNamespace != "kubefarm-system" || o.nodeName != "node-1" || o.httpAddr != ":8080" || o.bootWindow != 10*time.Minute || !o.dynamicRanges {
+	if o.podNamespace != "kubefarm-system" || o.nodeName != "node-1" || o.httpAddr != ":8080" || o.bootWindow != 10*time.Minute || !o.dynamicRanges || !o.verifyImages {
 		t.Errorf("defaults not set on the struct: %+v", o)
 	}
 }
@@ -89,6 +90,7 @@ func TestFlagParse(t *testing.T) {
 	err := fs.Parse([]string{
 		"--dhcp-listen", "eth1", "--server-ip", "10.28.0.2", "--http-port", "80", "--proxy-dhcp",
 		"--tftp-timeout", "500ms", "--uefi-binary", "snponly.efi", "--dynamic-ranges=false", "--event-interval", "0",
+		"--verify-images=false",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestFlagParse(t *testing.T) {
 		t.Errorf("--dhcp-listen is not an alias of --interface: %q", o.iface)
 	}
 	if o.serverIP != "10.28.0.2" || o.httpPort != 80 || !o.proxyDHCP || o.tftpTimeout != 500*time.Millisecond ||
-		o.uefiBinary != "snponly.efi" || o.dynamicRanges || o.eventInterval != 0 {
+		o.uefiBinary != "snponly.efi" || o.dynamicRanges || o.eventInterval != 0 || o.verifyImages {
 		t.Errorf("parsed %+v", o)
 	}
 	if err := newFlagSet(t, &options{}).Parse([]string{"--no-such-flag"}); err == nil {

@@ -32,6 +32,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -40,6 +41,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/dynamic"
 	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/imagecheck"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
@@ -132,6 +134,12 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return err
 	}
 	defer stopEvents()
+
+	imageCheck, stopImageEvents, err := bootImageCheck(cfg, scheme, c, writer, store, o, log)
+	if err != nil {
+		return err
+	}
+	defer stopImageEvents()
 
 	var synced sync.Once
 	ready := make(chan struct{})
@@ -269,6 +277,18 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if dhcpSrv != nil {
 		start("dhcp", func() error { return dhcpSrv.Serve(ctx, dhcpConns...) })
 	}
+	if imageCheck != nil {
+		start("bootimage check", func() error {
+			// After the sync, so its watch starts from a synced cache
+			// instead of timing out while the API server is away.
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				return nil
+			}
+			return imageCheck.Start(ctx)
+		})
+	}
 	log.Info("serving", "serverIP", serverIP.String(), "http", httpLn.Addr().String(), "baseURL", baseURL,
 		"tftp", o.tftpAddr, "dhcpInterface", o.iface, "proxyDHCP", o.proxyDHCP, "ipxeDir", o.ipxeDir, "cacheDir", o.cacheDir)
 
@@ -318,6 +338,29 @@ func joinTokens(ctx context.Context, c cache.Cache, o options, log logr.Logger) 
 		return nil, fmt.Errorf("--join-token-ttl: %w", err)
 	}
 	return issuer, nil
+}
+
+// bootImageCheck is the BootImage controller of --verify-images (nil
+// without it), recording its events through a broadcaster of its own, and
+// what stops that broadcaster. It is built before the cache starts and
+// started after it synced.
+func bootImageCheck(cfg *rest.Config, scheme *k8sruntime.Scheme, c cache.Cache, writer client.Client, store *httpboot.Store,
+	o options, log logr.Logger) (controller.Controller, func(), error) {
+	if !o.verifyImages {
+		log.Info("--verify-images=false: artifacts are fetched when a machine first asks for them")
+		return nil, func() {}, nil
+	}
+	rec, stop, err := events.StartAPI(cfg, scheme, o.nodeName)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctl, err := imagecheck.New(c, &imagecheck.Reconciler{Reader: c, Client: writer, Store: store, Recorder: imagecheck.CoreRecorder(rec)},
+		imagecheck.Options{}, log.WithName("imagecheck"))
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("bootimage check: %w", err)
+	}
+	return ctl, stop, nil
 }
 
 // machineEvents is the sink of the Events on Machines (nil with

@@ -25,6 +25,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/iana"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -219,6 +220,19 @@ func TestBinary(t *testing.T) {
 	}
 	base := "http://" + httpAddr
 	poll("/healthz never answered 200", func() bool { code, _ := get(base + "/healthz"); return code == 200 })
+
+	// --verify-images (default): every BootImage's artifacts are fetched
+	// into the cache and the image says so.
+	for _, img := range []bootImage{oldImg, newImg} {
+		poll("BootImage "+img.obj.Name+" never became ArtifactsVerified=True", func() bool {
+			var got kubefarmv1.BootImage
+			if err := c.Get(ctx, client.ObjectKeyFromObject(img.obj), &got); err != nil {
+				return false
+			}
+			return meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionArtifactsVerified) &&
+				meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady)
+		})
+	}
 
 	// DHCP: an iPXE client (user class "iPXE") on loopback is sent to its
 	// script URL. ciaddr makes the server answer unicast to our socket

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,28 @@ import (
 
 // ErrNotCached is returned by Open for a digest the cache does not hold.
 var ErrNotCached = errors.New("artifact not in cache")
+
+// ErrDigestMismatch is wrapped by Ensure's error when the source delivered
+// content whose sha256 is not the artifact's digest: the source is wrong,
+// not merely unreachable. It covers both sources, the URL (checked here)
+// and the OCI blob (checked by go-containerregistry while reading).
+var ErrDigestMismatch = errors.New("content does not match the digest")
+
+// ggcrVerifyPkg is the package of go-containerregistry's digest check error
+// (internal, so it is recognised by its type's package and name; pinned by
+// TestStoreOCIDigestMismatch).
+const ggcrVerifyPkg = "github.com/google/go-containerregistry/internal/verify"
+
+// isRegistryDigestMismatch reports whether err is, or wraps,
+// go-containerregistry's verify.Error.
+func isRegistryDigestMismatch(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if t := reflect.TypeOf(err); t.PkgPath() == ggcrVerifyPkg && t.Name() == "Error" {
+			return true
+		}
+	}
+	return false
+}
 
 // digestHex returns the hex part of sha256:<64 lower-case hex>.
 func digestHex(d string) (string, bool) {
@@ -132,6 +155,22 @@ func (s *Store) Has(digest string) bool {
 	return err == nil
 }
 
+// Size is the size in bytes of the cached file for digest, or ErrNotCached.
+func (s *Store) Size(digest string) (int64, error) {
+	h, ok := digestHex(digest)
+	if !ok {
+		return 0, ErrNotCached
+	}
+	fi, err := s.root.Stat(h)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, ErrNotCached
+	}
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
 // Ensure makes artifact a available in the cache: from the OCI repository
 // when one is given (the blob with that digest), else from a.URL. The
 // content is verified against the digest before it becomes visible; a
@@ -196,13 +235,16 @@ func (s *Store) fetch(a kubefarmv1.Artifact, h, repository string) error {
 	sum := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(body, s.cfg.MaxSize+1))
 	if err != nil {
+		if isRegistryDigestMismatch(err) {
+			return fmt.Errorf("downloading %s: %w (%v)", a.Digest, ErrDigestMismatch, err)
+		}
 		return fmt.Errorf("downloading %s: %w", a.Digest, err)
 	}
 	if n > s.cfg.MaxSize {
 		return fmt.Errorf("downloading %s: larger than %d bytes", a.Digest, s.cfg.MaxSize)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != h {
-		return fmt.Errorf("downloading %s: content has digest sha256:%s", a.Digest, got)
+		return fmt.Errorf("downloading %s: %w: content has digest sha256:%s", a.Digest, ErrDigestMismatch, got)
 	}
 	if err := tmp.Chmod(0o444); err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log"
 	"net/http"
@@ -128,6 +129,12 @@ func TestStoreHTTP(t *testing.T) {
 	if !bytes.Equal(cached(t, s, sha(good)), good) {
 		t.Fatal("cached content differs")
 	}
+	if n, err := s.Size(sha(good)); err != nil || n != int64(len(good)) {
+		t.Fatalf("Size = %d, %v; want %d", n, err, len(good))
+	}
+	if _, err := s.Size(sha([]byte("never fetched"))); !errors.Is(err, ErrNotCached) {
+		t.Fatalf("Size of an uncached digest: %v, want ErrNotCached", err)
+	}
 	// Cached digests are not fetched again.
 	if err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: sha(good), URL: srv.URL + "/good"}, ""); err != nil {
 		t.Fatal(err)
@@ -139,8 +146,8 @@ func TestStoreHTTP(t *testing.T) {
 	t.Run("digest mismatch leaves nothing", func(t *testing.T) {
 		want := sha([]byte("the real kernel"))
 		err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: want, URL: srv.URL + "/evil"}, "")
-		if err == nil || !strings.Contains(err.Error(), "content has digest") {
-			t.Fatalf("err = %v, want a digest mismatch", err)
+		if err == nil || !strings.Contains(err.Error(), "content has digest") || !errors.Is(err, ErrDigestMismatch) {
+			t.Fatalf("err = %v, want a digest mismatch (ErrDigestMismatch)", err)
 		}
 		if s.Has(want) {
 			t.Fatal("mismatched content is in the cache")
@@ -151,8 +158,9 @@ func TestStoreHTTP(t *testing.T) {
 	})
 	t.Run("404", func(t *testing.T) {
 		d := sha([]byte("x"))
-		if err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: d, URL: srv.URL + "/missing"}, ""); err == nil || !strings.Contains(err.Error(), "404") {
-			t.Fatalf("err = %v", err)
+		err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: d, URL: srv.URL + "/missing"}, "")
+		if err == nil || !strings.Contains(err.Error(), "404") || errors.Is(err, ErrDigestMismatch) {
+			t.Fatalf("err = %v, want a 404 that is no digest mismatch", err)
 		}
 	})
 	t.Run("size bound", func(t *testing.T) {
@@ -297,6 +305,34 @@ func TestStoreOCI(t *testing.T) {
 	}
 	if s.Has(missing) || len(leftovers(t, s.cfg.Dir)) != 0 {
 		t.Fatal("missing blob left files behind")
+	}
+}
+
+// TestStoreOCIDigestMismatch: a registry that answers a blob request with
+// other bytes is reported as ErrDigestMismatch (go-containerregistry's own
+// check fires first; its error type is internal, so this pins how the store
+// recognises it).
+func TestStoreOCIDigestMismatch(t *testing.T) {
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			_, _ = w.Write([]byte("not the blob that was asked for"))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(reg.Close)
+	repoName := strings.TrimPrefix(reg.URL, "http://") + "/kubefarm/node"
+	s := newStore(t, StoreConfig{NameOptions: []name.Option{name.Insecure}})
+	d := sha([]byte("the real blob"))
+	err := s.Ensure(context.Background(), kubefarmv1.Artifact{Digest: d}, repoName)
+	if !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("err = %v, want ErrDigestMismatch", err)
+	}
+	if s.Has(d) || len(leftovers(t, s.cfg.Dir)) != 0 {
+		t.Fatal("mismatched blob left files behind")
 	}
 }
 

@@ -1,0 +1,21 @@
+package v1alpha1
+
+// Reasons of the BootImage conditions, written by kubefarm-pxe
+// (pxe/imagecheck) after fetching the image's kernel, initrd and rootfs into
+// its artifact cache. Ready mirrors ArtifactsVerified, reason included. Like
+// the other kinds' reasons they are part of the API (kubectl wait, alerts,
+// the reason of the event each change emits), so they are constants.
+const (
+	// ReasonArtifactsCached: the three artifacts were fetched (or already
+	// cached) and each matches its digest; the message gives their sizes.
+	ReasonArtifactsCached = "ArtifactsCached"
+	// ReasonDigestMismatch: a source delivered content whose sha256 is not
+	// the artifact's digest; the message names the artifact. It is never
+	// served. Takes precedence over ReasonArtifactFetchFailed.
+	ReasonDigestMismatch = "DigestMismatch"
+	// ReasonArtifactFetchFailed: an artifact could not be fetched (an
+	// unreachable or refusing source, a size above --max-artifact-size, a
+	// full disk); the message names the artifact and the error. Retried
+	// with backoff.
+	ReasonArtifactFetchFailed = "ArtifactFetchFailed"
+)
