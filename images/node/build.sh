@@ -16,6 +16,11 @@
 #   FLANNEL_CNI   flannel CNI plugin (default $REPO/bin/cni/flannel; required)
 #   AGENT         kubefarm-agent binary (default $REPO/bin/kubefarm-agent; optional:
 #                 when absent nothing is installed and the manifest says agent: none)
+#   CNI_CHAIN_DIR extra CNI plugins to chain after bandwidth (optional; a service
+#                 mesh's, say): one folder per plugin, <name>/plugin (the binary,
+#                 installed as /usr/lib/cni/<name>) and <name>/entry.json (its
+#                 conflist entry, "type": "<name>"), appended in name order; see
+#                 README.md, "Chaining another CNI plugin"
 #   KUBEFARM_CACHE, SUITE, MIRROR, KERNEL_PACKAGE, SOURCE_DATE_EPOCH (pins below)
 #   KEEP_WORK=1   keep the temporary folder of a failed build
 set -euo pipefail
@@ -67,6 +72,18 @@ if [ -e "$AGENT" ]; then
 else
 	AGENT=""
 fi
+CHAIN=()
+if [ -n "${CNI_CHAIN_DIR:-}" ]; then
+	CNI_CHAIN_DIR="$(cd "$CNI_CHAIN_DIR" && pwd)" || die "CNI_CHAIN_DIR: no such folder"
+	mapfile -t CHAIN < <(cd "$CNI_CHAIN_DIR" && find . -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)
+	[ "${#CHAIN[@]}" -gt 0 ] || die "CNI_CHAIN_DIR $CNI_CHAIN_DIR is empty"
+	for n in "${CHAIN[@]}"; do
+		[[ "$n" =~ ^[A-Za-z0-9._-]{1,64}$ && "$n" != . && "$n" != .. ]] || die "CNI_CHAIN_DIR: $n is no plugin name ([A-Za-z0-9._-], at most 64)"
+		[ -d "$CNI_CHAIN_DIR/$n" ] || die "CNI_CHAIN_DIR: $n is not a folder"
+		[ -f "$CNI_CHAIN_DIR/$n/plugin" ] && [ -x "$CNI_CHAIN_DIR/$n/plugin" ] || die "CNI_CHAIN_DIR: $n/plugin is not an executable file"
+		[ -f "$CNI_CHAIN_DIR/$n/entry.json" ] || die "CNI_CHAIN_DIR: $n/entry.json missing"
+	done
+fi
 
 mkdir -p "$CACHE"
 tools="$(mktemp -d "$CACHE/.tools.XXXXXX")"
@@ -104,6 +121,10 @@ cache_key() {
 		echo "flanneld $(sha "$FLANNELD")"
 		echo "flannel-cni $(sha "$FLANNEL_CNI")"
 		echo "agent ${AGENT:+$(sha "$AGENT")}"
+		# Only when set, so that without it the key is what it was.
+		for n in "${CHAIN[@]}"; do
+			echo "cni-chain $n plugin $(sha "$CNI_CHAIN_DIR/$n/plugin") entry $(sha "$CNI_CHAIN_DIR/$n/entry.json")"
+		done
 		echo "busybox $(sha "$BUSYBOX")"
 		for b in nodeimage kubefarm-fetch pause; do echo "$b $(sha "$tools/$b")"; done
 		echo "mmdebstrap $(mmdebstrap --version)"
@@ -211,6 +232,22 @@ done
 chroot "$root" systemctl enable --quiet containerd.service kubefarm-preload-images.service kubelet.service \
 	flanneld.service kubefarm-agent.service systemd-networkd.service systemd-resolved.service
 ln -sf /run/systemd/resolve/resolv.conf "$root/etc/resolv.conf"
+# Extra CNI plugins (CNI_CHAIN_DIR), chained into the one conflist here, at
+# build time, rather than by their own installer racing it at node start.
+if [ "${#CHAIN[@]}" -gt 0 ]; then
+	entries=()
+	for n in "${CHAIN[@]}"; do
+		[ ! -e "$root/usr/lib/cni/$n" ] || die "CNI_CHAIN_DIR: /usr/lib/cni/$n is already in the image"
+		install -m 0755 "$CNI_CHAIN_DIR/$n/plugin" "$root/usr/lib/cni/$n"
+		entries+=("$CNI_CHAIN_DIR/$n/entry.json")
+	done
+	"$NODEIMAGE" chain -conflist "$root/etc/cni/net.d/10-kubefarm.conflist" -o "$root/etc/cni/net.d/10-kubefarm.conflist" \
+		-types "$(IFS=,; echo "${CHAIN[*]}")" "${entries[@]}"
+	log "chained CNI plugins: ${CHAIN[*]}"
+fi
+# The record of the image's own CNI chain, which kubefarm-agent checks the
+# node against at every boot (agent/cnicheck).
+"$NODEIMAGE" cni-record -root "$root" -o "$root/usr/share/kubefarm/cni.json"
 
 # Leave nothing that varies between builds or belongs to one machine.
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/ldconfig/aux-cache \

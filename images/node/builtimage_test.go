@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,9 +43,9 @@ func TestBuiltImage(t *testing.T) {
 		"containerd":      m.Containerd != "",
 		"runc":            m.Runc != "",
 		"flannel":         strings.HasPrefix(m.Flannel.Version, "v") && hexRE.MatchString(m.Flannel.SHA256),
-		"agent":           m.Agent == "none" || strings.HasPrefix(m.Agent, "sha256:"),
+		"agent":           strings.HasPrefix(m.Agent, "sha256:"),
 		"conflist":        m.CNI.Conflist == "/"+ConflistPath && hexRE.MatchString(m.CNI.ConflistSHA256),
-		"chain":           hexRE.MatchString(m.CNI.ChainSHA256) && len(m.CNI.Plugins) == len(CNIChainPlugins),
+		"chain":           hexRE.MatchString(m.CNI.ChainSHA256) && len(m.CNI.Plugins) >= len(CNIChainPlugins),
 		"packages":        len(m.Packages) > 50,
 		"modules":         len(m.Modules["always"]) == 3 && len(m.Modules["ipvs"]) == 4,
 		"source date":     m.SourceDateEpoch > 0,
@@ -57,18 +58,36 @@ func TestBuiltImage(t *testing.T) {
 			t.Errorf("manifest: bad %s", what)
 		}
 	}
-	// The conflist in the image is the recipe's, byte for byte.
-	want, _, err := FileSHA256(filepath.Join("rootfs", ConflistPath))
+	// The conflist in the image is the recipe's, byte for byte, or the
+	// recipe's with plugins chained in at build time (recipeChain, below).
+	recipe, err := os.ReadFile(filepath.Join("rootfs", ConflistPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.CNI.ConflistSHA256 != want {
-		t.Errorf("manifest conflist sha256 %s, recipe's %s", m.CNI.ConflistSHA256, want)
+	// The record covers every chain plugin (and those chained in).
+	for _, p := range CNIChainPlugins {
+		if !hexRE.MatchString(m.CNI.Plugins[p]) {
+			t.Errorf("manifest records no sha256 of CNI plugin %s", p)
+		}
 	}
 	// The chain hash is recomputable from what the manifest lists.
 	sum := sha256Hex([]byte(ChainText(m.CNI.ConflistSHA256, m.CNI.Plugins)))
 	if sum != m.CNI.ChainSHA256 {
 		t.Errorf("chain sha256 %s does not match its lines (%s)", m.CNI.ChainSHA256, sum)
+	}
+	// The root carries the record the agent checks its chain against, and
+	// it is the manifest's chain (unsquashfs reads it without mounting).
+	rec, err := exec.Command("unsquashfs", "-cat", filepath.Join(dir, Rootfs), "usr/share/kubefarm/cni.json").Output()
+	if err != nil {
+		t.Fatalf("reading /usr/share/kubefarm/cni.json from the root: %v", err)
+	}
+	var got struct{ CNI CNI }
+	if err := json.Unmarshal(rec, &got); err != nil {
+		t.Fatalf("cni.json: %v", err)
+	}
+	if got.CNI.ChainSHA256 != m.CNI.ChainSHA256 || got.CNI.ConflistSHA256 != m.CNI.ConflistSHA256 {
+		t.Errorf("the image's cni.json records chain %s conflist %s, the manifest %s %s",
+			got.CNI.ChainSHA256, got.CNI.ConflistSHA256, m.CNI.ChainSHA256, m.CNI.ConflistSHA256)
 	}
 	// The initrd carries /init, busybox, kubefarm-fetch and the boot modules.
 	ib, err := os.ReadFile(filepath.Join(dir, Initrd))
@@ -101,8 +120,11 @@ func TestBuiltImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unsquashfs -cat %s: %v", ConflistPath, err)
 	}
-	if got := sha256Hex(out); got != want {
-		t.Errorf("conflist in the squashfs has sha256 %s, recipe's %s", got, want)
+	if got := sha256Hex(out); got != m.CNI.ConflistSHA256 {
+		t.Errorf("conflist in the squashfs has sha256 %s, the manifest records %s", got, m.CNI.ConflistSHA256)
+	}
+	if !recipeChain(recipe, out) {
+		t.Errorf("the conflist in the squashfs is neither the recipe's nor the recipe's with plugins chained in:\n%s", out)
 	}
 	ls, err := exec.Command("unsquashfs", "-lls", filepath.Join(dir, Rootfs)).Output()
 	if err != nil {
@@ -120,6 +142,27 @@ func TestBuiltImage(t *testing.T) {
 }
 
 var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// recipeChain says whether conf is the recipe's conflist, byte for byte, or
+// the recipe's with more plugins chained in at build time (CNI_CHAIN_DIR in
+// build.sh, ChainPlugins).
+func recipeChain(recipe, conf []byte) bool {
+	if bytes.Equal(recipe, conf) {
+		return true
+	}
+	var r, c struct {
+		Plugins []json.RawMessage `json:"plugins"`
+	}
+	if json.Unmarshal(recipe, &r) != nil || json.Unmarshal(conf, &c) != nil || len(c.Plugins) <= len(r.Plugins) {
+		return false
+	}
+	var entries [][]byte
+	for _, p := range c.Plugins[len(r.Plugins):] {
+		entries = append(entries, p)
+	}
+	b, err := ChainPlugins(recipe, entries...)
+	return err == nil && bytes.Equal(b, conf)
+}
 
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)

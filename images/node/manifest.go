@@ -39,6 +39,10 @@ const CNIBinDir = "usr/lib/cni"
 // every sandbox.
 var CNIChainPlugins = []string{"bandwidth", "bridge", "flannel", "host-local", "loopback", "portmap"}
 
+// ConflistPlugins are the plugin types of the conflist, in its order (a
+// test reads rootfs/ to keep them equal); a BootImage records them.
+var ConflistPlugins = []string{"flannel", "portmap", "bandwidth"}
+
 // Manifest describes one built node image. build.sh writes it as
 // manifest.json next to the artifacts.
 type Manifest struct {
@@ -84,7 +88,8 @@ type Binary struct {
 type CNI struct {
 	Conflist       string `json:"conflist"`
 	ConflistSHA256 string `json:"conflistSha256"`
-	// Plugins maps each of CNIChainPlugins to its binary's sha256.
+	// Plugins maps each of CNIChainPlugins, and each plugin chained in at
+	// build time (ChainPlugins), to its binary's sha256.
 	Plugins map[string]string `json:"plugins"`
 	// ChainSHA256 is the CNI chain hash: sha256 of ChainText.
 	ChainSHA256 string `json:"chainSha256"`
@@ -127,21 +132,29 @@ func FileSHA256(path string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// CNIFromRoot hashes the conflist and the chain's plugins in a root tree.
+// CNIFromRoot hashes the conflist and the chain's plugins in a root tree:
+// CNIChainPlugins and every other plugin the conflist names (those
+// ChainPlugins chained in at build time).
 func CNIFromRoot(root string) (CNI, error) {
 	c := CNI{Conflist: "/" + ConflistPath, Plugins: map[string]string{}}
-	var err error
-	if c.ConflistSHA256, _, err = FileSHA256(filepath.Join(root, ConflistPath)); err != nil {
+	conf, err := os.ReadFile(filepath.Join(root, ConflistPath))
+	if err != nil {
 		return c, err
 	}
-	for _, p := range CNIChainPlugins {
+	sum := sha256.Sum256(conf)
+	c.ConflistSHA256 = hex.EncodeToString(sum[:])
+	plugins, err := chainTypes(conf)
+	if err != nil {
+		return c, fmt.Errorf("%s: %w", ConflistPath, err)
+	}
+	for _, p := range plugins {
 		s, _, err := FileSHA256(filepath.Join(root, CNIBinDir, p))
 		if err != nil {
 			return c, fmt.Errorf("CNI plugin %s: %w", p, err)
 		}
 		c.Plugins[p] = s
 	}
-	sum := sha256.Sum256([]byte(ChainText(c.ConflistSHA256, c.Plugins)))
+	sum = sha256.Sum256([]byte(ChainText(c.ConflistSHA256, c.Plugins)))
 	c.ChainSHA256 = hex.EncodeToString(sum[:])
 	return c, nil
 }

@@ -3,11 +3,17 @@
 //	nodeimage initrd -dir TREE -mtime EPOCH -o FILE     deterministic gzip newc initramfs of TREE
 //	nodeimage pause-image -binary B -mtime EPOCH -o F   docker-archive of the pause image
 //	nodeimage manifest -out DIR -root ROOT [flags]      write DIR/manifest.json
+//	nodeimage chain -conflist F -o F [-types T,..] ENTRY.json...
+//	                                                    append plugin entries to a conflist's chain (ChainPlugins)
+//	nodeimage cni-record -root ROOT -o FILE             the CNI chain record the agent checks against
 //	nodeimage verify DIR                                check DIR's artifacts against its manifest
+//	nodeimage push -repo REPO [-insecure] DIR           push DIR as one OCI artifact, print its BootImage
 package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +21,17 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"sigs.k8s.io/yaml"
+
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail(errors.New("usage: nodeimage initrd|pause-image|manifest|verify (see images/node/README.md)"))
+		fail(errors.New("usage: nodeimage initrd|pause-image|chain|cni-record|manifest|verify|push (see images/node/README.md)"))
 	}
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
@@ -30,6 +41,12 @@ func main() {
 		err = pauseImage(args)
 	case "manifest":
 		err = manifest(args)
+	case "chain":
+		err = chain(args)
+	case "cni-record":
+		err = cniRecord(args)
+	case "push":
+		err = push(args)
 	case "verify":
 		if len(args) != 1 {
 			err = fmt.Errorf("usage: nodeimage verify DIR")
@@ -164,4 +181,104 @@ func split(s string) []string {
 		}
 	}
 	return out
+}
+
+// chain appends plugin entries (one JSON object per file) to a conflist's
+// chain with nodeimage.ChainPlugins; build.sh runs it for CNI_CHAIN_DIR.
+// -types, when given, is the entries' types in order (build.sh passes the
+// folder names, so each entry's type must be its folder's name).
+func chain(args []string) error {
+	fs := flag.NewFlagSet("chain", flag.ExitOnError)
+	conflist := fs.String("conflist", "", "the conflist to chain onto")
+	out := fs.String("o", "", "file to write (may be the -conflist file)")
+	types := fs.String("types", "", "the types the entries must have, in order, comma separated (optional)")
+	fs.Parse(args)
+	if *conflist == "" || *out == "" || fs.NArg() == 0 {
+		return fmt.Errorf("usage: nodeimage chain -conflist FILE -o FILE [-types T1,T2] ENTRY.json...")
+	}
+	conf, err := os.ReadFile(*conflist)
+	if err != nil {
+		return err
+	}
+	var entries [][]byte
+	var got []string
+	for _, f := range fs.Args() {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		t, err := nodeimage.EntryType(b)
+		if err != nil {
+			return fmt.Errorf("chain: %s: %w", f, err)
+		}
+		entries = append(entries, b)
+		got = append(got, t)
+	}
+	if *types != "" && strings.Join(got, ",") != *types {
+		return fmt.Errorf("chain: the entries' types are %s, want %s (an entry's type is its folder's name)", strings.Join(got, ","), *types)
+	}
+	b, err := nodeimage.ChainPlugins(conf, entries...)
+	if err != nil {
+		return fmt.Errorf("chain: %w", err)
+	}
+	return writeFile(*out, b)
+}
+
+// cniRecord writes what the agent checks the node's CNI chain against
+// (agent/cnicheck.ReadExpected): the chain hashed from the root tree, in
+// the manifest's shape. It is written into the root before mksquashfs, so
+// the image carries the record of its own chain.
+func cniRecord(args []string) error {
+	fs := flag.NewFlagSet("cni-record", flag.ExitOnError)
+	root := fs.String("root", "", "the root file system tree")
+	out := fs.String("o", "", "file to write")
+	fs.Parse(args)
+	if *root == "" || *out == "" {
+		return fmt.Errorf("cni-record: -root and -o are required")
+	}
+	c, err := nodeimage.CNIFromRoot(*root)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(map[string]any{"cni": c}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(*out, append(b, '\n'))
+}
+
+// push uploads a built image as one OCI artifact and prints the BootImage
+// that serves it (YAML), ready for kubectl apply.
+func push(args []string) error {
+	fs := flag.NewFlagSet("push", flag.ExitOnError)
+	repo := fs.String("repo", "", "OCI repository, such as registry.example.com/kubefarm/node")
+	tag := fs.String("tag", "", "tag the manifest too (optional)")
+	objName := fs.String("name", "", "the BootImage's name (default: node-<first 12 hex digits of the rootfs digest>)")
+	insecure := fs.Bool("insecure", false, "the registry speaks plain HTTP")
+	fs.Parse(args)
+	if *repo == "" || fs.NArg() != 1 {
+		return fmt.Errorf("usage: nodeimage push -repo REPO [-tag TAG] [-name NAME] [-insecure] DIR")
+	}
+	a, err := nodeimage.NewOCIArtifact(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	var nameOpts []name.Option
+	if *insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	ref, err := a.Push(context.Background(), *repo, *tag, nameOpts, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+	if err != nil {
+		return err
+	}
+	if *objName == "" {
+		*objName = "node-" + a.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12]
+	}
+	b, err := yaml.Marshal(a.BootImage(*objName, *repo))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "pushed %s\n", ref)
+	_, err = os.Stdout.Write(b)
+	return err
 }
