@@ -203,9 +203,9 @@ images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian
 	$(BIN)/e2e-cluster images --state $(E2E_STATE) --out $(BUILD)/images
 
 .PHONY: e2e
-e2e: e2e-up ## Bring up the admin cluster, run the end-to-end scenarios, tear it down.
+e2e: node-image e2e-up ## Build the node image (cached), bring up the admin cluster, run the end-to-end scenarios, tear it down.
 	@mkdir -p $(BUILD)
-	@rc=0; $(GO) test -tags e2e -count=1 -v -timeout 30m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
+	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) $(GO) test -tags e2e -count=1 -v -timeout 50m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc
 
 ## ---- node image ------------------------------------------------------------------
@@ -225,11 +225,27 @@ $(BIN)/cni/flannel: hack/tools/flannel/cni/go.mod hack/tools/flannel/cni/go.sum
 # depmod/modprobe for the kernel modules, busybox-static for the initrd.
 NODE_IMAGE_APT_PACKAGES := mmdebstrap squashfs-tools kmod busybox-static
 
+# kubefarm-agent, static. Always rebuilt (Go's cache makes that cheap); its
+# bytes are part of the node image's cache key, and Go builds are
+# reproducible, so an unchanged agent leaves the key unchanged.
+.PHONY: agent
+agent: ## Build bin/kubefarm-agent (static), which the node image carries.
+	$(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/kubefarm-agent ./cmd/kubefarm-agent
+
+# After the build, TestBuiltImage, then once per image (a stamp beside its
+# cache folder, keyed by the check script too): secret-check.sh builds the
+# same inputs again with a token and key material around, fails if any
+# artifact holds them, and fails unless the artifacts equal this build's
+# byte for byte (the reproducibility check).
 .PHONY: node-image
-node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
+node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel agent ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(NODE_IMAGE_APT_PACKAGES)"
-	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel images/node/build.sh) && \
-	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -tags nodeimage -count=1 -run TestBuiltImage ./images/node >&2 && echo "$$dir"
+	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel AGENT=$(BIN)/kubefarm-agent images/node/build.sh) && \
+	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -tags nodeimage -count=1 -run TestBuiltImage ./images/node >&2 && \
+	stamp="$$dir.checked-$$(sha256sum images/node/secret-check.sh | cut -c1-12)" && \
+	if [ -e "$$stamp" ]; then echo "node-image: the secret and reproducibility checks passed for this image ($$stamp)" >&2; \
+	else images/node/secret-check.sh "$$dir" >&2 && date -u +%FT%TZ >"$$stamp"; fi && \
+	mkdir -p $(BUILD) && echo "$$dir" >$(BUILD)/node-image.dir && echo "$$dir"
 
 ## ---- benchmarks ------------------------------------------------------------------
 
@@ -247,6 +263,20 @@ bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kube
 	$(GO) build -o $(BIN)/boot-bench ./hack/bench/boot
 	$(BIN)/boot-bench -reps 4 -out $(BUILD)/bench-boot.json -dir $(BUILD)/bench-boot 2>&1 | tee $(BUILD)/bench-boot.log
 	$(MAKE) --no-print-directory bench-tenant
+	$(MAKE) --no-print-directory bench-node
+
+# The e2e join as a measurement: seconds from power-on to each boot stage
+# (DHCP, script, kernel, initrd, rootfs, config, report, CSR, node Ready,
+# taint lifted) of one qemu (TCG) machine, from the Machine's Events and the
+# Node, into bench-node.json, with the image's artifact sizes.
+.PHONY: bench-node
+bench-node: node-image e2e-up ## Power-on to Node Ready by stage for one netbooted qemu machine, and the node image's sizes (root; leaves the e2e cluster up).
+	@mkdir -p $(BUILD)
+	@dir=$$(cat $(BUILD)/node-image.dir); echo "node image $$dir:"; \
+	for f in vmlinuz initrd rootfs.squashfs; do printf '  %-16s %6d MiB\n' $$f $$(( $$(stat -c %s $$dir/$$f) / 1048576 )); done | tee $(BUILD)/bench-node-sizes.txt
+	KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_BOOT_STAGES_OUT=$(abspath $(BUILD))/bench-node.json \
+	  $(GO) test -tags e2e -count=1 -v -timeout 30m -run '^TestNodeJoin$$' ./e2e/ 2>&1 | tee $(BUILD)/bench-node.log
+	@cat $(BUILD)/bench-node.json
 
 TENANT_BENCH_RUNS    ?= 5
 TENANT_BENCH_TENANTS ?= 50

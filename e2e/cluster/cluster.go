@@ -50,7 +50,9 @@ type Cluster struct {
 // here (pods 10.88.0.0/24, Services 10.96.0.0/16).
 const (
 	BootBridge = "kfboot0"
-	BootCIDR   = "10.123.0.1/24"
+	// RegistryAddr is the local registry's loopback address.
+	RegistryAddr = "127.0.0.1:5001"
+	BootCIDR     = "10.123.0.1/24"
 	// BootNetnsPrefix names the network namespaces of test clients on the
 	// boot network; Down removes any left over, and their host-side veths
 	// (BootVethPrefix) with them.
@@ -80,7 +82,7 @@ func New(stateDir, binDir string) (*Cluster, error) {
 		NodeIP:       ip,
 		ServiceCIDR:  "10.96.0.0/16",
 		PodCIDR:      "10.88.0.0/24",
-		RegistryAddr: "127.0.0.1:5001",
+		RegistryAddr: RegistryAddr,
 		Bridge:       "kfe2e0",
 		BootBridge:   BootBridge,
 		BootAddr:     bootNet,

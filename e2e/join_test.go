@@ -1,0 +1,605 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/e2e/cluster"
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
+)
+
+// TestNodeJoin is the whole promise on one machine: a qemu machine (TCG,
+// SeaBIOS running Debian's iPXE ROM) on the boot bridge netboots from the
+// kubefarm-pxe pod into the node image `make node-image` built, pushed as
+// one OCI artifact to the local registry, and joins a tenant cluster:
+//   - the TenantCluster is Ready (NodePort endpoint on the host's address);
+//   - the NodePool's Machine boots: DHCP, TFTP, the iPXE script, kernel,
+//     initrd and root filesystem from the pod, which fetched them from the
+//     registry by digest;
+//   - kubefarm-agent fetches /config, kubelet TLS-bootstraps, the manager
+//     approves its serving CSR, the agent's verdict makes NetworkVerified
+//     True and the manager lifts the network taint; the Node is Ready;
+//   - the Machine shows the boot ID the Node reports and the rootfs digest;
+//   - a pod on the node runs, reaches a ClusterIP Service; kubectl logs and
+//     exec work with the host's direct route to the node's kubelet port
+//     rejected, so they can only go through Konnectivity;
+//   - the Machine's Events tell the boot story, and the test prints the
+//     seconds from power-on to each stage.
+//
+// KUBEFARM_NODE_IMAGE names the built image's folder (make e2e sets it).
+func TestNodeJoin(t *testing.T) {
+	netnstest.RequireRoot(t)
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("SKIPPED, NOT PASSED: qemu-system-x86_64 is not installed (make deps)")
+	}
+	if _, err := exec.LookPath("iptables"); err != nil {
+		t.Skip("SKIPPED, NOT PASSED: iptables is not installed")
+	}
+	imgDir := os.Getenv("KUBEFARM_NODE_IMAGE")
+	if imgDir == "" {
+		t.Fatal("KUBEFARM_NODE_IMAGE is not set: it names the node image's folder (make e2e builds the image and sets it)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	_, cs, c := adminClients(t)
+
+	const (
+		serverIP = "10.123.0.1"
+		mac      = "52:54:00:7b:00:3d"
+		ip       = "10.123.0.61"
+		hostname = "join-e2e-1"
+		mirror   = "10.123.0.1:5002"
+		tap      = cluster.BootVethPrefix + "-vm0"
+	)
+
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "join-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-registered first: the tenant is deleted and gone
+	// (its control plane pods freed from the small e2e node) before its
+	// namespace goes, so the scenarios after this one start on an idle node.
+	t.Cleanup(func() { deleteNamespace(t, cs, ns.Name) })
+
+	// The tenant, at the current version, reachable on the host's address.
+	tc := exampleTenantCluster(t)
+	tc.Namespace = ns.Name
+	tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
+	// One of each: the qemu machine takes a core of this small host.
+	one := int32(1)
+	tc.Spec.APIServer.Replicas = &one
+	tc.Spec.Etcd.Replicas = 1
+	size := resource.MustParse("1Gi")
+	tc.Spec.Etcd.StorageSize = &size
+	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
+	if err := c.Create(ctx, tc); err != nil {
+		t.Fatalf("creating the TenantCluster: %v", err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	t.Cleanup(func() { deleteAndWait(t, c, tc, 3*time.Minute) })
+
+	// The image, as one OCI artifact in the local registry; kubefarm-pxe
+	// fetches its blobs by digest.
+	art, err := nodeimage.NewOCIArtifact(imgDir)
+	if err != nil {
+		t.Fatalf("the node image in %s: %v", imgDir, err)
+	}
+	repo := cluster.RegistryAddr + "/kubefarm/node"
+	if _, err := art.Push(ctx, repo, "e2e", []name.Option{name.Insecure}); err != nil {
+		t.Fatalf("pushing the node image: %v", err)
+	}
+	img := art.BootImage("e2e-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
+	if err := c.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating the BootImage: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), img) })
+
+	// The registry as the boot network sees it: the node pulls the
+	// tenant's images (kube-proxy, konnectivity-agent, busybox) through
+	// the pool's registry mirrors.
+	stopProxy := proxyTCP(t, mirror, cluster.RegistryAddr)
+	t.Cleanup(stopProxy)
+
+	pool := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: tc.Name, BootImage: img.Name,
+			Network: kubefarmv1.BootNetwork{Subnet: "10.123.0.0/24", Gateway: serverIP},
+			// The console on the serial port (the test's console log), with
+			// journald's copy: what an operator's serial-over-LAN shows.
+			KernelArgs: []string{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1"},
+			Machines:   []kubefarmv1.MachineEntry{{Name: hostname, MACs: []string{mac}, IP: ip}},
+			RegistryMirrors: []kubefarmv1.RegistryMirror{
+				{Registry: "registry.k8s.io", Endpoints: []string{"http://" + mirror}},
+				{Registry: "docker.io", Endpoints: []string{"http://" + mirror}},
+			},
+		},
+	}
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatalf("creating the NodePool: %v", err)
+	}
+	machineKey := client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + hostname}
+
+	got := &kubefarmv1.TenantCluster{}
+	poll(t, ctx, "the TenantCluster never became Ready", 10*time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady) &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
+	})
+	tenantCfg := tenantConfig(t, ctx, cs, got)
+	tenant, err := kubernetes.NewForConfig(tenantCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Power on.
+	console := filepath.Join(t.TempDir(), "console.log")
+	// A persistent tap outlives a killed test run, and `ip tuntap add`
+	// refuses an existing name (EBUSY): remove any leftover first.
+	_ = exec.Command("ip", "link", "del", tap).Run()
+	netnstest.Run(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
+	netnstest.Run(t, "ip", "link", "set", tap, "master", cluster.BootBridge)
+	netnstest.Run(t, "ip", "link", "set", tap, "up")
+	q := exec.Command("qemu-system-x86_64",
+		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:"+console,
+		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
+		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
+		"-device", "e1000,netdev=n0,mac="+mac,
+		"-boot", "n", "-no-reboot")
+	var qemuOut netnstest.LockedBuffer
+	q.Stdout, q.Stderr = &qemuOut, &qemuOut
+	// The machine dies with the test process, however it ends.
+	q.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	powerOn := time.Now()
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	qexit := make(chan error, 1)
+	go func() { qexit <- q.Wait() }()
+	t.Cleanup(func() {
+		_ = q.Process.Kill()
+		<-qexit
+		if t.Failed() {
+			b, _ := os.ReadFile(console)
+			t.Logf("qemu: %s\nlast console lines:\n%s", qemuOut.String(), tail(string(b), 80))
+		}
+	})
+	story := func() string { return machineStory(ctx, cs, c, machineKey, powerOn) }
+
+	var node *corev1.Node
+	t.Run("the machine joins and its Node is Ready", func(t *testing.T) {
+		err := pollErr(ctx, 15*time.Minute, func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-qexit:
+				qexit <- err
+				return false, fmt.Errorf("qemu exited: %v", err)
+			default:
+			}
+			n, err := tenant.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			node = n
+			return nodeReady(n), nil
+		})
+		if err != nil {
+			t.Fatalf("node %s never became Ready: %v%s", hostname, err, story())
+		}
+		t.Logf("Node %s Ready %.0f s after power-on", hostname, time.Since(powerOn).Seconds())
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the serving CSR was approved by kubefarm-manager", func(t *testing.T) {
+		var csrs *certificatesv1.CertificateSigningRequestList
+		err := pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+			csrs, err = tenant.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for _, r := range csrs.Items {
+				if r.Spec.SignerName == certificatesv1.KubeletServingSignerName && r.Spec.Username == "system:node:"+hostname {
+					for _, cond := range r.Status.Conditions {
+						if cond.Type == certificatesv1.CertificateApproved && cond.Reason == "KubefarmMachineVerified" {
+							return len(r.Status.Certificate) > 0, nil
+						}
+					}
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no approved and issued kubelet-serving CSR of system:node:%s: %v%s", hostname, err, story())
+		}
+	})
+
+	t.Run("the network taint is lifted for the boot the node runs", func(t *testing.T) {
+		m := &kubefarmv1.Machine{}
+		err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+			n, err := tenant.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
+			if err != nil || c.Get(ctx, machineKey, m) != nil {
+				return false, nil
+			}
+			node = n
+			for _, tt := range n.Spec.Taints {
+				if tt.Key == "kubefarm.io/network-unavailable" {
+					return false, nil
+				}
+			}
+			return m.Status.LastBoot != nil && meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNetworkVerified) &&
+				meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNodeReady), nil
+		})
+		if err != nil {
+			t.Fatalf("the taint was not lifted, or the Machine lacks NetworkVerified and NodeReady: %v%s", err, story())
+		}
+		if m.Status.LastBoot.BootID != node.Status.NodeInfo.BootID {
+			t.Errorf("Machine lastBoot.bootID %s, the Node runs boot %s", m.Status.LastBoot.BootID, node.Status.NodeInfo.BootID)
+		}
+		if m.Status.LastBoot.ImageDigest != img.Spec.Rootfs.Digest {
+			t.Errorf("Machine lastBoot.imageDigest %s, the BootImage's rootfs is %s", m.Status.LastBoot.ImageDigest, img.Spec.Rootfs.Digest)
+		}
+		t.Logf("Machine %s: boot %s, image %s", machineKey, m.Status.LastBoot.BootID, m.Status.LastBoot.ImageDigest)
+	})
+	if t.Failed() {
+		return
+	}
+
+	// From here on the host rejects any direct connection to the node's
+	// kubelet: the tenant's API server pods (in the admin cluster's pod
+	// network, forwarded by the host) and the host itself.
+	for _, chain := range []string{"FORWARD", "OUTPUT"} {
+		rule := []string{chain, "-d", ip, "-p", "tcp", "--dport", "10250", "-j", "REJECT"}
+		netnstest.Run(t, "iptables", append([]string{"-I"}, rule...)...)
+		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, rule...)...).Run() })
+	}
+
+	t.Run("a pod on the node reaches a ClusterIP Service; logs and exec go through Konnectivity", func(t *testing.T) {
+		web := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{NodeName: hostname, Containers: []corev1.Container{{
+				Name: "httpd", Image: cluster.BusyboxImage,
+				Command: []string{"sh", "-c", "mkdir -p /www && echo served-by-kubefarm-node > /www/index.html && echo web-up && exec httpd -f -p 8080 -h /www"},
+			}}},
+		}
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}
+		clientPod := testPod("client")
+		clientPod.Spec.NodeName = hostname
+		for _, create := range []func() error{
+			func() error {
+				_, err := tenant.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{})
+				return err
+			},
+			func() error {
+				_, err := tenant.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+				return err
+			},
+			func() error {
+				_, err := tenant.CoreV1().Pods("default").Create(ctx, clientPod, metav1.CreateOptions{})
+				return err
+			},
+		} {
+			if err := create(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, name := range []string{"web", "client"} {
+			err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
+				p, err := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+				return err == nil && podReady(p), nil
+			})
+			if err != nil {
+				p, _ := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+				t.Fatalf("pod %s never ran on %s: %v; status %+v%s", name, hostname, err, p.Status, story())
+			}
+		}
+		s, err := tenant.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// logs: kubelet's /containerLogs, reached by the API server.
+		var logs []byte
+		err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			logs, err = tenant.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{}).DoRaw(ctx)
+			return err == nil && bytes.Contains(logs, []byte("web-up")), nil
+		})
+		if err != nil {
+			t.Fatalf("kubectl logs web: %v (last: %q, %v)", err, logs, err)
+		}
+
+		// exec: wget the ClusterIP from the other pod, through kube-proxy's
+		// rules on the node.
+		var out string
+		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+			out, err = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"wget", "-q", "-O-", "-T", "5", "http://" + s.Spec.ClusterIP + "/"})
+			return err == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
+		})
+		if err != nil {
+			t.Fatalf("exec wget http://%s/ in pod client: %v (output %q)", s.Spec.ClusterIP, err, out)
+		}
+		t.Logf("through Konnectivity: logs %q; exec wget of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, strings.TrimSpace(out))
+	})
+
+	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {
+		events := machineEvents(ctx, cs, machineKey)
+		seen := map[string]bool{}
+		for _, e := range events {
+			seen[e.reason] = true
+		}
+		for _, want := range []string{"Offered", "Acked", "ScriptServed", "ImageServed", "ConfigServed", "BootReported", "KubefarmMachineVerified", "NetworkTaintLifted"} {
+			if !seen[want] {
+				t.Errorf("no %s Event on Machine %s", want, machineKey)
+			}
+		}
+		t.Logf("boot stages, seconds after power-on:%s", story())
+		if out := os.Getenv("KUBEFARM_BOOT_STAGES_OUT"); out != "" {
+			writeStages(t, out, powerOn, events, node)
+		}
+	})
+
+	// The join credential is handed out once, to the machine's leased IP,
+	// for its MAC, inside its boot window: from anywhere else, or again,
+	// kubefarm-pxe answers 403 and the Machine gets a Refused Event.
+	t.Run("/config refuses the wrong IP, an unknown MAC and a request outside the boot window", func(t *testing.T) {
+		base := fmt.Sprintf("http://%s:%d/config/", serverIP, cluster.PXEHTTPPort)
+		for _, tc := range []struct{ what, url string }{
+			{"the machine's MAC from the host's address " + serverIP, base + mac},
+			{"an unknown MAC", base + "52:54:00:7b:00:ee"},
+		} {
+			if code := httpStatus(t, "", tc.url); code != 403 {
+				t.Errorf("GET /config for %s: HTTP %d, want 403", tc.what, code)
+			}
+		}
+		// Power the machine off, then ask from its MAC and IP: the agent
+		// used the window at boot, so this is a replay.
+		_ = q.Process.Kill()
+		qexit <- <-qexit
+		cl := bootClient(t, mac)
+		netnstest.Run(t, "ip", "-n", cl, "addr", "add", ip+"/24", "dev", "eth0")
+		if code := httpStatus(t, cl, base+mac); code != 403 {
+			t.Errorf("GET /config from the machine's own IP and MAC after its boot: HTTP %d, want 403", code)
+		}
+		err := pollErr(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+			var wrongIP, noWindow bool
+			for _, e := range machineEvents(ctx, cs, machineKey) {
+				if e.reason == "Refused" {
+					wrongIP = wrongIP || strings.Contains(e.message, "not from the machine's leased IP")
+					noWindow = noWindow || strings.Contains(e.message, "no open boot window")
+				}
+			}
+			return wrongIP && noWindow, nil
+		})
+		if err != nil {
+			t.Errorf("no Refused Events for the wrong IP and the replay on Machine %s:%s", machineKey, story())
+		}
+	})
+}
+
+// httpStatus GETs url, from inside network namespace netns when it is not
+// empty (curl, as a machine's own tools would), and returns the status.
+func httpStatus(t *testing.T, netns, url string) int {
+	t.Helper()
+	args := []string{"curl", "-s", "-o", "/dev/null", "-m", "10", "-w", "%{http_code}", url}
+	if netns != "" {
+		args = append([]string{"ip", "netns", "exec", netns}, args...)
+	}
+	out, err := exec.Command(args[0], args[1:]...).Output()
+	if err != nil {
+		t.Fatalf("%s: %v", strings.Join(args, " "), err)
+	}
+	var code int
+	if _, err := fmt.Sscanf(string(out), "%d", &code); err != nil {
+		t.Fatalf("%s printed %q", strings.Join(args, " "), out)
+	}
+	return code
+}
+
+// writeStages writes the seconds from power-on to each boot stage as JSON
+// (make bench-node): the first Event of each reason, then the Node's
+// registration and its Ready condition.
+func writeStages(t *testing.T, path string, powerOn time.Time, events []stageEvent, node *corev1.Node) {
+	t.Helper()
+	type stage struct {
+		Stage   string  `json:"stage"`
+		Seconds float64 `json:"seconds"`
+		Detail  string  `json:"detail,omitempty"`
+	}
+	var stages []stage
+	first := map[string]bool{}
+	for _, e := range events {
+		// ImageServed once per artifact; everything else once.
+		k := e.reason
+		if e.reason == "ImageServed" {
+			k += e.message
+		}
+		if first[k] {
+			continue
+		}
+		first[k] = true
+		stages = append(stages, stage{e.reason, e.at.Sub(powerOn).Seconds(), e.message})
+	}
+	if node != nil {
+		stages = append(stages, stage{"NodeRegistered", node.CreationTimestamp.Sub(powerOn).Seconds(), node.Name})
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				stages = append(stages, stage{"NodeReady", c.LastTransitionTime.Sub(powerOn).Seconds(), node.Name})
+			}
+		}
+	}
+	sort.SliceStable(stages, func(i, j int) bool { return stages[i].Seconds < stages[j].Seconds })
+	b, err := json.MarshalIndent(map[string]any{"powerOn": powerOn.UTC(), "stages": stages}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		t.Errorf("writing the boot stages: %v", err)
+	}
+}
+
+// stageEvent is one Event of the Machine.
+type stageEvent struct {
+	at      time.Time
+	reason  string
+	message string
+}
+
+// machineEvents lists the Machine's Events (core and events.k8s.io
+// writers alike), oldest first.
+func machineEvents(ctx context.Context, cs kubernetes.Interface, key client.ObjectKey) []stageEvent {
+	list, err := cs.CoreV1().Events(key.Namespace).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+		"involvedObject.kind": "Machine", "involvedObject.name": key.Name,
+	}.String()})
+	if err != nil {
+		return nil
+	}
+	var out []stageEvent
+	for _, e := range list.Items {
+		at := e.EventTime.Time
+		if at.IsZero() {
+			at = e.FirstTimestamp.Time
+		}
+		out = append(out, stageEvent{at: at, reason: e.Reason, message: e.Message})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out
+}
+
+// machineStory prints the Machine's Events and conditions relative to
+// power-on: the boot's stages, and what is missing when a step fails.
+func machineStory(ctx context.Context, cs kubernetes.Interface, c client.Client, key client.ObjectKey, powerOn time.Time) string {
+	var b strings.Builder
+	for _, e := range machineEvents(ctx, cs, key) {
+		fmt.Fprintf(&b, "\n  %6.1f s  %-24s %s", e.at.Sub(powerOn).Seconds(), e.reason, e.message)
+	}
+	m := &kubefarmv1.Machine{}
+	if err := c.Get(ctx, key, m); err == nil {
+		for _, cond := range m.Status.Conditions {
+			fmt.Fprintf(&b, "\n  %6.1f s  condition %s=%s (%s) %s", cond.LastTransitionTime.Sub(powerOn).Seconds(), cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+	}
+	return b.String()
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// execIn runs cmd in the pod's first container, as kubectl exec does.
+func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, cmd []string) (string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("%w (stderr %q)", err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// proxyTCP forwards connections from listen to target until stopped: the
+// loopback registry on the boot network's address.
+func proxyTCP(t *testing.T, listen, target string) func() {
+	t.Helper()
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("listening on %s: %v", listen, err)
+	}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return func() {
+		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Logf("closing the registry proxy: %v", err)
+		}
+	}
+}
+
+// deleteAndWait deletes obj and waits until the API no longer has it
+// (finalizers included), failing the test past timeout.
+func deleteAndWait(t *testing.T, c client.Client, obj client.Object, timeout time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("deleting %T %s: %v", obj, client.ObjectKeyFromObject(obj), err)
+		return
+	}
+	if err := pollErr(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(obj), obj)), nil
+	}); err != nil {
+		t.Errorf("%T %s still exists %s after its deletion", obj, client.ObjectKeyFromObject(obj), timeout)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
