@@ -161,6 +161,8 @@ func buildAddons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 	)
 
 	clusterRoleBindings = append(clusterRoleBindings, bootstrapClusterRoleBindings()...)
+	nr, nrb := nodeNetworkRBAC()
+	clusterRoles, clusterRoleBindings = append(clusterRoles, nr), append(clusterRoleBindings, nrb)
 	r, rb := clusterInfoRBAC()
 	roles, roleBindings = append(roles, r), append(roleBindings, rb)
 	r, rb = kubeletConfigRBAC()

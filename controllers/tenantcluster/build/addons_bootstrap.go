@@ -57,6 +57,28 @@ func bootstrapClusterRoleBindings() []client.Object {
 	}
 }
 
+// NodeNetworkRole is the ClusterRole that lets nodes read every Node.
+const NodeNetworkRole = "kubefarm:node-network"
+
+// nodeNetworkRBAC lets the pod network daemon of the node image (flanneld,
+// run on the host with the kubelet's own credential) list and watch Nodes:
+// it learns every other node's pod subnet and address from their Node
+// objects to program host-gw routes. Since Kubernetes 1.32 the Node
+// authorizer (AuthorizeNodeWithSelectors) lets a node read only its own
+// Node, so without this flanneld never starts and the agent never verifies
+// the network. Reading is all it grants: writes to Nodes stay with the Node
+// authorizer and NodeRestriction (a node patches only its own Node and
+// cannot lift another node's taints or set its labels).
+func nodeNetworkRBAC() (*rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding) {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   clusterRoleMeta,
+		ObjectMeta: addonMeta("", NodeNetworkRole, nil),
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		},
+	}, clusterRoleBinding(NodeNetworkRole, NodeNetworkRole, groupSubject(groupNodes))
+}
+
 // getConfigMapRBAC is a Role allowing "get" of one ConfigMap by name (no
 // list or watch, so nothing else in the namespace is visible) and its
 // RoleBinding.

@@ -79,9 +79,11 @@ func names(objs []client.Object) []string {
 var (
 	namesBase = []string{
 		"Namespace kube-system",
+		"ClusterRole kubefarm:node-network",
 		"ClusterRoleBinding kubefarm:kubelet-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-certificate-rotation",
+		"ClusterRoleBinding kubefarm:node-network",
 		"Role kube-public/kubefarm:bootstrap-signer-clusterinfo",
 		"Role kube-system/kubefarm:kubelet-config",
 		"Role kube-system/kubefarm:token-issuer",
@@ -109,10 +111,12 @@ func TestAddonsOrderAndNames(t *testing.T) {
 	got := names(mustAddons(t, addonCluster(t), allAddons()))
 	want := []string{
 		"Namespace kube-system",
+		"ClusterRole kubefarm:node-network",
 		"ClusterRole kubefarm:coredns",
 		"ClusterRoleBinding kubefarm:kubelet-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-certificate-rotation",
+		"ClusterRoleBinding kubefarm:node-network",
 		"ClusterRoleBinding kubefarm:node-proxier",
 		"ClusterRoleBinding kubefarm:coredns",
 		"Role kube-public/kubefarm:bootstrap-signer-clusterinfo",
@@ -361,6 +365,13 @@ func TestBootstrapRBAC(t *testing.T) {
 		if b.RoleRef.Name != tc.role || b.RoleRef.Kind != "ClusterRole" || len(b.Subjects) != 1 || !hasSubject(b.Subjects, rbacv1.GroupKind, tc.group) {
 			t.Errorf("%s: roleRef %+v subjects %+v", tc.binding, b.RoleRef, b.Subjects)
 		}
+	}
+	// Nodes may read Nodes (flanneld's routes) and nothing more.
+	nb := findAddon[*rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding "+NodeNetworkRole)
+	nr := findAddon[*rbacv1.ClusterRole](t, objs, "ClusterRole "+NodeNetworkRole)
+	if nb.RoleRef.Name != NodeNetworkRole || len(nb.Subjects) != 1 || !hasSubject(nb.Subjects, rbacv1.GroupKind, "system:nodes") ||
+		!reflect.DeepEqual(nr.Rules, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}}) {
+		t.Errorf("%s: binding %+v rules %+v", NodeNetworkRole, nb, nr.Rules)
 	}
 	rb := findAddon[*rbacv1.RoleBinding](t, objs, "RoleBinding kube-system/kubefarm:kubelet-config")
 	if !hasSubject(rb.Subjects, rbacv1.GroupKind, "system:nodes") || !hasSubject(rb.Subjects, rbacv1.GroupKind, GroupBootstrappers) {
