@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
@@ -94,13 +95,69 @@ func (c *Cluster) Images() ([]Image, error) {
 			{Path: "/www/index.html", Content: "kubefarm-e2e\n"},
 		}},
 	)
-	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy"} {
+	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+KubernetesVersion, k, up(k)))
 	}
+	kubeProxy := bin("registry.k8s.io/kube-proxy:"+KubernetesVersion, "kube-proxy", up("kube-proxy"))
+	userland, err := iptablesFiles()
+	if err != nil {
+		return nil, err
+	}
+	kubeProxy.Files = append(kubeProxy.Files, userland...)
+	images = append(images, kubeProxy)
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
 	}
 	return images, nil
+}
+
+// iptablesFiles are the host's iptables userland (Debian's nft-backed
+// xtables-nft-multi, under the names kube-proxy runs, with its shared
+// libraries and match/target extensions) for the tenants' kube-proxy image.
+// The admin cluster runs kube-proxy on the host, where iptables is
+// installed; a tenant's runs as a pod on a netbooted node and, like the
+// upstream image, carries its own. Host and node image are both Debian
+// bookworm with the nft backend, so the rules land in the same tables.
+func iptablesFiles() ([]ImageFile, error) {
+	const multi = "/usr/sbin/xtables-nft-multi"
+	if _, err := os.Stat(multi); err != nil {
+		return nil, fmt.Errorf("the tenants' kube-proxy image needs the host's iptables (apt-get install iptables): %w", err)
+	}
+	var files []ImageFile
+	for _, name := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		// xtables-nft-multi chooses what to be by the name it runs as.
+		files = append(files, ImageFile{Path: "/usr/sbin/" + name, Source: multi, Mode: 0o755, HashContent: true})
+	}
+	out, err := exec.Command("ldd", multi).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", multi, err)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; vdso has no file.
+		fields := strings.Fields(line)
+		var lib string
+		switch {
+		case len(fields) >= 3 && fields[1] == "=>":
+			lib = fields[2]
+		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
+			lib = fields[0]
+		}
+		if lib != "" {
+			files = append(files, ImageFile{Path: lib, Source: lib, Mode: 0o755, HashContent: true})
+		}
+	}
+	const ext = "/usr/lib/x86_64-linux-gnu/xtables"
+	entries, err := os.ReadDir(ext)
+	if err != nil {
+		return nil, fmt.Errorf("iptables extensions: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".so") {
+			files = append(files, ImageFile{Path: ext + "/" + e.Name(), Source: filepath.Join(ext, e.Name()), Mode: 0o644, HashContent: true})
+		}
+	}
+	return files, nil
 }
 
 // ProjectImages are the project's own images: kubefarm-manager and
