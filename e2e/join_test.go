@@ -295,7 +295,9 @@ func TestNodeJoin(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{NodeName: hostname, Containers: []corev1.Container{{
 				Name: "httpd", Image: cluster.BusyboxImage,
-				Command: []string{"sh", "-c", "mkdir -p /www && echo served-by-kubefarm-node > /www/index.html && echo web-up && exec httpd -f -p 8080 -h /www"},
+				// The e2e busybox image is /bin/busybox alone: applets by
+				// their full invocation.
+				Command: []string{"/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /srv && echo served-by-kubefarm-node > /srv/index.html && echo web-up && exec /bin/busybox httpd -f -p 8080 -h /srv"},
 			}}},
 		}
 		svc := &corev1.Service{
@@ -305,6 +307,7 @@ func TestNodeJoin(t *testing.T) {
 		}
 		clientPod := testPod("client")
 		clientPod.Spec.NodeName = hostname
+		clientPod.Spec.Containers[0].Command = []string{"/bin/busybox", "sleep", "3600"}
 		for _, create := range []func() error{
 			func() error {
 				_, err := tenant.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{})
@@ -348,17 +351,19 @@ func TestNodeJoin(t *testing.T) {
 			t.Fatalf("kubectl logs web: %v (last: %q, %v)", err, logs, err)
 		}
 
-		// exec: wget the ClusterIP from the other pod, through kube-proxy's
-		// rules on the node.
+		// exec: an HTTP GET of the ClusterIP from the other pod, through
+		// kube-proxy's rules on the node (written through nc: busybox's
+		// static wget crashes in glibc's static NSS).
 		var out string
+		get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + s.Spec.ClusterIP + " 80"
 		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-			out, err = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"wget", "-q", "-O-", "-T", "5", "http://" + s.Spec.ClusterIP + "/"})
+			out, err = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
 			return err == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
 		})
 		if err != nil {
-			t.Fatalf("exec wget http://%s/ in pod client: %v (output %q)", s.Spec.ClusterIP, err, out)
+			t.Fatalf("exec %q in pod client: %v (output %q)", get, err, out)
 		}
-		t.Logf("through Konnectivity: logs %q; exec wget of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, strings.TrimSpace(out))
+		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
 	})
 
 	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {
@@ -594,6 +599,11 @@ func deleteAndWait(t *testing.T, c client.Client, obj client.Object, timeout tim
 	}); err != nil {
 		t.Errorf("%T %s still exists %s after its deletion", obj, client.ObjectKeyFromObject(obj), timeout)
 	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func tail(s string, n int) string {
