@@ -125,8 +125,9 @@ func iptablesFiles() ([]ImageFile, error) {
 	}
 	var files []ImageFile
 	for _, name := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		// xtables-nft-multi chooses what to be by the name it runs as.
-		files = append(files, ImageFile{Path: "/usr/sbin/" + name, Source: multi, Mode: 0o755, HashContent: true})
+		// xtables-nft-multi chooses what to be by the name it runs as; in
+		// /usr/bin, which is on the e2e images' PATH (registry.go).
+		files = append(files, ImageFile{Path: "/usr/bin/" + name, Source: multi, Mode: 0o755, HashContent: true})
 	}
 	out, err := exec.Command("ldd", multi).Output()
 	if err != nil {
