@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -110,15 +111,32 @@ func (c *Cluster) cleanupNetwork() {
 	// containerd names pod network namespaces cni-<uuid> under /var/run/netns.
 	// Boot network clients of the scenarios are named BootNetnsPrefix-*;
 	// deleting one deletes its veth pair.
-	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
+	// A pod namespace can be mounted twice: on the folder and, when the
+	// folder was bind mounted onto itself after the pod started (as the
+	// first `ip netns add` does; sharedNetnsDir prevents it for clusters
+	// brought up since), underneath it too, where unlink fails with EBUSY.
+	// Then the folder's own bind mount goes, and the round is repeated on
+	// what it hid.
+	for round := 0; round < 3; round++ {
+		busy := false
+		entries, err := os.ReadDir(NetnsDir)
+		if err != nil {
+			break
+		}
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), "cni-") {
-				p := filepath.Join("/var/run/netns", e.Name())
-				_ = unix.Unmount(p, unix.MNT_DETACH)
-				_ = os.Remove(p)
+				p := filepath.Join(NetnsDir, e.Name())
+				for unix.Unmount(p, unix.MNT_DETACH) == nil {
+				}
+				if err := os.Remove(p); errors.Is(err, unix.EBUSY) {
+					busy = true
+				}
 			} else if strings.HasPrefix(e.Name(), BootNetnsPrefix) {
 				_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
 			}
+		}
+		if !busy || unix.Unmount(NetnsDir, unix.MNT_DETACH) != nil {
+			break
 		}
 	}
 	for _, link := range bootVeths() {

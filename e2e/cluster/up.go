@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -225,6 +226,9 @@ conntrack: {maxPerCore: 0}
 }
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
+	if err := sharedNetnsDir(); err != nil {
+		return err
+	}
 	if err := c.start("containerd", []string{"containerd", "--config", c.path("containerd", "config.toml")}); err != nil {
 		return err
 	}
@@ -232,6 +236,33 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		_, err := os.Stat(c.containerdSocket())
 		return err == nil, nil
 	})
+}
+
+// NetnsDir is where containerd and `ip netns` both keep network namespaces.
+const NetnsDir = "/var/run/netns"
+
+// sharedNetnsDir makes NetnsDir a shared mount point before containerd
+// puts pod network namespaces there, as `ip netns add` does on first use.
+// Otherwise the scenarios' first `ip netns add` does it later: it bind
+// mounts the folder onto itself, and every pod namespace mounted before
+// stays mounted underneath, so containerd's unlink of it fails with EBUSY
+// and those pods never finish terminating (seen in the e2e join: a deleted
+// tenant's pods Terminating for good, their cni-* namespaces left behind).
+func sharedNetnsDir() error {
+	if err := os.MkdirAll(NetnsDir, 0o755); err != nil {
+		return err
+	}
+	// EINVAL: not a mount point yet.
+	if err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err == nil {
+		return nil
+	}
+	if err := unix.Mount(NetnsDir, NetnsDir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind mounting %s onto itself: %w", NetnsDir, err)
+	}
+	if err := unix.Mount("", NetnsDir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", NetnsDir, err)
+	}
+	return nil
 }
 
 func (c *Cluster) startEtcd(ctx context.Context) error {
