@@ -194,7 +194,7 @@ func chain(args []string) error {
 	types := fs.String("types", "", "the types the entries must have, in order, comma separated (optional)")
 	fs.Parse(args)
 	if *conflist == "" || *out == "" || fs.NArg() == 0 {
-		return fmt.Errorf("usage: nodeimage chain -conflist FILE -o FILE [-types T1,T2] ENTRY.json...")
+		return errors.New("usage: nodeimage chain -conflist FILE -o FILE [-types T1,T2] ENTRY.json (one or more)")
 	}
 	conf, err := os.ReadFile(*conflist)
 	if err != nil {
