@@ -38,9 +38,6 @@ type Layout struct {
 // Default is the node image's layout (images/node: ConflistPath, CNIBinDir).
 var Default = Layout{Conflist: nodeimage.ConflistPath, BinDir: nodeimage.CNIBinDir}
 
-// maxConflist bounds the conflist read; the image's is under 1 KiB.
-const maxConflist = 1 << 20
-
 // ReadExpected reads what the image records of its CNI chain: a JSON
 // object with a "cni" member in the shape of the image manifest's
 // (nodeimage.CNI), which the whole manifest.json also is.
@@ -90,10 +87,10 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 		return fail("conflist /%s has sha256 %s, the image records %s", l.Conflist, got, want.ConflistSHA256)
 	}
 	b, err := os.ReadFile(conf)
-	if err != nil || len(b) > maxConflist {
+	if err != nil || len(b) > nodeimage.MaxConflistSize {
 		return fail("conflist /%s: cannot read it whole", l.Conflist)
 	}
-	named, err := PluginTypes(b)
+	named, err := nodeimage.ConflistTypes(b)
 	if err != nil {
 		return fail("conflist /%s: %v", l.Conflist, err)
 	}
@@ -113,7 +110,7 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 	}
 	sort.Strings(plugins)
 	for _, p := range plugins {
-		if p == "" || strings.ContainsAny(p, "/\\") || p == "." || p == ".." {
+		if nodeimage.PluginName(p) != nil {
 			return fail("conflist /%s names plugin type %q, which is no file name", l.Conflist, p)
 		}
 		bin := filepath.Join(root, l.BinDir, p)
@@ -132,53 +129,4 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 		}
 	}
 	return Verdict{OK: true, Reason: fmt.Sprintf("/%s is first in /%s with the image's sha256; plugins %s present", l.Conflist, strings.TrimSuffix(confDir, "/"), strings.Join(plugins, ", "))}
-}
-
-// PluginTypes lists the plugin binaries a conflist names: each plugin's
-// type, its ipam type, and for a plugin that delegates (flannel) the
-// delegate's type and ipam type. flannel's defaults (bridge, host-local)
-// are not spelled in the file; the image's record covers them.
-func PluginTypes(conflist []byte) ([]string, error) {
-	type ipam struct {
-		Type string `json:"type"`
-	}
-	type plugin struct {
-		Type     string `json:"type"`
-		IPAM     *ipam  `json:"ipam"`
-		Delegate *struct {
-			Type string `json:"type"`
-			IPAM *ipam  `json:"ipam"`
-		} `json:"delegate"`
-	}
-	var c struct {
-		Plugins []plugin `json:"plugins"`
-	}
-	if err := json.Unmarshal(conflist, &c); err != nil {
-		return nil, fmt.Errorf("not a JSON conflist: %v", err)
-	}
-	if len(c.Plugins) == 0 {
-		return nil, fmt.Errorf("no plugins")
-	}
-	var out []string
-	add := func(t string) {
-		if t != "" {
-			out = append(out, t)
-		}
-	}
-	for i, p := range c.Plugins {
-		if p.Type == "" {
-			return nil, fmt.Errorf("plugins[%d] has no type", i)
-		}
-		add(p.Type)
-		if p.IPAM != nil {
-			add(p.IPAM.Type)
-		}
-		if d := p.Delegate; d != nil {
-			add(d.Type)
-			if d.IPAM != nil {
-				add(d.IPAM.Type)
-			}
-		}
-	}
-	return out, nil
 }

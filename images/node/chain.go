@@ -154,8 +154,8 @@ func PluginName(t string) error {
 // ConflistTypes lists the plugin binaries a conflist's chain runs, each
 // once, in order: each plugin's type and ipam type, and a delegate's type
 // and ipam type (flannel's; its defaults, bridge and host-local, are not in
-// the file). It is what agent/cnicheck finds in the conflist, with every
-// name checked by PluginName.
+// the file). The names are as the file spells them: callers that turn one
+// into a path check it with PluginName first.
 func ConflistTypes(conflist []byte) ([]string, error) {
 	type ipam struct {
 		Type string `json:"type"`
@@ -177,35 +177,23 @@ func ConflistTypes(conflist []byte) ([]string, error) {
 		return nil, fmt.Errorf("conflist has no plugins")
 	}
 	var out []string
-	seen := map[string]bool{}
-	add := func(t string) error {
-		if t == "" || seen[t] {
-			return nil
+	add := func(t string) {
+		if t != "" && !slices.Contains(out, t) {
+			out = append(out, t)
 		}
-		if err := PluginName(t); err != nil {
-			return err
-		}
-		seen[t] = true
-		out = append(out, t)
-		return nil
 	}
 	for i, p := range c.Plugins {
 		if p.Type == "" {
 			return nil, fmt.Errorf("plugins[%d] has no type", i)
 		}
-		names := []string{p.Type}
+		add(p.Type)
 		if p.IPAM != nil {
-			names = append(names, p.IPAM.Type)
+			add(p.IPAM.Type)
 		}
 		if d := p.Delegate; d != nil {
-			names = append(names, d.Type)
+			add(d.Type)
 			if d.IPAM != nil {
-				names = append(names, d.IPAM.Type)
-			}
-		}
-		for _, n := range names {
-			if err := add(n); err != nil {
-				return nil, fmt.Errorf("plugins[%d]: %w", i, err)
+				add(d.IPAM.Type)
 			}
 		}
 	}
@@ -265,6 +253,9 @@ func chainTypes(conflist []byte) ([]string, error) {
 	}
 	out := append([]string(nil), CNIChainPlugins...)
 	for _, n := range named {
+		if err := PluginName(n); err != nil {
+			return nil, err
+		}
 		if !slices.Contains(CNIChainPlugins, n) {
 			out = append(out, n)
 		}
