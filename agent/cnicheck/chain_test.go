@@ -41,15 +41,7 @@ func TestChainedMeshPlugin(t *testing.T) {
 	build := func(t *testing.T) (string, nodeimage.CNI) {
 		t.Helper()
 		r := t.TempDir()
-		write := func(rel string, data []byte, mode os.FileMode) {
-			p := filepath.Join(r, rel)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, data, mode); err != nil {
-				t.Fatal(err)
-			}
-		}
+		write := func(rel string, data []byte, mode os.FileMode) { writeFile(t, r, rel, data, mode) }
 		for _, p := range nodeimage.CNIChainPlugins {
 			write(filepath.Join(nodeimage.CNIBinDir, p), []byte("#!/bin/true "+p+"\n"), 0o755)
 		}

@@ -33,20 +33,24 @@ func hexsum(b []byte) string {
 	return hex.EncodeToString(s[:])
 }
 
+// writeFile writes data at rel under root, making its folders.
+func writeFile(t *testing.T, root, rel string, data []byte, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // root builds a node root with the chain and returns it and what the
 // image records of it.
 func root(t *testing.T, conf string, extra ...string) (string, nodeimage.CNI) {
 	t.Helper()
 	r := t.TempDir()
-	write := func(rel string, data []byte, mode os.FileMode) {
-		p := filepath.Join(r, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(rel string, data []byte, mode os.FileMode) { writeFile(t, r, rel, data, mode) }
 	want := nodeimage.CNI{Conflist: "/" + nodeimage.ConflistPath, ConflistSHA256: hexsum([]byte(conf)), Plugins: map[string]string{}}
 	write(nodeimage.ConflistPath, []byte(conf), 0o644)
 	for _, p := range nodeimage.CNIChainPlugins {
