@@ -27,8 +27,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,17 +129,22 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	defer store.Close()
 
-	eventSink, stopEvents, err := machineEvents(ctx, cfg, scheme, c, o)
+	// One broadcaster (one client, one bounded queue) for every Event this
+	// replica writes: Machines' boot stages and BootImages' checks.
+	var recorder record.EventRecorder
+	if o.eventInterval > 0 || o.verifyImages {
+		rec, stopEvents, err := events.StartAPI(cfg, scheme, o.nodeName)
+		if err != nil {
+			return err
+		}
+		defer stopEvents()
+		recorder = rec
+	}
+	eventSink := machineEvents(ctx, recorder, c, o)
+	imageCheck, err := bootImageCheck(recorder, c, writer, store, o, log)
 	if err != nil {
 		return err
 	}
-	defer stopEvents()
-
-	imageCheck, stopImageEvents, err := bootImageCheck(cfg, scheme, c, writer, store, o, log)
-	if err != nil {
-		return err
-	}
-	defer stopImageEvents()
 
 	var synced sync.Once
 	ready := make(chan struct{})
@@ -341,40 +346,29 @@ func joinTokens(ctx context.Context, c cache.Cache, o options, log logr.Logger) 
 }
 
 // bootImageCheck is the BootImage controller of --verify-images (nil
-// without it), recording its events through a broadcaster of its own, and
-// what stops that broadcaster. It is built before the cache starts and
-// started after it synced.
-func bootImageCheck(cfg *rest.Config, scheme *k8sruntime.Scheme, c cache.Cache, writer client.Client, store *httpboot.Store,
-	o options, log logr.Logger) (controller.Controller, func(), error) {
+// without it), recording its events through rec. It is built before the
+// cache starts and started after it synced.
+func bootImageCheck(rec record.EventRecorder, c cache.Cache, writer client.Client, store *httpboot.Store,
+	o options, log logr.Logger) (controller.Controller, error) {
 	if !o.verifyImages {
 		log.Info("--verify-images=false: artifacts are fetched when a machine first asks for them")
-		return nil, func() {}, nil
-	}
-	rec, stop, err := events.StartAPI(cfg, scheme, o.nodeName)
-	if err != nil {
-		return nil, nil, err
+		return nil, nil
 	}
 	ctl, err := imagecheck.New(c, &imagecheck.Reconciler{Reader: c, Client: writer, Store: store, Recorder: imagecheck.CoreRecorder(rec)},
 		imagecheck.Options{}, log.WithName("imagecheck"))
 	if err != nil {
-		stop()
-		return nil, nil, fmt.Errorf("bootimage check: %w", err)
+		return nil, fmt.Errorf("bootimage check: %w", err)
 	}
-	return ctl, stop, nil
+	return ctl, nil
 }
 
 // machineEvents is the sink of the Events on Machines (nil with
-// --event-interval 0) and what stops it. Events go through client-go's
-// broadcaster: throttled per machine before, queued (bounded, dropping) and
-// aggregated after, so a boot storm or a slow API server never delays an
-// answer.
-func machineEvents(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Scheme, c cache.Cache, o options) (events.Sink, func(), error) {
+// --event-interval 0) over rec, client-go's broadcaster: throttled per
+// machine before, queued (bounded, dropping) and aggregated after, so a
+// boot storm or a slow API server never delays an answer.
+func machineEvents(ctx context.Context, rec record.EventRecorder, c cache.Cache, o options) events.Sink {
 	if o.eventInterval <= 0 {
-		return nil, func() {}, nil
-	}
-	rec, stop, err := events.StartAPI(cfg, scheme, o.nodeName)
-	if err != nil {
-		return nil, nil, err
+		return nil
 	}
 	return events.New(rec, events.Config{Interval: o.eventInterval, UID: func(ns, name string) (types.UID, bool) {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -384,5 +378,5 @@ func machineEvents(ctx context.Context, cfg *rest.Config, scheme *k8sruntime.Sch
 			return "", false
 		}
 		return m.UID, true
-	}}), stop, nil
+	}})
 }
