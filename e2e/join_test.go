@@ -6,10 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,11 +73,11 @@ func TestNodeJoin(t *testing.T) {
 	_, cs, c := adminClients(t)
 
 	const (
-		serverIP = "10.123.0.1"
+		serverIP = cluster.BootIP
 		mac      = "52:54:00:7b:00:3d"
 		ip       = "10.123.0.61"
 		hostname = "join-e2e-1"
-		mirror   = "10.123.0.1:5002"
+		mirror   = cluster.BootRegistryAddr
 		tap      = cluster.BootVethPrefix + "-vm0"
 	)
 
@@ -125,12 +122,6 @@ func TestNodeJoin(t *testing.T) {
 		t.Fatalf("creating the BootImage: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), img) })
-
-	// The registry as the boot network sees it: the node pulls the
-	// tenant's images (kube-proxy, konnectivity-agent, busybox) through
-	// the pool's registry mirrors.
-	stopProxy := proxyTCP(t, mirror, cluster.RegistryAddr)
-	t.Cleanup(stopProxy)
 
 	pool := &kubefarmv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers"},
@@ -548,41 +539,6 @@ func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, 
 		return stdout.String(), fmt.Errorf("%w (stderr %q)", err, stderr.String())
 	}
 	return stdout.String(), nil
-}
-
-// proxyTCP forwards connections from listen to target until stopped: the
-// loopback registry on the boot network's address.
-func proxyTCP(t *testing.T, listen, target string) func() {
-	t.Helper()
-	l, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Fatalf("listening on %s: %v", listen, err)
-	}
-	go func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	return func() {
-		if err := l.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Logf("closing the registry proxy: %v", err)
-		}
-	}
 }
 
 // deleteAndWait deletes obj and waits until the API no longer has it

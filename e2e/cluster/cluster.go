@@ -52,7 +52,12 @@ const (
 	BootBridge = "kfboot0"
 	// RegistryAddr is the local registry's loopback address.
 	RegistryAddr = "127.0.0.1:5001"
-	BootCIDR     = "10.123.0.1/24"
+	// BootIP is the host's address on the boot network (kubefarm-pxe's).
+	BootIP   = "10.123.0.1"
+	BootCIDR = BootIP + "/24"
+	// BootRegistryAddr is the same registry as the boot network reaches
+	// it: netbooted nodes pull through it (a NodePool's registryMirrors).
+	BootRegistryAddr = BootIP + ":5002"
 	// BootNetnsPrefix names the network namespaces of test clients on the
 	// boot network; Down removes any left over, and their host-side veths
 	// (BootVethPrefix) with them.

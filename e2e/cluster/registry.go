@@ -25,15 +25,20 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// ServeRegistry runs an OCI registry on addr with blobs on disk under dir.
-// It is the `registry` subcommand of cmd/e2e-cluster, started by Up.
-func ServeRegistry(addr, dir string) error {
+// ServeRegistry runs an OCI registry on each of addrs with blobs on disk
+// under dir, until one listener fails. It is the `registry` subcommand of
+// cmd/e2e-cluster, started by Up.
+func ServeRegistry(dir string, addrs ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	handler := registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)))
-	srv := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	return srv.ListenAndServe()
+	errs := make(chan error, len(addrs))
+	for _, a := range addrs {
+		srv := &http.Server{Addr: a, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errs <- fmt.Errorf("registry on %s: %w", a, srv.ListenAndServe()) }()
+	}
+	return <-errs
 }
 
 func (c *Cluster) startRegistry(ctx context.Context) error {
@@ -41,10 +46,15 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.start("registry", []string{self, "registry", "--addr", c.RegistryAddr, "--dir", c.path("registry")}); err != nil {
+	if err := c.start("registry", []string{self, "registry", "--addr", c.RegistryAddr, "--addr", BootRegistryAddr, "--dir", c.path("registry")}); err != nil {
 		return err
 	}
-	return c.waitHTTP(ctx, "registry", "http://"+c.RegistryAddr+"/v2/", nil)
+	for _, a := range []string{c.RegistryAddr, BootRegistryAddr} {
+		if err := c.waitHTTP(ctx, "registry", "http://"+a+"/v2/", nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ImageFile is one file of an image layer.

@@ -39,10 +39,14 @@ func main() {
 		err = images(os.Args[2:])
 	case "registry":
 		fs := flag.NewFlagSet("registry", flag.ExitOnError)
-		addr := fs.String("addr", "127.0.0.1:5001", "listen address (loopback)")
+		var addrs stringList
+		fs.Var(&addrs, "addr", "listen address; repeat for more (the loopback one, the boot network's)")
 		dir := fs.String("dir", "", "blob directory")
 		_ = fs.Parse(os.Args[2:])
-		err = cluster.ServeRegistry(*addr, *dir)
+		if len(addrs) == 0 {
+			addrs = stringList{"127.0.0.1:5001"}
+		}
+		err = cluster.ServeRegistry(*dir, addrs...)
 	case "dns":
 		fs := flag.NewFlagSet("dns", flag.ExitOnError)
 		addr := fs.String("addr", "", "listen address (the node's address, port 53)")
@@ -212,3 +216,9 @@ func certManagerCRDs(root string) (string, error) {
 	}
 	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds"), nil
 }
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
