@@ -176,8 +176,8 @@ func Render(in Input) (Result, error) {
 // here: the configuration came over the network, and a registry name
 // becomes a folder name.
 var (
-	registryRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$`)
-	endpointRE = regexp.MustCompile(`^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?/?$`)
+	registryRE = regexp.MustCompile(kubefarmv1.RegistryPattern)
+	endpointRE = regexp.MustCompile(kubefarmv1.MirrorEndpointPattern)
 )
 
 // containerdHosts is one registry's hosts.toml: the mirrors in order, for
@@ -186,8 +186,8 @@ func containerdHosts(m kubefarmv1.RegistryMirror) ([]byte, error) {
 	if len(m.Registry) > 253 || !registryRE.MatchString(m.Registry) || strings.Contains(m.Registry, "..") {
 		return nil, fmt.Errorf("registry %q is not a host name with an optional port", m.Registry)
 	}
-	if len(m.Endpoints) == 0 || len(m.Endpoints) > 4 {
-		return nil, fmt.Errorf("registry %s: 1 to 4 endpoints, not %d", m.Registry, len(m.Endpoints))
+	if len(m.Endpoints) == 0 || len(m.Endpoints) > kubefarmv1.MaxMirrorEndpoints {
+		return nil, fmt.Errorf("registry %s: 1 to %d endpoints, not %d", m.Registry, kubefarmv1.MaxMirrorEndpoints, len(m.Endpoints))
 	}
 	var b bytes.Buffer
 	// docker.io's images live at registry-1.docker.io.

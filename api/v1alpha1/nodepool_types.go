@@ -232,6 +232,15 @@ type DHCPOption struct {
 	Value string `json:"value"`
 }
 
+// The patterns of RegistryMirror's markers below, for the code that checks
+// a mirror again where it arrives over the network (kubefarm-agent).
+// TestRegistryMirrorPatterns keeps them equal to the generated CRD's.
+const (
+	RegistryPattern       = `^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?$`
+	MirrorEndpointPattern = `^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?/?$`
+	MaxMirrorEndpoints    = 4
+)
+
 // RegistryMirror is where a node pulls one registry's images from.
 type RegistryMirror struct {
 	// Registry as images name it: a host name with an optional port, such
