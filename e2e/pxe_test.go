@@ -19,7 +19,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -225,15 +224,9 @@ func TestPXE(t *testing.T) {
 	t.Run("Offered and Acked Events on the Machine", func(t *testing.T) {
 		var reasons map[string]int
 		err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			events, err := cs.CoreV1().Events(ns.Name).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
-				"involvedObject.kind": "Machine", "involvedObject.name": machine.Name,
-			}.String()})
-			if err != nil {
-				return false, nil
-			}
 			reasons = map[string]int{}
-			for _, e := range events.Items {
-				reasons[e.Reason]++
+			for _, e := range machineEvents(ctx, cs, client.ObjectKeyFromObject(machine)) {
+				reasons[e.reason]++
 			}
 			return reasons["Offered"] > 0 && reasons["Acked"] > 0, nil
 		})
