@@ -200,6 +200,24 @@ func ConflistTypes(conflist []byte) ([]string, error) {
 	return out, nil
 }
 
+// conflistChain is the plugin types of the conflist's chain, in order (the
+// top level of "plugins"; ConflistTypes also lists what they delegate to).
+func conflistChain(conflist []byte) ([]string, error) {
+	var c struct {
+		Plugins []struct {
+			Type string `json:"type"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(conflist, &c); err != nil {
+		return nil, fmt.Errorf("not a JSON conflist: %v", err)
+	}
+	out := make([]string, 0, len(c.Plugins))
+	for _, p := range c.Plugins {
+		out = append(out, p.Type)
+	}
+	return out, nil
+}
+
 type member struct {
 	key   string
 	value json.RawMessage

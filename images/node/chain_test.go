@@ -155,6 +155,12 @@ func TestCNIFromRootChained(t *testing.T) {
 	if c2.ChainSHA256 == c.ChainSHA256 || c2.ConflistSHA256 == c.ConflistSHA256 {
 		t.Error("chaining a plugin did not change the record's hashes")
 	}
+	if got := strings.Join(c2.ConflistPlugins, ","); got != "flannel,portmap,bandwidth,istio-cni" {
+		t.Errorf("chained image's conflist plugins %s", got)
+	}
+	if got := strings.Join(c.ConflistPlugins, ","); got != strings.Join(nodeimage.ConflistPlugins, ",") {
+		t.Errorf("plain image's conflist plugins %s, want the recipe's", got)
+	}
 	if !strings.Contains(nodeimage.ChainText(c2.ConflistSHA256, c2.Plugins), "\nistio-cni ") {
 		t.Error("chain text has no istio-cni line")
 	}

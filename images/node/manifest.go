@@ -39,8 +39,10 @@ const CNIBinDir = "usr/lib/cni"
 // every sandbox.
 var CNIChainPlugins = []string{"bandwidth", "bridge", "flannel", "host-local", "loopback", "portmap"}
 
-// ConflistPlugins are the plugin types of the conflist, in its order (a
-// test reads rootfs/ to keep them equal); a BootImage records them.
+// ConflistPlugins are the plugin types of the recipe's conflist, in its
+// order (a test reads rootfs/ to keep them equal): the BootImage's
+// spec.cni.plugins for a manifest written before it recorded its own
+// (CNI.ConflistPlugins).
 var ConflistPlugins = []string{"flannel", "portmap", "bandwidth"}
 
 // Manifest describes one built node image. build.sh writes it as
@@ -93,6 +95,9 @@ type CNI struct {
 	Plugins map[string]string `json:"plugins"`
 	// ChainSHA256 is the CNI chain hash: sha256 of ChainText.
 	ChainSHA256 string `json:"chainSha256"`
+	// ConflistPlugins are the plugin types of the conflist's chain, in its
+	// order, chained ones included: the BootImage's spec.cni.plugins.
+	ConflistPlugins []string `json:"conflistPlugins,omitempty"`
 }
 
 // File is one artifact.
@@ -145,6 +150,9 @@ func CNIFromRoot(root string) (CNI, error) {
 	c.ConflistSHA256 = hex.EncodeToString(sum[:])
 	plugins, err := chainTypes(conf)
 	if err != nil {
+		return c, fmt.Errorf("%s: %w", ConflistPath, err)
+	}
+	if c.ConflistPlugins, err = conflistChain(conf); err != nil {
 		return c, fmt.Errorf("%s: %w", ConflistPath, err)
 	}
 	for _, p := range plugins {

@@ -147,6 +147,10 @@ func (a *OCIArtifact) BootImage(objName, repository string) *kubefarmv1.BootImag
 	art := func(f string) kubefarmv1.Artifact {
 		return kubefarmv1.Artifact{Digest: "sha256:" + m.Artifacts[f].SHA256}
 	}
+	plugins := m.CNI.ConflistPlugins
+	if len(plugins) == 0 {
+		plugins = ConflistPlugins
+	}
 	return &kubefarmv1.BootImage{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubefarmv1.GroupVersion.String(), Kind: "BootImage"},
 		ObjectMeta: metav1.ObjectMeta{Name: objName, Annotations: map[string]string{
@@ -160,7 +164,7 @@ func (a *OCIArtifact) BootImage(objName, repository string) *kubefarmv1.BootImag
 			Rootfs:         art(Rootfs),
 			KubeletVersion: m.Kubelet.Version,
 			CNI: kubefarmv1.CNIChain{
-				Plugins:        ConflistPlugins,
+				Plugins:        plugins,
 				ConflistDigest: "sha256:" + m.CNI.ConflistSHA256,
 			},
 		},
