@@ -299,60 +299,58 @@ func TestNodeJoin(t *testing.T) {
 		clientPod := testPod("client")
 		clientPod.Spec.NodeName = hostname
 		clientPod.Spec.Containers[0].Command = []string{"/bin/busybox", "sleep", "3600"}
-		for _, create := range []func() error{
-			func() error {
-				_, err := tenant.CoreV1().Pods("default").Create(ctx, web, metav1.CreateOptions{})
-				return err
-			},
-			func() error {
-				_, err := tenant.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
-				return err
-			},
-			func() error {
-				_, err := tenant.CoreV1().Pods("default").Create(ctx, clientPod, metav1.CreateOptions{})
-				return err
-			},
-		} {
-			if err := create(); err != nil {
-				t.Fatal(err)
-			}
+		pods := tenant.CoreV1().Pods("default")
+		if _, err := pods.Create(ctx, web, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := tenant.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pods.Create(ctx, clientPod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
 		for _, name := range []string{"web", "client"} {
+			var p *corev1.Pod
 			err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
-				p, err := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+				got, err := pods.Get(ctx, name, metav1.GetOptions{})
+				if err == nil {
+					p = got
+				}
 				return err == nil && podReady(p), nil
 			})
 			if err != nil {
-				p, _ := tenant.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
-				t.Fatalf("pod %s never ran on %s: %v; status %+v%s", name, hostname, err, p.Status, story())
+				var status any
+				if p != nil {
+					status = p.Status
+				}
+				t.Fatalf("pod %s never ran on %s: %v; status %+v%s", name, hostname, err, status, story())
 			}
-		}
-		s, err := tenant.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
 		}
 
 		// logs: kubelet's /containerLogs, reached by the API server.
 		var logs []byte
+		var logsErr error
 		err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-			logs, err = tenant.CoreV1().Pods("default").GetLogs("web", &corev1.PodLogOptions{}).DoRaw(ctx)
-			return err == nil && bytes.Contains(logs, []byte("web-up")), nil
+			logs, logsErr = pods.GetLogs("web", &corev1.PodLogOptions{}).DoRaw(ctx)
+			return logsErr == nil && bytes.Contains(logs, []byte("web-up")), nil
 		})
 		if err != nil {
-			t.Fatalf("kubectl logs web: %v (last: %q, %v)", err, logs, err)
+			t.Fatalf("kubectl logs web: %v (last answer %q, %v)", err, logs, logsErr)
 		}
 
 		// exec: an HTTP GET of the ClusterIP from the other pod, through
 		// kube-proxy's rules on the node (written through nc: busybox's
 		// static wget crashes in glibc's static NSS).
 		var out string
+		var execErr error
 		get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + s.Spec.ClusterIP + " 80"
 		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-			out, err = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
-			return err == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
+			out, execErr = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
+			return execErr == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
 		})
 		if err != nil {
-			t.Fatalf("exec %q in pod client: %v (output %q)", get, err, out)
+			t.Fatalf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
 		}
 		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
 	})
