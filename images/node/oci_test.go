@@ -144,22 +144,7 @@ func TestOCIArtifactRefusesAChangedFile(t *testing.T) {
 
 // TestConflistPlugins keeps ConflistPlugins equal to the image's conflist.
 func TestConflistPlugins(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("rootfs", nodeimage.ConflistPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c struct {
-		Plugins []struct {
-			Type string `json:"type"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, p := range c.Plugins {
-		got = append(got, p.Type)
-	}
+	got := chainTypesOf(t, recipeConflist(t))
 	if strings.Join(got, ",") != strings.Join(nodeimage.ConflistPlugins, ",") {
 		t.Fatalf("conflist plugins %v, ConflistPlugins %v", got, nodeimage.ConflistPlugins)
 	}
