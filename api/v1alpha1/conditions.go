@@ -14,8 +14,7 @@ const (
 	ConditionAddonsReady       = "AddonsReady"
 
 	// NodePool conditions.
-	ConditionMachinesReady  = "MachinesReady"
-	ConditionRolloutHealthy = "RolloutHealthy"
+	ConditionMachinesReady = "MachinesReady"
 
 	// Machine conditions.
 	ConditionBooted    = "Booted"
@@ -26,6 +25,26 @@ const (
 	// write, so it always refers to that boot). Only when it is True may
 	// the manager lift kubefarm.io/network-unavailable from the node.
 	ConditionNetworkVerified = "NetworkVerified"
+	// ConditionRebootRequired is kubefarm-agent's signal that the running
+	// boot should be replaced by a pristine one of the same image (an
+	// interactive login some time ago, /run/reboot-required). kubefarm-pxe
+	// writes it from the agent's heartbeat; the message names the boot ID
+	// it was raised in, and a new boot clears it. The rollout controller
+	// reboots such machines through the same budget and windows as an
+	// image change.
+	ConditionRebootRequired = "RebootRequired"
+
+	// NodePool rollout conditions, written by the rollout controller.
+	// Progressing: machine updates are in flight or waiting for budget.
+	ConditionProgressing = "Progressing"
+	// Paused: spec.rollout.paused holds new updates back.
+	ConditionPaused = "Paused"
+	// Halted: failed updates exceeded spec.rollout.failureBudget; no new
+	// update starts until an operator retries (see AnnotationRolloutRetry).
+	ConditionHalted = "Halted"
+	// Complete: every machine is served the pool's image and booted it, and
+	// none asks for a reboot.
+	ConditionComplete = "Complete"
 
 	// BootImage conditions.
 	ConditionArtifactsVerified = "ArtifactsVerified"

@@ -49,6 +49,33 @@ type MachineSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	DesiredImage string `json:"desiredImage"`
+
+	// Power is how the rollout controller power-cycles the machine when
+	// kubefarm-agent does not reboot it, from the pool's entry.
+	// +optional
+	Power *PowerSpec `json:"power,omitempty"`
+}
+
+// PowerDriver names a way to power-cycle a machine.
+// +kubebuilder:validation:Enum=qmp
+type PowerDriver string
+
+// PowerQMP is QEMU's machine protocol: the test farm's qemu machines, and
+// any lab of virtual machines. A BMC driver (Redfish) is the next one.
+const PowerQMP PowerDriver = "qmp"
+
+// PowerSpec is a machine's power control.
+type PowerSpec struct {
+	// Driver of the power control.
+	// +required
+	Driver PowerDriver `json:"driver"`
+
+	// Address of the control endpoint as the manager reaches it: for qmp,
+	// tcp://host:port or unix:///path of the QMP socket.
+	// +required
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^(tcp://[a-zA-Z0-9.-]+:[0-9]{1,5}|unix:///[^\s]+)$`
+	Address string `json:"address"`
 }
 
 // ImageRef pins a BootImage by name and the digest of its root filesystem.
@@ -71,18 +98,46 @@ type BootRecord struct {
 	Time metav1.Time `json:"time"`
 }
 
-// RolloutPhase is a step of a machine's reboot-to-update.
-// +kubebuilder:validation:Enum=Cordoning;Draining;Rebooting;Verifying;Uncordoning;Done;Failed
+// RolloutPhase is a step of a machine's reboot-to-update. Each is written
+// to the Machine's status before its side effect (see MachineRollout).
+// +kubebuilder:validation:Enum=Cordoning;Draining;Rebooting;Verifying;Uncordoning;Done;Failed;Skipped
 type RolloutPhase string
 
 const (
-	RolloutCordoning   RolloutPhase = "Cordoning"
-	RolloutDraining    RolloutPhase = "Draining"
-	RolloutRebooting   RolloutPhase = "Rebooting"
-	RolloutVerifying   RolloutPhase = "Verifying"
+	// RolloutCordoning: the node is being marked unschedulable; whether it
+	// already was is recorded with the phase (wasCordoned).
+	RolloutCordoning RolloutPhase = "Cordoning"
+	// RolloutDraining: pods are being evicted through the Eviction API.
+	RolloutDraining RolloutPhase = "Draining"
+	// RolloutRebooting: written in the same status write that moves
+	// status.servedImage to the target, so the image flip and the phase
+	// cannot part; kubefarm-agent reboots when it sees this phase for its
+	// boot ID, and past spec.rollout.powerCycleAfter the power driver
+	// resets the machine.
+	RolloutRebooting RolloutPhase = "Rebooting"
+	// RolloutVerifying: the machine reported a new boot; it must report
+	// the target digest and its node stay Ready for minReadySeconds.
+	RolloutVerifying RolloutPhase = "Verifying"
+	// RolloutUncordoning: verified; the node is made schedulable again
+	// unless an operator had cordoned it.
 	RolloutUncordoning RolloutPhase = "Uncordoning"
-	RolloutDone        RolloutPhase = "Done"
-	RolloutFailed      RolloutPhase = "Failed"
+	// RolloutDone, RolloutFailed and RolloutSkipped end an update; they
+	// appear in status.history.
+	RolloutDone    RolloutPhase = "Done"
+	RolloutFailed  RolloutPhase = "Failed"
+	RolloutSkipped RolloutPhase = "Skipped"
+)
+
+// RolloutReason is why a machine is updated.
+// +kubebuilder:validation:Enum=ImageChanged;RebootRequired
+type RolloutReason string
+
+const (
+	// RolloutForImage: the pool names another image than the one served.
+	RolloutForImage RolloutReason = "ImageChanged"
+	// RolloutForReboot: the machine asked to be rebooted into its pristine
+	// image (its RebootRequired condition).
+	RolloutForReboot RolloutReason = "RebootRequired"
 )
 
 // MachineRollout is the machine's place in an update. Each phase is written
@@ -90,6 +145,9 @@ const (
 type MachineRollout struct {
 	// Phase the update is in.
 	Phase RolloutPhase `json:"phase"`
+	// Reason the machine is updated.
+	// +optional
+	Reason RolloutReason `json:"reason,omitempty"`
 	// TargetImage is the image this update moves the machine to.
 	TargetImage ImageRef `json:"targetImage"`
 	// PhaseStartTime is when the current phase began; phase timeouts count from it.
@@ -101,6 +159,19 @@ type MachineRollout struct {
 	// PreviousBootID is the boot ID before the reboot; a new one proves the reboot.
 	// +optional
 	PreviousBootID string `json:"previousBootID,omitempty"`
+	// StartTime is when the update began; the phase durations and the
+	// total are measured from the phase start times.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// PowerCycleTime is when the power driver reset the machine, recorded
+	// before the reset, so that a restarted manager does not reset it again.
+	// +optional
+	PowerCycleTime *metav1.Time `json:"powerCycleTime,omitempty"`
+	// ReadySince is when the rebooted node was first seen Ready on the
+	// target image without interruption; Verifying ends minReadySeconds
+	// after it.
+	// +optional
+	ReadySince *metav1.Time `json:"readySince,omitempty"`
 	// Message explains the phase, or the failure.
 	// +optional
 	Message string `json:"message,omitempty"`
@@ -110,8 +181,11 @@ type MachineRollout struct {
 type RolloutHistoryEntry struct {
 	// Image the update moved to.
 	Image ImageRef `json:"image"`
-	// Result is Done or Failed.
+	// Result is Done, Failed or Skipped.
 	Result RolloutPhase `json:"result"`
+	// Reason the update was made.
+	// +optional
+	Reason RolloutReason `json:"reason,omitempty"`
 	// FinishTime of the update.
 	FinishTime metav1.Time `json:"finishTime"`
 	// Message about the outcome.
@@ -121,7 +195,8 @@ type RolloutHistoryEntry struct {
 
 // MachineStatus is what the controllers and the machine itself reported.
 type MachineStatus struct {
-	// Conditions: Ready, Booted, UpToDate, NodeReady.
+	// Conditions: Ready, Booted, UpToDate, NodeReady, NetworkVerified,
+	// RebootRequired.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -190,6 +190,11 @@ type MachineEntry struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +kubebuilder:validation:items:MaxLength=63
 	Tags []string `json:"tags,omitempty"`
+
+	// Power is the machine's power control, used by the rollout when
+	// kubefarm-agent does not reboot the machine.
+	// +optional
+	Power *PowerSpec `json:"power,omitempty"`
 }
 
 // TagSpec is a named bundle of settings a machine opts into.
@@ -275,38 +280,100 @@ type KubeletSpec struct {
 	MaxPods int32 `json:"maxPods,omitempty"`
 }
 
+// DrainTimeoutPolicy is what happens to a machine whose drain outlasts
+// spec.rollout.drainTimeout.
+// +kubebuilder:validation:Enum=Halt;Skip
+type DrainTimeoutPolicy string
+
+const (
+	// DrainHalt fails the machine's update: its node stays cordoned for an
+	// operator to look at, and the failure counts against failureBudget.
+	DrainHalt DrainTimeoutPolicy = "Halt"
+	// DrainSkip gives the machine up for this pass: its node is uncordoned
+	// (unless an operator had cordoned it), the history records Skipped,
+	// and the machine is tried again after the pool's other machines.
+	DrainSkip DrainTimeoutPolicy = "Skip"
+)
+
+// AnnotationRolloutRetry on a NodePool restarts a halted rollout: when its
+// value differs from status.observedRetry, failed machines are tried again
+// and the failure count starts from zero. `kubectl kubefarm rollout
+// resume` sets it to the current time.
+const AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
+
 // RolloutStrategy governs the rolling reboot-to-update of a pool.
 type RolloutStrategy struct {
 	// MaxUnavailable is how many machines of the pool may be unavailable at
 	// once, counting every unavailable node, not only those being updated:
-	// a count, or a percentage such as 10%.
+	// a count, or a percentage such as 10% (rounded down, at least one).
+	// A node is unavailable when it is not Ready, cordoned, missing, or its
+	// machine is being updated.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:XIntOrString
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a count of at least 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
+	// FailureDomainLabel is a node label (such as topology.kubernetes.io/zone
+	// or a rack label) whose values are failure domains; with
+	// maxUnavailablePerDomain set, each domain has a budget of its own as
+	// well as the pool's. Machines whose node lacks the label share the
+	// domain "".
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	FailureDomainLabel string `json:"failureDomainLabel,omitempty"`
+
+	// MaxUnavailablePerDomain bounds the unavailable nodes of one failure
+	// domain: a count, or a percentage of the domain's machines. Unset
+	// means only the pool's budget applies.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^([1-9][0-9]?|100)%$')",message="must be a count of at least 1 or a percentage from 1% to 100%"
+	MaxUnavailablePerDomain *intstr.IntOrString `json:"maxUnavailablePerDomain,omitempty"`
+
 	// Paused stops starting new machine updates; machines in progress finish.
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
-	// MaintenanceWindows restrict when machine updates may start. Empty
-	// means any time.
+	// MaintenanceWindows restrict when machine updates may start; machines
+	// in progress finish outside them. Empty means any time.
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
 
-	// DrainTimeout bounds the drain of one node; past it the machine's update
-	// fails (it is never forced past a PodDisruptionBudget).
+	// DrainTimeout bounds the drain of one node; past it drainTimeoutPolicy
+	// applies (a PodDisruptionBudget is never overridden).
 	// +optional
 	// +kubebuilder:default="15m"
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 
-	// BootTimeout bounds the wait for a rebooted machine to report the new
-	// image and become Ready.
+	// DrainTimeoutPolicy is Halt (the update fails) or Skip (the machine is
+	// left on its image for now and tried again later).
+	// +optional
+	// +kubebuilder:default=Halt
+	DrainTimeoutPolicy DrainTimeoutPolicy `json:"drainTimeoutPolicy,omitempty"`
+
+	// PowerCycleAfter is how long the rollout waits for kubefarm-agent to
+	// reboot the machine before resetting it through spec.power (machines
+	// without power control wait for bootTimeout).
+	// +optional
+	// +kubebuilder:default="3m"
+	PowerCycleAfter *metav1.Duration `json:"powerCycleAfter,omitempty"`
+
+	// BootTimeout bounds the wait, from the reboot request, for the machine
+	// to report a new boot of the target image and for its node to stay
+	// Ready for minReadySeconds; past it the update fails.
 	// +optional
 	// +kubebuilder:default="15m"
 	BootTimeout *metav1.Duration `json:"bootTimeout,omitempty"`
+
+	// MinReadySeconds is how long a rebooted node must stay Ready before
+	// its update counts as verified.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
 
 	// FailureBudget is how many machine updates may fail before the rollout
 	// halts and waits for an operator.
@@ -316,27 +383,39 @@ type RolloutStrategy struct {
 	FailureBudget int32 `json:"failureBudget,omitempty"`
 }
 
-// MaintenanceWindow is a recurring time span in UTC.
+// MaintenanceWindow is a recurring time span in a time zone.
 type MaintenanceWindow struct {
-	// Days of the week the window opens on; empty means every day.
+	// Days of the week the window opens on, in timeZone; empty means every
+	// day. A window that runs past midnight belongs to the day it opens.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=Mon;Tue;Wed;Thu;Fri;Sat;Sun
 	Days []string `json:"days,omitempty"`
 
-	// Start is the UTC time of day, HH:MM, the window opens.
+	// Start is the local time of day, HH:MM, the window opens. On the day a
+	// daylight-saving change skips it, the window opens at the same
+	// instant a clock that did not jump would show (02:30 becomes 03:30).
 	// +required
 	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
 	Start string `json:"start"`
 
-	// Duration the window stays open.
+	// Duration the window stays open, in elapsed time (a window across a
+	// daylight-saving change still lasts this long); at most 7 days.
 	// +required
 	Duration metav1.Duration `json:"duration"`
+
+	// TimeZone is an IANA zone name such as Europe/Berlin.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+/-]*$`
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // NodePoolStatus is what the controllers observed.
 type NodePoolStatus struct {
-	// Conditions: Ready, MachinesReady, RolloutHealthy.
+	// Conditions: Ready, MachinesReady, and the rollout's Progressing,
+	// Paused, Halted and Complete.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -358,9 +437,28 @@ type NodePoolStatus struct {
 	// +optional
 	UpdatedMachines int32 `json:"updatedMachines,omitempty"`
 
-	// FailedUpdates counts machine updates that failed in the current rollout.
+	// FailedUpdates counts machine updates that failed since the pool's
+	// image last changed or an operator last retried.
 	// +optional
 	FailedUpdates int32 `json:"failedUpdates,omitempty"`
+
+	// UpdatingMachines is the number of machines with an update in flight.
+	// +optional
+	UpdatingMachines int32 `json:"updatingMachines,omitempty"`
+
+	// UnavailableMachines is the number the budget counts as unavailable.
+	// +optional
+	UnavailableMachines int32 `json:"unavailableMachines,omitempty"`
+
+	// RolloutImage is the image (name and rootfs digest) the failure count
+	// belongs to; a new one starts the count afresh.
+	// +optional
+	RolloutImage *ImageRef `json:"rolloutImage,omitempty"`
+
+	// ObservedRetry is the value of the kubefarm.io/rollout-retry
+	// annotation last acted on.
+	// +optional
+	ObservedRetry string `json:"observedRetry,omitempty"`
 }
 
 // NodePool is a group of netbooted machines that join one tenant cluster.
