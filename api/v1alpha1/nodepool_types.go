@@ -375,6 +375,13 @@ type RolloutStrategy struct {
 	// +kubebuilder:validation:Maximum=3600
 	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
 
+	// RebootAfterLogin asks for a machine to be rebooted into its pristine
+	// image once this long has passed since an interactive login on it
+	// (kubefarm-agent's RebootRequired signal; the reboot goes through this
+	// rollout's budget and windows). Unset means never.
+	// +optional
+	RebootAfterLogin *metav1.Duration `json:"rebootAfterLogin,omitempty"`
+
 	// FailureBudget is how many machine updates may fail before the rollout
 	// halts and waits for an operator.
 	// +optional
