@@ -1,8 +1,9 @@
 // Package nodepool validates NodePools against each other: a MAC or an IP may
 // belong to one machine in the whole admin cluster. Rules that need only the
 // object itself live in the CRD as CEL; this webhook holds what CEL cannot
-// see, other objects, and what CEL cannot compute nicely, the order and size
-// of spec.network.dynamicRange.
+// see, other objects, and what CEL cannot compute nicely: the order and size
+// of spec.network.dynamicRange, and the time zones and durations of
+// spec.rollout.maintenanceWindows.
 package nodepool
 
 import (
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/rollout/window"
 )
 
 // Cache index names. Each maps an address to the NodePools that use it, so a
@@ -91,9 +93,14 @@ func (v *AddressValidator) ValidateDelete(context.Context, *kubefarmv1.NodePool)
 
 func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePool) error {
 	errs := validateDynamicRange(pool)
+	// The CRD checks the days and start of a window; the zone (a name in the
+	// time zone database) and the duration's bounds only code can.
+	errs = append(errs, window.Validate(pool.Spec.Rollout.MaintenanceWindows)...)
+	conflicts := 0
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))
-		return len(errs) < maxReported
+		conflicts++
+		return conflicts < maxReported
 	}
 	machines := field.NewPath("spec", "machines")
 	// Inside the pool: linear, with a map of what earlier machines used.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -100,7 +101,8 @@ func TestDuplicateMACInsidePool(t *testing.T) {
 }
 
 // TestRejectionListIsBounded: a pool that clashes everywhere gets a bounded
-// error, not one line per machine.
+// error, not one line per machine. Errors of other fields are listed beside
+// the conflicts and do not count towards the bound.
 func TestRejectionListIsBounded(t *testing.T) {
 	ns := newNamespace(t)
 	p := pool(ns, "many")
@@ -109,6 +111,7 @@ func TestRejectionListIsBounded(t *testing.T) {
 			fmt.Sprintf("m%d", i), "02:42:00:00:00:01", fmt.Sprintf("10.40.3.%d", i+1)))
 	}
 	p.Spec.Machines[0].MACs = []string{"02:42:00:00:00:00"}
+	p.Spec.Rollout.MaintenanceWindows = []kubefarmv1.MaintenanceWindow{{Start: "02:00", Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "Mars/Olympus"}}
 	err := env.Client.Create(context.Background(), p)
 	if err == nil {
 		t.Fatal("accepted")
@@ -116,7 +119,7 @@ func TestRejectionListIsBounded(t *testing.T) {
 	if n := strings.Count(err.Error(), "already used by"); n != 20 {
 		t.Errorf("rejection lists %d conflicts, want the bound of 20:\n%v", n, err)
 	}
-	mustMention(t, err, "the rest are not listed")
+	mustMention(t, err, "the rest are not listed", "spec.rollout.maintenanceWindows[0].timeZone")
 }
 
 // TestDynamicRangeThroughAdmission: the order of a pool's dynamic range is
@@ -146,6 +149,53 @@ func TestDynamicRangeThroughAdmission(t *testing.T) {
 	if err := env.Client.Create(ctx, p); err != nil {
 		t.Fatalf("a valid range was rejected: %v", err)
 	}
+}
+
+// TestMaintenanceWindowsThroughAdmission: a window's time zone and the bounds
+// of its duration are checked by this webhook (the table tests are in
+// controllers/rollout/window), its days and start by the CRD.
+func TestMaintenanceWindowsThroughAdmission(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	mw := func(start string, d time.Duration, tz string) kubefarmv1.MaintenanceWindow {
+		return kubefarmv1.MaintenanceWindow{Start: start, Duration: metav1.Duration{Duration: d}, TimeZone: tz}
+	}
+	good := mw("02:00", 4*time.Hour, "Europe/Berlin")
+	for _, tt := range []struct {
+		name    string
+		windows []kubefarmv1.MaintenanceWindow
+		want    []string
+	}{
+		{"unknown-zone", []kubefarmv1.MaintenanceWindow{good, mw("02:00", time.Hour, "Mars/Olympus")},
+			[]string{"spec.rollout.maintenanceWindows[1].timeZone", `Invalid value: "Mars/Olympus"`, "unknown time zone"}},
+		{"zero-duration", []kubefarmv1.MaintenanceWindow{mw("02:00", 0, "UTC")},
+			[]string{"spec.rollout.maintenanceWindows[0].duration", "must be positive"}},
+		{"longer-than-a-week", []kubefarmv1.MaintenanceWindow{good, good, mw("02:00", 8*24*time.Hour, "")},
+			[]string{"spec.rollout.maintenanceWindows[2].duration", "at most 168h"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pool(ns, tt.name)
+			p.Spec.Rollout.MaintenanceWindows = tt.windows
+			err := env.Client.Create(ctx, p)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			mustMention(t, err, append([]string{"admission webhook", `NodePool.kubefarm.io "` + tt.name + `" is invalid`}, tt.want...)...)
+		})
+	}
+
+	p := pool(ns, "windows")
+	p.Spec.Rollout.MaintenanceWindows = []kubefarmv1.MaintenanceWindow{good, mw("22:00", 7*24*time.Hour, "")}
+	p.Spec.Rollout.MaintenanceWindows[1].Days = []string{"Sat", "Sun"}
+	if err := env.Client.Create(ctx, p); err != nil {
+		t.Fatalf("valid windows were rejected: %v", err)
+	}
+	if tz := p.Spec.Rollout.MaintenanceWindows[1].TimeZone; tz != "UTC" {
+		t.Errorf("an empty timeZone was stored as %q, want the CRD's default UTC", tz)
+	}
+	// Updating it onto an unknown zone is rejected too.
+	p.Spec.Rollout.MaintenanceWindows[0].TimeZone = "Europe/Berlln"
+	mustMention(t, env.Client.Update(ctx, p), "admission webhook", "spec.rollout.maintenanceWindows[0].timeZone", `"Europe/Berlln"`)
 }
 
 // TestFailsClosed stops the webhook server: with failurePolicy Fail no
