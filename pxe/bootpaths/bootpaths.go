@@ -65,6 +65,9 @@ const (
 	RouteConfig Route = "config"
 	// RouteReport: /report, where a booted machine reports.
 	RouteReport Route = "report"
+	// RouteHeartbeat: /heartbeat, where a running node's agent asks
+	// whether to reboot and tells whether it needs to.
+	RouteHeartbeat Route = "heartbeat"
 	// RouteHealthz: /healthz.
 	RouteHealthz Route = "healthz"
 	// RouteMetrics: /metrics.
@@ -81,6 +84,7 @@ const (
 	binaryPrefix   = "/" + string(RouteBinary) + "/"
 	configPrefix   = "/" + string(RouteConfig) + "/"
 	reportPath     = "/" + string(RouteReport)
+	heartbeatPath  = "/" + string(RouteHeartbeat)
 	healthzPath    = "/" + string(RouteHealthz)
 	metricsPath    = "/" + string(RouteMetrics)
 )
@@ -98,6 +102,8 @@ func Parse(path string) (Route, string) {
 		return RouteMetrics, ""
 	case path == reportPath:
 		return RouteReport, ""
+	case path == heartbeatPath:
+		return RouteHeartbeat, ""
 	case strings.HasPrefix(path, scriptPrefix) && strings.HasSuffix(path, scriptSuffix):
 		return RouteScript, strings.TrimSuffix(strings.TrimPrefix(path, scriptPrefix), scriptSuffix)
 	case strings.HasPrefix(path, artifactPrefix):
@@ -165,3 +171,13 @@ func (b Base) Artifact(digest string) string { return string(b) + artifactPrefix
 
 // Binary is the URL of an iPXE binary, by name.
 func (b Base) Binary(name string) string { return string(b) + binaryPrefix + name }
+
+// Config is the URL of the node configuration of the machine with mac, as
+// the agent names it (the lower-case colon form).
+func (b Base) Config(mac string) string { return string(b) + configPrefix + mac }
+
+// Report is the URL the boot report is posted to.
+func (b Base) Report() string { return string(b) + reportPath }
+
+// Heartbeat is the URL the agent's heartbeats are posted to.
+func (b Base) Heartbeat() string { return string(b) + heartbeatPath }

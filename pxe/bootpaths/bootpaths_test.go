@@ -71,12 +71,17 @@ func TestBase(t *testing.T) {
 			if got := tc.base.Binary(BinaryUEFIx64); got != tc.binary {
 				t.Errorf("Binary = %q, want %q", got, tc.binary)
 			}
+			config, report, heartbeat := tc.base.Config(mac.String()), tc.base.Report(), tc.base.Heartbeat()
+			if config != tc.wantBase+"/config/52:54:00:ab:cd:ef" || report != tc.wantBase+"/report" || heartbeat != tc.wantBase+"/heartbeat" {
+				t.Errorf("Config, Report, Heartbeat = %q, %q, %q", config, report, heartbeat)
+			}
 			// Each URL's path routes back to what built it.
 			for _, u := range []struct {
 				url   string
 				route Route
 				arg   string
-			}{{tc.script, RouteScript, mac.String()}, {tc.artifact, RouteArtifact, digest}, {tc.binary, RouteBinary, BinaryUEFIx64}} {
+			}{{tc.script, RouteScript, mac.String()}, {tc.artifact, RouteArtifact, digest}, {tc.binary, RouteBinary, BinaryUEFIx64},
+				{config, RouteConfig, mac.String()}, {report, RouteReport, ""}, {heartbeat, RouteHeartbeat, ""}} {
 				path := strings.TrimPrefix(u.url, tc.wantBase)
 				if r, arg := Parse(path); r != u.route || arg != u.arg {
 					t.Errorf("Parse(%q) = %q, %q; want %q, %q", path, r, arg, u.route, u.arg)
@@ -127,6 +132,10 @@ func TestParse(t *testing.T) {
 		{"/healthz", RouteHealthz, ""},
 		{"/metrics", RouteMetrics, ""},
 		{"/report", RouteReport, ""},
+		{"/heartbeat", RouteHeartbeat, ""},
+		{"/heartbeat/", RouteOther, ""},
+		{"/heartbeat/02:00:00:00:00:01", RouteOther, ""},
+		{"/Heartbeat", RouteOther, ""},
 		{"/boot/02:00:00:00:00:01.ipxe", RouteScript, "02:00:00:00:00:01"},
 		{"/boot/02-00-00-00-00-01.ipxe", RouteScript, "02-00-00-00-00-01"},
 		{"/boot/.ipxe", RouteScript, ""},
@@ -160,17 +169,18 @@ func TestParse(t *testing.T) {
 // FuzzParse checks that a routed path is exactly its route's shape around
 // its argument: nothing is dropped or added on the way.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"/boot/02:00:00:00:00:01.ipxe", "/artifacts/sha256:00", "/ipxe/ipxe.efi", "/config/x", "/report", "/healthz", "/metrics", "/boot/.ipxe", "//"} {
+	for _, s := range []string{"/boot/02:00:00:00:00:01.ipxe", "/artifacts/sha256:00", "/ipxe/ipxe.efi", "/config/x", "/report", "/heartbeat", "/healthz", "/metrics", "/boot/.ipxe", "//"} {
 		f.Add(s)
 	}
 	shapes := map[Route]func(string) string{
-		RouteScript:   func(a string) string { return "/boot/" + a + ".ipxe" },
-		RouteArtifact: func(a string) string { return "/artifacts/" + a },
-		RouteBinary:   func(a string) string { return "/ipxe/" + a },
-		RouteConfig:   func(a string) string { return "/config/" + a },
-		RouteReport:   func(string) string { return "/report" },
-		RouteHealthz:  func(string) string { return "/healthz" },
-		RouteMetrics:  func(string) string { return "/metrics" },
+		RouteScript:    func(a string) string { return "/boot/" + a + ".ipxe" },
+		RouteArtifact:  func(a string) string { return "/artifacts/" + a },
+		RouteBinary:    func(a string) string { return "/ipxe/" + a },
+		RouteConfig:    func(a string) string { return "/config/" + a },
+		RouteReport:    func(string) string { return "/report" },
+		RouteHeartbeat: func(string) string { return "/heartbeat" },
+		RouteHealthz:   func(string) string { return "/healthz" },
+		RouteMetrics:   func(string) string { return "/metrics" },
 	}
 	f.Fuzz(func(t *testing.T, path string) {
 		r, arg := Parse(path)

@@ -2,7 +2,8 @@ package httpboot
 
 // What kubefarm-agent asks once the node runs: its boot configuration
 // (/config) and the report of what it booted (/report), both only from the
-// machine's leased address.
+// machine's leased address. Its heartbeats (/heartbeat) are in
+// heartbeat.go.
 
 import (
 	"context"
@@ -23,7 +24,7 @@ import (
 // learns nothing about which MACs exist or whose IP it lacks; the reason
 // goes to the log.
 func (h *Handler) forbidden(w http.ResponseWriter, r *http.Request, reason string, kv ...any) {
-	h.log.Info("config/report request refused", append([]any{"reason", reason, "peer", r.RemoteAddr, "path", r.URL.Path}, kv...)...)
+	h.log.Info("agent request refused", append([]any{"reason", reason, "peer", r.RemoteAddr, "path", r.URL.Path}, kv...)...)
 	http.Error(w, "forbidden", http.StatusForbidden)
 }
 
@@ -208,9 +209,15 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec := kubefarmv1.BootRecord{BootID: rep.BootID, ImageDigest: rep.ImageDigest, Time: metav1.NewTime(time.Now())}
+	var also []metav1.Condition
+	if c := rebootRequiredOnBoot(m, rep.BootID); c != nil {
+		// A new boot is pristine: its RebootRequired is False, in the
+		// write that records it.
+		also = append(also, *c)
+	}
 	ctx, cancel := apiWriteContext(r)
 	defer cancel()
-	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec, network); err != nil {
+	if err := h.cfg.Recorder.RecordBoot(ctx, m, rec, network, also...); err != nil {
 		log.Error(err, "recording boot")
 		http.Error(w, "cannot record boot", http.StatusServiceUnavailable)
 		return

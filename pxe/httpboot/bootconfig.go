@@ -38,6 +38,10 @@ type NodeConfig struct {
 	RegistryMirrors []kubefarmv1.RegistryMirror `json:"registryMirrors,omitempty"`
 	// JoinToken is the bootstrap token for this machine alone.
 	JoinToken string `json:"joinToken"`
+	// RebootAfterLogin is the pool's rollout.rebootAfterLogin: how long
+	// after the first interactive login the agent raises RebootRequired
+	// (InteractiveLogin). Nil: never.
+	RebootAfterLogin *metav1.Duration `json:"rebootAfterLogin,omitempty"`
 
 	// The tenant cluster as its nodes see it (TenantFacts); empty when
 	// kubefarm-pxe has no source for them, and then the agent cannot join.
@@ -100,7 +104,8 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig
 		Kubelet:  pool.Spec.Kubelet,
 		Taints:   taints,
 
-		RegistryMirrors: pool.Spec.RegistryMirrors,
+		RegistryMirrors:  pool.Spec.RegistryMirrors,
+		RebootAfterLogin: pool.Spec.Rollout.RebootAfterLogin,
 	}
 	if _, d := ImageFor(m); d != "" {
 		out.ImageDigest = d
@@ -310,8 +315,13 @@ func validBootID(s string) bool {
 	return true
 }
 
-// BootRecorder writes a machine's status.lastBoot and, in the same write,
-// its NetworkVerified condition (network; see NetworkCondition).
+// BootRecorder writes what the agent reports in a machine's status.
 type BootRecorder interface {
-	RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error
+	// RecordBoot writes status.lastBoot and, in the same write, its
+	// NetworkVerified condition (network; see NetworkCondition) and the
+	// conditions in also (RebootRequired False, for a new boot).
+	RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition, also ...metav1.Condition) error
+	// RequireReboot writes the RebootRequired condition c, and nothing
+	// else, for the boot of m's status.lastBoot.
+	RequireReboot(ctx context.Context, m *kubefarmv1.Machine, c metav1.Condition) error
 }

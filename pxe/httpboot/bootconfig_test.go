@@ -56,6 +56,13 @@ func TestNodeConfigFor(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
+	// The pool's rebootAfterLogin reaches the agent.
+	p.Spec.Rollout.RebootAfterLogin = &metav1.Duration{Duration: 90 * time.Minute}
+	if got, err := NodeConfigFor(m, p); err != nil || got.RebootAfterLogin == nil || got.RebootAfterLogin.Duration != 90*time.Minute {
+		t.Errorf("rebootAfterLogin %v (%v), want 1h30m", got.RebootAfterLogin, err)
+	} else if b, _ := json.Marshal(got); !strings.Contains(string(b), `"rebootAfterLogin":"1h30m0s"`) {
+		t.Errorf("JSON %s", b)
+	}
 
 	if _, err := NodeConfigFor(machine("img1", nil, "nope"), p); err == nil {
 		t.Error("undefined tag accepted")
@@ -134,16 +141,36 @@ type fakeRecorder struct {
 	mu    sync.Mutex
 	recs  []kubefarmv1.BootRecord
 	conds []metav1.Condition
+	// also holds each RecordBoot's further conditions; reboots the
+	// RequireReboot writes, which fail with rebootErr.
+	also      [][]metav1.Condition
+	reboots   []metav1.Condition
+	rebootErr error
 }
 
-func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error {
+func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition, also ...metav1.Condition) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.recs = append(f.recs, rec)
 	f.conds = append(f.conds, network)
+	f.also = append(f.also, also)
 	// What the API write does, seen through the fake.
 	m.Status.LastBoot = &rec
 	meta.SetStatusCondition(&m.Status.Conditions, network)
+	for _, c := range also {
+		meta.SetStatusCondition(&m.Status.Conditions, c)
+	}
+	return nil
+}
+
+func (f *fakeRecorder) RequireReboot(_ context.Context, m *kubefarmv1.Machine, c metav1.Condition) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rebootErr != nil {
+		return f.rebootErr
+	}
+	f.reboots = append(f.reboots, c)
+	meta.SetStatusCondition(&m.Status.Conditions, c)
 	return nil
 }
 
@@ -268,7 +295,7 @@ func (s *slowWriter) write(ctx context.Context) error {
 	}
 }
 
-func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec kubefarmv1.BootRecord, _ metav1.Condition) error {
+func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec kubefarmv1.BootRecord, _ metav1.Condition, _ ...metav1.Condition) error {
 	if err := s.write(ctx); err != nil {
 		return err
 	}
@@ -276,6 +303,10 @@ func (s *slowWriter) RecordBoot(ctx context.Context, _ *kubefarmv1.Machine, rec 
 	defer s.mu.Unlock()
 	s.recs = append(s.recs, rec)
 	return nil
+}
+
+func (s *slowWriter) RequireReboot(ctx context.Context, _ *kubefarmv1.Machine, _ metav1.Condition) error {
+	return s.write(ctx)
 }
 
 func (s *slowWriter) done() (calls int, recs []kubefarmv1.BootRecord) {

@@ -1,8 +1,8 @@
 // Package httpboot is the HTTP side of kubefarm-pxe: what iPXE fetches once
 // it runs, and what UEFI HTTP boot firmware fetches first.
 //
-// Routes (GET and HEAD, except POST /report; package bootpaths owns their
-// shapes and the URLs built from them):
+// Routes (GET and HEAD, except POST /report and POST /heartbeat; package
+// bootpaths owns their shapes and the URLs built from them):
 //
 //   - /boot/<mac>.ipxe: the machine's iPXE script (Script, a pure
 //     function). The MAC may be upper case or '-' separated; it is
@@ -26,7 +26,22 @@
 //     verdict, recorded in the Machine's status.lastBoot and its
 //     NetworkVerified condition in one write (BootRecorder), again only
 //     from the machine's leased IP; a failed verdict is also a Warning
-//     event (NetworkUnverified).
+//     event (NetworkUnverified). A new boot's write also makes the
+//     RebootRequired condition False (NewBoot) if the machine has one, so a
+//     True never outlives its boot.
+//   - POST /heartbeat: the running agent's {"mac", "bootID",
+//     "rebootRequired": {"reason", "message"} (optional)}, at most 2 KiB,
+//     again only from the machine's leased IP (same refusals as /report).
+//     The answer, {"reboot": true|false}, comes from the cache alone:
+//     true exactly when status.rollout.phase is Rebooting and
+//     status.rollout.previousBootID is the heartbeat's boot ID, so a
+//     machine that has rebooted is never asked again. A heartbeat writes
+//     only to raise RebootRequired (reason InteractiveLogin or
+//     RebootRequiredFile, message "boot <id>: ..."): for the boot of
+//     status.lastBoot, when the condition is not True for that boot yet,
+//     with one server-side apply of that condition alone under FieldOwner
+//     (RequireReboot). Thousands of nodes beating every 15 s cost no API
+//     writes.
 //   - /healthz, /metrics.
 //
 // Store is the content-addressed cache: downloads go to a temporary file,

@@ -29,6 +29,7 @@ const (
 	RouteIPXE      = string(bootpaths.RouteBinary)
 	RouteConfig    = string(bootpaths.RouteConfig)
 	RouteReport    = string(bootpaths.RouteReport)
+	RouteHeartbeat = string(bootpaths.RouteHeartbeat)
 	RouteHealthz   = string(bootpaths.RouteHealthz)
 	RouteMetrics   = string(bootpaths.RouteMetrics)
 	RouteOther     = string(bootpaths.RouteOther)
@@ -58,7 +59,9 @@ type Config struct {
 	// Tenants, when set, fills the tenant facts of /config (API server,
 	// CA, DNS, pod network). Nil: /config carries none of them.
 	Tenants Tenants
-	// Recorder writes boot reports. Nil: /report answers 503.
+	// Recorder writes boot reports and heartbeats' RebootRequired. Nil:
+	// /report answers 503, and so does a heartbeat that would raise
+	// RebootRequired (unless it is asked to reboot).
 	Recorder BootRecorder
 	// Events, when set, records each stage of a machine's HTTP boot
 	// (script, artifacts, configuration, report) and each refusal as an
@@ -138,7 +141,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	allow, ok := "GET, HEAD", r.Method == http.MethodGet || r.Method == http.MethodHead
-	if route == RouteReport {
+	if route == RouteReport || route == RouteHeartbeat {
 		allow, ok = "POST", r.Method == http.MethodPost
 	}
 	if !ok {
@@ -168,6 +171,8 @@ func (h *Handler) route(p string) (string, http.HandlerFunc) {
 		serve = func(w http.ResponseWriter, r *http.Request) { h.config(w, r, arg) }
 	case bootpaths.RouteReport:
 		serve = h.report
+	case bootpaths.RouteHeartbeat:
+		serve = h.heartbeat
 	case bootpaths.RouteBinary:
 		serve = func(w http.ResponseWriter, r *http.Request) { h.ipxe(w, r, arg) }
 	}

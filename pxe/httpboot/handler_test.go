@@ -267,6 +267,7 @@ func FuzzRoutes(f *testing.F) {
 	}
 	f.Add("/report", "", "", byte(2), `{"mac":"02:00:00:00:00:01","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"`+k+`"}`)
 	f.Add("/config/02:00:00:00:00:01", "", "", byte(0), "")
+	f.Add("/heartbeat", "", "", byte(2), `{"mac":"02:00:00:00:00:01","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","rebootRequired":{"reason":"InteractiveLogin"}}`)
 	allowed := map[string][]byte{
 		"/artifacts/" + k:              fx.kernel,
 		"/artifacts/" + sha(fx.initrd): fx.initrd,
@@ -292,6 +293,10 @@ func FuzzRoutes(f *testing.F) {
 		if (w.Code == 200 || w.Code == 206) && r.Method != "HEAD" {
 			switch {
 			case path == "/healthz" || path == "/metrics":
+			case path == "/heartbeat":
+				if !bytes.HasPrefix(got, []byte(`{"reboot":`)) {
+					t.Fatalf("%q: 200 without a heartbeat reply: %q", path, got)
+				}
 			case strings.HasPrefix(path, "/boot/"):
 				if !bytes.HasPrefix(got, []byte("#!ipxe\n")) {
 					t.Fatalf("%q: 200 without a script", path)

@@ -43,7 +43,8 @@ const readTimeout = 5 * time.Second
 // kubefarm-pxe's cluster-wide permissions (make generate writes them to
 // config/rbac-pxe/role.yaml, the chart's files/rbac/pxe-role.yaml): the
 // cache lists and watches Machines, NodePools and BootImages (leases and
-// boot scripts), and StatusRecorder merge-patches Machines' status.
+// boot scripts), and StatusRecorder patches Machines' status (a merge
+// patch for boot reports, a server-side apply for heartbeats).
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines;nodepools;bootimages,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 
@@ -144,21 +145,29 @@ func (c *CacheMachines) get(key types.NamespacedName, obj client.Object) bool {
 	return true
 }
 
-// StatusRecorder writes status.lastBoot and the NetworkVerified condition
-// with one merge patch on the status subresource, so the condition always
-// refers to the boot in lastBoot. A merge patch replaces the whole
-// conditions list, so the patch carries the resourceVersion it was computed
-// from (optimistic lock): a condition another controller wrote meanwhile
-// makes it fail with a conflict (the agent's retry then starts from the
-// updated cache) instead of being overwritten.
+// StatusRecorder writes what kubefarm-pxe records in Machines' status.
+//
+// RecordBoot writes status.lastBoot and the conditions of the boot
+// (NetworkVerified, and RebootRequired False for a new boot) with one
+// merge patch on the status subresource, so the conditions always refer to
+// the boot in lastBoot. A merge patch replaces the whole conditions list,
+// so the patch carries the resourceVersion it was computed from
+// (optimistic lock): a condition another controller wrote meanwhile makes
+// it fail with a conflict (the agent's retry then starts from the updated
+// cache) instead of being overwritten.
+//
+// RequireReboot (heartbeat.go) applies the RebootRequired condition alone.
 type StatusRecorder struct {
 	Client client.Client
 }
 
 // RecordBoot implements BootRecorder.
-func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition) error {
+func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition, also ...metav1.Condition) error {
 	patched := m.DeepCopy()
 	patched.Status.LastBoot = &rec
 	meta.SetStatusCondition(&patched.Status.Conditions, network)
-	return s.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{}))
+	for _, c := range also {
+		meta.SetStatusCondition(&patched.Status.Conditions, c)
+	}
+	return s.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner))
 }

@@ -1,0 +1,285 @@
+package httpboot
+
+// POST /heartbeat: the running node's agent asks, every few seconds,
+// whether the rollout wants this boot replaced, and says whether it wants
+// that itself (the drift signal). Nothing connects to the machines; they
+// pull, from the address they lease, like /report.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// Heartbeat is what kubefarm-agent posts to /heartbeat while its node runs.
+type Heartbeat struct {
+	MAC    string `json:"mac"`
+	BootID string `json:"bootID"`
+	// RebootRequired is the agent's drift signal: this boot should be
+	// replaced by a pristine one of the same image. Absent while there is
+	// none; once raised, sent with every heartbeat of the boot.
+	RebootRequired *RebootSignal `json:"rebootRequired,omitempty"`
+}
+
+// RebootSignal says why a node wants to be rebooted into its image.
+type RebootSignal struct {
+	// Reason is one of InteractiveLogin (someone logged in on the node,
+	// and the pool's rollout.rebootAfterLogin has passed since) or
+	// RebootRequiredFile (/run/reboot-required exists). It becomes the
+	// reason of the Machine's RebootRequired condition.
+	Reason string `json:"reason"`
+	// Message says more, for people: at most MaxRebootMessage bytes of
+	// printable text.
+	Message string `json:"message,omitempty"`
+}
+
+// HeartbeatReply is kubefarm-pxe's answer to a heartbeat.
+type HeartbeatReply struct {
+	// Reboot asks the node to reboot now: the rollout is in its Rebooting
+	// phase for exactly the boot the heartbeat names, so a node that has
+	// already rebooted is never asked again.
+	Reboot bool `json:"reboot"`
+}
+
+// MaxRebootMessage bounds a RebootSignal's message: it becomes a condition
+// message.
+const MaxRebootMessage = 256
+
+// maxHeartbeat bounds a heartbeat body; a real one is about 100 bytes, 400
+// with a signal whose message is MaxRebootMessage.
+const maxHeartbeat = 2048
+
+// The reasons of the Machine's RebootRequired condition. They belong in
+// api/v1alpha1/machine_conditions.go beside the NetworkVerified reasons;
+// these copies stand in until they are there, and the agent keeps its own
+// of the two it sends.
+const (
+	// reasonInteractiveLogin: a user session (logind) was opened on the
+	// node, and the pool's rollout.rebootAfterLogin has passed since.
+	reasonInteractiveLogin = "InteractiveLogin"
+	// reasonRebootRequiredFile: /run/reboot-required exists (Debian's
+	// convention: a package upgrade needs a reboot).
+	reasonRebootRequiredFile = "RebootRequiredFile"
+	// reasonNewBoot: the machine reported a new boot, which is pristine;
+	// the condition is False.
+	reasonNewBoot = "NewBoot"
+)
+
+// FieldOwner is the field manager of kubefarm-pxe's writes to Machines'
+// status: the boot report's merge patch (lastBoot, NetworkVerified, the
+// RebootRequired a new boot clears) and the heartbeat's server-side apply of
+// RebootRequired.
+const FieldOwner = "kubefarm-pxe"
+
+// Validate checks the heartbeat's fields; MAC is returned normalised.
+func (hb Heartbeat) Validate() (string, error) {
+	mac, err := NormalizeMAC(hb.MAC)
+	if err != nil {
+		return "", err
+	}
+	if !validBootID(hb.BootID) {
+		return "", errors.New("bootID must be a UUID as in /proc/sys/kernel/random/boot_id")
+	}
+	if s := hb.RebootRequired; s != nil {
+		if s.Reason != reasonInteractiveLogin && s.Reason != reasonRebootRequiredFile {
+			return "", fmt.Errorf("rebootRequired.reason must be %s or %s", reasonInteractiveLogin, reasonRebootRequiredFile)
+		}
+		if len(s.Message) > MaxRebootMessage {
+			return "", fmt.Errorf("rebootRequired.message is %d bytes, over %d", len(s.Message), MaxRebootMessage)
+		}
+		if !printable(s.Message) {
+			return "", errors.New("rebootRequired.message must be printable text")
+		}
+	}
+	return mac, nil
+}
+
+// parseHeartbeat decodes and validates a heartbeat body (already bounded by
+// maxHeartbeat), with its MAC normalised. Fields it does not know are
+// ignored, unlike /report's: a heartbeat is how a node learns it must
+// reboot, and an agent newer than this server must still hear that.
+func parseHeartbeat(body []byte) (Heartbeat, error) {
+	var hb Heartbeat
+	if err := json.Unmarshal(body, &hb); err != nil {
+		// Not the decoder's message: it may quote the body.
+		return Heartbeat{}, errors.New("not a JSON heartbeat")
+	}
+	mac, err := hb.Validate()
+	if err != nil {
+		return Heartbeat{}, err
+	}
+	hb.MAC = mac
+	return hb, nil
+}
+
+// heartbeat answers whether the machine should reboot now and records its
+// drift signal. Only the machine's leased IP may send heartbeats for its
+// MAC. The answer comes from the cache; a heartbeat writes to the API only
+// to raise RebootRequired, once per boot.
+func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHeartbeat))
+	if err != nil {
+		http.Error(w, "bad heartbeat", http.StatusBadRequest)
+		return
+	}
+	hb, err := parseHeartbeat(body)
+	if err != nil {
+		http.Error(w, "bad heartbeat: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	m, ok := h.peerMachine(w, r, hb.MAC)
+	if !ok {
+		return
+	}
+	log := h.log.WithValues("machine", machineKey(m), "peer", r.RemoteAddr, "bootID", hb.BootID)
+	reply := HeartbeatReply{Reboot: rebootRequested(m, hb.BootID)}
+	if reply.Reboot {
+		log.Info("asking the node to reboot: the rollout is Rebooting this boot")
+	}
+	if c, ok := rebootRequiredToRaise(m, hb, time.Now()); ok {
+		err := errors.New("boot reports not recorded here")
+		if h.cfg.Recorder != nil {
+			ctx, cancel := apiWriteContext(r)
+			err = h.cfg.Recorder.RequireReboot(ctx, m, c)
+			cancel()
+		}
+		switch {
+		case err == nil:
+			log.Info("reboot required", "reason", c.Reason, "message", c.Message)
+		case reply.Reboot:
+			// The reboot replaces the boot the signal is about; the
+			// answer matters more than the record.
+			log.Error(err, "recording RebootRequired")
+		default:
+			// The agent sends the signal again with its next heartbeat.
+			log.Error(err, "recording RebootRequired")
+			http.Error(w, "cannot record the reboot request", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		http.Error(w, "cannot encode the reply", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+// rebootRequested: the rollout controller has moved the machine to its
+// Rebooting phase (in the write that switched its servedImage) for the boot
+// bootID, the one it ran then.
+func rebootRequested(m *kubefarmv1.Machine, bootID string) bool {
+	ro := m.Status.Rollout
+	return ro != nil && ro.Phase == kubefarmv1.RolloutRebooting && ro.PreviousBootID != "" && ro.PreviousBootID == bootID
+}
+
+// rebootRequiredToRaise is the RebootRequired condition a heartbeat asks
+// for, and whether it must be written: only for the boot of
+// status.lastBoot (an agent of another boot cannot raise it for this one),
+// and only when the condition is not already True for that boot.
+func rebootRequiredToRaise(m *kubefarmv1.Machine, hb Heartbeat, now time.Time) (metav1.Condition, bool) {
+	sig := hb.RebootRequired
+	if sig == nil || m.Status.LastBoot == nil || m.Status.LastBoot.BootID != hb.BootID {
+		return metav1.Condition{}, false
+	}
+	have := meta.FindStatusCondition(m.Status.Conditions, kubefarmv1.ConditionRebootRequired)
+	if have != nil && have.Status == metav1.ConditionTrue && ofBoot(have, hb.BootID) {
+		return metav1.Condition{}, false
+	}
+	c := metav1.Condition{
+		Type:               kubefarmv1.ConditionRebootRequired,
+		Status:             metav1.ConditionTrue,
+		Reason:             sig.Reason,
+		Message:            strings.TrimSuffix("boot "+hb.BootID+": "+sig.Message, ": "),
+		LastTransitionTime: metav1.NewTime(now),
+	}
+	if have != nil && have.Status == metav1.ConditionTrue {
+		c.LastTransitionTime = have.LastTransitionTime
+	}
+	return c, true
+}
+
+// rebootRequiredOnBoot is the RebootRequired condition a report of a new
+// boot writes beside lastBoot: False, so that no True outlives the boot it
+// was raised in. Nil when the machine never had the condition, or when the
+// report is of the boot lastBoot already records.
+func rebootRequiredOnBoot(m *kubefarmv1.Machine, bootID string) *metav1.Condition {
+	if lb := m.Status.LastBoot; lb != nil && lb.BootID == bootID {
+		return nil
+	}
+	if meta.FindStatusCondition(m.Status.Conditions, kubefarmv1.ConditionRebootRequired) == nil {
+		return nil
+	}
+	return &metav1.Condition{
+		Type:    kubefarmv1.ConditionRebootRequired,
+		Status:  metav1.ConditionFalse,
+		Reason:  reasonNewBoot,
+		Message: "boot " + bootID,
+	}
+}
+
+// ofBoot: the condition's message names boot bootID, as the ones
+// kubefarm-pxe writes do ("boot <id>" or "boot <id>: ...").
+func ofBoot(c *metav1.Condition, bootID string) bool {
+	rest, ok := strings.CutPrefix(c.Message, "boot "+bootID)
+	return ok && (rest == "" || strings.HasPrefix(rest, ":"))
+}
+
+// RequireReboot implements BootRecorder: one server-side apply of the
+// Machine's status that carries the RebootRequired condition alone, as
+// FieldOwner, so that no other field of the status (lastBoot, the other
+// conditions, the rollout's) is touched. The apply carries the
+// resourceVersion of m, the copy the caller checked lastBoot on: if the
+// machine has booted again meanwhile, the write conflicts instead of
+// raising the signal for the new boot.
+//
+// The apply's field set is this one condition, always: the boot report
+// writes with a merge patch, which never removes what an apply owns. Were
+// the report turned into an apply under the same owner, each of the two
+// would have to carry everything the other sets, or drop it.
+func (s StatusRecorder) RequireReboot(ctx context.Context, m *kubefarmv1.Machine, c metav1.Condition) error {
+	if c.Type != kubefarmv1.ConditionRebootRequired {
+		return fmt.Errorf("RequireReboot writes %s, not %s", kubefarmv1.ConditionRebootRequired, c.Type)
+	}
+	cond := map[string]any{
+		"type":               c.Type,
+		"status":             string(c.Status),
+		"reason":             c.Reason,
+		"message":            c.Message,
+		"lastTransitionTime": c.LastTransitionTime.UTC().Format(time.RFC3339),
+	}
+	if c.ObservedGeneration != 0 {
+		cond["observedGeneration"] = c.ObservedGeneration
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kubefarmv1.GroupVersion.String(),
+		"kind":       "Machine",
+		"metadata": map[string]any{
+			"name":            m.Name,
+			"namespace":       m.Namespace,
+			"resourceVersion": m.ResourceVersion,
+		},
+		"status": map[string]any{"conditions": []any{cond}},
+	}}
+	if m.ResourceVersion == "" {
+		unstructured.RemoveNestedField(u.Object, "metadata", "resourceVersion")
+	}
+	if err := s.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying RebootRequired to machine %s: %w", machineKey(m), err)
+	}
+	return nil
+}
