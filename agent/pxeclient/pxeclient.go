@@ -1,6 +1,6 @@
-// Package pxeclient is the agent's side of kubefarm-pxe's /config and
-// /report (pxe/httpboot/agent.go): bounded requests, retried with backoff
-// while retrying can help.
+// Package pxeclient is the agent's side of kubefarm-pxe's /config, /report
+// and /heartbeat (pxe/httpboot/agent.go, heartbeat.go): bounded requests,
+// retried with backoff while retrying can help.
 //
 // kubefarm-pxe authenticates a /config request by where it comes from: the
 // machine's leased IP, for one of its MACs, inside the boot window that
@@ -37,6 +37,9 @@ const MaxConfig = 1 << 20
 
 // maxErrorBody bounds how much of an error answer is read into a message.
 const maxErrorBody = 256
+
+// maxReply bounds the /heartbeat answer: a real one is 16 bytes.
+const maxReply = 4096
 
 // Client talks to one kubefarm-pxe replica.
 type Client struct {
@@ -154,7 +157,7 @@ func (c *Client) retry(ctx context.Context, op string, once func(context.Context
 // boot NIC's, lower-case colon form).
 func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConfig, error) {
 	var nc httpboot.NodeConfig
-	url := c.Base.String() + "/config/" + mac
+	url := c.Base.Config(mac)
 	err := c.retry(ctx, "GET /config/"+mac, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -196,7 +199,7 @@ func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
 	if err != nil {
 		return err
 	}
-	url := c.Base.String() + "/report"
+	url := c.Base.Report()
 	return c.retry(ctx, "POST /report", func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 		if err != nil {
@@ -214,6 +217,51 @@ func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		return nil
 	})
+}
+
+// Heartbeat posts a heartbeat and returns kubefarm-pxe's answer. It is
+// retried like the others within ctx, which the caller bounds by its
+// heartbeat interval: a heartbeat that fails is only late, the next one
+// says the same.
+func (c *Client) Heartbeat(ctx context.Context, hb httpboot.Heartbeat) (httpboot.HeartbeatReply, error) {
+	var reply httpboot.HeartbeatReply
+	body, err := json.Marshal(hb)
+	if err != nil {
+		return reply, err
+	}
+	url := c.Base.Heartbeat()
+	err = c.retry(ctx, "POST /heartbeat", func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return &decodeError{err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return statusError("POST /heartbeat", resp)
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
+		if err != nil {
+			return err
+		}
+		if len(b) > maxReply {
+			return &decodeError{fmt.Errorf("heartbeat answer is over %d bytes", maxReply)}
+		}
+		// Fields this agent does not know are a newer server's.
+		reply = httpboot.HeartbeatReply{}
+		if err := json.Unmarshal(b, &reply); err != nil {
+			return &decodeError{fmt.Errorf("heartbeat answer does not decode: %w", err)}
+		}
+		return nil
+	})
+	if err != nil {
+		return httpboot.HeartbeatReply{}, err
+	}
+	return reply, nil
 }
 
 func statusError(op string, resp *http.Response) error {

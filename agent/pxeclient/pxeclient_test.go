@@ -116,3 +116,59 @@ func TestReport(t *testing.T) {
 		t.Errorf("%d requests, got %+v", n.Load(), got)
 	}
 }
+
+func TestHeartbeat(t *testing.T) {
+	const bootID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	for _, tc := range []struct {
+		name     string
+		codes    []int
+		body     string
+		attempts int32
+		reboot   bool
+		err      string
+	}{
+		{"stay", []int{200}, `{"reboot":false}`, 1, false, ""},
+		{"reboot", []int{200}, `{"reboot":true}`, 1, true, ""},
+		{"a newer server's field", []int{200}, `{"reboot":true,"after":"5s"}`, 1, true, ""},
+		{"503 while the write fails, then answered", []int{503, 200}, `{"reboot":true}`, 2, true, ""},
+		{"403 is final", []int{403}, "", 1, false, "HTTP 403"},
+		{"204 is no answer", []int{204}, "", 1, false, "HTTP 204"},
+		{"garbage is final", []int{200}, `{"reboot":`, 1, false, "does not decode"},
+		{"oversized", []int{200}, `{"reboot":false,"x":"` + strings.Repeat("x", maxReply) + `"}`, 1, false, "over"},
+	} {
+		var got httpboot.Heartbeat
+		var n atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			code := tc.codes[min(int(n.Add(1))-1, len(tc.codes)-1)]
+			if r.Method != http.MethodPost || r.URL.Path != "/heartbeat" || r.Header.Get("Content-Type") != "application/json" {
+				http.Error(w, "bad", 400)
+				return
+			}
+			_ = json.NewDecoder(r.Body).Decode(&got)
+			if code != 200 {
+				http.Error(w, "nope", code)
+				return
+			}
+			_, _ = w.Write([]byte(tc.body))
+		}))
+		c := &Client{Base: bootpaths.Base(srv.URL), Attempts: 5, Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
+		hb := httpboot.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "m"}}
+		reply, err := c.Heartbeat(context.Background(), hb)
+		srv.Close()
+		if n.Load() != tc.attempts {
+			t.Errorf("%s: %d attempts, want %d", tc.name, n.Load(), tc.attempts)
+		}
+		if got.MAC != mac || got.BootID != bootID || got.RebootRequired == nil || got.RebootRequired.Reason != "RebootRequiredFile" {
+			t.Errorf("%s: sent %+v", tc.name, got)
+		}
+		if tc.err == "" {
+			if err != nil || reply.Reboot != tc.reboot {
+				t.Errorf("%s: %+v, %v; want reboot %v", tc.name, reply, err, tc.reboot)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) || reply.Reboot {
+			t.Errorf("%s: %+v, %v; want an error with %q", tc.name, reply, err, tc.err)
+		}
+	}
+}
