@@ -13,9 +13,32 @@
 // The join token is fetched once per boot (kubefarm-pxe's window closes on
 // use), so what was written is remembered in --state-dir (a tmpfs, gone at
 // reboot) by boot ID: a restarted agent goes on from the start of kubelet
-// instead of asking again. After a successful report the agent stays
-// running until stopped, so that the unit's Restart=always does not run it
-// again.
+// instead of asking again. What else of the configuration the agent needs
+// later (the pool's rebootAfterLogin) is kept there too.
+//
+// After a successful report the agent stays running until stopped, so that
+// the unit's Restart=always does not run it again, and sends heartbeats to
+// kubefarm-pxe's /heartbeat every --heartbeat-interval (±20%, so that a
+// rack does not beat in step). A failed heartbeat is logged, and the next
+// one tries again. The answer says whether the rollout wants this boot
+// replaced (its Rebooting phase for this boot ID): then the agent calls
+// `systemctl reboot`, once, and the machine netboots the image it is now
+// served. If that fails, kubefarm-manager power-cycles the machine.
+//
+// A heartbeat also carries the node's drift signal, from the first one it
+// is raised on until the reboot (kubefarm-pxe makes it the Machine's
+// RebootRequired condition, and the rollout controller reboots the machine
+// into a pristine boot of its image):
+//
+//   - RebootRequiredFile: --reboot-required-file (/run/reboot-required,
+//     Debian's flag that an upgraded package needs a reboot) exists; the
+//     message names the packages of its .pkgs file.
+//   - InteractiveLogin: systemd-logind has a user session (CLASS=user, or
+//     the user-early and user-light classes of newer systemd) in
+//     --sessions-dir, and the pool's rollout.rebootAfterLogin (from the
+//     node configuration; unset: never) has passed since the agent first
+//     saw one. That first time is kept in --state-dir, so a restarted agent
+//     counts from it too.
 package main
 
 import (
@@ -55,6 +78,10 @@ type Options struct {
 	FetchTimeout   time.Duration // bounds fetching the configuration, retries included
 	NetworkTimeout time.Duration // bounds the wait for FlannelSubnet
 	ReportTimeout  time.Duration // bounds the report, retries included
+
+	HeartbeatInterval  time.Duration // between heartbeats, ±20%; 0: none
+	RebootRequiredFile string        // in the root: Debian's flag that a reboot is needed
+	SessionsDir        string        // in the root: systemd-logind's session files
 }
 
 func defaultOptions() Options {
@@ -64,6 +91,7 @@ func defaultOptions() Options {
 		CNIRecord: "/usr/share/kubefarm/cni.json", StateDir: "/run/kubefarm-agent",
 		FlannelSubnet: "/run/flannel/subnet.env",
 		FetchTimeout:  15 * time.Minute, NetworkTimeout: 5 * time.Minute, ReportTimeout: 5 * time.Minute,
+		HeartbeatInterval: 15 * time.Second, RebootRequiredFile: "/run/reboot-required", SessionsDir: "/run/systemd/sessions",
 	}
 }
 
@@ -77,6 +105,13 @@ type Deps struct {
 	HTTP *http.Client
 	// Poll is the interval of the wait for flanneld (default 1 s).
 	Poll time.Duration
+	// Reboot reboots the node (systemctl reboot); nil: the heartbeat
+	// loop only logs that it was asked to.
+	Reboot func(ctx context.Context) error
+	// Now is the clock of the login signal (default time.Now).
+	Now func() time.Time
+	// After is the wait between heartbeats (default time.After).
+	After func(time.Duration) <-chan time.Time
 }
 
 // systemctlStart starts units and waits for their start jobs: kubelet and
@@ -102,59 +137,86 @@ func main() {
 	flag.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "bound on fetching the node configuration, retries included")
 	flag.DurationVar(&o.NetworkTimeout, "network-timeout", o.NetworkTimeout, "bound on the wait for flanneld's lease")
 	flag.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "bound on the report, retries included")
+	flag.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "between heartbeats to kubefarm-pxe after the report, ±20% (0: none)")
+	flag.StringVar(&o.RebootRequiredFile, "reboot-required-file", o.RebootRequiredFile, "in the root: the file whose existence asks for a reboot (Debian's convention)")
+	flag.StringVar(&o.SessionsDir, "sessions-dir", o.SessionsDir, "in the root: systemd-logind's session files, for the interactive login signal")
 	flag.Parse()
 
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) }}
-	if err := run(ctx, o, deps, log); err != nil {
+	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) },
+		Reboot: systemctlReboot}
+	hb, err := run(ctx, o, deps, log)
+	if err != nil {
 		log.Error(err, "kubefarm-agent failed")
 		os.Exit(1)
 	}
+	hb.loop(ctx)
 	<-ctx.Done()
 }
 
-// run does one boot's work; see the package comment.
-func run(ctx context.Context, o Options, d Deps, log logr.Logger) error {
+// systemctlReboot asks systemd to reboot; systemd then stops this agent
+// with the rest.
+func systemctlReboot(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "systemctl", "reboot").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("systemctl reboot: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// run does one boot's work up to the report and returns the heartbeats
+// that follow it; see the package comment.
+func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, error) {
 	if d.Poll <= 0 {
 		d.Poll = time.Second
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.After == nil {
+		d.After = time.After
 	}
 	in := func(p string) string { return filepath.Join(o.Root, p) }
 
 	cmdline, err := os.ReadFile(o.Cmdline)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	params, err := bootparams.Parse(string(cmdline))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, err := os.ReadFile(o.BootIDFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bootID, err := bootparams.ParseBootID(string(b))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	iface, mac, err := bootInterface(o, params)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	log = log.WithValues("server", params.Server.String(), "mac", mac, "bootID", bootID)
 	pxe := &pxeclient.Client{Base: params.Server, HTTP: d.HTTP, Log: log}
 
 	// 1. Configuration and files, once per boot.
 	marker := filepath.Join(in(o.StateDir), "configured")
+	var kept settings
 	if done, _ := os.ReadFile(marker); strings.TrimSpace(string(done)) == bootID {
 		log.Info("files of this boot already written; not fetching the configuration again")
+		if err := readState(in(o.StateDir), settingsFile, bootID, &kept); err != nil {
+			log.Error(err, "what this boot's configuration said beyond the files is lost; no reboot after a login")
+		}
 	} else {
 		fctx, cancel := context.WithTimeout(ctx, o.FetchTimeout)
 		nc, err := pxe.FetchConfig(fctx, mac)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("fetching the node configuration: %w", err)
+			return nil, fmt.Errorf("fetching the node configuration: %w", err)
 		}
 		// Never the whole NodeConfig: it holds the join token.
 		log.Info("fetched the node configuration", "machine", nc.Machine, "cluster", nc.Cluster, "hostname", nc.Hostname, "apiServer", nc.APIServer)
@@ -164,33 +226,35 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) error {
 		rin := render.Input{Config: nc, BootIface: iface}
 		if nc.RootPasswordHash != "" {
 			if rin.Shadow, err = os.ReadFile(in(render.Shadow)); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		res, err := render.Render(rin)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if len(res.DroppedLabels) > 0 {
 			log.Info("labels kubelet may not set on its own Node left to kubefarm-manager", "labels", res.DroppedLabels)
 		}
 		if err := writeFiles(o.Root, res.Files); err != nil {
-			return err
+			return nil, err
 		}
 		if err := d.SetHostname(nc.Hostname); err != nil {
-			return fmt.Errorf("setting the host name %q: %w", nc.Hostname, err)
+			return nil, fmt.Errorf("setting the host name %q: %w", nc.Hostname, err)
 		}
-		if err := os.MkdirAll(in(o.StateDir), 0o700); err != nil {
-			return err
+		// Before the marker: a marker of this boot means both are there.
+		kept = settings{BootID: bootID, RebootAfterLogin: nc.RebootAfterLogin}
+		if err := writeState(in(o.StateDir), settingsFile, kept); err != nil {
+			return nil, err
 		}
 		if err := os.WriteFile(marker, []byte(bootID+"\n"), 0o600); err != nil {
-			return err
+			return nil, err
 		}
 	}
 
 	// 2. kubelet and flanneld.
 	if err := d.StartUnits(ctx, "kubelet.service", "flanneld.service"); err != nil {
-		return err
+		return nil, err
 	}
 
 	// 3. The network: flanneld's lease, then the chain.
@@ -206,10 +270,10 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) error {
 	rctx, cancel := context.WithTimeout(ctx, o.ReportTimeout)
 	defer cancel()
 	if err := pxe.Report(rctx, rep); err != nil {
-		return fmt.Errorf("reporting the boot: %w", err)
+		return nil, fmt.Errorf("reporting the boot: %w", err)
 	}
 	log.Info("boot reported")
-	return nil
+	return newHeartbeats(o, d, pxe, mac, bootID, kept.RebootAfterLogin, log), nil
 }
 
 // bootInterface names the interface the machine booted on and its MAC: the

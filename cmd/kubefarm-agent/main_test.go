@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefarm/kubefarm/agent/render"
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
@@ -31,11 +32,22 @@ const (
 
 // fakePXE stands for kubefarm-pxe: /config/<mac> once (then 403, as a
 // consumed boot window), after a 503 as while the tenant credential is
-// missing; /report records what it is sent.
+// missing; /report records what it is sent; /heartbeat passes each valid
+// heartbeat to beats and answers reboot, or beatCode when it is set.
 type fakePXE struct {
-	mu      sync.Mutex
-	configs int
-	reports []httpboot.BootReport
+	mu               sync.Mutex
+	configs          int
+	reports          []httpboot.BootReport
+	rebootAfterLogin *metav1.Duration
+	beats            chan httpboot.Heartbeat
+	reboot           bool
+	beatCode         int
+}
+
+func (f *fakePXE) set(fn func(*fakePXE)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
 }
 
 func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -50,9 +62,10 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case 2:
 			_ = json.NewEncoder(w).Encode(httpboot.NodeConfig{
 				Machine: "t1/m1", Cluster: "c1", Hostname: "node-1", ImageDigest: image,
-				Labels:    map[string]string{"rack": "r1", "node-role.kubernetes.io/worker": ""},
-				Taints:    nil,
-				JoinToken: token,
+				Labels:           map[string]string{"rack": "r1", "node-role.kubernetes.io/worker": ""},
+				Taints:           nil,
+				JoinToken:        token,
+				RebootAfterLogin: f.rebootAfterLogin,
 				TenantFacts: httpboot.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
 					ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodCIDR: "10.244.0.0/16"},
 			})
@@ -73,6 +86,22 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f.reports = append(f.reports, rep)
 		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPost && r.URL.Path == "/heartbeat":
+		var hb httpboot.Heartbeat
+		if err := json.NewDecoder(r.Body).Decode(&hb); err != nil {
+			http.Error(w, "bad heartbeat", 400)
+			return
+		}
+		if _, err := hb.Validate(); err != nil {
+			http.Error(w, "bad heartbeat: "+err.Error(), 400)
+			return
+		}
+		f.beats <- hb
+		if f.beatCode != 0 {
+			http.Error(w, "forbidden", f.beatCode)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(httpboot.HeartbeatReply{Reboot: f.reboot})
 	default:
 		http.NotFound(w, r)
 	}
@@ -156,7 +185,7 @@ func TestRun(t *testing.T) {
 	deps := Deps{StartUnits: starter.start, SetHostname: func(n string) error { hostname = n; return nil }, Poll: 10 * time.Millisecond}
 	ctx := context.Background()
 
-	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+	if _, err := run(ctx, o, deps, testr.New(t)); err != nil {
 		t.Fatal(err)
 	}
 	if pxe.configs != 2 {
@@ -186,7 +215,7 @@ func TestRun(t *testing.T) {
 
 	// A restarted agent (same boot) does not ask for the configuration
 	// again: the window is used. It starts kubelet and reports again.
-	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+	if _, err := run(ctx, o, deps, testr.New(t)); err != nil {
 		t.Fatal(err)
 	}
 	if pxe.configs != 2 || len(pxe.reports) != 2 {
@@ -197,7 +226,7 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(o.Root, "etc/cni/net.d/00-mesh.conflist"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(ctx, o, deps, testr.New(t)); err != nil {
+	if _, err := run(ctx, o, deps, testr.New(t)); err != nil {
 		t.Fatal(err)
 	}
 	if n := pxe.reports[2].Network; n == nil || n.Verified || !strings.Contains(n.Reason, "00-mesh.conflist") {
@@ -216,7 +245,7 @@ func TestRunNoFlannel(t *testing.T) {
 	o.NetworkTimeout = 100 * time.Millisecond
 	starter := &fakeKubeletStarter{root: o.Root, noFlannel: true}
 	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond}
-	if err := run(context.Background(), o, deps, testr.New(t)); err != nil {
+	if _, err := run(context.Background(), o, deps, testr.New(t)); err != nil {
 		t.Fatal(err)
 	}
 	if len(pxe.reports) != 1 || pxe.reports[0].Network.Verified || !strings.Contains(pxe.reports[0].Network.Reason, "run/flannel/subnet.env") {
@@ -242,7 +271,7 @@ func TestRunRefused(t *testing.T) {
 	o := nodeRoot(t, srv.URL)
 	starter := &fakeKubeletStarter{root: o.Root}
 	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }}
-	err := run(context.Background(), o, deps, testr.New(t))
+	_, err := run(context.Background(), o, deps, testr.New(t))
 	if err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("err %v, want the 403", err)
 	}
