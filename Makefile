@@ -167,7 +167,7 @@ test: deps tools verify-pins verify-generated lint ## Unit, integration (real ku
 # seed corpus always runs with the unit tests; this explores beyond it. A
 # finding is written under the package's testdata/fuzz and fails the run.
 FUZZ_TIME ?= 10s
-FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/tftp:FuzzValidateName \
+FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/tftp:FuzzValidateName \
   ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide
 
 .PHONY: fuzz

@@ -38,3 +38,16 @@ const (
 	// deleted. NodeReady is False.
 	ReasonNodeNotFound = "NodeNotFound"
 )
+
+// Reasons of the Machine's RebootRequired condition, written by
+// kubefarm-pxe from kubefarm-agent's heartbeat and boot report.
+const (
+	// ReasonInteractiveLogin: someone logged in on the node at least
+	// spec.rollout.rebootAfterLogin ago.
+	ReasonInteractiveLogin = "InteractiveLogin"
+	// ReasonRebootRequiredFile: /run/reboot-required exists on the node
+	// (Debian's convention, for example after a package install).
+	ReasonRebootRequiredFile = "RebootRequiredFile"
+	// ReasonNewBoot: False, a new boot is pristine.
+	ReasonNewBoot = "NewBoot"
+)

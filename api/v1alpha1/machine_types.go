@@ -167,6 +167,11 @@ type MachineRollout struct {
 	// before the reset, so that a restarted manager does not reset it again.
 	// +optional
 	PowerCycleTime *metav1.Time `json:"powerCycleTime,omitempty"`
+	// Result is what Uncordoning ends the update with: Done, or Skipped
+	// after a drain timeout with the Skip policy. Recorded with the phase,
+	// so a restarted manager finishes the same way.
+	// +optional
+	Result RolloutPhase `json:"result,omitempty"`
 	// ReadySince is when the rebooted node was first seen Ready on the
 	// target image without interruption; Verifying ends minReadySeconds
 	// after it.

@@ -295,6 +295,13 @@ const (
 	DrainSkip DrainTimeoutPolicy = "Skip"
 )
 
+// Defaults of the rollout's counts, for a strategy written without the
+// API server's defaulting (the API server fills them in otherwise).
+const (
+	DefaultFailureBudget   = 1
+	DefaultMinReadySeconds = 30
+)
+
 // AnnotationRolloutRetry on a NodePool restarts a halted rollout: when its
 // value differs from status.observedRetry, failed machines are tried again
 // and the failure count starts from zero. `kubectl kubefarm rollout
@@ -360,9 +367,10 @@ type RolloutStrategy struct {
 	// +kubebuilder:default="3m"
 	PowerCycleAfter *metav1.Duration `json:"powerCycleAfter,omitempty"`
 
-	// BootTimeout bounds the wait, from the reboot request, for the machine
-	// to report a new boot of the target image and for its node to stay
-	// Ready for minReadySeconds; past it the update fails.
+	// BootTimeout bounds each of the phases Rebooting (until the machine
+	// reports a new boot) and Verifying (until it runs the target image
+	// and its node has stayed Ready for minReadySeconds); past it the
+	// update fails.
 	// +optional
 	// +kubebuilder:default="15m"
 	BootTimeout *metav1.Duration `json:"bootTimeout,omitempty"`
@@ -373,7 +381,7 @@ type RolloutStrategy struct {
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600
-	MinReadySeconds int32 `json:"minReadySeconds,omitempty"`
+	MinReadySeconds *int32 `json:"minReadySeconds,omitempty"`
 
 	// RebootAfterLogin asks for a machine to be rebooted into its pristine
 	// image once this long has passed since an interactive login on it
@@ -387,7 +395,7 @@ type RolloutStrategy struct {
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
-	FailureBudget int32 `json:"failureBudget,omitempty"`
+	FailureBudget *int32 `json:"failureBudget,omitempty"`
 }
 
 // MaintenanceWindow is a recurring time span in a time zone.

@@ -956,9 +956,19 @@ func (in *RolloutStrategy) DeepCopyInto(out *RolloutStrategy) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.MinReadySeconds != nil {
+		in, out := &in.MinReadySeconds, &out.MinReadySeconds
+		*out = new(int32)
+		**out = **in
+	}
 	if in.RebootAfterLogin != nil {
 		in, out := &in.RebootAfterLogin, &out.RebootAfterLogin
 		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.FailureBudget != nil {
+		in, out := &in.FailureBudget, &out.FailureBudget
+		*out = new(int32)
 		**out = **in
 	}
 }

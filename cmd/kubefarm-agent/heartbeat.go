@@ -25,15 +25,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
-// The reasons of the drift signal, the RebootRequired condition's (the
-// API's constants once api/v1alpha1 has them; kubefarm-pxe accepts only
-// these two).
+// The reasons of the drift signal, the RebootRequired condition's
+// (kubefarm-pxe accepts only these two).
 const (
-	reasonInteractiveLogin   = "InteractiveLogin"
-	reasonRebootRequiredFile = "RebootRequiredFile"
+	reasonInteractiveLogin   = kubefarmv1.ReasonInteractiveLogin
+	reasonRebootRequiredFile = kubefarmv1.ReasonRebootRequiredFile
 )
 
 // Files in --state-dir besides the "configured" marker, each JSON with the

@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if equality.Semantic.DeepEqual(before, &s.pool.Status) {
 			return
 		}
-		if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, s.pool); err != nil {
+		if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, ownStatus(s.pool)); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("applying the status of NodePool %s/%s: %w", pool.Namespace, pool.Name, err))
 			return
 		}
@@ -330,6 +330,23 @@ func (r *Reconciler) summarize(s *scope, passErr error) {
 		ready = conditions.New(v1alpha1.ConditionReady, true, v1alpha1.ReasonPoolReady, machinesReady.Message)
 	}
 	set(ready)
+}
+
+// ownStatus is the part of the pool's status this controller decides: the
+// counts and the Ready and MachinesReady conditions. The rollout controller
+// writes the rest under its own field manager; applying the whole status
+// read from the cache would take its fields over and put stale values back.
+func ownStatus(pool *v1alpha1.NodePool) *v1alpha1.NodePool {
+	out := &v1alpha1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: pool.Name, Namespace: pool.Namespace}}
+	st := &pool.Status
+	out.Status = v1alpha1.NodePoolStatus{ObservedGeneration: st.ObservedGeneration,
+		Machines: st.Machines, ReadyMachines: st.ReadyMachines, UpdatedMachines: st.UpdatedMachines}
+	for _, c := range st.Conditions {
+		if c.Type == v1alpha1.ConditionReady || c.Type == v1alpha1.ConditionMachinesReady {
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return out
 }
 
 type machineCounts struct {

@@ -23,7 +23,9 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/machinenode"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
+	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 // Options configure the manager; cmd/kubefarm-manager maps its flags onto them.
@@ -52,6 +54,16 @@ type Options struct {
 	// tenant's API server, which it keeps per tenant; nil dials the tenant
 	// at its in-cluster address. Tests, whose tenants are stand-ins, set it.
 	DialTenant tenantcluster.DialTenant
+	// RolloutTenants is how the rollout reaches a tenant's Nodes and pods;
+	// nil uses each tenant's internal admin kubeconfig Secret. Tests whose
+	// tenants are stand-ins set it.
+	RolloutTenants rollout.Tenants
+	// Power resets machines that kubefarm-agent does not reboot; nil is
+	// power.New(), the drivers kubefarm ships.
+	Power power.Cycler
+	// RolloutPoll is how often a pool with updates in flight is looked at
+	// again; zero is rollout.DefaultPoll.
+	RolloutPoll time.Duration
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -140,6 +152,23 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		Recorder: mgr.GetEventRecorder("nodepool-controller"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the NodePool controller: %w", err)
+	}
+	tenants := opts.RolloutTenants
+	if tenants == nil {
+		tenants = &rollout.SecretTenants{Client: mgr.GetClient()}
+	}
+	cycler := opts.Power
+	if cycler == nil {
+		cycler = power.New()
+	}
+	if err := (&rollout.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("rollout-controller"),
+		Tenants:  tenants,
+		Power:    cycler,
+		Poll:     opts.RolloutPoll,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the rollout controller: %w", err)
 	}
 	if err := (&csrapproval.Reconciler{
 		Client:   mgr.GetClient(),

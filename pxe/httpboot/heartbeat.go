@@ -61,20 +61,12 @@ const MaxRebootMessage = 256
 // with a signal whose message is MaxRebootMessage.
 const maxHeartbeat = 2048
 
-// The reasons of the Machine's RebootRequired condition. They belong in
-// api/v1alpha1/machine_conditions.go beside the NetworkVerified reasons;
-// these copies stand in until they are there, and the agent keeps its own
-// of the two it sends.
+// The reasons of the Machine's RebootRequired condition are the API's
+// (kubefarmv1.ReasonInteractiveLogin, ReasonRebootRequiredFile, ReasonNewBoot).
 const (
-	// reasonInteractiveLogin: a user session (logind) was opened on the
-	// node, and the pool's rollout.rebootAfterLogin has passed since.
-	reasonInteractiveLogin = "InteractiveLogin"
-	// reasonRebootRequiredFile: /run/reboot-required exists (Debian's
-	// convention: a package upgrade needs a reboot).
-	reasonRebootRequiredFile = "RebootRequiredFile"
-	// reasonNewBoot: the machine reported a new boot, which is pristine;
-	// the condition is False.
-	reasonNewBoot = "NewBoot"
+	reasonInteractiveLogin   = kubefarmv1.ReasonInteractiveLogin
+	reasonRebootRequiredFile = kubefarmv1.ReasonRebootRequiredFile
+	reasonNewBoot            = kubefarmv1.ReasonNewBoot
 )
 
 // FieldOwner is the field manager of kubefarm-pxe's writes to Machines'

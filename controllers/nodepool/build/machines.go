@@ -167,6 +167,7 @@ func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1
 			IP:           e.IP,
 			Tags:         r.Tags,
 			DesiredImage: pool.Spec.BootImage,
+			Power:        e.Power.DeepCopy(),
 		},
 	}, nil
 }

@@ -1,0 +1,341 @@
+// Package plan holds the rollout's pure decisions: which machines of a pool
+// need an update and why, which of them count as unavailable, how large the
+// budget is, which machines may start now, and what a machine in a phase
+// must see before it moves on. Nothing here reads a clock or a server: the
+// controller passes the facts and now in, so every rule is table-tested and
+// the controller only fetches, calls these, applies and records.
+package plan
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// Node is what the rollout needs to know of a machine's tenant Node.
+type Node struct {
+	Ready         bool
+	Unschedulable bool
+	// BootID is the kubelet's report of the node's boot (nodeInfo.bootID).
+	BootID string
+	Labels map[string]string
+}
+
+// Machine is one machine of the pool with its Node (nil: the tenant has no
+// Node of the machine's hostname).
+type Machine struct {
+	M    *v1alpha1.Machine
+	Node *Node
+}
+
+// InFlight tells whether the machine's update is under way: recorded, and
+// not ended. A Failed update keeps its record (so the operator sees it) but
+// is not in flight.
+func InFlight(m *v1alpha1.Machine) bool {
+	r := m.Status.Rollout
+	return r != nil && r.Phase != v1alpha1.RolloutFailed && r.Phase != v1alpha1.RolloutDone && r.Phase != v1alpha1.RolloutSkipped
+}
+
+// Failed tells whether the machine's latest update towards target failed
+// and waits for an operator's retry.
+func Failed(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
+	r := m.Status.Rollout
+	return r != nil && r.Phase == v1alpha1.RolloutFailed && r.TargetImage == target
+}
+
+// Unavailable tells whether the budget counts the machine as unavailable:
+// its update is in flight, or its node is missing, not Ready or cordoned,
+// whoever made it so.
+func Unavailable(m Machine) bool {
+	return InFlight(m.M) || m.Node == nil || !m.Node.Ready || m.Node.Unschedulable
+}
+
+// NeedsUpdate tells why the machine must be rebooted towards target, if it
+// must: it is served another image, or it asked for a reboot in the boot it
+// runs (its RebootRequired condition, raised for that boot ID).
+func NeedsUpdate(m *v1alpha1.Machine, target v1alpha1.ImageRef) (v1alpha1.RolloutReason, bool) {
+	if s := m.Status.ServedImage; s == nil || *s != target {
+		return v1alpha1.RolloutForImage, true
+	}
+	if RebootRequested(m) {
+		return v1alpha1.RolloutForReboot, true
+	}
+	return "", false
+}
+
+// RebootRequested tells whether the machine's RebootRequired condition is
+// True for the boot it last reported (kubefarm-pxe writes "boot <id>: ..."
+// and clears it on a new boot; checking the ID as well keeps a condition
+// that outlived its boot from rebooting the machine twice).
+func RebootRequested(m *v1alpha1.Machine) bool {
+	c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRebootRequired)
+	if c == nil || c.Status != metav1.ConditionTrue || m.Status.LastBoot == nil {
+		return false
+	}
+	return strings.HasPrefix(c.Message, "boot "+m.Status.LastBoot.BootID)
+}
+
+// Budget resolves an absolute-or-percent budget against total machines:
+// percentages round down, and a budget is at least one, so that a rollout
+// of a small pool can always move.
+func Budget(v *intstr.IntOrString, total int) (int, error) {
+	if v == nil {
+		return 1, nil
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(v, total, false)
+	if err != nil {
+		return 0, fmt.Errorf("maxUnavailable %s: %w", v.String(), err)
+	}
+	return max(n, 1), nil
+}
+
+// Domain is the failure domain of a machine: the value of label on its
+// node, "" without one (or without a node).
+func Domain(m Machine, label string) string {
+	if label == "" || m.Node == nil {
+		return ""
+	}
+	return m.Node.Labels[label]
+}
+
+// Candidate is a machine that may be started, and why.
+type Candidate struct {
+	Machine
+	Reason v1alpha1.RolloutReason
+	// SkippedLast: its latest finished update towards the target was
+	// Skipped, so it goes after the others.
+	SkippedLast bool
+}
+
+// Selection is what the planner decided for one pass.
+type Selection struct {
+	// Start are the machines to start, in order.
+	Start []Candidate
+	// Pending are the machines that need an update and are not started.
+	Pending int
+	// Unavailable is the pool's count before the starts; Budget its bound.
+	Unavailable, Budget int
+	// BlockedByDomain names domains whose own budget held a machine back.
+	BlockedByDomain []string
+	// RetryAt is when the earliest skipped machine may be tried again
+	// (zero: none waits).
+	RetryAt time.Time
+}
+
+// SkipBackoff is how long a machine whose drain timed out under the Skip
+// policy waits before it is tried again: as long as the drain timeout, so a
+// node whose pods cannot leave is not cordoned again and again.
+func SkipBackoff(st v1alpha1.RolloutStrategy) time.Duration {
+	if st.DrainTimeout != nil && st.DrainTimeout.Duration > 0 {
+		return st.DrainTimeout.Duration
+	}
+	return 15 * time.Minute
+}
+
+// Select picks, in a deterministic order, the machines to start within the
+// budget: the pool's (every unavailable machine counts, not only the
+// rollout's own) and, with a failure-domain label, each domain's.
+//
+// Order: machines whose last attempt was skipped go last; among the rest,
+// machines already unavailable (a NotReady node) go first, since updating
+// them costs no more availability; then by name. A machine already
+// unavailable still needs room in the budget: past it, nothing starts.
+//
+// A machine skipped last time waits SkipBackoff from its skip first; it
+// counts as pending meanwhile.
+func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStrategy, now time.Time) (Selection, error) {
+	var sel Selection
+	total := len(machines)
+	budget, err := Budget(st.MaxUnavailable, total)
+	if err != nil {
+		return sel, err
+	}
+	sel.Budget = budget
+	domainTotal := map[string]int{}
+	domainUnavail := map[string]int{}
+	var cands []Candidate
+	for _, m := range machines {
+		d := Domain(m, st.FailureDomainLabel)
+		domainTotal[d]++
+		if Unavailable(m) {
+			sel.Unavailable++
+			domainUnavail[d]++
+		}
+		if InFlight(m.M) || Failed(m.M, target) {
+			continue
+		}
+		reason, ok := NeedsUpdate(m.M, target)
+		if !ok {
+			continue
+		}
+		skipped := skippedLast(m.M, target)
+		if skipped {
+			if at := m.M.Status.History[0].FinishTime.Add(SkipBackoff(st)); now.Before(at) {
+				sel.Pending++
+				if sel.RetryAt.IsZero() || at.Before(sel.RetryAt) {
+					sel.RetryAt = at
+				}
+				continue
+			}
+		}
+		cands = append(cands, Candidate{Machine: m, Reason: reason, SkippedLast: skipped})
+	}
+	slices.SortFunc(cands, func(a, b Candidate) int {
+		if a.SkippedLast != b.SkippedLast {
+			if a.SkippedLast {
+				return 1
+			}
+			return -1
+		}
+		ua, ub := Unavailable(a.Machine), Unavailable(b.Machine)
+		if ua != ub {
+			if ua {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.M.Name, b.M.Name)
+	})
+	unavail := sel.Unavailable
+	blocked := map[string]bool{}
+	for _, c := range cands {
+		add := 0
+		if !Unavailable(c.Machine) {
+			add = 1
+		}
+		if unavail+add > budget {
+			continue
+		}
+		d := Domain(c.Machine, st.FailureDomainLabel)
+		if st.MaxUnavailablePerDomain != nil && st.FailureDomainLabel != "" {
+			db, err := Budget(st.MaxUnavailablePerDomain, domainTotal[d])
+			if err != nil {
+				return sel, err
+			}
+			if domainUnavail[d]+add > db {
+				blocked[d] = true
+				continue
+			}
+		}
+		unavail += add
+		domainUnavail[d] += add
+		sel.Start = append(sel.Start, c)
+	}
+	sel.Pending += len(cands) - len(sel.Start)
+	for d := range blocked {
+		sel.BlockedByDomain = append(sel.BlockedByDomain, d)
+	}
+	slices.Sort(sel.BlockedByDomain)
+	return sel, nil
+}
+
+// skippedLast: the newest history entry is a Skipped update to target.
+func skippedLast(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
+	h := m.Status.History
+	return len(h) > 0 && h[0].Result == v1alpha1.RolloutSkipped && h[0].Image == target
+}
+
+// Start is the record that begins c's update at now, written before the
+// cordon. wasCordoned comes from the node as it is now, or from a failed
+// earlier update's record: that update may have cordoned the node itself,
+// and the operator's intent is what the first record saw.
+func Start(c Candidate, target v1alpha1.ImageRef, now time.Time) *v1alpha1.MachineRollout {
+	was := c.Node != nil && c.Node.Unschedulable
+	if prev := c.M.Status.Rollout; prev != nil && prev.Phase == v1alpha1.RolloutFailed {
+		was = prev.WasCordoned
+	}
+	t := metav1.NewTime(now)
+	r := &v1alpha1.MachineRollout{
+		Phase: v1alpha1.RolloutCordoning, Reason: c.Reason, TargetImage: target,
+		PhaseStartTime: t, StartTime: &t, WasCordoned: was,
+		Message: "cordoning the node",
+	}
+	if lb := c.M.Status.LastBoot; lb != nil {
+		r.PreviousBootID = lb.BootID
+	}
+	if c.Node == nil {
+		r.Message = "the tenant has no Node for this machine; nothing to cordon"
+	}
+	return r
+}
+
+// Next is r moved to phase at now, with msg; the phase's own fields start
+// empty.
+func Next(r *v1alpha1.MachineRollout, phase v1alpha1.RolloutPhase, now time.Time, msg string) *v1alpha1.MachineRollout {
+	out := r.DeepCopy()
+	out.Phase, out.PhaseStartTime, out.Message = phase, metav1.NewTime(now), msg
+	out.ReadySince = nil
+	return out
+}
+
+// Expired tells whether the phase that began at start has outlasted d, and
+// how long is left otherwise. A nil or zero d never expires.
+func Expired(start metav1.Time, d *metav1.Duration, now time.Time) (bool, time.Duration) {
+	if d == nil || d.Duration <= 0 {
+		return false, time.Duration(math.MaxInt64)
+	}
+	left := start.Add(d.Duration).Sub(now)
+	return left <= 0, left
+}
+
+// Rebooted tells whether the machine reported a boot other than the one
+// the update started from.
+func Rebooted(m *v1alpha1.Machine) bool {
+	r, lb := m.Status.Rollout, m.Status.LastBoot
+	return r != nil && lb != nil && lb.BootID != "" && lb.BootID != r.PreviousBootID
+}
+
+// Verdict is what Verify found.
+type Verdict struct {
+	// Good: the machine runs the target image and its node is Ready on this
+	// boot; Since how long is for the caller to track (ReadySince).
+	Good bool
+	// Why not, for the phase's message.
+	Why string
+}
+
+// Verify checks a rebooted machine: it reported the target's digest, its
+// Node exists, is Ready, and reports the boot ID the machine reported (so
+// the Ready is the new boot's, not a stale status of the old one).
+func Verify(m Machine) Verdict {
+	r, lb := m.M.Status.Rollout, m.M.Status.LastBoot
+	switch {
+	case r == nil || lb == nil:
+		return Verdict{Why: "no boot reported"}
+	case lb.ImageDigest != r.TargetImage.Digest:
+		return Verdict{Why: fmt.Sprintf("booted rootfs %s, not the target %s", lb.ImageDigest, r.TargetImage.Digest)}
+	case m.Node == nil:
+		return Verdict{Why: "the node has not registered"}
+	case m.Node.BootID != lb.BootID:
+		return Verdict{Why: fmt.Sprintf("the node reports boot %s, not the reported boot %s yet", orNone(m.Node.BootID), lb.BootID)}
+	case !m.Node.Ready:
+		return Verdict{Why: "the node is not Ready"}
+	}
+	return Verdict{Good: true}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// Finished is the history entry of an update ending with result at now,
+// prepended to h and capped at ten entries (the API's bound).
+func Finished(h []v1alpha1.RolloutHistoryEntry, r *v1alpha1.MachineRollout, result v1alpha1.RolloutPhase, now time.Time, msg string) []v1alpha1.RolloutHistoryEntry {
+	e := v1alpha1.RolloutHistoryEntry{Image: r.TargetImage, Result: result, Reason: r.Reason, FinishTime: metav1.NewTime(now), Message: msg}
+	out := append([]v1alpha1.RolloutHistoryEntry{e}, h...)
+	if len(out) > 10 {
+		out = out[:10]
+	}
+	return out
+}

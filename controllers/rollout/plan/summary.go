@@ -1,0 +1,109 @@
+package plan
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/conditions"
+)
+
+// Reasons of the rollout's NodePool conditions. Like every kind's reasons
+// they are API (alerts, kubectl wait), so constants.
+const (
+	ReasonMachinesUpdating   = "MachinesUpdating"
+	ReasonWaitingForBudget   = "WaitingForBudget"
+	ReasonWaitingForWindow   = "WaitingForWindow"
+	ReasonRolloutPaused      = "RolloutPaused"
+	ReasonRolloutHalted      = "RolloutHalted"
+	ReasonRolloutComplete    = "RolloutComplete"
+	ReasonImageNotFound      = "BootImageNotFound"
+	ReasonImageNotReady      = "BootImageNotReady"
+	ReasonNotPaused          = "NotPaused"
+	ReasonFailureBudgetLeft  = "WithinFailureBudget"
+	ReasonFailureBudgetSpent = "FailureBudgetExceeded"
+	ReasonAllUpdated         = "AllMachinesUpdated"
+	ReasonMachinesPending    = "MachinesPending"
+	ReasonInvalidStrategy    = "InvalidStrategy"
+)
+
+// Summary is the pool as the rollout sees it after a pass.
+type Summary struct {
+	Total, Updated, InFlight, Failed, Pending, Unavailable, Budget int
+	FailureBudget                                                  int
+	Paused                                                         bool
+	// Window: the maintenance windows allow starts now; NextWindow is when
+	// that changes (zero: never).
+	WindowOpen bool
+	NextWindow time.Time
+	// ImageProblem, when set, is why no update can start: the BootImage is
+	// missing or kubefarm-pxe has not verified its artifacts. ImageReason is
+	// the condition reason for it.
+	ImageProblem, ImageReason string
+	// Invalid is why the strategy cannot be evaluated (a bad window).
+	Invalid string
+}
+
+// Halted tells whether the failures exceed the failure budget.
+func (s Summary) Halted() bool { return s.Failed > s.FailureBudget }
+
+// Updated tells whether m runs target and nothing is pending for it.
+func Updated(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
+	_, needs := NeedsUpdate(m, target)
+	lb := m.Status.LastBoot
+	return !needs && !InFlight(m) && lb != nil && lb.ImageDigest == target.Digest
+}
+
+// Conditions are the pool's rollout conditions for s: Progressing, Paused,
+// Halted and Complete.
+func Conditions(s Summary) []metav1.Condition {
+	paused := conditions.New(v1alpha1.ConditionPaused, false, ReasonNotPaused, "new machine updates may start")
+	if s.Paused {
+		paused = conditions.New(v1alpha1.ConditionPaused, true, ReasonRolloutPaused,
+			fmt.Sprintf("spec.rollout.paused holds new updates back; %d in flight finish", s.InFlight))
+	}
+	halted := conditions.New(v1alpha1.ConditionHalted, false, ReasonFailureBudgetLeft,
+		fmt.Sprintf("%d failed updates, failure budget %d", s.Failed, s.FailureBudget))
+	if s.Halted() {
+		halted = conditions.New(v1alpha1.ConditionHalted, true, ReasonFailureBudgetSpent,
+			fmt.Sprintf("%d failed updates exceed the failure budget %d; annotate the pool with %s=<anything new> to retry them",
+				s.Failed, s.FailureBudget, v1alpha1.AnnotationRolloutRetry))
+	}
+	complete := conditions.New(v1alpha1.ConditionComplete, true, ReasonAllUpdated,
+		fmt.Sprintf("all %d machines run the pool's image", s.Total))
+	if s.Updated < s.Total {
+		complete = conditions.New(v1alpha1.ConditionComplete, false, ReasonMachinesPending,
+			fmt.Sprintf("%d of %d machines run the pool's image", s.Updated, s.Total))
+	}
+
+	waiting := s.Pending > 0
+	var progressing metav1.Condition
+	switch {
+	case s.Invalid != "":
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonInvalidStrategy, s.Invalid)
+	case s.ImageProblem != "":
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, s.ImageReason, s.ImageProblem)
+	case s.InFlight > 0:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, true, ReasonMachinesUpdating,
+			fmt.Sprintf("%d updating, %d waiting, %d of %d unavailable (budget %d)", s.InFlight, s.Pending, s.Unavailable, s.Total, s.Budget))
+	case !waiting:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutComplete, "no machine waits for an update")
+	case s.Halted():
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutHalted, halted.Message)
+	case s.Paused:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutPaused,
+			fmt.Sprintf("%d machines wait; the rollout is paused", s.Pending))
+	case !s.WindowOpen:
+		msg := fmt.Sprintf("%d machines wait for a maintenance window", s.Pending)
+		if !s.NextWindow.IsZero() {
+			msg += "; the next opens at " + s.NextWindow.UTC().Format(time.RFC3339)
+		}
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForWindow, msg)
+	default:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForBudget,
+			fmt.Sprintf("%d machines wait: %d of %d unavailable already (budget %d)", s.Pending, s.Unavailable, s.Total, s.Budget))
+	}
+	return []metav1.Condition{progressing, paused, halted, complete}
+}

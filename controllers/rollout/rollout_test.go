@@ -1,0 +1,722 @@
+package rollout_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/nodepool"
+	"github.com/kubefarm/kubefarm/controllers/rollout"
+	"github.com/kubefarm/kubefarm/internal/examples"
+	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/power"
+)
+
+// One real API server (envtest) plays both the admin cluster and the
+// tenant: the Machines and NodePools live in it, and so do "the tenant's"
+// Nodes, pods and PodDisruptionBudgets, which the rollout reaches through
+// staticTenant. The NodePool controller makes the Machines as in
+// production; fakeFarm (farm_test.go) plays the kubelets, the agents,
+// kubefarm-pxe's serving and the disruption controller.
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	testenv.Main(m, testenv.Options{}, &env)
+}
+
+// staticTenant is the tenant stand-in: the envtest API server itself.
+type staticTenant struct{ cs kubernetes.Interface }
+
+func (s staticTenant) Clientset(context.Context, string, string) (kubernetes.Interface, error) {
+	return s.cs, nil
+}
+
+// farmPower is the power driver of the fake farm: a reset reboots the
+// machine whose address names it. It wraps power.Recorder, which counts.
+type farmPower struct {
+	power.Recorder
+	farm *fakeFarm
+}
+
+func (p *farmPower) PowerCycle(ctx context.Context, spec v1alpha1.PowerSpec) error {
+	if err := p.Recorder.PowerCycle(ctx, spec); err != nil {
+		return err
+	}
+	p.farm.rebootNow(strings.TrimPrefix(spec.Address, "unix:///farm/"))
+	return nil
+}
+
+// fixture is one scenario's namespace, pool and farm, and the manager that
+// runs the NodePool and rollout controllers (restartable).
+type fixture struct {
+	t     *testing.T
+	ns    string
+	farm  *fakeFarm
+	pool  *v1alpha1.NodePool
+	imgA  v1alpha1.ImageRef
+	imgB  v1alpha1.ImageRef
+	power *farmPower
+
+	mu       sync.Mutex
+	stopMgr  context.CancelFunc
+	mgrDone  chan struct{}
+	hook     func(ctx context.Context, m *v1alpha1.Machine)
+	starts   map[string]int // RolloutStarted events seen per machine, by the hook
+	maxStart time.Time
+}
+
+var imageSeq int
+
+// newFixture makes a namespace with BootImages a and b, a pool of n
+// machines on a, their Nodes and first boots, and starts the farm.
+func newFixture(t *testing.T, n int, strategy v1alpha1.RolloutStrategy) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, ns: ns.Name, farm: newFarm(env.Client, ns.Name), starts: map[string]int{}}
+	f.power = &farmPower{farm: f.farm}
+	var refs []v1alpha1.ImageRef
+	for _, digit := range []string{"a", "b"} {
+		img, err := examples.BootImage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		imageSeq++
+		img.Name = fmt.Sprintf("img-%s-%d", digit, imageSeq)
+		img.Spec.Rootfs.Digest = "sha256:" + strings.Repeat(digit, 62) + fmt.Sprintf("%02d", imageSeq%100)
+		if err := env.Client.Create(ctx, img); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, v1alpha1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest})
+	}
+	f.imgA, f.imgB = refs[0], refs[1]
+	pool := &v1alpha1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "workers"},
+		Spec: v1alpha1.NodePoolSpec{
+			Cluster: "tenant", BootImage: f.imgA.Name,
+			Network: v1alpha1.BootNetwork{Subnet: "10.60.0.0/16"},
+			Rollout: strategy,
+		},
+	}
+	for i := range n {
+		name := fmt.Sprintf("m%02d", i)
+		pool.Spec.Machines = append(pool.Spec.Machines, v1alpha1.MachineEntry{
+			Name: name, IP: fmt.Sprintf("10.60.0.%d", 10+i), MACs: []string{fmt.Sprintf("02:00:00:60:00:%02x", i)},
+			Power: &v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix:///farm/workers-" + name},
+		})
+	}
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	f.pool = pool
+	f.startManager()
+	t.Cleanup(f.stopManager)
+	// The NodePool controller makes the Machines with image a served.
+	f.eventually("the pool's Machines exist with image a served", func() (bool, error) {
+		ms := f.machines()
+		return len(ms) == n && !slices.ContainsFunc(ms, func(m v1alpha1.Machine) bool {
+			return m.Status.ServedImage == nil || *m.Status.ServedImage != f.imgA
+		}), nil
+	})
+	for i := range n {
+		name := fmt.Sprintf("m%02d", i)
+		f.farm.addMachine(t, "workers-"+name, name, f.imgA.Digest)
+	}
+	t.Cleanup(func() {
+		// Nodes are cluster-wide; the next scenario names its own the same,
+		// and drains them: the pods bound to them go too (envtest runs no
+		// namespace controller to remove them with the namespace).
+		_ = env.Client.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(f.ns), client.GracePeriodSeconds(0))
+		for i := range n {
+			_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m%02d", i)}})
+		}
+	})
+	fctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.farm.run(fctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		f.farm.mu.Lock()
+		defer f.farm.mu.Unlock()
+		for _, err := range f.farm.errs {
+			t.Errorf("fake farm: %v", err)
+		}
+	})
+	f.eventually("the pool is Complete on image a", func() (bool, error) { return f.complete(f.imgA), nil })
+	return f
+}
+
+// startManager runs a manager with the NodePool and rollout controllers.
+func (f *fixture) startManager() {
+	f.t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Each restart registers the controllers' names again.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
+		f.t.Fatal(err)
+	}
+	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
+		Tenants: staticTenant{kubernetes.NewForConfigOrDie(env.Config)}, Power: f.power, Poll: 100 * time.Millisecond}
+	rollout.SetAfterRecord(r, func(ctx context.Context, m *v1alpha1.Machine) {
+		f.mu.Lock()
+		hook := f.hook
+		if ro := m.Status.Rollout; ro != nil && ro.Phase == v1alpha1.RolloutCordoning && ro.PhaseStartTime.Equal(ro.StartTime) {
+			f.starts[m.Name]++
+		}
+		f.mu.Unlock()
+		if hook != nil {
+			hook(ctx, m)
+		}
+	})
+	if err := r.SetupWithManager(mgr); err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	f.mu.Lock()
+	f.stopMgr, f.mgrDone = cancel, done
+	f.mu.Unlock()
+}
+
+func (f *fixture) stopManager() {
+	f.mu.Lock()
+	cancel, done := f.stopMgr, f.mgrDone
+	f.mu.Unlock()
+	cancel()
+	<-done
+}
+
+func (f *fixture) machines() []v1alpha1.Machine {
+	f.t.Helper()
+	ms := &v1alpha1.MachineList{}
+	if err := env.Client.List(context.Background(), ms, client.InNamespace(f.ns)); err != nil {
+		f.t.Fatal(err)
+	}
+	return ms.Items
+}
+
+func (f *fixture) machine(name string) *v1alpha1.Machine {
+	f.t.Helper()
+	m := &v1alpha1.Machine{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, m); err != nil {
+		f.t.Fatal(err)
+	}
+	return m
+}
+
+func (f *fixture) getPool() *v1alpha1.NodePool {
+	f.t.Helper()
+	p := &v1alpha1.NodePool{}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.pool), p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// complete tells, from one read of the pool, that the rollout controller
+// has seen its current spec, rolls towards img, and finds it Complete.
+func (f *fixture) complete(img v1alpha1.ImageRef) bool {
+	p := f.getPool()
+	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionComplete)
+	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation &&
+		p.Status.RolloutImage != nil && *p.Status.RolloutImage == img
+}
+
+func (f *fixture) poolCondition(typ string) metav1.ConditionStatus {
+	c := meta.FindStatusCondition(f.getPool().Status.Conditions, typ)
+	if c == nil {
+		return metav1.ConditionUnknown
+	}
+	return c.Status
+}
+
+func (f *fixture) patchPool(fn func(p *v1alpha1.NodePool)) {
+	f.t.Helper()
+	p := f.getPool()
+	orig := p.DeepCopy()
+	fn(p)
+	if err := env.Client.Patch(context.Background(), p, client.MergeFrom(orig)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) cordon(node string, on bool) {
+	f.t.Helper()
+	n := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: node}, n); err != nil {
+		f.t.Fatal(err)
+	}
+	orig := n.DeepCopy()
+	n.Spec.Unschedulable = on
+	if err := env.Client.Patch(context.Background(), n, client.MergeFrom(orig)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) node(name string) *corev1.Node {
+	f.t.Helper()
+	n := &corev1.Node{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func (f *fixture) eventually(what string, cond func() (bool, error)) {
+	f.t.Helper()
+	f.eventuallyWithin(what, 90*time.Second, cond)
+}
+
+func (f *fixture) eventuallyWithin(what string, d time.Duration, cond func() (bool, error)) {
+	f.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return ok, nil
+	})
+	if err != nil {
+		f.t.Fatalf("waiting for %s: %v (last error: %v)\n%s", what, err, last, f.dump())
+	}
+}
+
+// dump is the pool's and Machines' state, for a failure message.
+func (f *fixture) dump() string {
+	var b strings.Builder
+	p := f.getPool()
+	fmt.Fprintf(&b, "pool generation %d status:\n", p.Generation)
+	for _, c := range p.Status.Conditions {
+		fmt.Fprintf(&b, "  %s=%s %s (gen %d): %s\n", c.Type, c.Status, c.Reason, c.ObservedGeneration, c.Message)
+	}
+	for _, m := range f.machines() {
+		fmt.Fprintf(&b, "%s served=%v lastBoot=%+v rollout=%+v history=%d\n", m.Name, m.Status.ServedImage, m.Status.LastBoot, m.Status.Rollout, len(m.Status.History))
+	}
+	return b.String()
+}
+
+// doneOn counts the machine's history entries that are a Done update to img.
+func doneOn(m *v1alpha1.Machine, img v1alpha1.ImageRef) int {
+	n := 0
+	for _, h := range m.Status.History {
+		if h.Image == img && h.Result == v1alpha1.RolloutDone {
+			n++
+		}
+	}
+	return n
+}
+
+// sampler checks invariants on consistent samples until stopped.
+type sampler struct {
+	stop    context.CancelFunc
+	done    chan struct{}
+	mu      sync.Mutex
+	samples int
+	errs    []string
+}
+
+func (f *fixture) sampleInvariants(check func(s sample) string) *sampler {
+	ctx, cancel := context.WithCancel(context.Background())
+	sm := &sampler{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(sm.done)
+		for ctx.Err() == nil {
+			s, err := f.farm.sample(ctx)
+			if err != nil {
+				continue
+			}
+			msg := check(s)
+			sm.mu.Lock()
+			sm.samples++
+			if msg != "" && len(sm.errs) < 20 {
+				sm.errs = append(sm.errs, msg)
+			}
+			sm.mu.Unlock()
+		}
+	}()
+	return sm
+}
+
+func (sm *sampler) finish(t *testing.T, atLeast int) {
+	t.Helper()
+	sm.stop()
+	<-sm.done
+	if sm.samples < atLeast {
+		t.Errorf("only %d samples of the invariants were taken, want at least %d", sm.samples, atLeast)
+	}
+	for _, e := range sm.errs {
+		t.Error(e)
+	}
+	t.Logf("%d consistent samples of the invariants", sm.samples)
+}
+
+// TestRolloutInvariants switches a pool of six to another image with
+// maxUnavailable 2, one node cordoned by an operator and a PDB on a
+// workload, and kills the manager right after each phase is first
+// recorded, before its side effect. Sampled all along: unavailable nodes
+// never above the budget, the workload never below its PDB, the operator's
+// cordon never lifted. At the end every machine was rebooted exactly once
+// and finished exactly once on the new image.
+func TestRolloutInvariants(t *testing.T) {
+	f := newFixture(t, 6, v1alpha1.RolloutStrategy{MaxUnavailable: ptr.To(intstr.FromInt32(2)), MinReadySeconds: ptr.To[int32](1),
+		DrainTimeout: &metav1.Duration{Duration: time.Minute}, BootTimeout: &metav1.Duration{Duration: time.Minute}, FailureBudget: ptr.To[int32](0)})
+	ctx := context.Background()
+	const budget, minAvailable, replicas = 2, 3, 4
+	f.cordon("m03", true) // the operator's
+	if err := env.Client.Create(ctx, webPDB(f.ns, minAvailable)); err != nil {
+		t.Fatal(err)
+	}
+	f.farm.mu.Lock()
+	f.farm.webReplicas = replicas
+	f.farm.mu.Unlock()
+	f.eventually("the web workload runs", func() (bool, error) {
+		s, err := f.farm.sample(ctx)
+		return err == nil && s.webHealthy == replicas, err
+	})
+
+	// Kill the manager once right after each phase's first record.
+	killed := map[string]bool{}
+	restart := make(chan struct{}, 8)
+	f.mu.Lock()
+	f.hook = func(_ context.Context, m *v1alpha1.Machine) {
+		phase := "Finished"
+		if ro := m.Status.Rollout; ro != nil {
+			phase = string(ro.Phase)
+		}
+		if killed[phase] {
+			return
+		}
+		killed[phase] = true
+		f.stopMgr()
+		restart <- struct{}{}
+	}
+	f.mu.Unlock()
+	var restarts int
+	restarterDone := make(chan struct{})
+	rctx, stopRestarter := context.WithCancel(ctx)
+	go func() {
+		defer close(restarterDone)
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-restart:
+				f.mu.Lock()
+				done := f.mgrDone
+				f.mu.Unlock()
+				<-done
+				restarts++
+				f.startManager()
+			}
+		}
+	}()
+
+	sm := f.sampleInvariants(func(s sample) string {
+		if s.unavailable > budget {
+			return fmt.Sprintf("%d machines unavailable, budget %d", s.unavailable, budget)
+		}
+		if n := s.nodes["m03"]; n == nil || !n.Spec.Unschedulable {
+			return "the operator's cordon of m03 was lifted"
+		}
+		if s.webHealthy < minAvailable {
+			return fmt.Sprintf("%d web pods healthy, the PDB wants %d", s.webHealthy, minAvailable)
+		}
+		return ""
+	})
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventuallyWithin("every machine runs image b", 4*time.Minute, func() (bool, error) { return f.complete(f.imgB), nil })
+	sm.finish(t, 20)
+	t.Logf("pool status: %+v", f.getPool().Status)
+	stopRestarter()
+	<-restarterDone
+
+	for _, phase := range []string{"Cordoning", "Draining", "Rebooting", "Verifying", "Uncordoning", "Finished"} {
+		if !killed[phase] {
+			t.Errorf("the manager was never killed after recording %s", phase)
+		}
+	}
+	t.Logf("manager restarts: %d", restarts)
+	for _, m := range f.machines() {
+		if got := doneOn(&m, f.imgB); got != 1 {
+			t.Errorf("%s finished %d updates to image b, want exactly 1 (history %+v)", m.Name, got, m.Status.History)
+		}
+		if got := f.starts[m.Name]; got != 1 {
+			t.Errorf("%s started %d updates, want exactly 1", m.Name, got)
+		}
+		if got := f.farm.reboots(m.Name); got != 1 {
+			t.Errorf("%s rebooted %d times, want exactly 1", m.Name, got)
+		}
+		if m.Status.LastBoot == nil || m.Status.LastBoot.ImageDigest != f.imgB.Digest {
+			t.Errorf("%s booted %+v, want image b", m.Name, m.Status.LastBoot)
+		}
+		if m.Status.Rollout != nil {
+			t.Errorf("%s keeps a rollout record %+v", m.Name, m.Status.Rollout)
+		}
+		cordoned := f.node(m.Spec.Hostname).Spec.Unschedulable
+		if want := m.Spec.Hostname == "m03"; cordoned != want {
+			t.Errorf("node %s cordoned=%v, want %v", m.Spec.Hostname, cordoned, want)
+		}
+	}
+	if len(f.power.Calls()) != 0 {
+		t.Errorf("the power driver was used %d times; every agent answered", len(f.power.Calls()))
+	}
+}
+
+// TestRolloutHaltsOnANodeThatNeverReturns: with failureBudget 0, a machine
+// that never comes back fails its update at the boot timeout and the pool
+// halts: no machine starts afterwards. A retry starts it again.
+func TestRolloutHaltsOnANodeThatNeverReturns(t *testing.T) {
+	f := newFixture(t, 3, v1alpha1.RolloutStrategy{MaxUnavailable: ptr.To(intstr.FromInt32(1)), MinReadySeconds: ptr.To[int32](1),
+		BootTimeout: &metav1.Duration{Duration: 3 * time.Second}, FailureBudget: ptr.To[int32](0)})
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.neverReturn = true })
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventually("the pool halts", func() (bool, error) {
+		return f.poolCondition(v1alpha1.ConditionHalted) == metav1.ConditionTrue, nil
+	})
+	m := f.machine("workers-m00")
+	if m.Status.Rollout == nil || m.Status.Rollout.Phase != v1alpha1.RolloutFailed {
+		t.Fatalf("m00's rollout %+v, want Failed", m.Status.Rollout)
+	}
+	if len(m.Status.History) == 0 || m.Status.History[0].Result != v1alpha1.RolloutFailed ||
+		!strings.Contains(m.Status.History[0].Message, "no new boot") {
+		t.Errorf("m00's history %+v, want a Failed entry saying no new boot came", m.Status.History)
+	}
+	// The machine comes back by itself on the new image, and the operator
+	// uncordons it: it is Ready and schedulable, so the budget has room,
+	// and only the halt holds the others back. The controller must have
+	// seen that (no unavailable machine in its status) and started nothing.
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.neverReturn = false })
+	f.eventually("m00 is back", func() (bool, error) { return nodeReady(f.node("m00")), nil })
+	f.cordon("m00", false)
+	f.eventually("the pool is halted with room in its budget", func() (bool, error) {
+		p := f.getPool()
+		return p.Status.UnavailableMachines == 0 && f.poolProgressingReason() == "RolloutHalted", nil
+	})
+	f.waitEvent(f.pool.Name, "HaltedFailureBudgetExceeded")
+	for _, name := range []string{"workers-m01", "workers-m02"} {
+		if ro := f.machine(name).Status.Rollout; ro != nil {
+			t.Errorf("%s started (%s) although the pool is halted", name, ro.Phase)
+		}
+	}
+
+	f.patchPool(func(p *v1alpha1.NodePool) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[v1alpha1.AnnotationRolloutRetry] = "1"
+	})
+	f.eventuallyWithin("the retried rollout completes", 2*time.Minute, func() (bool, error) { return f.complete(f.imgB), nil })
+	if p := f.getPool(); p.Status.ObservedRetry != "1" || p.Status.FailedUpdates != 0 || p.Status.Conditions == nil ||
+		f.poolCondition(v1alpha1.ConditionHalted) != metav1.ConditionFalse {
+		t.Errorf("observedRetry %q failedUpdates %d Halted %s, want 1, 0 and False", p.Status.ObservedRetry, p.Status.FailedUpdates, f.poolCondition(v1alpha1.ConditionHalted))
+	}
+}
+
+func (f *fixture) poolProgressingReason() string {
+	c := meta.FindStatusCondition(f.getPool().Status.Conditions, v1alpha1.ConditionProgressing)
+	if c == nil {
+		return ""
+	}
+	return c.Reason
+}
+
+// waitEvent waits for an event of reason about the object called regarding
+// (a Machine or the pool) in the fixture's namespace.
+func (f *fixture) waitEvent(regarding, reason string) *eventsv1.Event {
+	f.t.Helper()
+	var found *eventsv1.Event
+	f.eventually("event "+reason+" on "+regarding, func() (bool, error) {
+		evs := &eventsv1.EventList{}
+		if err := env.Client.List(context.Background(), evs, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		for i := range evs.Items {
+			if e := &evs.Items[i]; e.Regarding.Name == regarding && e.Reason == reason {
+				found = e
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return found
+}
+
+// TestRolloutPauseAndResume: a paused pool starts nothing; unpaused, it
+// completes.
+func TestRolloutPauseAndResume(t *testing.T) {
+	f := newFixture(t, 2, v1alpha1.RolloutStrategy{MaxUnavailable: ptr.To(intstr.FromInt32(1)), MinReadySeconds: ptr.To[int32](1), Paused: true,
+		BootTimeout: &metav1.Duration{Duration: time.Minute}})
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventually("the pool says it is paused with machines waiting", func() (bool, error) {
+		return f.poolProgressingReason() == "RolloutPaused" && f.poolCondition(v1alpha1.ConditionPaused) == metav1.ConditionTrue, nil
+	})
+	for _, m := range f.machines() {
+		if m.Status.Rollout != nil {
+			t.Errorf("%s started (%s) while the pool is paused", m.Name, m.Status.Rollout.Phase)
+		}
+	}
+
+	t.Run("a machine rebooting out of turn comes back on its old image", func(t *testing.T) {
+		before := f.machine("workers-m01").Status.LastBoot.BootID
+		f.farm.rebootNow("workers-m01")
+		f.eventually("m01 reports a new boot", func() (bool, error) {
+			lb := f.machine("workers-m01").Status.LastBoot
+			return lb != nil && lb.BootID != before, nil
+		})
+		m := f.machine("workers-m01")
+		if m.Status.LastBoot.ImageDigest != f.imgA.Digest || *m.Status.ServedImage != f.imgA {
+			t.Errorf("after an out-of-turn reboot m01 booted %s with served %v, want image a", m.Status.LastBoot.ImageDigest, m.Status.ServedImage)
+		}
+	})
+
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.Rollout.Paused = false })
+	f.eventually("the resumed rollout completes", func() (bool, error) { return f.complete(f.imgB), nil })
+}
+
+// TestRolloutDriftReset: a machine whose agent raised RebootRequired for
+// its boot is rebooted into the same image through the rollout.
+func TestRolloutDriftReset(t *testing.T) {
+	f := newFixture(t, 2, v1alpha1.RolloutStrategy{MaxUnavailable: ptr.To(intstr.FromInt32(1)), MinReadySeconds: ptr.To[int32](1),
+		BootTimeout: &metav1.Duration{Duration: time.Minute}})
+	m := f.machine("workers-m00")
+	boot := m.Status.LastBoot.BootID
+	cond := fmt.Sprintf(`{"status":{"conditions":[{"type":%q,"status":"True","reason":"InteractiveLogin","message":"boot %s: a login 4h ago","lastTransitionTime":%q}]}}`,
+		v1alpha1.ConditionRebootRequired, boot, time.Now().UTC().Format(time.RFC3339))
+	if err := env.Client.Status().Patch(context.Background(), m, client.RawPatch("application/merge-patch+json", []byte(cond)), client.FieldOwner("fake-pxe")); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("m00 is rebooted and the update recorded", func() (bool, error) {
+		m := f.machine("workers-m00")
+		return len(m.Status.History) > 0 && m.Status.History[0].Reason == v1alpha1.RolloutForReboot &&
+			m.Status.History[0].Result == v1alpha1.RolloutDone, nil
+	})
+	m = f.machine("workers-m00")
+	if m.Status.LastBoot.BootID == boot || m.Status.LastBoot.ImageDigest != f.imgA.Digest {
+		t.Errorf("m00 boot %+v, want a new boot of image a", m.Status.LastBoot)
+	}
+	if f.farm.reboots("workers-m01") != 0 {
+		t.Error("m01 was rebooted; only m00 asked")
+	}
+}
+
+// TestRolloutPowerCycle: a machine whose agent does not answer is reset
+// through its power driver once, after powerCycleAfter.
+func TestRolloutPowerCycle(t *testing.T) {
+	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1),
+		PowerCycleAfter: &metav1.Duration{Duration: time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}})
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.deaf = true })
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventually("the rollout completes", func() (bool, error) { return f.complete(f.imgB), nil })
+	calls := f.power.Calls()
+	if len(calls) != 1 || calls[0].Address != "unix:///farm/workers-m00" {
+		t.Errorf("power calls %+v, want one for workers-m00", calls)
+	}
+	f.waitEvent("workers-m00", "PowerCycled")
+}
+
+// TestRolloutDrainTimeout: a PDB that allows nothing blocks the drain; the
+// block is named in an event, and at the drain timeout the Halt policy
+// fails the update leaving the node cordoned, the Skip policy gives the
+// machine back uncordoned.
+func TestRolloutDrainTimeout(t *testing.T) {
+	for _, policy := range []v1alpha1.DrainTimeoutPolicy{v1alpha1.DrainHalt, v1alpha1.DrainSkip} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1), FailureBudget: ptr.To[int32](0),
+				DrainTimeout: &metav1.Duration{Duration: 2 * time.Second}, DrainTimeoutPolicy: policy})
+			ctx := context.Background()
+			if err := env.Client.Create(ctx, webPDB(f.ns, 1)); err != nil {
+				t.Fatal(err)
+			}
+			f.farm.mu.Lock()
+			f.farm.webReplicas = 1
+			f.farm.mu.Unlock()
+			f.eventually("the web pod runs", func() (bool, error) {
+				s, err := f.farm.sample(ctx)
+				return err == nil && s.webHealthy == 1, err
+			})
+			f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+			e := f.waitEvent("workers-m00", "DrainBlocked")
+			if !strings.Contains(e.Note, "web") || !strings.Contains(e.Note, "disruption budget") {
+				t.Errorf("DrainBlocked says %q; want the pod and the disruption budget named", e.Note)
+			}
+			f.waitEvent("workers-m00", map[v1alpha1.DrainTimeoutPolicy]string{v1alpha1.DrainHalt: "RolloutFailed", v1alpha1.DrainSkip: "DrainTimedOut"}[policy])
+			f.eventually("the update ended", func() (bool, error) {
+				m := f.machine("workers-m00")
+				return len(m.Status.History) > 0, nil
+			})
+			m := f.machine("workers-m00")
+			cordoned := f.node("m00").Spec.Unschedulable
+			switch policy {
+			case v1alpha1.DrainHalt:
+				if m.Status.History[0].Result != v1alpha1.RolloutFailed || !cordoned {
+					t.Errorf("Halt: history %+v cordoned=%v, want Failed and cordoned", m.Status.History[0], cordoned)
+				}
+			case v1alpha1.DrainSkip:
+				if m.Status.History[0].Result != v1alpha1.RolloutSkipped || cordoned {
+					t.Errorf("Skip: history %+v cordoned=%v, want Skipped and uncordoned", m.Status.History[0], cordoned)
+				}
+			}
+			if *m.Status.ServedImage != f.imgA || f.farm.reboots("workers-m00") != 0 {
+				t.Errorf("served %v, reboots %d: the machine must stay on image a, not rebooted", m.Status.ServedImage, f.farm.reboots("workers-m00"))
+			}
+		})
+	}
+}
+
+// TestRolloutWaitsForWindow: with only a closed maintenance window, nothing
+// starts and the pool says when the window opens.
+func TestRolloutWaitsForWindow(t *testing.T) {
+	now := time.Now().UTC()
+	start := now.Add(6 * time.Hour)
+	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1), MaintenanceWindows: []v1alpha1.MaintenanceWindow{{
+		Start: start.Format("15:04"), Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "UTC"}}})
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventually("the pool waits for its window", func() (bool, error) {
+		return f.poolProgressingReason() == "WaitingForWindow", nil
+	})
+	c := meta.FindStatusCondition(f.getPool().Status.Conditions, v1alpha1.ConditionProgressing)
+	if !strings.Contains(c.Message, start.Format("T15:04")) {
+		t.Errorf("Progressing says %q; want the window's opening at %s", c.Message, start.Format("15:04"))
+	}
+	if ro := f.machine("workers-m00").Status.Rollout; ro != nil {
+		t.Errorf("m00 started (%s) outside the window", ro.Phase)
+	}
+}
