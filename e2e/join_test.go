@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -74,12 +72,15 @@ func TestNodeJoin(t *testing.T) {
 
 	const (
 		serverIP = cluster.BootIP
-		mac      = "52:54:00:7b:00:3d"
-		ip       = "10.123.0.61"
-		hostname = "join-e2e-1"
 		mirror   = cluster.BootRegistryAddr
-		tap      = cluster.BootVethPrefix + "-vm0"
 	)
+	// Two machines, so that the rollout has a budget to respect and a
+	// workload to spread; the first is the one the join's checks look at.
+	vms := []*joinVM{
+		{mac: "52:54:00:7b:00:3d", ip: "10.123.0.61", hostname: "join-e2e-1", tap: cluster.BootVethPrefix + "-vm0"},
+		{mac: "52:54:00:7b:00:3e", ip: "10.123.0.62", hostname: "join-e2e-2", tap: cluster.BootVethPrefix + "-vm1"},
+	}
+	mac, ip, hostname := vms[0].mac, vms[0].ip, vms[0].hostname
 
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "join-"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -131,7 +132,12 @@ func TestNodeJoin(t *testing.T) {
 			// The console on the serial port (the test's console log), with
 			// journald's copy: what an operator's serial-over-LAN shows.
 			KernelArgs: []string{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1"},
-			Machines:   []kubefarmv1.MachineEntry{{Name: hostname, MACs: []string{mac}, IP: ip}},
+			Machines: []kubefarmv1.MachineEntry{
+				{Name: vms[0].hostname, MACs: []string{vms[0].mac}, IP: vms[0].ip},
+				{Name: vms[1].hostname, MACs: []string{vms[1].mac}, IP: vms[1].ip},
+			},
+			// One machine at a time; a rebooted node must stay Ready 10 s.
+			Rollout: kubefarmv1.RolloutStrategy{MaxUnavailable: ptrIntStr(1), MinReadySeconds: ptrInt32(10), FailureBudget: ptrInt32(0)},
 			RegistryMirrors: []kubefarmv1.RegistryMirror{
 				{Registry: "registry.k8s.io", Endpoints: []string{"http://" + mirror}},
 				{Registry: "docker.io", Endpoints: []string{"http://" + mirror}},
@@ -157,62 +163,36 @@ func TestNodeJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Power on.
-	console := filepath.Join(t.TempDir(), "console.log")
-	// A persistent tap outlives a killed test run, and `ip tuntap add`
-	// refuses an existing name (EBUSY): remove any leftover first.
-	_ = exec.Command("ip", "link", "del", tap).Run()
-	netnstest.Run(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
-	netnstest.Run(t, "ip", "link", "set", tap, "master", cluster.BootBridge)
-	netnstest.Run(t, "ip", "link", "set", tap, "up")
-	q := exec.Command("qemu-system-x86_64",
-		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
-		"-display", "none", "-monitor", "none", "-serial", "file:"+console,
-		"-netdev", "tap,id=n0,ifname="+tap+",script=no,downscript=no",
-		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
-		"-device", "e1000,netdev=n0,mac="+mac,
-		"-boot", "n", "-no-reboot")
-	var qemuOut netnstest.LockedBuffer
-	q.Stdout, q.Stderr = &qemuOut, &qemuOut
-	// The machine dies with the test process, however it ends.
-	q.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Power on, both at once.
 	powerOn := time.Now()
-	if err := q.Start(); err != nil {
-		t.Fatal(err)
+	for i := range vms {
+		vms[i].powerOn(t)
 	}
-	qexit := make(chan error, 1)
-	go func() { qexit <- q.Wait() }()
-	t.Cleanup(func() {
-		_ = q.Process.Kill()
-		<-qexit
-		if t.Failed() {
-			b, _ := os.ReadFile(console)
-			t.Logf("qemu: %s\nlast console lines:\n%s", qemuOut.String(), tail(string(b), 80))
-		}
-	})
+	q, qexit := vms[0].cmd, vms[0].exit
 	story := func() string { return machineStory(ctx, cs, c, machineKey, powerOn) }
 
 	var node *corev1.Node
-	t.Run("the machine joins and its Node is Ready", func(t *testing.T) {
-		err := pollErr(ctx, 15*time.Minute, func(ctx context.Context) (bool, error) {
-			select {
-			case err := <-qexit:
-				qexit <- err
-				return false, fmt.Errorf("qemu exited: %v", err)
-			default:
-			}
-			n, err := tenant.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
+	t.Run("the machines join and their Nodes are Ready", func(t *testing.T) {
+		for _, vm := range vms {
+			err := pollErr(ctx, 15*time.Minute, func(ctx context.Context) (bool, error) {
+				if err := vm.exited(); err != nil {
+					return false, err
+				}
+				n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				if vm.hostname == hostname {
+					node = n
+				}
+				return nodeReady(n), nil
+			})
 			if err != nil {
-				return false, nil
+				t.Fatalf("node %s never became Ready: %v%s", vm.hostname, err,
+					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.hostname}, powerOn))
 			}
-			node = n
-			return nodeReady(n), nil
-		})
-		if err != nil {
-			t.Fatalf("node %s never became Ready: %v%s", hostname, err, story())
+			t.Logf("Node %s Ready %.0f s after power-on", vm.hostname, time.Since(powerOn).Seconds())
 		}
-		t.Logf("Node %s Ready %.0f s after power-on", hostname, time.Since(powerOn).Seconds())
 	})
 	if t.Failed() {
 		return
@@ -371,6 +351,15 @@ func TestNodeJoin(t *testing.T) {
 			writeStages(t, out, powerOn, events, node)
 		}
 	})
+
+	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
+		testRollout(t, ctx, rolloutScenario{
+			c: c, cs: cs, tenant: tenant, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
+		})
+	})
+	if t.Failed() {
+		return
+	}
 
 	// The join credential is handed out once, to the machine's leased IP,
 	// for its MAC, inside its boot window: from anywhere else, or again,

@@ -39,6 +39,7 @@ func inFlight(m *Machine) {
 func failedOnB(m *Machine) {
 	m.M.Status.Rollout = &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutFailed, TargetImage: imgB}
 }
+
 // now is the planner's clock in the tables.
 var now = time.Date(2026, 11, 24, 1, 0, 0, 0, time.UTC)
 

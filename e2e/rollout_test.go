@@ -1,0 +1,366 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/e2e/cluster"
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
+)
+
+// joinVM is one qemu machine of the join scenario: TCG, SeaBIOS running
+// Debian's iPXE ROM for its e1000, on a tap in the boot bridge. A reboot
+// netboots again (no -no-reboot), which is how the rollout updates it.
+type joinVM struct {
+	mac, ip, hostname, tap string
+
+	console string
+	cmd     *exec.Cmd
+	exit    chan error
+	out     netnstest.LockedBuffer
+}
+
+func (vm *joinVM) powerOn(t *testing.T) {
+	t.Helper()
+	vm.console = filepath.Join(t.TempDir(), "console-"+vm.hostname+".log")
+	// A persistent tap outlives a killed test run, and `ip tuntap add`
+	// refuses an existing name (EBUSY): remove any leftover first.
+	_ = exec.Command("ip", "link", "del", vm.tap).Run()
+	netnstest.Run(t, "ip", "tuntap", "add", "dev", vm.tap, "mode", "tap")
+	tap := vm.tap
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
+	netnstest.Run(t, "ip", "link", "set", vm.tap, "master", cluster.BootBridge)
+	netnstest.Run(t, "ip", "link", "set", vm.tap, "up")
+	vm.cmd = exec.Command("qemu-system-x86_64",
+		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:"+vm.console,
+		"-netdev", "tap,id=n0,ifname="+vm.tap+",script=no,downscript=no",
+		"-device", "e1000,netdev=n0,mac="+vm.mac,
+		"-boot", "n")
+	vm.cmd.Stdout, vm.cmd.Stderr = &vm.out, &vm.out
+	// The machine dies with the test process, however it ends.
+	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := vm.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	vm.exit = make(chan error, 1)
+	go func() { vm.exit <- vm.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = vm.cmd.Process.Kill()
+		err := <-vm.exit
+		vm.exit <- err
+		if t.Failed() {
+			b, _ := os.ReadFile(vm.console)
+			t.Logf("qemu %s: %s\nlast console lines:\n%s", vm.hostname, vm.out.String(), tail(string(b), 80))
+		}
+	})
+}
+
+// exited is the machine's qemu exit, nil while it runs.
+func (vm *joinVM) exited() error {
+	select {
+	case err := <-vm.exit:
+		vm.exit <- err
+		return fmt.Errorf("qemu of %s exited: %v", vm.hostname, err)
+	default:
+		return nil
+	}
+}
+
+func ptrInt32(v int32) *int32 { return &v }
+
+func ptrIntStr(v int32) *intstr.IntOrString { x := intstr.FromInt32(v); return &x }
+
+// variantImage makes a second node image from the built one: the same
+// kernel and initrd, and the root filesystem with one more file appended
+// (mksquashfs appends to an existing image), so its digest differs, as a
+// rebuilt image's would. It returns the folder, manifest updated.
+func variantImage(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	for _, f := range []string{nodeimage.Vmlinuz, nodeimage.Initrd} {
+		if err := os.Symlink(filepath.Join(dir, f), filepath.Join(out, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootfs := filepath.Join(out, nodeimage.Rootfs)
+	netnstest.Run(t, "cp", "--reflink=auto", filepath.Join(dir, nodeimage.Rootfs), rootfs)
+	extra := filepath.Join(t.TempDir(), "etc")
+	if err := os.MkdirAll(extra, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(extra, "kubefarm-e2e-variant"), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Run(t, "mksquashfs", extra, rootfs, "-no-progress", "-quiet")
+	m, err := nodeimage.ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, size, err := nodeimage.FileSHA256(rootfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Artifacts[nodeimage.Rootfs] = nodeimage.File{SHA256: sum, Size: size}
+	if err := nodeimage.WriteManifest(out, m); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+type rolloutScenario struct {
+	c        client.Client
+	cs       kubernetes.Interface
+	tenant   kubernetes.Interface
+	pool     *kubefarmv1.NodePool
+	vms      []*joinVM
+	imgDir   string
+	repo     string
+	oldImage *kubefarmv1.BootImage
+}
+
+// testRollout switches the pool to a second BootImage and watches the
+// rolling reboot-to-update on the real machines: both end on the new
+// digest with new boot IDs; sampled every half second, at most one node is
+// unavailable (maxUnavailable 1), the workload spread over both nodes keeps
+// the Ready pod its PodDisruptionBudget asks for, and a loop of tenant API
+// calls sees no failure.
+func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
+	tenant := s.tenant
+	// A workload over both nodes and its budget; the tenant's scheduler,
+	// ReplicaSet and disruption controllers are real.
+	labels := map[string]string{"app": "spread"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "spread", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptrInt32(2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
+					TerminationGracePeriodSeconds: ptrInt64(1),
+					Containers: []corev1.Container{{Name: "sleep", Image: cluster.BusyboxImage,
+						Command: []string{"/bin/busybox", "sleep", "36000"}}},
+				},
+			},
+		},
+	}
+	if _, err := tenant.AppsV1().Deployments("default").Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	minAvailable := intstr.FromInt32(1)
+	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "spread", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &minAvailable, Selector: &metav1.LabelSelector{MatchLabels: labels}}}
+	if _, err := tenant.PolicyV1().PodDisruptionBudgets("default").Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
+		pods, err := tenant.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
+		if err != nil {
+			return false, nil
+		}
+		nodes := map[string]bool{}
+		for i := range pods.Items {
+			if podReady(&pods.Items[i]) {
+				nodes[pods.Items[i].Spec.NodeName] = true
+			}
+		}
+		return len(nodes) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the spread workload never ran on both nodes: %v", err)
+	}
+
+	bootIDs := map[string]string{}
+	for _, vm := range s.vms {
+		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bootIDs[vm.hostname] = n.Status.NodeInfo.BootID
+	}
+
+	// The new image, pushed and verified by kubefarm-pxe before the switch.
+	variant := variantImage(t, s.imgDir)
+	art, err := nodeimage.NewOCIArtifact(variant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := art.Push(ctx, s.repo, "e2e-b", []name.Option{name.Insecure}); err != nil {
+		t.Fatalf("pushing the second node image: %v", err)
+	}
+	img := art.BootImage("e2e-b-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], s.repo)
+	if err := s.c.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating the second BootImage: %v", err)
+	}
+	t.Cleanup(func() { _ = s.c.Delete(context.Background(), img) })
+	target := kubefarmv1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest}
+	if target.Digest == s.oldImage.Spec.Rootfs.Digest {
+		t.Fatal("the variant image has the old rootfs digest")
+	}
+
+	// Samplers, from the switch to the end.
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var apiCalls, apiFailures, samples, maxUnavailable, minReady int
+	minReady = 1 << 30
+	var lastAPIErr error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+			}
+			cctx, cancel := context.WithTimeout(sctx, 5*time.Second)
+			_, err := tenant.CoreV1().ConfigMaps("default").List(cctx, metav1.ListOptions{Limit: 10})
+			cancel()
+			mu.Lock()
+			apiCalls++
+			if err != nil && sctx.Err() == nil {
+				apiFailures++
+				lastAPIErr = err
+			}
+			mu.Unlock()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+			}
+			nodes, err := tenant.CoreV1().Nodes().List(sctx, metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			pods, err := tenant.CoreV1().Pods("default").List(sctx, metav1.ListOptions{LabelSelector: "app=spread", ResourceVersion: nodes.ResourceVersion})
+			if err != nil {
+				continue
+			}
+			unavailable := 0
+			for i := range nodes.Items {
+				if !nodeReady(&nodes.Items[i]) || nodes.Items[i].Spec.Unschedulable {
+					unavailable++
+				}
+			}
+			ready := 0
+			for i := range pods.Items {
+				if podReady(&pods.Items[i]) && pods.Items[i].DeletionTimestamp == nil {
+					ready++
+				}
+			}
+			mu.Lock()
+			samples++
+			maxUnavailable = max(maxUnavailable, unavailable)
+			minReady = min(minReady, ready)
+			mu.Unlock()
+		}
+	}()
+
+	switched := time.Now()
+	poolKey := client.ObjectKeyFromObject(s.pool)
+	p := &kubefarmv1.NodePool{}
+	if err := s.c.Get(ctx, poolKey, p); err != nil {
+		t.Fatal(err)
+	}
+	orig := p.DeepCopy()
+	p.Spec.BootImage = img.Name
+	if err := s.c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
+		t.Fatal(err)
+	}
+	err = pollErr(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
+		for _, vm := range s.vms {
+			if err := vm.exited(); err != nil {
+				return false, err
+			}
+		}
+		if err := s.c.Get(ctx, poolKey, p); err != nil {
+			return false, nil
+		}
+		cond := meta.FindStatusCondition(p.Status.Conditions, kubefarmv1.ConditionComplete)
+		return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == p.Generation &&
+			p.Status.RolloutImage != nil && *p.Status.RolloutImage == target, nil
+	})
+	stop()
+	wg.Wait()
+	if err != nil {
+		var story string
+		for _, vm := range s.vms {
+			story += machineStory(ctx, s.cs, s.c, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.hostname}, switched)
+		}
+		t.Fatalf("the rollout did not complete: %v; pool %+v%s", err, p.Status, story)
+	}
+	t.Logf("rollout of %d machines took %.0f s; %d samples: at most %d node(s) unavailable, at least %d spread pod(s) Ready; %d tenant API calls, %d failed",
+		len(s.vms), time.Since(switched).Seconds(), samples, maxUnavailable, minReady, apiCalls, apiFailures)
+
+	for _, vm := range s.vms {
+		m := &kubefarmv1.Machine{}
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.hostname}, m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Status.LastBoot == nil || m.Status.LastBoot.ImageDigest != target.Digest || m.Status.ServedImage == nil || *m.Status.ServedImage != target {
+			t.Errorf("%s: served %v, booted %+v; want the new image %s", m.Name, m.Status.ServedImage, m.Status.LastBoot, target.Digest)
+		}
+		if len(m.Status.History) == 0 || m.Status.History[0].Result != kubefarmv1.RolloutDone || m.Status.History[0].Image != target {
+			t.Errorf("%s: history %+v, want a Done update to %s first", m.Name, m.Status.History, target.Name)
+		}
+		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status.NodeInfo.BootID == bootIDs[vm.hostname] || n.Status.NodeInfo.BootID != m.Status.LastBoot.BootID {
+			t.Errorf("%s: the node reports boot %s (before %s), the Machine %s", vm.hostname, n.Status.NodeInfo.BootID, bootIDs[vm.hostname], m.Status.LastBoot.BootID)
+		}
+		if n.Spec.Unschedulable || !nodeReady(n) {
+			t.Errorf("%s: unschedulable=%v ready=%v after the rollout", vm.hostname, n.Spec.Unschedulable, nodeReady(n))
+		}
+	}
+	if samples < 20 {
+		t.Errorf("only %d samples of the nodes were taken", samples)
+	}
+	if maxUnavailable > 1 {
+		t.Errorf("%d nodes were unavailable at once; maxUnavailable is 1", maxUnavailable)
+	}
+	if minReady < 1 {
+		t.Errorf("the spread workload had %d Ready pods at one sample; its PodDisruptionBudget wants 1", minReady)
+	}
+	if apiFailures > 0 {
+		t.Errorf("%d of %d tenant API calls failed during the rollout; last: %v", apiFailures, apiCalls, lastAPIErr)
+	}
+}
+
+func ptrInt64(v int64) *int64 { return &v }
