@@ -254,16 +254,27 @@ DHCP_BENCH_RATES ?= 1000,5000,10000,20000,30000
 DHCP_BENCH_MACHINES ?= 20000
 
 .PHONY: bench
-bench: ## Benchmarks: Go micro-benchmarks, then the perfdhcp ladder against kubefarm-pxe and dnsmasq (root).
+bench: ## Benchmarks: Go micro-benchmarks, the rollout of 50 fake machines, then the perfdhcp ladder against kubefarm-pxe and dnsmasq (root).
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
 	@mkdir -p $(BUILD)
 	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log
+	$(MAKE) --no-print-directory bench-rollout
 	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
 	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
 	$(GO) build -o $(BIN)/boot-bench ./hack/bench/boot
 	$(BIN)/boot-bench -reps 4 -out $(BUILD)/bench-boot.json -dir $(BUILD)/bench-boot 2>&1 | tee $(BUILD)/bench-boot.log
 	$(MAKE) --no-print-directory bench-tenant
 	$(MAKE) --no-print-directory bench-node
+
+# The rollout controller at scale (controllers/rollout/bench_test.go, envtest
+# and the fake farm): 50 machines with maxUnavailable 5, the total time as a
+# ratio to the ideal (ten waves of one machine's update, measured in the same
+# run), the manager's CPU against a baseline without a rollout, its heap and
+# RSS, and the CPU of kube-apiserver and etcd.
+.PHONY: bench-rollout
+bench-rollout: envtest-tools ## Rollout of 50 fake machines (envtest): time as a ratio to the ideal, manager CPU and memory, API server CPU.
+	@mkdir -p $(BUILD)
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkRollout -benchtime 1x ./controllers/rollout/ 2>&1 | tee $(BUILD)/bench-rollout.log
 
 # The e2e join as a measurement: seconds from power-on to each boot stage
 # (DHCP, script, kernel, initrd, rootfs, config, report, CSR, node Ready,
