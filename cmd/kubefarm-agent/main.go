@@ -22,8 +22,14 @@
 // rack does not beat in step). A failed heartbeat is logged, and the next
 // one tries again. The answer says whether the rollout wants this boot
 // replaced (its Rebooting phase for this boot ID): then the agent calls
-// `systemctl reboot`, once, and the machine netboots the image it is now
-// served. If that fails, kubefarm-manager power-cycles the machine.
+// `systemctl reboot --force`, once, and the machine netboots the image it
+// is now served. If that fails, kubefarm-manager power-cycles the machine.
+//
+// --force skips the orderly stop of the services, not the killing of the
+// processes or the unmounting: the rollout has drained the node, and the
+// node is diskless, so an orderly stop protects nothing, while on a slow
+// machine it waits minutes for stop jobs (the join e2e's TCG machines spent
+// more time shutting down than booting).
 //
 // A heartbeat also carries the node's drift signal, from the first one it
 // is raised on until the reboot (kubefarm-pxe makes it the Machine's
@@ -156,12 +162,13 @@ func main() {
 	<-ctx.Done()
 }
 
-// systemctlReboot asks systemd to reboot; systemd then stops this agent
-// with the rest.
+// systemctlReboot asks systemd to reboot without the orderly stop of the
+// services (see the package comment); systemd then kills this agent with
+// the rest.
 func systemctlReboot(ctx context.Context) error {
-	out, err := exec.CommandContext(ctx, "systemctl", "reboot").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "systemctl", "reboot", "--force").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("systemctl reboot: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("systemctl reboot --force: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -117,6 +118,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
 		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfImage)).
+		// Pools are independent; one pool's passes stay sequential.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("rollout").
 		Complete(r)
 }
@@ -151,6 +154,9 @@ type pass struct {
 	now      time.Time
 	// requeue is the soonest the pass wants to look again (0: no need).
 	requeue time.Duration
+	// conflicts counts Machines whose write met a newer version than the
+	// cache's; they are left to the next pass.
+	conflicts int
 }
 
 func (p *pass) wake(d time.Duration) {
@@ -163,6 +169,9 @@ func (p *pass) wake(d time.Duration) {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pool := &v1alpha1.NodePool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetPool(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
@@ -176,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// wrote stands until a pass completes.
 		return ctrl.Result{}, err
 	}
-	if err := r.writeStatus(ctx, pool, before, sum); err != nil {
+	if err := r.writeStatus(ctx, pool, p.machines, before, sum); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{RequeueAfter: p.requeue}, nil
@@ -243,7 +252,12 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	for i := range p.machines {
 		if plan.InFlight(p.machines[i].M) {
 			if err := r.drive(ctx, p, &p.machines[i]); err != nil {
-				return r.summarize(p, sum), err
+				if !apierrors.IsConflict(err) {
+					return r.summarize(p, sum), err
+				}
+				// The Machine changed since the cache's copy (a boot
+				// report): this one waits for the next pass, the others go on.
+				p.conflicts++
 			}
 		}
 	}
@@ -278,12 +292,24 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		i := slices.IndexFunc(p.machines, func(m plan.Machine) bool { return m.M.Name == c.M.Name })
 		m := &p.machines[i]
 		if err := r.record(ctx, m, plan.Start(c, p.target, p.now), nil, nil); err != nil {
+			if apierrors.IsConflict(err) {
+				// Stale: the next pass decides again with the new copy.
+				p.conflicts++
+				continue
+			}
 			return r.summarize(p, sum), err
 		}
 		r.event(m.M, corev1.EventTypeNormal, "RolloutStarted", "update to BootImage %s (%s) started: %s", p.target.Name, p.target.Digest, c.Reason)
 		if err := r.drive(ctx, p, m); err != nil {
-			return r.summarize(p, sum), err
+			if !apierrors.IsConflict(err) {
+				return r.summarize(p, sum), err
+			}
+			p.conflicts++
 		}
+	}
+	if p.conflicts > 0 {
+		// The cache catches up within moments; no need to wait a poll.
+		p.wake(100 * time.Millisecond)
 	}
 	if !sel.RetryAt.IsZero() {
 		p.wake(sel.RetryAt.Sub(p.now))
@@ -533,7 +559,9 @@ func (r *Reconciler) verifying(ctx context.Context, p *pass, m *plan.Machine) (b
 		ro = next
 	}
 	minReady := ptrOr(st.MinReadySeconds, v1alpha1.DefaultMinReadySeconds)
-	if left := ro.ReadySince.Add(time.Duration(minReady) * time.Second).Sub(p.now); left > 0 {
+	// readySince is stored in whole seconds (metav1.Time), rounded down:
+	// one second more guarantees the node was Ready for minReady at least.
+	if left := ro.ReadySince.Add(time.Duration(minReady)*time.Second + time.Second).Sub(p.now); left > 0 {
 		p.wake(left)
 		return false, nil
 	}
@@ -671,13 +699,13 @@ func (r *Reconciler) event(m *v1alpha1.Machine, typ, reason, format string, args
 
 // writeStatus applies the rollout's part of the pool's status when it
 // changed, and turns condition changes into events.
-func (r *Reconciler) writeStatus(ctx context.Context, pool *v1alpha1.NodePool, before *v1alpha1.NodePoolStatus, sum plan.Summary) error {
+func (r *Reconciler) writeStatus(ctx context.Context, pool *v1alpha1.NodePool, machines []plan.Machine, before *v1alpha1.NodePoolStatus, sum plan.Summary) error {
 	st := &pool.Status
 	for _, c := range plan.Conditions(sum) {
 		conditions.Set(&st.Conditions, pool.Generation, c)
 	}
 	st.FailedUpdates, st.UpdatingMachines, st.UnavailableMachines = int32(sum.Failed), int32(sum.InFlight), int32(sum.Unavailable)
-	observeMachines(pool, sum)
+	observeMachines(pool, machines, sum)
 	if equality.Semantic.DeepEqual(before, st) {
 		return nil
 	}
