@@ -12,31 +12,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool"
-	"github.com/kubefarm/kubefarm/controllers/rollout"
-	"github.com/kubefarm/kubefarm/internal/examples"
 )
 
 const (
@@ -80,9 +67,9 @@ func benchStrategy() v1alpha1.RolloutStrategy {
 // (HeapInuse, sampled every 100 ms during the rollout), maxrss_MiB (the
 // process's peak so far, test harness included); inflight_mean (machines
 // updating, time-weighted from the first start to the last finish, out of
-// 5); farm_step_interval_ms (the fake farm's pace during the rollout: its
-// reboots last 4 steps, and it falls behind its 50 ms tick under load). The
-// log breaks the figures down.
+// 5); farm_step_interval_ms (the fake farm's pace during the rollout: it
+// falls behind its 50 ms tick under load; its reboots last 200 ms, or one
+// step where a step takes longer). The log breaks the figures down.
 func BenchmarkRollout50(b *testing.B) {
 	b.StopTimer()
 	var runs []benchRun
@@ -131,14 +118,14 @@ func benchRolloutOnce(b *testing.B) benchRun {
 	// The peer: the same rollout of a pool of one. Its nodes are named as
 	// the big pool's (m00), so it is gone before that pool is made.
 	func() {
-		f := newBenchFixture(b, 1, benchStrategy())
+		f := newBenchFixture(b, 1)
 		defer f.close()
 		since := time.Now()
 		r.peer = f.rollout(ctx)
 		r.peerSpans = f.tl.stats(since, benchBudget)
 	}()
 
-	f := newBenchFixture(b, benchMachines, benchStrategy())
+	f := newBenchFixture(b, benchMachines)
 	defer f.close()
 	since := time.Now()
 	b.StartTimer()
@@ -152,7 +139,7 @@ func benchRolloutOnce(b *testing.B) benchRun {
 		b.Fatal(err)
 	}
 	r.maxRSSKiB = ru.Maxrss
-	for _, m := range f.machinesNow(ctx) {
+	for _, m := range f.machines() {
 		if m.Status.LastBoot == nil || m.Status.LastBoot.ImageDigest != f.imgB.Digest || doneOn(&m, f.imgB) != 1 {
 			b.Errorf("%s: last boot %+v, %d updates to image b done; want one, and a boot of image b", m.Name, m.Status.LastBoot, doneOn(&m, f.imgB))
 		}
@@ -238,21 +225,30 @@ func (w benchWindow) apiLine() string {
 // farmInterval is the mean time between the farm's steps, in ms.
 func (w benchWindow) farmInterval() float64 { return msOf(w.wall) / float64(max(1, w.farmSteps)) }
 
+// benchFixture is the tests' fixture with the benchmark's strategy, its
+// rollout records going to tl and its manager's requests (its own client's
+// and the tenant's) counted in api.
+type benchFixture struct {
+	*fixture
+	tl  recordTimeline
+	api apiCounter
+}
+
+func newBenchFixture(tb testing.TB, n int) *benchFixture {
+	tb.Helper()
+	f := &benchFixture{}
+	f.fixture = newFixture(tb, n, benchStrategy(), withTransport(f.api.wrap))
+	f.setHook(func(_ context.Context, m *v1alpha1.Machine) { f.tl.add(m) })
+	return f
+}
+
 // rollout switches the pool to image b and waits for it to be Complete.
 func (f *benchFixture) rollout(ctx context.Context) benchWindow {
-	f.tb.Helper()
+	f.t.Helper()
 	const limit = 5 * time.Minute
 	complete, halted := false, false
 	w := f.measure(ctx, func(w *benchWindow) {
-		p := &v1alpha1.NodePool{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), p); err != nil {
-			f.tb.Fatal(err)
-		}
-		orig := p.DeepCopy()
-		p.Spec.BootImage = f.imgB.Name
-		if err := env.Client.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
-			f.tb.Fatal(err)
-		}
+		f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
 		tick := time.NewTicker(benchPoll)
 		defer tick.Stop()
 		for !complete && !halted && time.Since(w.start) < limit {
@@ -261,7 +257,7 @@ func (f *benchFixture) rollout(ctx context.Context) benchWindow {
 		}
 	})
 	if !complete {
-		f.tb.Fatalf("the rollout of %d machines did not complete (halted: %v) in %s:\n%s", f.n, halted, w.wall, f.dump(ctx))
+		f.t.Fatalf("the rollout of %d machines did not complete (halted: %v) in %s:\n%s", len(f.pool.Spec.Machines), halted, w.wall, f.dump())
 	}
 	return w
 }
@@ -272,11 +268,11 @@ func (f *benchFixture) rollout(ctx context.Context) benchWindow {
 // steps faster when idle), so this is the same work, not the same length
 // of time: the farm is held to the rollout's count of steps.
 func (f *benchFixture) baseline(ctx context.Context, like benchWindow) benchWindow {
-	f.tb.Helper()
+	f.t.Helper()
 	const limit = 5 * time.Minute
-	defer f.farmQuota.Store(-1)
+	defer f.farm.setQuota(-1)
 	return f.measure(ctx, func(w *benchWindow) {
-		f.farmQuota.Store(int64(like.farmSteps))
+		f.farm.setQuota(like.farmSteps)
 		tick := time.NewTicker(benchPoll)
 		defer tick.Stop()
 		for time.Since(w.start) < limit {
@@ -284,17 +280,17 @@ func (f *benchFixture) baseline(ctx context.Context, like benchWindow) benchWind
 			if w.reads < like.reads {
 				f.read(ctx, w)
 			}
-			if w.reads >= like.reads && f.farmQuota.Load() == 0 {
+			if w.reads >= like.reads && f.farm.quotaLeft() == 0 {
 				return
 			}
 		}
-		f.tb.Fatalf("the baseline did not make %d farm steps and %d reads in %s", like.farmSteps, like.reads, limit)
+		f.t.Fatalf("the baseline did not make %d farm steps and %d reads in %s", like.farmSteps, like.reads, limit)
 	})
 }
 
 // measure runs body and measures it.
 func (f *benchFixture) measure(ctx context.Context, body func(w *benchWindow)) benchWindow {
-	f.tb.Helper()
+	f.t.Helper()
 	runtime.GC()
 	var w benchWindow
 	var mem runtime.MemStats
@@ -322,7 +318,7 @@ func (f *benchFixture) measure(ctx context.Context, body func(w *benchWindow)) b
 		w.api[k] = n - api0[k]
 	}
 	w.reconcileBusy = time.Duration((rec.busy - rec0.busy) * float64(time.Second))
-	w.farmSteps, w.farmStepMean = f.farmSteps(w.start, w.end)
+	w.farmSteps, w.farmStepMean = f.farm.stepsIn(w.start, w.end)
 	return w
 }
 
@@ -345,26 +341,7 @@ func (f *benchFixture) poolState(ctx context.Context) (complete, halted bool) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), p); err != nil {
 		return false, false
 	}
-	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionComplete)
-	complete = c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation &&
-		p.Status.RolloutImage != nil && *p.Status.RolloutImage == f.imgB
-	return complete, meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionHalted)
-}
-
-func (f *benchFixture) machinesNow(ctx context.Context) []v1alpha1.Machine {
-	ms := &v1alpha1.MachineList{}
-	if err := env.Client.List(ctx, ms, client.InNamespace(f.ns)); err != nil {
-		f.tb.Fatal(err)
-	}
-	return ms.Items
-}
-
-func (f *benchFixture) dump(ctx context.Context) string {
-	var sb strings.Builder
-	for _, m := range f.machinesNow(ctx) {
-		fmt.Fprintf(&sb, "%s lastBoot=%+v rollout=%+v\n", m.Name, m.Status.LastBoot, m.Status.Rollout)
-	}
-	return sb.String()
+	return poolComplete(p, f.imgB), meta.IsStatusConditionTrue(p.Status.Conditions, v1alpha1.ConditionHalted)
 }
 
 // processCPU is this process's user and system CPU so far.
@@ -677,247 +654,6 @@ func (tl *recordTimeline) stats(since time.Time, budget int) spanStats {
 		s.refillMean, s.refillMax = sum/time.Duration(len(gaps)), slices.Max(gaps)
 	}
 	return s
-}
-
-// benchFixture is newFixture's scenario for a benchmark: a namespace with
-// BootImages a and b, a pool of n machines on a, their Nodes and first
-// boots, the fake farm and a manager running the NodePool and rollout
-// controllers as newFixture's does, whose rollout records go to tl. It is
-// closed explicitly, so that two of them (their Nodes are named alike)
-// follow each other in one benchmark.
-//
-// It repeats newFixture, startManager and fakeFarm.addMachine, which take
-// a *testing.T (with those taking a testing.TB it would be newFixture with
-// the fixture's hook set to tl.add), and fakeFarm.run, to time the steps.
-type benchFixture struct {
-	tb         testing.TB
-	n          int
-	ns         string
-	farm       *fakeFarm
-	pool       *v1alpha1.NodePool
-	imgA, imgB v1alpha1.ImageRef
-	tl         recordTimeline
-	api        apiCounter
-
-	once     sync.Once
-	stopMgr  context.CancelFunc
-	mgrDone  chan struct{}
-	stopFarm context.CancelFunc
-	farmDone chan struct{}
-	stepsMu  sync.Mutex
-	steps    []farmStep
-	// farmQuota is how many more steps the farm takes; -1 is no limit.
-	farmQuota atomic.Int64
-}
-
-func newBenchFixture(tb testing.TB, n int, strategy v1alpha1.RolloutStrategy) *benchFixture {
-	tb.Helper()
-	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-bench-"}}
-	if err := env.Client.Create(ctx, ns); err != nil {
-		tb.Fatal(err)
-	}
-	f := &benchFixture{tb: tb, n: n, ns: ns.Name, farm: newFarm(env.Client, ns.Name)}
-	f.farmQuota.Store(-1)
-	tb.Cleanup(f.close)
-	var refs []v1alpha1.ImageRef
-	for _, digit := range []string{"a", "b"} {
-		img, err := examples.BootImage()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		imageSeq++
-		img.Name = fmt.Sprintf("img-%s-%d", digit, imageSeq)
-		img.Spec.Rootfs.Digest = "sha256:" + strings.Repeat(digit, 62) + fmt.Sprintf("%02d", imageSeq%100)
-		if err := env.Client.Create(ctx, img); err != nil {
-			tb.Fatal(err)
-		}
-		refs = append(refs, v1alpha1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest})
-	}
-	f.imgA, f.imgB = refs[0], refs[1]
-	pool := &v1alpha1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "workers"},
-		Spec: v1alpha1.NodePoolSpec{
-			Cluster: "tenant", BootImage: f.imgA.Name,
-			Network: v1alpha1.BootNetwork{Subnet: "10.60.0.0/16"},
-			Rollout: strategy,
-		},
-	}
-	for i := range n {
-		name := fmt.Sprintf("m%02d", i)
-		pool.Spec.Machines = append(pool.Spec.Machines, v1alpha1.MachineEntry{
-			Name: name, IP: fmt.Sprintf("10.60.0.%d", 10+i), MACs: []string{fmt.Sprintf("02:00:00:60:00:%02x", i)},
-			Power: &v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix:///farm/workers-" + name},
-		})
-	}
-	if err := env.Client.Create(ctx, pool); err != nil {
-		tb.Fatal(err)
-	}
-	f.pool = pool
-	f.startManager()
-	f.wait("the pool's Machines exist with image a served", func() bool {
-		list := f.machinesNow(ctx)
-		return len(list) == n && !slices.ContainsFunc(list, func(m v1alpha1.Machine) bool {
-			return m.Status.ServedImage == nil || *m.Status.ServedImage != f.imgA
-		})
-	})
-	for i := range n {
-		name := fmt.Sprintf("m%02d", i)
-		fm := &fakeMachine{hostname: name, bootID: string(uuid.NewUUID())}
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}}}
-		if err := env.Client.Create(ctx, node); err != nil {
-			tb.Fatal(err)
-		}
-		if err := f.farm.setNode(ctx, name, true, fm.bootID); err != nil {
-			tb.Fatal(err)
-		}
-		if err := f.farm.report(ctx, "workers-"+name, fm.bootID, f.imgA.Digest); err != nil {
-			tb.Fatal(err)
-		}
-		f.farm.mu.Lock()
-		f.farm.machines["workers-"+name] = fm
-		f.farm.mu.Unlock()
-	}
-	fctx, cancel := context.WithCancel(context.Background())
-	f.stopFarm, f.farmDone = cancel, make(chan struct{})
-	go func() { defer close(f.farmDone); f.runFarm(fctx) }()
-	f.wait("the pool is Complete on image a", func() bool {
-		p := &v1alpha1.NodePool{}
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.pool), p); err != nil {
-			return false
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionComplete)
-		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation &&
-			p.Status.RolloutImage != nil && *p.Status.RolloutImage == f.imgA
-	})
-	return f
-}
-
-// runFarm is fakeFarm.run, timing each step (the farm's clock is its
-// ticks, and a step that outlasts a tick makes every simulated reboot
-// longer in wall time) and within farmQuota.
-func (f *benchFixture) runFarm(ctx context.Context) {
-	t := time.NewTicker(f.farm.tick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if q := f.farmQuota.Load(); q == 0 {
-			continue
-		} else if q > 0 {
-			f.farmQuota.Add(-1)
-		}
-		start := time.Now()
-		err := f.farm.step(ctx)
-		f.stepsMu.Lock()
-		f.steps = append(f.steps, farmStep{start, time.Since(start)})
-		f.stepsMu.Unlock()
-		if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
-			f.farm.mu.Lock()
-			f.farm.errs = append(f.farm.errs, err)
-			f.farm.mu.Unlock()
-		}
-	}
-}
-
-type farmStep struct {
-	start time.Time
-	took  time.Duration
-}
-
-// farmSteps counts the farm's steps that began in [from, to) and their mean
-// duration.
-func (f *benchFixture) farmSteps(from, to time.Time) (n int, mean time.Duration) {
-	f.stepsMu.Lock()
-	defer f.stepsMu.Unlock()
-	var sum time.Duration
-	for _, s := range f.steps {
-		if !s.start.Before(from) && s.start.Before(to) {
-			n++
-			sum += s.took
-		}
-	}
-	if n > 0 {
-		mean = sum / time.Duration(n)
-	}
-	return n, mean
-}
-
-// startManager is fixture.startManager with the hook recording to tl and
-// the manager's requests (its own and the tenant's client) counted in api.
-func (f *benchFixture) startManager() {
-	f.tb.Helper()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(f.api.wrap)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: env.Scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	if err != nil {
-		f.tb.Fatal(err)
-	}
-	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
-		f.tb.Fatal(err)
-	}
-	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
-		Tenants: staticTenant{kubernetes.NewForConfigOrDie(cfg)}, Power: &farmPower{farm: f.farm}, Poll: 100 * time.Millisecond}
-	rollout.SetAfterRecord(r, func(_ context.Context, m *v1alpha1.Machine) { f.tl.add(m) })
-	if err := r.SetupWithManager(mgr); err != nil {
-		f.tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f.stopMgr, f.mgrDone = cancel, make(chan struct{})
-	go func() {
-		defer close(f.mgrDone)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
-}
-
-// close stops the farm, removes the Nodes (cluster-wide, named alike in
-// every fixture) and the pods bound to them, and stops the manager.
-func (f *benchFixture) close() {
-	f.once.Do(func() {
-		ctx := context.Background()
-		if f.stopFarm != nil {
-			f.stopFarm()
-			<-f.farmDone
-			f.farm.mu.Lock()
-			for _, err := range f.farm.errs {
-				f.tb.Errorf("fake farm: %v", err)
-			}
-			f.farm.mu.Unlock()
-		}
-		_ = env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(f.ns), client.GracePeriodSeconds(0))
-		for i := range f.n {
-			_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m%02d", i)}})
-		}
-		f.wait("the Nodes are gone", func() bool {
-			for i := range f.n {
-				err := env.Client.Get(ctx, client.ObjectKey{Name: fmt.Sprintf("m%02d", i)}, &corev1.Node{})
-				if !apierrors.IsNotFound(err) {
-					return false
-				}
-			}
-			return true
-		})
-		if f.stopMgr != nil {
-			f.stopMgr()
-			<-f.mgrDone
-		}
-	})
-}
-
-func (f *benchFixture) wait(what string, cond func() bool) {
-	f.tb.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 2*time.Minute, true,
-		func(context.Context) (bool, error) { return cond(), nil })
-	if err != nil {
-		f.tb.Fatalf("waiting for %s: %v", what, err)
-	}
 }
 
 func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

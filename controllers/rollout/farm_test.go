@@ -26,8 +26,9 @@ import (
 //   - each node's kubelet: the Node's Ready condition and nodeInfo.bootID,
 //     and finishing pods that are terminating (no container runtime);
 //   - kubefarm-agent: a machine whose Machine is Rebooting from the boot it
-//     runs goes down (Node NotReady) and comes back some ticks later with a
-//     new boot ID, reported in status.lastBoot;
+//     runs goes down (Node NotReady) and comes back rebootTime later (at
+//     the first step from then, and not in the step that took it down)
+//     with a new boot ID, reported in status.lastBoot;
 //   - kubefarm-pxe: the rebooted machine boots status.servedImage as it is
 //     when it comes back, which is what kubefarm-pxe would serve;
 //   - a ReplicaSet and the scheduler for the "web" pods: evicted replicas
@@ -35,39 +36,59 @@ import (
 //   - kube-controller-manager's disruption controller: the status of the
 //     namespace's PodDisruptionBudgets, from the pods.
 //
-// The ticks are the simulation's clock, not the tests' synchronisation:
-// the tests wait on conditions with deadlines.
+// The farm steps every tick, or as soon as it can when a step outlasts a
+// tick. A reboot lasts rebootTime of wall time, so that a slower pace does
+// not lengthen it beyond a step. The tests do not synchronise on the
+// steps: they wait on conditions with deadlines.
 type fakeFarm struct {
-	c       client.Client
-	ns      string
-	tick    time.Duration
-	downFor int // ticks a reboot takes
+	c          client.Client
+	ns         string
+	tick       time.Duration
+	rebootTime time.Duration
 
 	mu       sync.Mutex
 	machines map[string]*fakeMachine
 	// webReplicas is the "web" ReplicaSet's size (0: no workload).
 	webReplicas int
 	errs        []error
+	// quota is how many more steps run takes; -1 is no limit.
+	quota int
+	steps []farmStep // every step run took, in order
 }
 
 type fakeMachine struct {
-	hostname    string
-	bootID      string
-	down        int // ticks until it is back; 0 when up
-	reboots     int
-	neverReturn bool // goes down and stays down
+	hostname  string
+	bootID    string
+	down      bool      // from a reboot's start until it is back
+	nodeDown  bool      // the Node says NotReady for this reboot
+	downUntil time.Time // when the reboot ends
+	reboots   int
+	// neverReturn keeps it down (it goes down, and stays down while set).
+	neverReturn bool
 	deaf        bool // its agent never answers a reboot request
 }
 
+// farmStep is when one of the farm's steps began and how long it took.
+type farmStep struct {
+	start time.Time
+	took  time.Duration
+}
+
 func newFarm(c client.Client, ns string) *fakeFarm {
-	return &fakeFarm{c: c, ns: ns, tick: 50 * time.Millisecond, downFor: 4, machines: map[string]*fakeMachine{}}
+	return &fakeFarm{c: c, ns: ns, tick: 50 * time.Millisecond, rebootTime: 200 * time.Millisecond,
+		machines: map[string]*fakeMachine{}, quota: -1}
 }
 
 // addMachine registers the Node of a machine and its first boot of digest.
-func (f *fakeFarm) addMachine(t *testing.T, machine, hostname, digest string) {
+// The machine is the farm's before its Node is made, so that the fixture
+// removes the Node whatever fails after.
+func (f *fakeFarm) addMachine(t testing.TB, machine, hostname, digest string) {
 	t.Helper()
 	ctx := context.Background()
 	fm := &fakeMachine{hostname: hostname, bootID: string(uuid.NewUUID())}
+	f.mu.Lock()
+	f.machines[machine] = fm
+	f.mu.Unlock()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: hostname, Labels: map[string]string{"kubernetes.io/hostname": hostname}}}
 	if err := f.c.Create(ctx, node); err != nil {
 		t.Fatal(err)
@@ -78,9 +99,17 @@ func (f *fakeFarm) addMachine(t *testing.T, machine, hostname, digest string) {
 	if err := f.report(ctx, machine, fm.bootID, digest); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hostnames are the Nodes of the farm's machines.
+func (f *fakeFarm) hostnames() []string {
 	f.mu.Lock()
-	f.machines[machine] = fm
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, fm := range f.machines {
+		out = append(out, fm.hostname)
+	}
+	return out
 }
 
 func (f *fakeFarm) set(machine string, fn func(*fakeMachine)) {
@@ -104,13 +133,13 @@ func (f *fakeFarm) rebootNow(machine string) {
 }
 
 func (f *fakeFarm) goDown(fm *fakeMachine) {
-	if fm.down == 0 {
-		fm.down = f.downFor
+	if !fm.down {
+		fm.down, fm.nodeDown, fm.downUntil = true, false, time.Now().Add(f.rebootTime)
 		fm.reboots++
 	}
 }
 
-// run plays the farm until ctx ends.
+// run plays the farm until ctx ends, a step a tick within the quota.
 func (f *fakeFarm) run(ctx context.Context) {
 	t := time.NewTicker(f.tick)
 	defer t.Stop()
@@ -120,12 +149,63 @@ func (f *fakeFarm) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := f.step(ctx); err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
-			f.mu.Lock()
+		if !f.takeStep() {
+			continue
+		}
+		start := time.Now()
+		err := f.step(ctx)
+		f.mu.Lock()
+		f.steps = append(f.steps, farmStep{start, time.Since(start)})
+		if err != nil && ctx.Err() == nil && !apierrors.IsConflict(err) {
 			f.errs = append(f.errs, err)
-			f.mu.Unlock()
+		}
+		f.mu.Unlock()
+	}
+}
+
+// takeStep tells whether the quota allows a step, and counts it.
+func (f *fakeFarm) takeStep() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.quota == 0 {
+		return false
+	}
+	if f.quota > 0 {
+		f.quota--
+	}
+	return true
+}
+
+// setQuota holds the farm to n more steps; -1 lifts the limit.
+func (f *fakeFarm) setQuota(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.quota = n
+}
+
+// quotaLeft is how many more steps the farm may take; -1 is no limit.
+func (f *fakeFarm) quotaLeft() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quota
+}
+
+// stepsIn counts the farm's steps that began in [from, to), and their
+// mean duration.
+func (f *fakeFarm) stepsIn(from, to time.Time) (n int, mean time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var sum time.Duration
+	for _, s := range f.steps {
+		if !s.start.Before(from) && s.start.Before(to) {
+			n++
+			sum += s.took
 		}
 	}
+	if n > 0 {
+		mean = sum / time.Duration(n)
+	}
+	return n, mean
 }
 
 func (f *fakeFarm) step(ctx context.Context) error {
@@ -142,15 +222,17 @@ func (f *fakeFarm) step(ctx context.Context) error {
 			continue
 		}
 		ro := m.Status.Rollout
-		if fm.down == 0 && !fm.deaf && ro != nil && ro.Phase == v1alpha1.RolloutRebooting && ro.PreviousBootID == fm.bootID {
+		if !fm.down && !fm.deaf && ro != nil && ro.Phase == v1alpha1.RolloutRebooting && ro.PreviousBootID == fm.bootID {
 			f.goDown(fm)
 		}
-		down, wentDown := fm.down, fm.down == f.downFor
-		if fm.down > 0 && !fm.neverReturn {
-			fm.down--
+		// Down in one step, back in a later one once the reboot's time is up.
+		wentDown := fm.down && !fm.nodeDown
+		back := fm.down && fm.nodeDown && !fm.neverReturn && !time.Now().Before(fm.downUntil)
+		if wentDown {
+			fm.nodeDown = true
 		}
-		back := down == 1 && !fm.neverReturn
 		if back {
+			fm.down, fm.nodeDown = false, false
 			fm.bootID = string(uuid.NewUUID())
 		}
 		hostname, bootID := fm.hostname, fm.bootID

@@ -3,6 +3,7 @@ package rollout_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -12,11 +13,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,15 +72,21 @@ func (p *farmPower) PowerCycle(ctx context.Context, spec v1alpha1.PowerSpec) err
 }
 
 // fixture is one scenario's namespace, pool and farm, and the manager that
-// runs the NodePool and rollout controllers (restartable).
+// runs the NodePool and rollout controllers (restartable). It is closed
+// when the test ends, or before by close: the Nodes are cluster-wide and
+// named alike in every fixture, so one fixture follows another only once
+// the first is closed.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	ns    string
 	farm  *fakeFarm
 	pool  *v1alpha1.NodePool
 	imgA  v1alpha1.ImageRef
 	imgB  v1alpha1.ImageRef
 	power *farmPower
+	// wrapTransport, if set, wraps the transport of the manager's clients,
+	// its own and the tenant's (the benchmark counts their requests).
+	wrapTransport func(http.RoundTripper) http.RoundTripper
 
 	mu       sync.Mutex
 	stopMgr  context.CancelFunc
@@ -85,13 +94,25 @@ type fixture struct {
 	hook     func(ctx context.Context, m *v1alpha1.Machine)
 	starts   map[string]int // RolloutStarted events seen per machine, by the hook
 	maxStart time.Time
+
+	closeOnce sync.Once
+	stopFarm  context.CancelFunc
+	farmDone  chan struct{}
+}
+
+// fixtureOption sets up a fixture before its manager starts.
+type fixtureOption func(*fixture)
+
+// withTransport wraps the transport of the manager's clients.
+func withTransport(wrap func(http.RoundTripper) http.RoundTripper) fixtureOption {
+	return func(f *fixture) { f.wrapTransport = wrap }
 }
 
 var imageSeq int
 
 // newFixture makes a namespace with BootImages a and b, a pool of n
 // machines on a, their Nodes and first boots, and starts the farm.
-func newFixture(t *testing.T, n int, strategy v1alpha1.RolloutStrategy) *fixture {
+func newFixture(t testing.TB, n int, strategy v1alpha1.RolloutStrategy, opts ...fixtureOption) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-"}}
@@ -100,6 +121,10 @@ func newFixture(t *testing.T, n int, strategy v1alpha1.RolloutStrategy) *fixture
 	}
 	f := &fixture{t: t, ns: ns.Name, farm: newFarm(env.Client, ns.Name), starts: map[string]int{}}
 	f.power = &farmPower{farm: f.farm}
+	for _, o := range opts {
+		o(f)
+	}
+	t.Cleanup(f.close)
 	var refs []v1alpha1.ImageRef
 	for _, digit := range []string{"a", "b"} {
 		img, err := examples.BootImage()
@@ -135,7 +160,6 @@ func newFixture(t *testing.T, n int, strategy v1alpha1.RolloutStrategy) *fixture
 	}
 	f.pool = pool
 	f.startManager()
-	t.Cleanup(f.stopManager)
 	// The NodePool controller makes the Machines with image a served.
 	f.eventually("the pool's Machines exist with image a served", func() (bool, error) {
 		ms := f.machines()
@@ -147,35 +171,70 @@ func newFixture(t *testing.T, n int, strategy v1alpha1.RolloutStrategy) *fixture
 		name := fmt.Sprintf("m%02d", i)
 		f.farm.addMachine(t, "workers-"+name, name, f.imgA.Digest)
 	}
-	t.Cleanup(func() {
-		// Nodes are cluster-wide; the next scenario names its own the same,
-		// and drains them: the pods bound to them go too (envtest runs no
-		// namespace controller to remove them with the namespace).
-		_ = env.Client.DeleteAllOf(context.Background(), &corev1.Pod{}, client.InNamespace(f.ns), client.GracePeriodSeconds(0))
-		for i := range n {
-			_ = env.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("m%02d", i)}})
-		}
-	})
 	fctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	f.mu.Lock()
+	f.stopFarm, f.farmDone = cancel, done
+	f.mu.Unlock()
 	go func() { defer close(done); f.farm.run(fctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		f.farm.mu.Lock()
-		defer f.farm.mu.Unlock()
-		for _, err := range f.farm.errs {
-			t.Errorf("fake farm: %v", err)
-		}
-	})
 	f.eventually("the pool is Complete on image a", func() (bool, error) { return f.complete(f.imgA), nil })
 	return f
+}
+
+// close stops the farm and reports its errors, removes the fixture's
+// Nodes and the pods bound to them, and stops the manager. Nodes are
+// cluster-wide; the next scenario names its own the same, and drains
+// them: the pods go too (envtest runs no namespace controller to remove
+// them with the namespace). Only the first call does anything.
+func (f *fixture) close() {
+	f.closeOnce.Do(func() {
+		ctx := context.Background()
+		f.mu.Lock()
+		stopFarm, farmDone := f.stopFarm, f.farmDone
+		f.mu.Unlock()
+		if stopFarm != nil {
+			stopFarm()
+			<-farmDone
+			f.farm.mu.Lock()
+			for _, err := range f.farm.errs {
+				f.t.Errorf("fake farm: %v", err)
+			}
+			f.farm.mu.Unlock()
+		}
+		_ = env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(f.ns), client.GracePeriodSeconds(0))
+		nodes := f.farm.hostnames()
+		for _, name := range nodes {
+			_ = env.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}
+		f.eventually("the fixture's Nodes are gone", func() (bool, error) {
+			for _, name := range nodes {
+				if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}); !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		f.stopManager()
+	})
+}
+
+// setHook sets the function the rollout controller calls between a
+// phase's record and its side effect (nil: none).
+func (f *fixture) setHook(hook func(ctx context.Context, m *v1alpha1.Machine)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hook = hook
 }
 
 // startManager runs a manager with the NodePool and rollout controllers.
 func (f *fixture) startManager() {
 	f.t.Helper()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme,
+	cfg := env.Config
+	if f.wrapTransport != nil {
+		cfg = rest.CopyConfig(env.Config)
+		cfg.Wrap(f.wrapTransport)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Each restart registers the controllers' names again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
@@ -186,7 +245,7 @@ func (f *fixture) startManager() {
 		f.t.Fatal(err)
 	}
 	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
-		Tenants: staticTenant{kubernetes.NewForConfigOrDie(env.Config)}, Power: f.power, Poll: 100 * time.Millisecond}
+		Tenants: staticTenant{kubernetes.NewForConfigOrDie(cfg)}, Power: f.power, Poll: 100 * time.Millisecond}
 	rollout.SetAfterRecord(r, func(ctx context.Context, m *v1alpha1.Machine) {
 		f.mu.Lock()
 		hook := f.hook
@@ -218,6 +277,9 @@ func (f *fixture) stopManager() {
 	f.mu.Lock()
 	cancel, done := f.stopMgr, f.mgrDone
 	f.mu.Unlock()
+	if cancel == nil {
+		return // it never started
+	}
 	cancel()
 	<-done
 }
@@ -251,8 +313,11 @@ func (f *fixture) getPool() *v1alpha1.NodePool {
 
 // complete tells, from one read of the pool, that the rollout controller
 // has seen its current spec, rolls towards img, and finds it Complete.
-func (f *fixture) complete(img v1alpha1.ImageRef) bool {
-	p := f.getPool()
+func (f *fixture) complete(img v1alpha1.ImageRef) bool { return poolComplete(f.getPool(), img) }
+
+// poolComplete tells that the rollout controller has seen p's current spec,
+// rolls towards img, and finds p Complete.
+func poolComplete(p *v1alpha1.NodePool, img v1alpha1.ImageRef) bool {
 	c := meta.FindStatusCondition(p.Status.Conditions, v1alpha1.ConditionComplete)
 	return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == p.Generation &&
 		p.Status.RolloutImage != nil && *p.Status.RolloutImage == img
@@ -415,8 +480,7 @@ func TestRolloutInvariants(t *testing.T) {
 	// Kill the manager once right after each phase's first record.
 	killed := map[string]bool{}
 	restart := make(chan struct{}, 8)
-	f.mu.Lock()
-	f.hook = func(_ context.Context, m *v1alpha1.Machine) {
+	f.setHook(func(_ context.Context, m *v1alpha1.Machine) {
 		phase := "Finished"
 		if ro := m.Status.Rollout; ro != nil {
 			phase = string(ro.Phase)
@@ -427,8 +491,7 @@ func TestRolloutInvariants(t *testing.T) {
 		killed[phase] = true
 		f.stopMgr()
 		restart <- struct{}{}
-	}
-	f.mu.Unlock()
+	})
 	var restarts int
 	restarterDone := make(chan struct{})
 	rctx, stopRestarter := context.WithCancel(ctx)
