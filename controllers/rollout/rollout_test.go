@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -561,6 +562,44 @@ func TestRolloutInvariants(t *testing.T) {
 	if len(f.power.Calls()) != 0 {
 		t.Errorf("the power driver was used %d times; every agent answered", len(f.power.Calls()))
 	}
+	if got := metricValue(t, "kubefarm_rollout_machines", map[string]string{"namespace": f.ns, "pool": "workers", "phase": "Updated"}); got != 6 {
+		t.Errorf("kubefarm_rollout_machines{phase=Updated} = %v, want 6", got)
+	}
+	if got := metricValue(t, "kubefarm_rollout_updates_total", map[string]string{"namespace": f.ns, "pool": "workers", "result": "Done"}); got != 6 {
+		t.Errorf("kubefarm_rollout_updates_total{result=Done} = %v, want 6", got)
+	}
+}
+
+// metricValue reads one series from the manager's metrics registry.
+func metricValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range fam.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			if m.GetGauge() != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Errorf("no series %s%v", name, labels)
+	return -1
 }
 
 // TestRolloutHaltsOnANodeThatNeverReturns: with failureBudget 0, a machine
