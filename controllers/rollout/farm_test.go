@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 )
 
 // fakeFarm is the named stand-in for everything of a farm that cannot run
@@ -470,12 +469,12 @@ func (f *fakeFarm) sample(ctx context.Context) (sample, error) {
 	s.machines = ms.Items
 	for i := range ms.Items {
 		m := &ms.Items[i]
+		// Counted here, not with the planner's own rule: a sampler that
+		// shared the code under test would share its mistakes.
 		n := s.nodes[m.Spec.Hostname]
-		pm := plan.Machine{M: m}
-		if n != nil {
-			pm.Node = &plan.Node{Ready: nodeReady(n), Unschedulable: n.Spec.Unschedulable}
-		}
-		if plan.Unavailable(pm) {
+		ro := m.Status.Rollout
+		updating := ro != nil && ro.Phase != v1alpha1.RolloutDone && ro.Phase != v1alpha1.RolloutFailed && ro.Phase != v1alpha1.RolloutSkipped
+		if updating || n == nil || !nodeReady(n) || n.Spec.Unschedulable {
 			s.unavailable++
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -324,7 +325,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 
 // summarize counts the machines into sum.
 func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
-	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable = 0, 0, 0, 0, 0
+	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable, sum.DrainBlocked = 0, 0, 0, 0, 0, ""
 	if sum.Budget == 0 {
 		sum.Budget, _ = plan.Budget(p.pool.Spec.Rollout.MaxUnavailable, len(p.machines))
 	}
@@ -332,6 +333,9 @@ func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
 		switch {
 		case plan.InFlight(m.M):
 			sum.InFlight++
+			if ro := m.M.Status.Rollout; sum.DrainBlocked == "" && ro.Phase == v1alpha1.RolloutDraining && strings.Contains(ro.Message, "eviction refused") {
+				sum.DrainBlocked = m.M.Name + ": " + ro.Message
+			}
 		case plan.Failed(m.M, p.target):
 			sum.Failed++
 		default:

@@ -775,6 +775,10 @@ func TestRolloutDrainTimeout(t *testing.T) {
 				return err == nil && s.webHealthy == 1, err
 			})
 			f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+			f.eventually("the pool's Progressing names the blocked pod", func() (bool, error) {
+				c := meta.FindStatusCondition(f.getPool().Status.Conditions, v1alpha1.ConditionProgressing)
+				return c != nil && strings.Contains(c.Message, "drain blocked: workers-m00") && strings.Contains(c.Message, "/web-"), nil
+			})
 			e := f.waitEvent("workers-m00", "DrainBlocked")
 			if !strings.Contains(e.Note, "web") || !strings.Contains(e.Note, "disruption budget") {
 				t.Errorf("DrainBlocked says %q; want the pod and the disruption budget named", e.Note)

@@ -44,6 +44,9 @@ type Summary struct {
 	ImageProblem, ImageReason string
 	// Invalid is why the strategy cannot be evaluated (a bad window).
 	Invalid string
+	// DrainBlocked names the first machine whose drain a refused eviction
+	// holds up, and what refused it (its rollout message).
+	DrainBlocked string
 }
 
 // Halted tells whether the failures exceed the failure budget.
@@ -86,8 +89,11 @@ func Conditions(s Summary) []metav1.Condition {
 	case s.ImageProblem != "":
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, s.ImageReason, s.ImageProblem)
 	case s.InFlight > 0:
-		progressing = conditions.New(v1alpha1.ConditionProgressing, true, ReasonMachinesUpdating,
-			fmt.Sprintf("%d updating, %d waiting, %d of %d unavailable (budget %d)", s.InFlight, s.Pending, s.Unavailable, s.Total, s.Budget))
+		msg := fmt.Sprintf("%d updating, %d waiting, %d of %d unavailable (budget %d)", s.InFlight, s.Pending, s.Unavailable, s.Total, s.Budget)
+		if s.DrainBlocked != "" {
+			msg += "; drain blocked: " + s.DrainBlocked
+		}
+		progressing = conditions.New(v1alpha1.ConditionProgressing, true, ReasonMachinesUpdating, msg)
 	case !waiting:
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutComplete, "no machine waits for an update")
 	case s.Halted():
