@@ -125,8 +125,10 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := pool.Spec.Rollout
-	if r.MaxUnavailable == nil || r.MaxUnavailable.IntValue() != 1 || r.FailureBudget != 1 ||
+	if r.MaxUnavailable == nil || r.MaxUnavailable.IntValue() != 1 || r.FailureBudget == nil || *r.FailureBudget != 1 ||
+		r.MinReadySeconds == nil || *r.MinReadySeconds != 30 || r.DrainTimeoutPolicy != kubefarmv1.DrainHalt ||
 		r.DrainTimeout == nil || r.DrainTimeout.Duration.String() != "15m0s" ||
+		r.PowerCycleAfter == nil || r.PowerCycleAfter.Duration.String() != "3m0s" ||
 		r.BootTimeout == nil || r.BootTimeout.Duration.String() != "15m0s" ||
 		pool.Spec.Network.LeaseTime == nil || pool.Spec.Network.LeaseTime.Duration.String() != "1h0m0s" {
 		t.Errorf("NodePool rollout/network defaults not applied: %+v, lease %v", r, pool.Spec.Network.LeaseTime)

@@ -397,11 +397,11 @@ func (r *Reconciler) drive(ctx context.Context, p *pass, m *plan.Machine) error 
 		}
 		h, ok := handlers[ro.Phase]
 		if !ok {
-			return fmt.Errorf("Machine %s: unknown rollout phase %q", m.M.Name, ro.Phase)
+			return fmt.Errorf("machine %s: unknown rollout phase %q", m.M.Name, ro.Phase)
 		}
 		moved, err := h(r, ctx, p, m)
 		if err != nil {
-			return fmt.Errorf("Machine %s, phase %s: %w", m.M.Name, ro.Phase, err)
+			return fmt.Errorf("machine %s, phase %s: %w", m.M.Name, ro.Phase, err)
 		}
 		if !moved {
 			return nil
@@ -662,7 +662,9 @@ func (r *Reconciler) record(ctx context.Context, m *plan.Machine, ro *v1alpha1.M
 	if u.Object["status"] == nil {
 		u.Object["status"] = map[string]any{}
 	}
-	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	// The server's answer is decoded back into u: its resourceVersion is
+	// the precondition of this pass's next write.
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("recording the rollout of Machine %s: %w", m.M.Name, err)
 	}
 	m.M.ResourceVersion = u.GetResourceVersion()

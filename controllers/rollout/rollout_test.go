@@ -89,12 +89,11 @@ type fixture struct {
 	// its own and the tenant's (the benchmark counts their requests).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
 
-	mu       sync.Mutex
-	stopMgr  context.CancelFunc
-	mgrDone  chan struct{}
-	hook     func(ctx context.Context, m *v1alpha1.Machine)
-	starts   map[string]int // RolloutStarted events seen per machine, by the hook
-	maxStart time.Time
+	mu      sync.Mutex
+	stopMgr context.CancelFunc
+	mgrDone chan struct{}
+	hook    func(ctx context.Context, m *v1alpha1.Machine)
+	starts  map[string]int // RolloutStarted events seen per machine, by the hook
 
 	closeOnce sync.Once
 	stopFarm  context.CancelFunc
