@@ -195,22 +195,7 @@ func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConf
 
 // Report posts the boot report. kubefarm-pxe answers 204, also to a repeat.
 func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
-	body, err := json.Marshal(rep)
-	if err != nil {
-		return err
-	}
-	url := c.Base.Report()
-	return c.retry(ctx, "POST /report", func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return &decodeError{err}
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.HTTP.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
+	return c.postJSON(ctx, "POST /report", c.Base.Report(), rep, func(resp *http.Response) error {
 		if resp.StatusCode/100 != 2 {
 			return statusError("POST /report", resp)
 		}
@@ -225,22 +210,7 @@ func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
 // says the same.
 func (c *Client) Heartbeat(ctx context.Context, hb httpboot.Heartbeat) (httpboot.HeartbeatReply, error) {
 	var reply httpboot.HeartbeatReply
-	body, err := json.Marshal(hb)
-	if err != nil {
-		return reply, err
-	}
-	url := c.Base.Heartbeat()
-	err = c.retry(ctx, "POST /heartbeat", func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return &decodeError{err}
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.HTTP.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
+	err := c.postJSON(ctx, "POST /heartbeat", c.Base.Heartbeat(), hb, func(resp *http.Response) error {
 		if resp.StatusCode != http.StatusOK {
 			return statusError("POST /heartbeat", resp)
 		}
@@ -262,6 +232,28 @@ func (c *Client) Heartbeat(ctx context.Context, hb httpboot.Heartbeat) (httpboot
 		return httpboot.HeartbeatReply{}, err
 	}
 	return reply, nil
+}
+
+// postJSON posts v as JSON to url, retried as c.retry does, and hands each
+// answer to check, which reads the body and says whether it will do.
+func (c *Client) postJSON(ctx context.Context, op, url string, v any, check func(*http.Response) error) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return c.retry(ctx, op, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return &decodeError{err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		return check(resp)
+	})
 }
 
 func statusError(op string, resp *http.Response) error {

@@ -46,6 +46,36 @@ const FieldOwner = "kubefarm-nodepool"
 // appearing wakes exactly the pools that name it.
 const BootImageIndex = "spec.bootImage"
 
+// IndexByBootImage registers an index of NodePools by spec.bootImage
+// called name. Each controller that maps BootImages to pools registers its
+// own (the NodePool controller BootImageIndex, the rollout controller
+// another name): controller-runtime refuses a name twice, and neither
+// controller then depends on the other being set up.
+func IndexByBootImage(indexer client.FieldIndexer, name string) error {
+	if err := indexer.IndexField(context.Background(), &v1alpha1.NodePool{}, name,
+		func(o client.Object) []string { return []string{o.(*v1alpha1.NodePool).Spec.BootImage} }); err != nil {
+		return fmt.Errorf("indexing NodePools by spec.bootImage (%s): %w", name, err)
+	}
+	return nil
+}
+
+// PoolsOfImage maps a BootImage to a request for each NodePool that names
+// it, through the index called name.
+func PoolsOfImage(c client.Reader, name string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		pools := &v1alpha1.NodePoolList{}
+		if err := c.List(ctx, pools, client.MatchingFields{name: o.GetName()}); err != nil {
+			log.FromContext(ctx).Error(err, "listing the NodePools of a BootImage", "bootImage", o.GetName())
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(pools.Items))
+		for _, p := range pools.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
+		}
+		return reqs
+	}
+}
+
 // Reconciler reconciles NodePools.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
@@ -57,29 +87,15 @@ type Reconciler struct {
 // Machine's status (its node's readiness) and any hand edit of its spec wake
 // the pool; the index on spec.bootImage maps a BootImage to its pools.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodePool{}, BootImageIndex,
-		func(o client.Object) []string { return []string{o.(*v1alpha1.NodePool).Spec.BootImage} }); err != nil {
-		return fmt.Errorf("indexing NodePools by %s: %w", BootImageIndex, err)
+	if err := IndexByBootImage(mgr.GetFieldIndexer(), BootImageIndex); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
-		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfImage)).
+		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(PoolsOfImage(r.Client, BootImageIndex))).
 		Named("nodepool").
 		Complete(r)
-}
-
-func (r *Reconciler) poolsOfImage(ctx context.Context, o client.Object) []reconcile.Request {
-	pools := &v1alpha1.NodePoolList{}
-	if err := r.Client.List(ctx, pools, client.MatchingFields{BootImageIndex: o.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "listing the NodePools of a BootImage", "bootImage", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(pools.Items))
-	for _, p := range pools.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-	}
-	return reqs
 }
 
 // +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools,verbs=get;list;watch

@@ -44,10 +44,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
@@ -111,31 +110,17 @@ func (r *Reconciler) poll() time.Duration {
 // SetupWithManager registers the controller: the pool, its Machines (their
 // boot reports and node readiness) and its BootImage wake it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.NodePool{}, bootImageIndex,
-		func(o client.Object) []string { return []string{o.(*v1alpha1.NodePool).Spec.BootImage} }); err != nil {
-		return fmt.Errorf("indexing NodePools by spec.bootImage: %w", err)
+	if err := nodepool.IndexByBootImage(mgr.GetFieldIndexer(), bootImageIndex); err != nil {
+		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
-		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(r.poolsOfImage)).
+		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(nodepool.PoolsOfImage(r.Client, bootImageIndex))).
 		// Pools are independent; one pool's passes stay sequential.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("rollout").
 		Complete(r)
-}
-
-func (r *Reconciler) poolsOfImage(ctx context.Context, o client.Object) []reconcile.Request {
-	pools := &v1alpha1.NodePoolList{}
-	if err := r.Client.List(ctx, pools, client.MatchingFields{bootImageIndex: o.GetName()}); err != nil {
-		log.FromContext(ctx).Error(err, "listing the NodePools of a BootImage", "bootImage", o.GetName())
-		return nil
-	}
-	reqs := make([]reconcile.Request, 0, len(pools.Items))
-	for _, p := range pools.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-	}
-	return reqs
 }
 
 // +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools,verbs=get;list;watch
