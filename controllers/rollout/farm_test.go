@@ -65,6 +65,8 @@ type fakeMachine struct {
 	// neverReturn keeps it down (it goes down, and stays down while set).
 	neverReturn bool
 	deaf        bool // its agent never answers a reboot request
+	// byRollout: the running reboot is the one the rollout asked for.
+	byRollout bool
 }
 
 // farmStep is when one of the farm's steps began and how long it took.
@@ -223,6 +225,7 @@ func (f *fakeFarm) step(ctx context.Context) error {
 		ro := m.Status.Rollout
 		if !fm.down && !fm.deaf && ro != nil && ro.Phase == v1alpha1.RolloutRebooting && ro.PreviousBootID == fm.bootID {
 			f.goDown(fm)
+			fm.byRollout = true
 		}
 		// Down in one step, back in a later one once the reboot's time is up.
 		wentDown := fm.down && !fm.nodeDown
@@ -234,11 +237,21 @@ func (f *fakeFarm) step(ctx context.Context) error {
 			fm.down, fm.nodeDown = false, false
 			fm.bootID = string(uuid.NewUUID())
 		}
-		hostname, bootID := fm.hostname, fm.bootID
+		hostname, bootID, byRollout := fm.hostname, fm.bootID, fm.byRollout
+		if back {
+			fm.byRollout = false
+		}
 		f.mu.Unlock()
 
 		switch {
 		case wentDown:
+			if byRollout {
+				// The rollout reboots only drained nodes: any pod that is
+				// not a DaemonSet's would die with it.
+				if err := f.checkDrained(ctx, hostname); err != nil {
+					return err
+				}
+			}
 			if err := f.setNode(ctx, hostname, false, ""); err != nil {
 				return err
 			}
@@ -266,6 +279,23 @@ func (f *fakeFarm) step(ctx context.Context) error {
 		return err
 	}
 	return f.playDisruptionController(ctx)
+}
+
+// checkDrained records, as one of the farm's errors, every pod still on
+// node when the rollout's reboot takes it down.
+func (f *fakeFarm) checkDrained(ctx context.Context, node string) error {
+	pods := &corev1.PodList{}
+	if err := f.c.List(ctx, pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			f.mu.Lock()
+			f.errs = append(f.errs, fmt.Errorf("the rollout rebooted node %s with pod %s/%s still on it", node, p.Namespace, p.Name))
+			f.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // report writes the boot report as kubefarm-pxe does from the agent's POST.
