@@ -283,7 +283,7 @@ bench-rollout: envtest-tools ## Rollout of 50 fake machines (envtest): time as a
 # taint lifted) of one qemu (TCG) machine, from the Machine's Events and the
 # Node, into bench-node.json, with the image's artifact sizes.
 .PHONY: bench-node
-bench-node: node-image e2e-up ## Power-on to Node Ready by stage for one netbooted qemu machine, and the node image's sizes (root; leaves the e2e cluster up).
+bench-node: node-image e2e-up ## Power-on to Node Ready by stage for the first of the join's two netbooted qemu machines (the scenario rolls them afterwards), and the node image's sizes (root; leaves the e2e cluster up).
 	@mkdir -p $(BUILD)
 	@dir=$$(cat $(BUILD)/node-image.dir); echo "node image $$dir:"; \
 	for f in vmlinuz initrd rootfs.squashfs; do printf '  %-16s %6d MiB\n' $$f $$(( $$(stat -c %s $$dir/$$f) / 1048576 )); done | tee $(BUILD)/bench-node-sizes.txt
