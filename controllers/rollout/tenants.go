@@ -6,7 +6,9 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
@@ -27,13 +29,8 @@ type Tenants interface {
 type SecretTenants struct {
 	Client client.Client
 
-	mu      sync.Mutex
-	clients map[string]cachedClient
-}
-
-type cachedClient struct {
-	fingerprint string
-	cs          kubernetes.Interface
+	once    sync.Once
+	clients *restconfig.Cache[types.NamespacedName, kubernetes.Interface]
 }
 
 // UserAgent names the rollout in the tenants' audit logs.
@@ -50,20 +47,14 @@ func (t *SecretTenants) Clientset(ctx context.Context, namespace, cluster string
 	if err != nil {
 		return nil, fmt.Errorf("the kubeconfig Secret %s/%s: %w", namespace, name, err)
 	}
-	fp := restconfig.FingerprintString(cfg)
-	key := namespace + "/" + cluster
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if c, ok := t.clients[key]; ok && c.fingerprint == fp {
-		return c.cs, nil
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	t.once.Do(func() {
+		t.clients = restconfig.NewCache[types.NamespacedName, kubernetes.Interface](func(cfg *rest.Config) (kubernetes.Interface, error) {
+			return kubernetes.NewForConfig(cfg)
+		})
+	})
+	cs, err := t.clients.Get(types.NamespacedName{Namespace: namespace, Name: cluster}, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("the client of TenantCluster %s: %w", key, err)
+		return nil, fmt.Errorf("the client of TenantCluster %s/%s: %w", namespace, cluster, err)
 	}
-	if t.clients == nil {
-		t.clients = map[string]cachedClient{}
-	}
-	t.clients[key] = cachedClient{fingerprint: fp, cs: cs}
 	return cs, nil
 }

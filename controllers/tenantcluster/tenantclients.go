@@ -1,9 +1,6 @@
 package tenantcluster
 
 import (
-	"crypto/sha256"
-	"sync"
-
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,15 +29,7 @@ func dialTenant(cfg *rest.Config) (client.Client, error) {
 // The methods are safe for concurrent use. A nil *TenantClients keeps
 // nothing and dials every time.
 type TenantClients struct {
-	dial DialTenant
-
-	mu        sync.Mutex
-	byCluster map[types.NamespacedName]tenantClient
-}
-
-type tenantClient struct {
-	credential [sha256.Size]byte
-	client     client.Client
+	cache *restconfig.Cache[types.NamespacedName, client.Client]
 }
 
 // NewTenantClients returns an empty cache that makes clients with dial;
@@ -50,7 +39,7 @@ func NewTenantClients(dial DialTenant) *TenantClients {
 	if dial == nil {
 		dial = dialTenant
 	}
-	return &TenantClients{dial: dial, byCluster: map[types.NamespacedName]tenantClient{}}
+	return &TenantClients{cache: restconfig.NewCache[types.NamespacedName, client.Client](dial)}
 }
 
 // Get returns the client of the TenantCluster cluster for cfg: the one
@@ -60,31 +49,14 @@ func (t *TenantClients) Get(cluster types.NamespacedName, cfg *rest.Config) (cli
 	if t == nil {
 		return dialTenant(cfg)
 	}
-	credential := restconfig.Fingerprint(cfg)
-	t.mu.Lock()
-	kept, ok := t.byCluster[cluster]
-	t.mu.Unlock()
-	if ok && kept.credential == credential {
-		return kept.client, nil
-	}
-	c, err := t.dial(cfg)
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	t.byCluster[cluster] = tenantClient{credential: credential, client: c}
-	t.mu.Unlock()
-	return c, nil
+	return t.cache.Get(cluster, cfg)
 }
 
 // Forget drops the client of a TenantCluster.
 func (t *TenantClients) Forget(cluster types.NamespacedName) {
-	if t == nil {
-		return
+	if t != nil {
+		t.cache.Forget(cluster)
 	}
-	t.mu.Lock()
-	delete(t.byCluster, cluster)
-	t.mu.Unlock()
 }
 
 // Len is how many clients are kept.
@@ -92,7 +64,5 @@ func (t *TenantClients) Len() int {
 	if t == nil {
 		return 0
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byCluster)
+	return t.cache.Len()
 }
