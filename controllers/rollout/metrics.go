@@ -36,7 +36,7 @@ func init() {
 }
 
 // observePhase records the time ro spent in the phase it is leaving.
-func observePhase(_ *v1alpha1.NodePool, ro *v1alpha1.MachineRollout, now time.Time) {
+func observePhase(ro *v1alpha1.MachineRollout, now time.Time) {
 	phaseSeconds.WithLabelValues(string(ro.Phase)).Observe(now.Sub(ro.PhaseStartTime.Time).Seconds())
 }
 

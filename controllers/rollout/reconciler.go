@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -143,6 +144,9 @@ type pass struct {
 	// conflicts counts Machines whose write met a newer version than the
 	// cache's; they are left to the next pass.
 	conflicts int
+	// drainBlocked names the first machine whose drain pass met a refused
+	// eviction, and why, for the pool's Progressing.
+	drainBlocked string
 }
 
 func (p *pass) wake(d time.Duration) {
@@ -177,11 +181,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: p.requeue}, nil
 }
 
-// run is the pass; the summary it returns is written whatever happened.
+// run is the pass. The summary it returns is written when it returns no
+// error; a failed pass saw only part of the pool.
 func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	pool := p.pool
 	st := pool.Spec.Rollout
-	sum := plan.Summary{Paused: st.Paused, FailureBudget: int(ptrOr(st.FailureBudget, v1alpha1.DefaultFailureBudget)), WindowOpen: true}
+	sum := plan.Summary{Paused: st.Paused, FailureBudget: int(ptr.Deref(st.FailureBudget, v1alpha1.DefaultFailureBudget)), WindowOpen: true}
 
 	img := &v1alpha1.BootImage{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Name: pool.Spec.BootImage}, img); {
@@ -213,7 +218,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 			ms = append(ms, &list.Items[i])
 		}
 	}
-	slices.SortFunc(ms, func(a, b *v1alpha1.Machine) int { return compareNames(a.Name, b.Name) })
+	slices.SortFunc(ms, func(a, b *v1alpha1.Machine) int { return strings.Compare(a.Name, b.Name) })
 	sum.Total = len(ms)
 	if len(ms) == 0 {
 		return sum, nil
@@ -239,7 +244,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		if plan.InFlight(p.machines[i].M) {
 			if err := r.drive(ctx, p, &p.machines[i]); err != nil {
 				if !apierrors.IsConflict(err) {
-					return r.summarize(p, sum), err
+					return sum, err
 				}
 				// The Machine changed since the cache's copy (a boot
 				// report): this one waits for the next pass, the others go on.
@@ -248,10 +253,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		}
 	}
 
-	if errs := window.Validate(st.MaintenanceWindows); len(errs) > 0 {
-		sum.Invalid = errs.ToAggregate().Error()
-		return r.summarize(p, sum), nil
-	}
+	// At refuses invalid windows with every bad field named.
 	ws, err := window.At(st.MaintenanceWindows, p.now)
 	if err != nil {
 		sum.Invalid = err.Error()
@@ -275,20 +277,19 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		return sum, nil
 	}
 	for _, c := range sel.Start {
-		i := slices.IndexFunc(p.machines, func(m plan.Machine) bool { return m.M.Name == c.M.Name })
-		m := &p.machines[i]
+		m := &p.machines[c.Index]
 		if err := r.record(ctx, m, plan.Start(c, p.target, p.now), nil, nil); err != nil {
 			if apierrors.IsConflict(err) {
 				// Stale: the next pass decides again with the new copy.
 				p.conflicts++
 				continue
 			}
-			return r.summarize(p, sum), err
+			return sum, err
 		}
 		r.event(m.M, corev1.EventTypeNormal, "RolloutStarted", "update to BootImage %s (%s) started: %s", p.target.Name, p.target.Digest, c.Reason)
 		if err := r.drive(ctx, p, m); err != nil {
 			if !apierrors.IsConflict(err) {
-				return r.summarize(p, sum), err
+				return sum, err
 			}
 			p.conflicts++
 		}
@@ -310,7 +311,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 
 // summarize counts the machines into sum.
 func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
-	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable, sum.DrainBlocked = 0, 0, 0, 0, 0, ""
+	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable, sum.DrainBlocked = 0, 0, 0, 0, 0, p.drainBlocked
 	if sum.Budget == 0 {
 		sum.Budget, _ = plan.Budget(p.pool.Spec.Rollout.MaxUnavailable, len(p.machines))
 	}
@@ -318,9 +319,6 @@ func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
 		switch {
 		case plan.InFlight(m.M):
 			sum.InFlight++
-			if ro := m.M.Status.Rollout; sum.DrainBlocked == "" && ro.Phase == v1alpha1.RolloutDraining && strings.Contains(ro.Message, "eviction refused") {
-				sum.DrainBlocked = m.M.Name + ": " + ro.Message
-			}
 		case plan.Failed(m.M, p.target):
 			sum.Failed++
 		default:
@@ -436,6 +434,9 @@ func (r *Reconciler) draining(ctx context.Context, p *pass, m *plan.Machine) (bo
 		return true, nil
 	}
 	msg := drainMessage(res)
+	if len(res.Blocked) > 0 && p.drainBlocked == "" {
+		p.drainBlocked = m.M.Name + ": " + msg
+	}
 	if expired, left := plan.Expired(ro.PhaseStartTime, p.pool.Spec.Rollout.DrainTimeout, p.now); expired {
 		if p.pool.Spec.Rollout.DrainTimeoutPolicy == v1alpha1.DrainSkip {
 			next := plan.Next(ro, v1alpha1.RolloutUncordoning, p.now, "drain timed out, skipping this machine for now: "+msg)
@@ -541,13 +542,13 @@ func (r *Reconciler) verifying(ctx context.Context, p *pass, m *plan.Machine) (b
 		next := ro.DeepCopy()
 		t := metav1.NewTime(p.now)
 		next.ReadySince = &t
-		next.Message = fmt.Sprintf("runs the target image and is Ready; verified after %ds", ptrOr(st.MinReadySeconds, v1alpha1.DefaultMinReadySeconds))
+		next.Message = fmt.Sprintf("runs the target image and is Ready; verified after %ds", ptr.Deref(st.MinReadySeconds, v1alpha1.DefaultMinReadySeconds))
 		if err := r.record(ctx, m, next, nil, nil); err != nil {
 			return false, err
 		}
 		ro = next
 	}
-	minReady := ptrOr(st.MinReadySeconds, v1alpha1.DefaultMinReadySeconds)
+	minReady := ptr.Deref(st.MinReadySeconds, v1alpha1.DefaultMinReadySeconds)
 	// readySince is stored in whole seconds (metav1.Time), rounded down:
 	// one second more guarantees the node was Ready for minReady at least.
 	if left := ro.ReadySince.Add(time.Duration(minReady)*time.Second + time.Second).Sub(p.now); left > 0 {
@@ -586,7 +587,7 @@ func (r *Reconciler) uncordoning(ctx context.Context, p *pass, m *plan.Machine) 
 	if err := r.record(ctx, m, nil, nil, history); err != nil {
 		return false, err
 	}
-	observePhase(p.pool, ro, p.now)
+	observePhase(ro, p.now)
 	observeResult(p.pool, result)
 	r.event(m.M, corev1.EventTypeNormal, "Rollout"+string(result), "%s (%s): %s", ro.TargetImage.Name, ro.TargetImage.Digest, msg)
 	return true, nil
@@ -598,7 +599,7 @@ func (r *Reconciler) transition(ctx context.Context, p *pass, m *plan.Machine, p
 	if err := r.record(ctx, m, plan.Next(ro, phase, p.now, msg), nil, nil); err != nil {
 		return err
 	}
-	observePhase(p.pool, ro, p.now)
+	observePhase(ro, p.now)
 	r.event(m.M, corev1.EventTypeNormal, "Rollout"+string(phase), "%s", msg)
 	return nil
 }
@@ -613,7 +614,7 @@ func (r *Reconciler) fail(ctx context.Context, p *pass, m *plan.Machine, why str
 	if err := r.record(ctx, m, next, nil, history); err != nil {
 		return err
 	}
-	observePhase(p.pool, ro, p.now)
+	observePhase(ro, p.now)
 	observeResult(p.pool, v1alpha1.RolloutFailed)
 	r.event(m.M, corev1.EventTypeWarning, "RolloutFailed", "in phase %s: %s", ro.Phase, why)
 	return nil
@@ -714,21 +715,4 @@ func (r *Reconciler) writeStatus(ctx context.Context, pool *v1alpha1.NodePool, m
 	}
 	conditions.EmitTransitions(r.Recorder, pool, before.Conditions, st.Conditions, plan.ReasonRolloutHalted, plan.ReasonFailureBudgetSpent, plan.ReasonInvalidStrategy)
 	return nil
-}
-
-func ptrOr(p *int32, def int32) int32 {
-	if p == nil {
-		return def
-	}
-	return *p
-}
-
-func compareNames(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

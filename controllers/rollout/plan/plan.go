@@ -109,6 +109,8 @@ func Domain(m Machine, label string) string {
 // Candidate is a machine that may be started, and why.
 type Candidate struct {
 	Machine
+	// Index is the machine's place in the slice Select was given.
+	Index  int
 	Reason v1alpha1.RolloutReason
 	// SkippedLast: its latest finished update towards the target was
 	// Skipped, so it goes after the others.
@@ -162,7 +164,7 @@ func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStr
 	domainTotal := map[string]int{}
 	domainUnavail := map[string]int{}
 	var cands []Candidate
-	for _, m := range machines {
+	for i, m := range machines {
 		d := Domain(m, st.FailureDomainLabel)
 		domainTotal[d]++
 		if Unavailable(m) {
@@ -186,7 +188,7 @@ func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStr
 				continue
 			}
 		}
-		cands = append(cands, Candidate{Machine: m, Reason: reason, SkippedLast: skipped})
+		cands = append(cands, Candidate{Machine: m, Index: i, Reason: reason, SkippedLast: skipped})
 	}
 	slices.SortFunc(cands, func(a, b Candidate) int {
 		if a.SkippedLast != b.SkippedLast {

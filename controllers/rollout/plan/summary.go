@@ -45,7 +45,7 @@ type Summary struct {
 	// Invalid is why the strategy cannot be evaluated (a bad window).
 	Invalid string
 	// DrainBlocked names the first machine whose drain a refused eviction
-	// holds up, and what refused it (its rollout message).
+	// held up in this pass, and what refused it.
 	DrainBlocked string
 }
 
