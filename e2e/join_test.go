@@ -354,7 +354,7 @@ func TestNodeJoin(t *testing.T) {
 
 	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
 		testRollout(t, ctx, rolloutScenario{
-			c: c, cs: cs, tenant: tenant, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
+			c: c, cs: cs, tenant: tenant, tenantCfg: tenantCfg, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
 		})
 	})
 	if t.Failed() {
