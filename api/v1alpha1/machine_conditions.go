@@ -1,5 +1,29 @@
 package v1alpha1
 
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BootMessage is the message of a Machine condition that holds for one
+// boot (NetworkVerified, RebootRequired): "boot <id>", then ": " and the
+// detail when there is one. Readers tell which boot a condition is about
+// with OfBoot, so a verdict of an earlier boot never counts for this one.
+func BootMessage(bootID, detail string) string {
+	if detail == "" {
+		return "boot " + bootID
+	}
+	return "boot " + bootID + ": " + detail
+}
+
+// OfBoot tells whether c's message names boot bootID as BootMessage
+// writes it.
+func OfBoot(c *metav1.Condition, bootID string) bool {
+	rest, ok := strings.CutPrefix(c.Message, "boot "+bootID)
+	return ok && (rest == "" || strings.HasPrefix(rest, ":"))
+}
+
 // Reasons of the Machine conditions written by kubefarm-pxe from the agent's
 // boot report. Like the other kinds' reasons they are part of the API
 // (kubectl wait, alerts, the manager's taint lifting), so they are

@@ -126,7 +126,7 @@ func DecideTaint(st kubefarmv1.MachineStatus, node *corev1.Node) (TaintVerdict, 
 		return KeepTaint, fmt.Sprintf("the machine's last report is of boot %s, the node runs boot %s", st.LastBoot.BootID, nodeBoot)
 	case nv == nil:
 		return KeepTaint, "the machine has no NetworkVerified condition"
-	case !strings.HasPrefix(nv.Message, "boot "+nodeBoot):
+	case !kubefarmv1.OfBoot(nv, nodeBoot):
 		return KeepTaint, "NetworkVerified does not name the node's boot " + nodeBoot
 	case nv.Status != metav1.ConditionTrue:
 		return KeepTaint, fmt.Sprintf("NetworkVerified is %s (%s) for boot %s", nv.Status, nv.Reason, nodeBoot)

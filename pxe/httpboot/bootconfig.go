@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -282,15 +281,14 @@ func NetworkCondition(bootID string, v *NetworkVerdict) metav1.Condition {
 	switch {
 	case v == nil:
 		c.Status, c.Reason = metav1.ConditionUnknown, kubefarmv1.ReasonNetworkNotReported
-		c.Message = "boot " + bootID + ": the report carried no network verdict"
+		c.Message = kubefarmv1.BootMessage(bootID, "the report carried no network verdict")
 	case v.Verified:
 		c.Status, c.Reason = metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified
-		c.Message = "boot " + bootID + ": " + v.Reason
+		c.Message = kubefarmv1.BootMessage(bootID, v.Reason)
 	default:
 		c.Status, c.Reason = metav1.ConditionFalse, kubefarmv1.ReasonCNIChainInvalid
-		c.Message = "boot " + bootID + ": " + v.Reason
+		c.Message = kubefarmv1.BootMessage(bootID, v.Reason)
 	}
-	c.Message = strings.TrimSuffix(c.Message, ": ")
 	return c
 }
 

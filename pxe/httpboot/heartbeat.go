@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -189,14 +188,14 @@ func rebootRequiredToRaise(m *kubefarmv1.Machine, hb Heartbeat, now time.Time) (
 		return metav1.Condition{}, false
 	}
 	have := meta.FindStatusCondition(m.Status.Conditions, kubefarmv1.ConditionRebootRequired)
-	if have != nil && have.Status == metav1.ConditionTrue && ofBoot(have, hb.BootID) {
+	if have != nil && have.Status == metav1.ConditionTrue && kubefarmv1.OfBoot(have, hb.BootID) {
 		return metav1.Condition{}, false
 	}
 	c := metav1.Condition{
 		Type:               kubefarmv1.ConditionRebootRequired,
 		Status:             metav1.ConditionTrue,
 		Reason:             sig.Reason,
-		Message:            strings.TrimSuffix("boot "+hb.BootID+": "+sig.Message, ": "),
+		Message:            kubefarmv1.BootMessage(hb.BootID, sig.Message),
 		LastTransitionTime: metav1.NewTime(now),
 	}
 	if have != nil && have.Status == metav1.ConditionTrue {
@@ -220,15 +219,8 @@ func rebootRequiredOnBoot(m *kubefarmv1.Machine, bootID string) *metav1.Conditio
 		Type:    kubefarmv1.ConditionRebootRequired,
 		Status:  metav1.ConditionFalse,
 		Reason:  reasonNewBoot,
-		Message: "boot " + bootID,
+		Message: kubefarmv1.BootMessage(bootID, ""),
 	}
-}
-
-// ofBoot: the condition's message names boot bootID, as the ones
-// kubefarm-pxe writes do ("boot <id>" or "boot <id>: ...").
-func ofBoot(c *metav1.Condition, bootID string) bool {
-	rest, ok := strings.CutPrefix(c.Message, "boot "+bootID)
-	return ok && (rest == "" || strings.HasPrefix(rest, ":"))
 }
 
 // RequireReboot implements BootRecorder: one server-side apply of the

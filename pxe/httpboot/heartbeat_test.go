@@ -290,7 +290,7 @@ func TestOfBoot(t *testing.T) {
 		{"boot " + bootB, false},
 		{"", false},
 	} {
-		if got := ofBoot(&metav1.Condition{Message: tc.msg}, bootA); got != tc.ok {
+		if got := kubefarmv1.OfBoot(&metav1.Condition{Message: tc.msg}, bootA); got != tc.ok {
 			t.Errorf("%q: %v", tc.msg, got)
 		}
 	}

@@ -80,7 +80,7 @@ func RebootRequested(m *v1alpha1.Machine) bool {
 	if c == nil || c.Status != metav1.ConditionTrue || m.Status.LastBoot == nil {
 		return false
 	}
-	return strings.HasPrefix(c.Message, "boot "+m.Status.LastBoot.BootID)
+	return v1alpha1.OfBoot(c, m.Status.LastBoot.BootID)
 }
 
 // Budget resolves an absolute-or-percent budget against total machines:
