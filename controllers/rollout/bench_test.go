@@ -1,7 +1,6 @@
 package rollout_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +22,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/procstat"
 )
 
 const (
@@ -353,37 +352,12 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// childCPU is the user and system CPU so far of this process's children
-// (envtest's etcd and kube-apiserver) by command name, from
-// /proc/<pid>/stat; Linux counts it in USER_HZ, 100 a second.
+// childCPU is the CPU so far of this process's children (envtest's etcd
+// and kube-apiserver) and theirs, by command name.
 func childCPU() map[string]time.Duration {
 	out := map[string]time.Duration{}
-	self := strconv.Itoa(os.Getpid())
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return out
-	}
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		open, closing := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		// After the command: state, ppid, ... utime and stime are the
-		// 14th and 15th fields of the line.
-		fields := strings.Fields(string(data[closing+1:]))
-		if len(fields) < 13 || fields[1] != self {
-			continue
-		}
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		out[string(data[open+1:closing])] += time.Duration(utime+stime) * 10 * time.Millisecond
+	for _, pid := range procstat.Children(os.Getpid()) {
+		out[procstat.Command(pid)] += procstat.TreeCPU(pid)
 	}
 	return out
 }

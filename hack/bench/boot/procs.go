@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubefarm/kubefarm/hack/bench/internal/procstat"
+	"github.com/kubefarm/kubefarm/internal/procstat"
 )
 
 // server is one process tree under test.

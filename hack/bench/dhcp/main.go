@@ -35,8 +35,8 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/kubefarm/kubefarm/hack/bench/internal/procstat"
 	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
+	"github.com/kubefarm/kubefarm/internal/procstat"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/leases"

@@ -34,14 +34,32 @@ func TreeCPU(pid int) time.Duration {
 		ticks += v
 	}
 	total := time.Duration(ticks) * time.Second / clkTck
+	for _, c := range Children(pid) {
+		total += TreeCPU(c)
+	}
+	return total
+}
+
+// Children are the live child processes of pid.
+func Children(pid int) []int {
+	var out []int
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	for _, t := range tasks {
 		c, _ := os.ReadFile(t)
 		for _, p := range strings.Fields(string(c)) {
 			if n, err := strconv.Atoi(p); err == nil {
-				total += TreeCPU(n)
+				out = append(out, n)
 			}
 		}
 	}
-	return total
+	return out
+}
+
+// Command is the command name of pid (/proc/<pid>/comm), "" when it is gone.
+func Command(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
