@@ -51,6 +51,16 @@ func benchStrategy() v1alpha1.RolloutStrategy {
 // runs from the switch of the pool's BootImage to its Complete condition.
 // ns/op is T(50).
 //
+// What it leaves out of an operator's path: the kubefarm-manager binary
+// (the two controllers run in this process, built as internal/manager
+// builds them but with a 100 ms poll instead of the default 5 s, so a
+// freed slot is refilled sooner than with defaults); kubefarm-pxe and the
+// agents' heartbeats (the fake agent sees the Rebooting record at once,
+// where a real agent asks every 15 s); real reboots (200 ms here, about
+// 100 s on the e2e's TCG machines) and real drains (no workload). It
+// measures the controller's own pace and its cost to the API server; the
+// e2e join's rollout measures the real path for two machines.
+//
 // The process holds the rollout and NodePool controllers, the fake farm and
 // the benchmark's reads of the pool, so its CPU is measured twice: during
 // the rollout, and after it for the same work without a rollout (as many
