@@ -298,6 +298,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		// The cache catches up within moments; no need to wait a poll.
 		p.wake(100 * time.Millisecond)
 	}
+	sum.FullDomains = sel.BlockedByDomain
 	if !sel.RetryAt.IsZero() {
 		p.wake(sel.RetryAt.Sub(p.now))
 	}

@@ -326,6 +326,7 @@ func TestConditions(t *testing.T) {
 	}{
 		{"updating", with2(base, func(s *Summary) { s.InFlight = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
 		{"waiting for budget", base, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
+		{"waiting for a domain's budget", with2(base, func(s *Summary) { s.FullDomains = []string{"rack-a"} }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
 		{"drain blocked", with2(base, func(s *Summary) { s.InFlight, s.DrainBlocked = 1, "workers-m1: eviction refused for default/web-0" }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
 		{"paused", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutPaused},
 		{"paused condition", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionPaused, metav1.ConditionTrue, ReasonRolloutPaused},
@@ -340,6 +341,9 @@ func TestConditions(t *testing.T) {
 		c := find(Conditions(tc.s), tc.typ)
 		if c.Status != tc.status || c.Reason != tc.reason {
 			t.Errorf("%s: %s = %s/%s, want %s/%s", tc.name, tc.typ, c.Status, c.Reason, tc.status, tc.reason)
+		}
+		if len(tc.s.FullDomains) > 0 && !strings.Contains(c.Message, "failure domains at their own budget: rack-a") {
+			t.Errorf("%s: Progressing says %q, without the full domain", tc.name, c.Message)
 		}
 		if tc.s.DrainBlocked != "" && !strings.Contains(c.Message, "drain blocked: "+tc.s.DrainBlocked) {
 			t.Errorf("%s: Progressing says %q, without the blocked drain", tc.name, c.Message)

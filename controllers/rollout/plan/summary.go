@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,9 @@ type Summary struct {
 	ImageProblem, ImageReason string
 	// Invalid is why the strategy cannot be evaluated (a bad window).
 	Invalid string
+	// FullDomains are the failure domains whose own budget held a machine
+	// back in this pass (Selection.BlockedByDomain).
+	FullDomains []string
 	// DrainBlocked names the first machine whose drain a refused eviction
 	// held up in this pass, and what refused it.
 	DrainBlocked string
@@ -108,8 +112,11 @@ func Conditions(s Summary) []metav1.Condition {
 		}
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForWindow, msg)
 	default:
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForBudget,
-			fmt.Sprintf("%d machines wait: %d of %d unavailable already (budget %d)", s.Pending, s.Unavailable, s.Total, s.Budget))
+		msg := fmt.Sprintf("%d machines wait: %d of %d unavailable already (budget %d)", s.Pending, s.Unavailable, s.Total, s.Budget)
+		if len(s.FullDomains) > 0 {
+			msg += "; failure domains at their own budget: " + strings.Join(s.FullDomains, ", ")
+		}
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForBudget, msg)
 	}
 	return []metav1.Condition{progressing, paused, halted, complete}
 }
