@@ -262,6 +262,14 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	sum.WindowOpen, sum.NextWindow = ws.Open, ws.Next
 
 	sum = r.summarize(p, sum)
+	if sum.Pending > 0 || sum.Unavailable > 0 {
+		// The status counts nodes, which are read, not watched: while
+		// machines wait (held by a pause, a halt, a closed window or the
+		// budget) or nodes are unavailable, they are read again each poll,
+		// so the pool's status follows a node's recovery or an operator's
+		// uncordon.
+		p.wake(r.poll())
+	}
 	if sum.ImageProblem != "" || sum.Paused || sum.Halted() {
 		return sum, nil
 	}
@@ -301,11 +309,6 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	sum.FullDomains = sel.BlockedByDomain
 	if !sel.RetryAt.IsZero() {
 		p.wake(sel.RetryAt.Sub(p.now))
-	}
-	if sel.Pending > 0 {
-		// Budget held machines back: others' recovery (a node back to
-		// Ready, an operator's uncordon) is read, not watched.
-		p.wake(r.poll())
 	}
 	return r.summarize(p, sum), nil
 }
@@ -627,6 +630,12 @@ func (r *Reconciler) fail(ctx context.Context, p *pass, m *plan.Machine, why str
 // that the Machine is still the version this pass read. m is updated with
 // the server's answer.
 func (r *Reconciler) record(ctx context.Context, m *plan.Machine, ro *v1alpha1.MachineRollout, served *v1alpha1.ImageRef, history []v1alpha1.RolloutHistoryEntry) error {
+	// A request sent on a cancelled context may still be applied over
+	// HTTP/2 while the caller sees only the cancellation; not sending it
+	// keeps the last write of a stopping manager one whose outcome is known.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("recording the rollout of Machine %s: %w", m.M.Name, err)
+	}
 	st := m.M.Status.DeepCopy()
 	st.Rollout = ro
 	if served != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -46,7 +48,9 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	// Errors only: the managers start and stop dozens of times, and their
+	// info lines buried the failures in CI's output.
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	testenv.Main(m, testenv.Options{}, &env)
 }
 
@@ -236,6 +240,10 @@ func (f *fixture) startManager() {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Its own namespace only: the fixtures' Nodes share names, and a
+		// manager that also drove the pools an earlier test left behind
+		// cordoned this fixture's nodes and called its hook for them.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{f.ns: {}}},
 		// Each restart registers the controllers' names again.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
