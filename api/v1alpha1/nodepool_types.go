@@ -90,6 +90,42 @@ type NodePoolSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Rollout RolloutStrategy `json:"rollout,omitempty"`
+
+	// Host holds the host settings kubefarm-agent applies at every boot
+	// (a kubefarm values file's ltsp.config): time zone, root's SSH keys and
+	// password hash. Kernel modules and parameters are kernelArgs
+	// (modules-load=..., read by systemd-modules-load).
+	// +optional
+	Host HostSettings `json:"host,omitempty"`
+}
+
+// HostSettings are a node's host settings, applied by kubefarm-agent before
+// kubelet starts. Changing them takes effect at each machine's next boot.
+type HostSettings struct {
+	// Timezone is an IANA zone name such as Europe/Prague; empty keeps the
+	// image's (UTC).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$`
+	Timezone string `json:"timezone,omitempty"`
+
+	// SSHAuthorizedKeys are written to root's authorized_keys, one line each.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=8192
+	// +kubebuilder:validation:items:Pattern=`^[^\r\n]+$`
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+
+	// RootPasswordHash is root's password in crypt(3) form ($id$salt$hash,
+	// e.g. from `openssl passwd -6`); empty keeps the image's root entry,
+	// which has no usable password. It is a hash, not the password, but anyone
+	// who can read the NodePool can read it and try to crack it: prefer
+	// sshAuthorizedKeys.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^\$[0-9a-z]+\$[./0-9A-Za-z$=,-]+$`
+	RootPasswordHash string `json:"rootPasswordHash,omitempty"`
 }
 
 // BootNetwork is the IPv4 network the machines boot on.

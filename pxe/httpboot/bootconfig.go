@@ -46,10 +46,10 @@ type NodeConfig struct {
 	// kubefarm-pxe has no source for them, and then the agent cannot join.
 	TenantFacts `json:",inline"`
 
-	// What kubefarm's ltsp.config carried, all optional: the node's time
-	// zone (an IANA name such as Europe/Berlin), the root account's SSH
-	// authorized keys and its password hash (crypt(3) form, e.g.
-	// $6$...). No API field feeds them yet; the agent applies what is set.
+	// The pool's spec.host (what kubefarm's ltsp.config carried), all
+	// optional: the node's time zone (an IANA name such as Europe/Berlin),
+	// the root account's SSH authorized keys and its password hash
+	// (crypt(3) form, e.g. $6$...). The agent applies what is set.
 	Timezone          string   `json:"timezone,omitempty"`
 	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
 	RootPasswordHash  string   `json:"rootPasswordHash,omitempty"`
@@ -105,6 +105,10 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig
 
 		RegistryMirrors:  pool.Spec.RegistryMirrors,
 		RebootAfterLogin: pool.Spec.Rollout.RebootAfterLogin,
+
+		Timezone:          pool.Spec.Host.Timezone,
+		SSHAuthorizedKeys: pool.Spec.Host.SSHAuthorizedKeys,
+		RootPasswordHash:  pool.Spec.Host.RootPasswordHash,
 	}
 	if _, d := ImageFor(m); d != "" {
 		out.ImageDigest = d

@@ -31,6 +31,7 @@ func TestNodeConfigFor(t *testing.T) {
 	p.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "pool", Effect: corev1.TaintEffectNoSchedule}}
 	p.Spec.Kubelet = kubefarmv1.KubeletSpec{MaxPods: 50}
 	p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.0.0.1:5000"}}}
+	p.Spec.Host = kubefarmv1.HostSettings{Timezone: "Europe/Prague", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"}, RootPasswordHash: "$6$salt$hash"}
 	p.Spec.Tags["gpu"] = kubefarmv1.TagSpec{
 		Labels: map[string]string{"gpu": "true", "zone": "b"},
 		Taints: []corev1.Taint{{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}, {Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute}},
@@ -52,6 +53,8 @@ func TestNodeConfigFor(t *testing.T) {
 		},
 		Kubelet:         kubefarmv1.KubeletSpec{MaxPods: 50},
 		RegistryMirrors: []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.0.0.1:5000"}}},
+		// spec.host reaches the agent as it is.
+		Timezone: "Europe/Prague", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA k"}, RootPasswordHash: "$6$salt$hash",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
