@@ -341,7 +341,7 @@ const (
 // AnnotationRolloutRetry on a NodePool restarts a halted rollout: when its
 // value differs from status.observedRetry, failed machines are tried again
 // and the failure count starts from zero. `kubectl kubefarm rollout
-// resume` sets it to the current time.
+// retry` sets it to the current time.
 const AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
 
 // RolloutStrategy governs the rolling reboot-to-update of a pool.
