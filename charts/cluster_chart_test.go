@@ -510,7 +510,7 @@ nodePools:
 				t.Fatal("nothing rendered")
 			}
 			for _, o := range objs {
-				if err := env.Client.Patch(ctx, o.DeepCopy(), client.Apply, client.FieldOwner("helm"), client.DryRunAll); err != nil {
+				if err := env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), client.FieldOwner("helm"), client.DryRunAll); err != nil {
 					y, _ := yaml.Marshal(o.Object)
 					t.Errorf("%s %s refused: %v\n%s", o.GetKind(), o.GetName(), err, y)
 				}
@@ -523,7 +523,7 @@ nodePools:
 	var refused error
 	for _, o := range bad {
 		if o.GetKind() == "NodePool" {
-			refused = env.Client.Patch(ctx, o, client.Apply, client.FieldOwner("helm"), client.DryRunAll)
+			refused = env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("helm"), client.DryRunAll)
 		}
 	}
 	if refused == nil || !strings.Contains(refused.Error(), "spec.machines") {
