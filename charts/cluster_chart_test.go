@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -528,5 +529,74 @@ nodePools:
 	}
 	if refused == nil || !strings.Contains(refused.Error(), "spec.machines") {
 		t.Errorf("a machine outside the pool's subnet was not refused by the API server naming spec.machines: %v", refused)
+	}
+}
+
+// changedObjects renders both charts' values a and b and names the objects
+// whose rendered content differs (or exists in one render only): what a
+// `helm upgrade` from a to b changes, and so what rolls.
+func changedObjects(t *testing.T, render func(map[string]any) map[string]string, a, b map[string]any) []string {
+	t.Helper()
+	index := func(files map[string]string) map[string]string {
+		out := map[string]string{}
+		for _, o := range objects(t, files) {
+			y, err := yaml.Marshal(o.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[o.GetKind()+"/"+o.GetName()] = string(y)
+		}
+		return out
+	}
+	before, after := index(render(a)), index(render(b))
+	var changed []string
+	for id, y := range after {
+		if before[id] != y {
+			changed = append(changed, id)
+		}
+	}
+	for id := range before {
+		if _, ok := after[id]; !ok {
+			changed = append(changed, id)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
+// TestUpgradeChangesOnlyWhatChanged: a changed value changes the objects
+// it is about and nothing else, in both charts (so a `helm upgrade` or an
+// ArgoCD sync rolls only those). The e2e join checks the same on a live
+// cluster for the cluster chart's bootImage.
+func TestUpgradeChangesOnlyWhatChanged(t *testing.T) {
+	operator := func(v map[string]any) map[string]string { return render(t, v) }
+	cluster := func(v map[string]any) map[string]string { return mustRenderCluster(t, v) }
+	generic := func() map[string]any { return valuesFile(t, filepath.Join(examplesDir, "generic", "values.yaml")) }
+	with := func(base map[string]any, doc string) map[string]any {
+		return chartutil.CoalesceTables(values(t, doc), base)
+	}
+	for _, tc := range []struct {
+		name   string
+		render func(map[string]any) map[string]string
+		a, b   map[string]any
+		want   []string
+	}{
+		{"operator log level", operator, values(t, pxeValues), with(values(t, pxeValues), "logLevel: debug"), []string{"Deployment/kubefarm-manager"}},
+		{"kubefarm-pxe DHCP workers", operator, values(t, pxeValues), with(values(t, pxeValues), "pxe: {dhcp: {workers: 16}}"), []string{"DaemonSet/kubefarm-pxe"}},
+		{"cluster bootImage", cluster, generic(), with(generic(), "bootImage: node-r2"), []string{"NodePool/farm1-pool0", "NodePool/farm1-pool1"}},
+		{"cluster API server replicas", cluster, generic(), with(generic(), "kubernetes: {apiServer: {replicas: 3}}"), []string{"TenantCluster/farm1"}},
+		{"one pool's node", cluster, generic(), func() map[string]any {
+			v := generic()
+			pools := v["nodePools"].([]any)
+			nodes := pools[1].(map[string]any)["nodes"].([]any)
+			nodes[0].(map[string]any)["ip"] = "10.28.36.199"
+			return v
+		}(), []string{"NodePool/farm1-pool1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := changedObjects(t, tc.render, tc.a, tc.b); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("changed %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
