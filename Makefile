@@ -215,10 +215,20 @@ images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian
 	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
 	$(BIN)/e2e-cluster images --state $(E2E_STATE) --out $(BUILD)/images
 
+# After the scenarios, whatever their result, the release manifest and the
+# live objects the e2e test wrote into $(E2E_ARGODIFF) are diffed with
+# ArgoCD's own code (examples/argocd/healthtest/livediff): a drift fails the
+# target. The directory is emptied first so that a run that fails before
+# writing it is not compared with an older run's objects. The cluster is torn
+# down in any case.
+E2E_ARGODIFF = $(abspath $(BUILD))/e2e-argodiff
+
 .PHONY: e2e
-e2e: node-image e2e-up ## Build the node image (cached), bring up the admin cluster, run the end-to-end scenarios, tear it down.
+e2e: node-image e2e-up ## Build the node image (cached), bring up the admin cluster, run the end-to-end scenarios and the ArgoCD diff of their release, tear it down.
 	@mkdir -p $(BUILD)
-	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) $(GO) test -tags e2e -count=1 -v -timeout 50m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
+	@rm -rf $(E2E_ARGODIFF)
+	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -timeout 50m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
+	(cd examples/argocd/healthtest && KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -run TestRenderedMatchesLive ./livediff/ 2>&1 | tee -a $(BUILD)/e2e.log) || rc=1; \
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc
 
 ## ---- node image ------------------------------------------------------------------

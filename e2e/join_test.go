@@ -19,7 +19,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -91,23 +90,10 @@ func TestNodeJoin(t *testing.T) {
 	// namespace goes, so the scenarios after this one start on an idle node.
 	t.Cleanup(func() { deleteNamespace(t, cs, ns.Name) })
 
-	// The tenant, at the current version, reachable on the host's address.
-	tc := exampleTenantCluster(t)
-	tc.Namespace = ns.Name
-	tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
-	// One of each: the qemu machine takes a core of this small host.
-	one := int32(1)
-	tc.Spec.APIServer.Replicas = &one
-	tc.Spec.Etcd.Replicas = 1
-	size := resource.MustParse("1Gi")
-	tc.Spec.Etcd.StorageSize = &size
-	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
-	if err := c.Create(ctx, tc); err != nil {
-		t.Fatalf("creating the TenantCluster: %v", err)
-	}
-	key := client.ObjectKeyFromObject(tc)
-	t.Cleanup(func() { deleteAndWait(t, c, tc, 3*time.Minute) })
-
+	// The tenant and its pool come from charts/kubefarm and a kubefarm
+	// values file, installed through the Helm SDK as the README's install
+	// section does; the image and its BootImage first, since the values
+	// name it.
 	// The image, as one OCI artifact in the local registry; kubefarm-pxe
 	// fetches its blobs by digest.
 	art, err := nodeimage.NewOCIArtifact(imgDir)
@@ -124,28 +110,23 @@ func TestNodeJoin(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), img) })
 
-	pool := &kubefarmv1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "workers"},
-		Spec: kubefarmv1.NodePoolSpec{
-			Cluster: tc.Name, BootImage: img.Name,
-			Network: kubefarmv1.BootNetwork{Subnet: "10.123.0.0/24", Gateway: serverIP},
-			// The console on the serial port (the test's console log), with
-			// journald's copy: what an operator's serial-over-LAN shows.
-			KernelArgs: []string{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1"},
-			Machines: []kubefarmv1.MachineEntry{
-				{Name: vms[0].hostname, MACs: []string{vms[0].mac}, IP: vms[0].ip},
-				{Name: vms[1].hostname, MACs: []string{vms[1].mac}, IP: vms[1].ip},
-			},
-			// One machine at a time; a rebooted node must stay Ready 10 s.
-			Rollout: kubefarmv1.RolloutStrategy{MaxUnavailable: ptrIntStr(1), MinReadySeconds: ptrInt32(10), FailureBudget: ptrInt32(0)},
-			RegistryMirrors: []kubefarmv1.RegistryMirror{
-				{Registry: "registry.k8s.io", Endpoints: []string{"http://" + mirror}},
-				{Registry: "docker.io", Endpoints: []string{"http://" + mirror}},
-			},
-		},
+	release := exampleTenantCluster(t).Name
+	vals := joinValues(t, img.Name, serverIP, mirror, vms)
+	kubeconfig := adminKubeconfigPath()
+	if _, err := cluster.HelmUpgradeInstall(ctx, kubeconfig, release, ns.Name, chartPath("kubefarm"), vals); err != nil {
+		t.Fatalf("helm install %s charts/kubefarm: %v", release, err)
 	}
-	if err := c.Create(ctx, pool); err != nil {
-		t.Fatalf("creating the NodePool: %v", err)
+	// helm uninstall removes the TenantCluster and the NodePool, and with
+	// them the Machines and the control plane: nothing is left behind.
+	t.Cleanup(func() { uninstallCluster(t, c, kubeconfig, release, ns.Name) })
+	tc := &kubefarmv1.TenantCluster{}
+	key := client.ObjectKey{Namespace: ns.Name, Name: release}
+	if err := c.Get(ctx, key, tc); err != nil {
+		t.Fatalf("the release made no TenantCluster %s: %v", key, err)
+	}
+	pool := &kubefarmv1.NodePool{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: release + "-workers"}, pool); err != nil {
+		t.Fatalf("the release made no NodePool %s-workers: %v", release, err)
 	}
 	machineKey := client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + hostname}
 
@@ -355,8 +336,14 @@ func TestNodeJoin(t *testing.T) {
 	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
 		testRollout(t, ctx, rolloutScenario{
 			c: c, cs: cs, tenant: tenant, tenantCfg: tenantCfg, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
+			switchImage: func(ctx context.Context, bootImage string) error {
+				return upgradeChangesOnly(ctx, t, c, kubeconfig, release, ns.Name, vals, bootImage)
+			},
 		})
 	})
+	// After the join and the rollout, the controllers have written all they
+	// write: what ArgoCD would compare now must not differ from the render.
+	dumpForArgoDiff(ctx, t, c, kubeconfig, release, ns.Name)
 	if t.Failed() {
 		return
 	}
@@ -526,22 +513,6 @@ func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, 
 		return stdout.String(), fmt.Errorf("%w (stderr %q)", err, stderr.String())
 	}
 	return stdout.String(), nil
-}
-
-// deleteAndWait deletes obj and waits until the API no longer has it
-// (finalizers included), failing the test past timeout.
-func deleteAndWait(t *testing.T, c client.Client, obj client.Object, timeout time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	if err := c.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("deleting %T %s: %v", obj, client.ObjectKeyFromObject(obj), err)
-		return
-	}
-	if err := pollErr(ctx, timeout, func(ctx context.Context) (bool, error) {
-		return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(obj), obj)), nil
-	}); err != nil {
-		t.Errorf("%T %s still exists %s after its deletion", obj, client.ObjectKeyFromObject(obj), timeout)
-	}
 }
 
 func lastLine(s string) string {

@@ -143,6 +143,9 @@ type rolloutScenario struct {
 	imgDir    string
 	repo      string
 	oldImage  *kubefarmv1.BootImage
+	// switchImage points the pool at the named BootImage the way the
+	// operator does: a helm upgrade of the cluster's release.
+	switchImage func(ctx context.Context, bootImage string) error
 }
 
 // testRollout switches the pool to a second BootImage and watches the
@@ -277,13 +280,8 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 	switched := time.Now()
 	poolKey := client.ObjectKeyFromObject(s.pool)
 	p := &kubefarmv1.NodePool{}
-	if err := s.c.Get(ctx, poolKey, p); err != nil {
-		t.Fatal(err)
-	}
-	orig := p.DeepCopy()
-	p.Spec.BootImage = img.Name
-	if err := s.c.Patch(ctx, p, client.MergeFrom(orig)); err != nil {
-		t.Fatal(err)
+	if err := s.switchImage(ctx, img.Name); err != nil {
+		t.Fatalf("switching the pool to BootImage %s: %v", img.Name, err)
 	}
 	err = pollErr(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
 		for _, vm := range s.vms {

@@ -8,9 +8,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,12 +30,7 @@ import (
 
 func adminConfig(t *testing.T) *rest.Config {
 	t.Helper()
-	path := os.Getenv("KUBEFARM_E2E_KUBECONFIG")
-	if path == "" {
-		_, file, _, _ := runtime.Caller(0)
-		path = filepath.Join(filepath.Dir(file), "..", "_build", "e2e", "kubeconfig", "admin.kubeconfig")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	cfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfigPath())
 	if err != nil {
 		t.Fatalf("no e2e cluster (run make e2e-up): %v", err)
 	}

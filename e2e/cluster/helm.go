@@ -15,16 +15,34 @@ import (
 // HelmInstall installs (or upgrades) a chart from a local folder with the
 // Helm SDK, waiting for its resources like `helm upgrade --install --wait`.
 func (c *Cluster) HelmInstall(ctx context.Context, release, namespace, chartDir string, values map[string]any) error {
+	_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), release, namespace, chartDir, values)
+	return err
+}
+
+// helmConfig is the Helm SDK's configuration for one namespace of the
+// cluster behind kubeconfig, releases stored as Secrets (Helm's default).
+func helmConfig(kubeconfig, namespace string) (*action.Configuration, error) {
 	settings := cli.New()
-	settings.KubeConfig = c.AdminKubeconfig()
+	settings.KubeConfig = kubeconfig
 	settings.SetNamespace(namespace)
 	cfg := new(action.Configuration)
 	if err := cfg.Init(settings.RESTClientGetter(), namespace, "secret", func(string, ...any) {}); err != nil {
-		return err
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// HelmUpgradeInstall is `helm upgrade --install --wait --create-namespace
+// <release> <chartDir> -n <namespace>` with values, through the Helm SDK, on
+// the cluster behind kubeconfig. It returns the release's rendered manifest.
+func HelmUpgradeInstall(ctx context.Context, kubeconfig, release, namespace, chartDir string, values map[string]any) (string, error) {
+	cfg, err := helmConfig(kubeconfig, namespace)
+	if err != nil {
+		return "", err
 	}
 	chart, err := loader.Load(chartDir)
 	if err != nil {
-		return fmt.Errorf("loading %s: %w", chartDir, err)
+		return "", fmt.Errorf("loading %s: %w", chartDir, err)
 	}
 	history := action.NewHistory(cfg)
 	history.Max = 1
@@ -32,14 +50,47 @@ func (c *Cluster) HelmInstall(ctx context.Context, release, namespace, chartDir 
 		install := action.NewInstall(cfg)
 		install.ReleaseName, install.Namespace, install.CreateNamespace = release, namespace, true
 		install.Wait, install.Timeout = true, 5*time.Minute
-		_, err := install.RunWithContext(ctx, chart, values)
-		return err
+		rel, err := install.RunWithContext(ctx, chart, values)
+		if err != nil {
+			return "", err
+		}
+		return rel.Manifest, nil
 	} else if err != nil {
-		return err
+		return "", err
 	}
 	upgrade := action.NewUpgrade(cfg)
 	upgrade.Namespace, upgrade.Wait, upgrade.Timeout = namespace, true, 5*time.Minute
-	_, err = upgrade.RunWithContext(ctx, release, chart, values)
+	rel, err := upgrade.RunWithContext(ctx, release, chart, values)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// HelmManifest is the rendered manifest of the release's current revision
+// (`helm get manifest`).
+func HelmManifest(kubeconfig, release, namespace string) (string, error) {
+	cfg, err := helmConfig(kubeconfig, namespace)
+	if err != nil {
+		return "", err
+	}
+	rel, err := action.NewGet(cfg).Run(release)
+	if err != nil {
+		return "", err
+	}
+	return rel.Manifest, nil
+}
+
+// HelmUninstall is `helm uninstall --wait <release> -n <namespace>`: it
+// returns once the release's objects are deleted (finalizers run).
+func HelmUninstall(kubeconfig, release, namespace string) error {
+	cfg, err := helmConfig(kubeconfig, namespace)
+	if err != nil {
+		return err
+	}
+	un := action.NewUninstall(cfg)
+	un.Wait, un.Timeout = true, 5*time.Minute
+	_, err = un.Run(release)
 	return err
 }
 
