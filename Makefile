@@ -136,6 +136,9 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	@# The end-to-end scenarios build only with the e2e tag.
+	$(GO) vet -tags e2e ./e2e/
+	$(STATICCHECK) -tags e2e ./e2e/
 
 # Debian packages the tests drive as real peers: busybox's udhcpc and ISC
 # dhclient (DHCP clients in network namespaces), iproute2 (namespaces),

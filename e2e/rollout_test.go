@@ -93,8 +93,6 @@ func (vm *joinVM) exited() error {
 
 func ptrInt32(v int32) *int32 { return &v }
 
-func ptrIntStr(v int32) *intstr.IntOrString { x := intstr.FromInt32(v); return &x }
-
 // variantImage makes a second node image from the built one: the same
 // kernel and initrd, and the root filesystem with one more file appended
 // (mksquashfs appends to an existing image), so its digest differs, as a
