@@ -17,8 +17,14 @@ const (
 	ConditionMachinesReady = "MachinesReady"
 
 	// Machine conditions.
-	ConditionBooted    = "Booted"
-	ConditionUpToDate  = "UpToDate"
+
+	// ConditionBooted and ConditionUpToDate are reserved names: no
+	// controller writes them yet (status.lastBoot and status.servedImage
+	// carry what they would say, and status.rollout an update's progress).
+	ConditionBooted   = "Booted"
+	ConditionUpToDate = "UpToDate"
+	// ConditionNodeReady mirrors the Ready condition of the machine's Node
+	// in its tenant (kubefarm-manager, controllers/machinenode).
 	ConditionNodeReady = "NodeReady"
 	// ConditionNetworkVerified is what kubefarm-agent found of the node's
 	// CNI chain in the boot of status.lastBoot (written in the same status

@@ -200,8 +200,10 @@ type RolloutHistoryEntry struct {
 
 // MachineStatus is what the controllers and the machine itself reported.
 type MachineStatus struct {
-	// Conditions: Ready, Booted, UpToDate, NodeReady, NetworkVerified,
-	// RebootRequired.
+	// Conditions: NodeReady (kubefarm-manager, from the Node), and
+	// NetworkVerified and RebootRequired (kubefarm-pxe, from the agent's
+	// report and heartbeat). A Machine has no aggregate Ready condition yet;
+	// Booted and UpToDate are reserved names.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
