@@ -72,6 +72,11 @@ const bootImageIndex = "rollout.spec.bootImage"
 // are read, not watched.
 const DefaultPoll = 5 * time.Second
 
+// statusRefreshPolls is how many polls apart a pool that cannot start
+// machines (paused, halted, outside its window) re-reads its nodes for its
+// status: 30 s at the default poll.
+const statusRefreshPolls = 6
+
 // maxTransitionsPerPass bounds one machine's phase changes in one pass, so
 // a pass always ends; a machine goes through at most five.
 const maxTransitionsPerPass = 8
@@ -264,11 +269,12 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	sum = r.summarize(p, sum)
 	if sum.Pending > 0 || sum.Unavailable > 0 {
 		// The status counts nodes, which are read, not watched: while
-		// machines wait (held by a pause, a halt, a closed window or the
-		// budget) or nodes are unavailable, they are read again each poll,
-		// so the pool's status follows a node's recovery or an operator's
-		// uncordon.
-		p.wake(r.poll())
+		// machines wait (held by a pause, a halt or a closed window) or
+		// nodes are unavailable, they are read again now and then, so the
+		// pool's status follows a node's recovery or an operator's uncordon
+		// without a tenant Node LIST every poll for the days a window may
+		// stay closed. Held by the budget, the pool polls (below).
+		p.wake(statusRefreshPolls * r.poll())
 	}
 	if sum.ImageProblem != "" || sum.Paused || sum.Halted() {
 		return sum, nil
@@ -309,6 +315,11 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	sum.FullDomains = sel.BlockedByDomain
 	if !sel.RetryAt.IsZero() {
 		p.wake(sel.RetryAt.Sub(p.now))
+	}
+	if sel.Pending > 0 {
+		// Budget held machines back: others' recovery (a node back to
+		// Ready, an operator's uncordon) is read, not watched.
+		p.wake(r.poll())
 	}
 	return r.summarize(p, sum), nil
 }
