@@ -83,9 +83,19 @@ func values(t *testing.T, doc string) map[string]any {
 // does, schema validation included, and returns the rendered files.
 func tryRender(t *testing.T, vals map[string]any) (map[string]string, error) {
 	t.Helper()
-	ch := loadChart(t)
+	return renderChart(t, chartDir, release, namespace, vals)
+}
+
+// renderChart renders the chart in dir as `helm template <rel> <dir> -n
+// <ns>` does, schema validation included.
+func renderChart(t *testing.T, dir, rel, ns string, vals map[string]any) (map[string]string, error) {
+	t.Helper()
+	ch, err := loader.Load(dir)
+	if err != nil {
+		t.Fatalf("loading chart %s: %v", dir, err)
+	}
 	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
-		Name: release, Namespace: namespace, Revision: 1, IsInstall: true,
+		Name: rel, Namespace: ns, Revision: 1, IsInstall: true,
 	}, capabilities(t))
 	if err != nil {
 		return nil, err

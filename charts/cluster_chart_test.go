@@ -17,9 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	"helm.sh/helm/v3/pkg/lint"
 	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
@@ -45,17 +43,7 @@ var update = flag.Bool("update", false, "rewrite the cluster chart's golden file
 // <values>` does, schema validation included.
 func renderCluster(t *testing.T, vals map[string]any) (map[string]string, error) {
 	t.Helper()
-	ch, err := loader.Load(clusterChartDir)
-	if err != nil {
-		t.Fatalf("loading %s: %v", clusterChartDir, err)
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals, chartutil.ReleaseOptions{
-		Name: clusterRelease, Namespace: clusterNS, Revision: 1, IsInstall: true,
-	}, capabilities(t))
-	if err != nil {
-		return nil, err
-	}
-	return engine.Render(ch, rv)
+	return renderChart(t, clusterChartDir, clusterRelease, clusterNS, vals)
 }
 
 func mustRenderCluster(t *testing.T, vals map[string]any) map[string]string {
