@@ -182,6 +182,15 @@ func newFixture(t testing.TB, n int, strategy v1alpha1.RolloutStrategy, opts ...
 	f.mu.Unlock()
 	go func() { defer close(done); f.farm.run(fctx) }()
 	f.eventually("the pool is Complete on image a", func() (bool, error) { return f.complete(f.imgA), nil })
+	// New machines boot the pool's image as the NodePool controller serves
+	// it: the rollout has nothing to do with them (it once raced that
+	// controller and "updated" machines whose served image was not set yet).
+	for _, m := range f.machines() {
+		if len(m.Status.History) > 0 || m.Status.Rollout != nil || f.farm.reboots(m.Name) != 0 {
+			t.Fatalf("%s was updated on its first boot: rollout %+v, history %+v, reboots %d",
+				m.Name, m.Status.Rollout, m.Status.History, f.farm.reboots(m.Name))
+		}
+	}
 	return f
 }
 

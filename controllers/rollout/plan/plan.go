@@ -61,8 +61,18 @@ func Unavailable(m Machine) bool {
 // NeedsUpdate tells why the machine must be rebooted towards target, if it
 // must: it is served another image, or it asked for a reboot in the boot it
 // runs (its RebootRequired condition, raised for that boot ID).
+//
+// A Machine with no served image yet is not the rollout's: the NodePool
+// controller has just made it and gives it the pool's image for its first
+// boot. Starting an update there would race that controller, "update" a
+// machine that has not booted, and at the boot timeout power-cycle it in
+// the middle of its first boot.
 func NeedsUpdate(m *v1alpha1.Machine, target v1alpha1.ImageRef) (v1alpha1.RolloutReason, bool) {
-	if s := m.Status.ServedImage; s == nil || *s != target {
+	s := m.Status.ServedImage
+	if s == nil {
+		return "", false
+	}
+	if *s != target {
 		return v1alpha1.RolloutForImage, true
 	}
 	if RebootRequested(m) {

@@ -126,6 +126,10 @@ func TestSelect(t *testing.T) {
 			machines: []Machine{with(machine("a0", imgB, "z1"), notReady), machine("a1", imgA, "z1"), machine("b1", imgA, "z2")},
 			st:       v1alpha1.RolloutStrategy{MaxUnavailable: count(4), FailureDomainLabel: "zone", MaxUnavailablePerDomain: count(1)},
 			start:    []string{"b1"}, pending: 1, unavail: 1},
+		{name: "a new Machine with no served image yet is the NodePool controller's, not a candidate",
+			machines: []Machine{with(machine("m1", imgA, ""), func(m *Machine) { m.M.Status.ServedImage, m.M.Status.LastBoot, m.Node = nil, nil, nil }),
+				machine("m2", imgA, "")},
+			st: v1alpha1.RolloutStrategy{MaxUnavailable: count(2)}, start: []string{"m2"}, unavail: 1},
 		{name: "a reboot request is a candidate on the same image",
 			machines: []Machine{with(machine("m1", imgB, ""), func(m *Machine) {
 				m.M.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRebootRequired, Status: metav1.ConditionTrue, Message: "boot boot-m1: login"}}
@@ -352,3 +356,25 @@ func TestConditions(t *testing.T) {
 }
 
 func with2(s Summary, fn func(*Summary)) Summary { fn(&s); return s }
+
+// TestUpdated: a machine counts as updated only once it is served the
+// target, booted it, and has nothing in flight or requested.
+func TestUpdated(t *testing.T) {
+	cases := []struct {
+		name string
+		m    Machine
+		want bool
+	}{
+		{"served and booted on the target", machine("m1", imgB, ""), true},
+		{"booted on the target, served another image", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.ServedImage = imgA.DeepCopy() }), false},
+		{"served the target, still booted on the old image", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.LastBoot.ImageDigest = imgA.Digest }), false},
+		{"no served image yet, whatever it booted", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.ServedImage = nil }), false},
+		{"never booted", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.LastBoot = nil }), false},
+		{"in flight", with(machine("m1", imgB, ""), inFlight), false},
+	}
+	for _, tc := range cases {
+		if got := Updated(tc.m.M, imgB); got != tc.want {
+			t.Errorf("%s: Updated %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

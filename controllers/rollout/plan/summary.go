@@ -56,11 +56,12 @@ type Summary struct {
 // Halted tells whether the failures exceed the failure budget.
 func (s Summary) Halted() bool { return s.Failed > s.FailureBudget }
 
-// Updated tells whether m runs target and nothing is pending for it.
+// Updated tells whether m is served target, runs it, and nothing is
+// pending for it.
 func Updated(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
 	_, needs := NeedsUpdate(m, target)
 	lb := m.Status.LastBoot
-	return !needs && !InFlight(m) && lb != nil && lb.ImageDigest == target.Digest
+	return m.Status.ServedImage != nil && !needs && !InFlight(m) && lb != nil && lb.ImageDigest == target.Digest
 }
 
 // Conditions are the pool's rollout conditions for s: Progressing, Paused,
