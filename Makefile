@@ -226,6 +226,22 @@ images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian
 # down in any case.
 E2E_ARGODIFF = $(abspath $(BUILD))/e2e-argodiff
 
+# A whole farm on this machine: the admin cluster (as make e2e-up), then a
+# tenant cluster from examples/kubefarm/demo/values.yaml through
+# charts/kubefarm, two qemu machines that netboot and join it, a workload
+# across them. Everything is left running; make demo-down removes it.
+.PHONY: demo
+demo: node-image e2e-up ## Run a tenant cluster with two netbooted machines on this machine (root; make demo-down removes it).
+	$(BIN)/e2e-cluster demo $(E2E_FLAGS) --node-image $$(cat $(BUILD)/node-image.dir)
+
+.PHONY: demo-update
+demo-update: node-image e2e-bin ## Roll the demo's machines to a variant of their node image (a helm upgrade of the demo release).
+	$(BIN)/e2e-cluster demo-update $(E2E_FLAGS) --node-image $$(cat $(BUILD)/node-image.dir)
+
+.PHONY: demo-down
+demo-down: e2e-bin ## Remove everything make demo made and check nothing is left.
+	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify
+
 .PHONY: e2e
 e2e: node-image e2e-up ## Build the node image (cached), bring up the admin cluster, run the end-to-end scenarios and the ArgoCD diff of their release, tear it down.
 	@mkdir -p $(BUILD)

@@ -481,6 +481,9 @@ func TestClusterChartAcceptedByAPIServer(t *testing.T) {
 	for _, e := range examples {
 		cases[e.name] = valuesFile(t, e.renderable())
 	}
+	// make demo's tenant, with the bootImage make demo sets.
+	cases["demo"] = valuesFile(t, filepath.Join(examplesDir, "demo", "values.yaml"))
+	cases["demo"]["bootImage"] = "node-0123456789ab"
 	cases["kubefarm fields"] = values(t, `
 kubernetes: {network: {serviceCIDR: 10.32.0.0/16, podCIDR: 10.33.0.0/16}}
 rollout: {maxUnavailable: 10%, maintenanceWindows: [{days: [Sat], start: "02:00", duration: 4h}]}

@@ -100,32 +100,8 @@ func ptrInt32(v int32) *int32 { return &v }
 func variantImage(t *testing.T, dir string) string {
 	t.Helper()
 	out := t.TempDir()
-	for _, f := range []string{nodeimage.Vmlinuz, nodeimage.Initrd} {
-		if err := os.Symlink(filepath.Join(dir, f), filepath.Join(out, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rootfs := filepath.Join(out, nodeimage.Rootfs)
-	netnstest.Run(t, "cp", "--reflink=auto", filepath.Join(dir, nodeimage.Rootfs), rootfs)
-	extra := filepath.Join(t.TempDir(), "etc")
-	if err := os.MkdirAll(extra, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(extra, "kubefarm-e2e-variant"), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	netnstest.Run(t, "mksquashfs", extra, rootfs, "-no-progress", "-quiet")
-	m, err := nodeimage.ReadManifest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, size, err := nodeimage.FileSHA256(rootfs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.Artifacts[nodeimage.Rootfs] = nodeimage.File{SHA256: sum, Size: size}
-	if err := nodeimage.WriteManifest(out, m); err != nil {
-		t.Fatal(err)
+	if err := cluster.VariantImage(dir, out); err != nil {
+		t.Fatalf("the variant node image: %v", err)
 	}
 	return out
 }

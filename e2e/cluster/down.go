@@ -33,6 +33,7 @@ func (c *Cluster) Down() error {
 	}
 	c.stop("dns", 5*time.Second)
 	c.stop("registry", 5*time.Second)
+	c.powerOffAll()
 	c.cleanupNetwork()
 	for _, link := range c.containerLogLinks() {
 		_ = os.Remove(link)

@@ -3,6 +3,8 @@
 //	e2e-cluster up   --state DIR --bin DIR   # cluster, images, cert-manager, kubefarm-operator
 //	e2e-cluster down --state DIR [--verify]  # remove everything; --verify fails on leftovers
 //	e2e-cluster images --out DIR             # OCI layouts of kubefarm-manager and kubefarm-pxe
+//	e2e-cluster demo --state DIR --node-image DIR  # make demo: a tenant cluster with two netbooted machines
+//	e2e-cluster demo-update --state DIR --node-image DIR  # roll the demo's machines to a variant image
 //
 // `registry` is the local OCI registry and `dns` the cluster DNS that `up`
 // starts in the background.
@@ -26,7 +28,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|images|registry|dns [flags]")
+		fmt.Fprintln(os.Stderr, "usage: e2e-cluster up|down|images|demo|registry|dns [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -37,6 +39,10 @@ func main() {
 		err = down(os.Args[2:])
 	case "images":
 		err = images(os.Args[2:])
+	case "demo":
+		err = demo(os.Args[2:])
+	case "demo-update":
+		err = demoUpdate(os.Args[2:])
 	case "registry":
 		fs := flag.NewFlagSet("registry", flag.ExitOnError)
 		var addrs stringList
@@ -172,6 +178,75 @@ func images(args []string) error {
 		return err
 	}
 	return c.WriteLayouts(*out, images)
+}
+
+// demo runs the demo on a cluster `up` brought up (make demo) and says
+// what to try next.
+func demo(args []string) error {
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	state := fs.String("state", "_build/e2e", "state directory of the cluster")
+	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries")
+	nodeImage := fs.String("node-image", "", "the node image's folder (make node-image)")
+	_ = fs.Parse(args)
+	if *nodeImage == "" {
+		return errors.New("--node-image is required (make demo passes the one make node-image built)")
+	}
+	c, err := newCluster(*state, *bin)
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	begin := time.Now()
+	res, err := c.Demo(ctx, cluster.DemoOptions{Root: root, NodeImage: *nodeImage, Out: os.Stdout})
+	if err != nil {
+		return err
+	}
+	fmt.Printf(`
+The demo farm runs (%.0f s for the tenant and its machines).
+  admin cluster:   export KUBECONFIG=%s
+  tenant cluster:  kubectl --kubeconfig %s get nodes -o wide
+Try next:
+  bin/kubectl-kubefarm status -n demo            (make kubectl-plugin builds it)
+  kubectl --kubeconfig %s logs web-demo-1        (logs and exec reach the nodes through Konnectivity)
+  a rolling update: make a second BootImage and point the release at it,
+    helm upgrade demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml --set bootImage=<name>
+    and watch: kubectl -n demo get machines -w   (README: "Try it")
+  make demo-down removes everything and checks nothing is left.
+`, time.Since(begin).Seconds(), c.AdminKubeconfig(), res.Kubeconfig, res.Kubeconfig)
+	return nil
+}
+
+// demoUpdate rolls the demo's machines to a variant of their image.
+func demoUpdate(args []string) error {
+	fs := flag.NewFlagSet("demo-update", flag.ExitOnError)
+	state := fs.String("state", "_build/e2e", "state directory of the cluster")
+	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries")
+	nodeImage := fs.String("node-image", "", "the node image's folder (make node-image)")
+	_ = fs.Parse(args)
+	c, err := newCluster(*state, *bin)
+	if err != nil {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	img, err := c.DemoUpdate(ctx, cluster.DemoOptions{Root: root, NodeImage: *nodeImage, Out: os.Stdout})
+	if err != nil {
+		return err
+	}
+	fmt.Printf(`The pool rolls to BootImage %s, one machine at a time. Watch it:
+  kubectl --kubeconfig %s -n demo get machines -w
+  bin/kubectl-kubefarm --kubeconfig %s rollout status demo-workers -n demo
+`, img, c.AdminKubeconfig(), c.AdminKubeconfig())
+	return nil
 }
 
 func down(args []string) error {

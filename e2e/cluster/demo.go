@@ -1,0 +1,378 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"helm.sh/helm/v3/pkg/chartutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+)
+
+// The demo's release, namespace and machines (examples/kubefarm/demo).
+const (
+	DemoRelease   = "demo"
+	DemoNamespace = "demo"
+)
+
+// DemoOptions are where the demo's inputs are.
+type DemoOptions struct {
+	// Root is the repository (charts/, examples/).
+	Root string
+	// NodeImage is the node image's folder (make node-image).
+	NodeImage string
+	Out       io.Writer
+}
+
+// DemoResult is what a finished demo reports.
+type DemoResult struct {
+	Kubeconfig string
+	// Ready is each machine's power-on to Ready Node time.
+	Ready map[string]time.Duration
+}
+
+// Demo installs the demo tenant cluster with charts/kubefarm and
+// examples/kubefarm/demo/values.yaml, netboots its machines, waits for
+// their Nodes to be Ready, checks a workload across them, and leaves it
+// all running. The admin cluster must be up (Up and the operator chart).
+func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
+	res := DemoResult{Ready: map[string]time.Duration{}}
+	say := func(format string, args ...any) { fmt.Fprintf(o.Out, format+"\n", args...) }
+	step := func(what string, fn func() error) error {
+		say("==> %s", what)
+		start := time.Now()
+		if err := fn(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		say("    done in %.0f s", time.Since(start).Seconds())
+		return nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	if err != nil {
+		return res, err
+	}
+	sch, err := kubefarmScheme()
+	if err != nil {
+		return res, err
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: sch})
+	if err != nil {
+		return res, err
+	}
+
+	vals, err := chartutil.ReadValuesFile(filepath.Join(o.Root, "examples", "kubefarm", "demo", "values.yaml"))
+	if err != nil {
+		return res, err
+	}
+	var img *kubefarmv1.BootImage
+	if err := step("pushing the node image to the local registry and creating its BootImage", func() error {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
+		if err := admin.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		art, err := nodeimage.NewOCIArtifact(o.NodeImage)
+		if err != nil {
+			return err
+		}
+		repo := RegistryAddr + "/kubefarm/node"
+		if _, err := art.Push(ctx, repo, "demo", []name.Option{name.Insecure}); err != nil {
+			return err
+		}
+		img = art.BootImage("node-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
+		img.Namespace = DemoNamespace
+		if err := admin.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		say("    BootImage %s/%s", DemoNamespace, img.Name)
+		return nil
+	}); err != nil {
+		return res, err
+	}
+	vals["bootImage"] = img.Name
+
+	if err := step("helm install demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml", func() error {
+		_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, filepath.Join(o.Root, "charts", "kubefarm"), vals)
+		return err
+	}); err != nil {
+		return res, err
+	}
+
+	tc := &kubefarmv1.TenantCluster{}
+	if err := step("waiting for the tenant control plane (etcd, kube-apiserver with Konnectivity, controller-manager, scheduler, add-ons)", func() error {
+		return poll(ctx, "TenantCluster demo Ready", 15*time.Minute, func(ctx context.Context) (bool, error) {
+			if err := admin.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: DemoRelease}, tc); err != nil {
+				return false, nil
+			}
+			return meta.IsStatusConditionTrue(tc.Status.Conditions, kubefarmv1.ConditionReady) &&
+				meta.IsStatusConditionTrue(tc.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
+		})
+	}); err != nil {
+		return res, err
+	}
+	secret := &corev1.Secret{}
+	if err := admin.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: tc.Status.AdminKubeconfigSecret}, secret); err != nil {
+		return res, err
+	}
+	res.Kubeconfig = c.path("demo.kubeconfig")
+	if err := os.WriteFile(res.Kubeconfig, secret.Data["kubeconfig"], 0o600); err != nil {
+		return res, err
+	}
+	tenantCfg, err := clientcmd.RESTConfigFromKubeConfig(secret.Data["kubeconfig"])
+	if err != nil {
+		return res, err
+	}
+	tenant, err := kubernetes.NewForConfig(tenantCfg)
+	if err != nil {
+		return res, err
+	}
+
+	machines, err := demoMachines(vals)
+	if err != nil {
+		return res, err
+	}
+	if err := step(fmt.Sprintf("powering on %d qemu machines (TCG, BIOS iPXE) that netboot from kubefarm-pxe and join", len(machines)), func() error {
+		start := time.Now()
+		for _, m := range machines {
+			if err := c.PowerOn(m); err != nil {
+				return err
+			}
+			say("    %s (%s, %s): console %s", m.Name, m.MAC, m.IP, c.Console(m))
+		}
+		for _, m := range machines {
+			err := poll(ctx, "Node "+m.Name+" Ready", 20*time.Minute, func(ctx context.Context) (bool, error) {
+				n, err := tenant.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
+				return err == nil && nodeReady(n), nil
+			})
+			if err != nil {
+				return fmt.Errorf("%w; the console: %s", err, c.Console(m))
+			}
+			res.Ready[m.Name] = time.Since(start)
+			say("    Node %s Ready %.0f s after power-on", m.Name, res.Ready[m.Name].Seconds())
+		}
+		return nil
+	}); err != nil {
+		return res, err
+	}
+
+	if err := step("a workload across both nodes: pod to pod over the pod network, and a ClusterIP Service", func() error {
+		return demoWorkload(ctx, tenantCfg, tenant, machines, say)
+	}); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// poll waits for cond, naming what it waited for when it gives up.
+func poll(ctx context.Context, what string, timeout time.Duration, cond wait.ConditionWithContextFunc) error {
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, cond); err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}
+
+func kubefarmScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := scheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, kubefarmv1.AddToScheme(s)
+}
+
+// demoMachines are the nodes of the demo values' first pool.
+func demoMachines(vals map[string]any) ([]FarmMachine, error) {
+	pools, _ := vals["nodePools"].([]any)
+	if len(pools) == 0 {
+		return nil, errors.New("examples/kubefarm/demo/values.yaml has no nodePools")
+	}
+	pool, _ := pools[0].(map[string]any)
+	nodes, _ := pool["nodes"].([]any)
+	var out []FarmMachine
+	for i, n := range nodes {
+		m, _ := n.(map[string]any)
+		out = append(out, FarmMachine{Name: fmt.Sprint(m["name"]), MAC: fmt.Sprint(m["mac"]), IP: fmt.Sprint(m["ip"]), Index: 100 + i})
+	}
+	return out, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// demoWorkload runs one web pod on each node and a Service over both, then
+// fetches each pod's page from the other pod (pod network, across nodes)
+// and the Service's from each (kube-proxy), through exec, which the tenant's
+// API server reaches over Konnectivity.
+func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, machines []FarmMachine, say func(string, ...any)) error {
+	pods := cs.CoreV1().Pods("default")
+	for _, m := range machines {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-" + m.Name, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{NodeName: m.Name, Containers: []corev1.Container{{
+				Name: "httpd", Image: BusyboxImage,
+				// The image is /bin/busybox alone: applets by full invocation.
+				Command: []string{"/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /srv && echo served-by-" + m.Name +
+					" > /srv/index.html && exec /bin/busybox httpd -f -p 8080 -h /srv"},
+			}}},
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	s, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		s, err = cs.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	ips := map[string]string{}
+	for _, m := range machines {
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := pods.Get(ctx, "web-"+m.Name, metav1.GetOptions{})
+			if err != nil || p.Status.PodIP == "" {
+				return false, nil
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ips[m.Name] = p.Status.PodIP
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("pod web-%s never ran on %s: %w", m.Name, m.Name, err)
+		}
+	}
+	get := func(from, addr, port string) (string, error) {
+		cmd := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + addr + " " + port
+		var out string
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			out, last = execIn(ctx, cfg, cs, "default", "web-"+from, []string{"/bin/busybox", "sh", "-c", cmd})
+			return last == nil && strings.Contains(out, "served-by-"), nil
+		})
+		if err != nil {
+			return "", fmt.Errorf("GET %s:%s from web-%s: %v (last: %v)", addr, port, from, err, last)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return lines[len(lines)-1], nil
+	}
+	for i, from := range machines {
+		to := machines[(i+1)%len(machines)]
+		page, err := get(from.Name, ips[to.Name], "8080")
+		if err != nil {
+			return err
+		}
+		say("    web-%s (%s) -> web-%s (%s): %q", from.Name, ips[from.Name], to.Name, ips[to.Name], page)
+	}
+	seen := map[string]bool{}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		page, err := get(machines[0].Name, s.Spec.ClusterIP, "80")
+		if err != nil {
+			return false, err
+		}
+		seen[page] = true
+		return len(seen) == len(machines), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the Service web (%s) did not spread over both nodes: answers %v: %w", s.Spec.ClusterIP, seen, err)
+	}
+	say("    Service web (ClusterIP %s) answered from both nodes", s.Spec.ClusterIP)
+	return nil
+}
+
+// execIn runs cmd in a pod's first container and returns its stdout.
+func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, cmd []string) (string, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).
+		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("%w (stderr %q)", err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// DemoUpdate starts a rolling reboot-to-update of the demo's machines: a
+// variant of the node image (VariantImage) is pushed, gets a BootImage,
+// and the demo release is upgraded to it, as an operator would with
+// `helm upgrade --set bootImage=...`. It returns the new BootImage's name
+// without waiting for the rollout.
+func (c *Cluster) DemoUpdate(ctx context.Context, o DemoOptions) (string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	if err != nil {
+		return "", err
+	}
+	sch, err := kubefarmScheme()
+	if err != nil {
+		return "", err
+	}
+	admin, err := client.New(cfg, client.Options{Scheme: sch})
+	if err != nil {
+		return "", err
+	}
+	variant := c.path("demo-variant")
+	fmt.Fprintf(o.Out, "==> a variant of the node image (one file appended to its rootfs) in %s\n", variant)
+	if err := VariantImage(o.NodeImage, variant); err != nil {
+		return "", err
+	}
+	art, err := nodeimage.NewOCIArtifact(variant)
+	if err != nil {
+		return "", err
+	}
+	repo := RegistryAddr + "/kubefarm/node"
+	if _, err := art.Push(ctx, repo, "demo-variant", []name.Option{name.Insecure}); err != nil {
+		return "", err
+	}
+	img := art.BootImage("node-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
+	img.Namespace = DemoNamespace
+	if err := admin.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	vals, err := chartutil.ReadValuesFile(filepath.Join(o.Root, "examples", "kubefarm", "demo", "values.yaml"))
+	if err != nil {
+		return "", err
+	}
+	vals["bootImage"] = img.Name
+	fmt.Fprintf(o.Out, "==> helm upgrade demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml --set bootImage=%s\n", img.Name)
+	if _, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, filepath.Join(o.Root, "charts", "kubefarm"), vals); err != nil {
+		return "", err
+	}
+	return img.Name, nil
+}

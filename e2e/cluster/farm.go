@@ -1,0 +1,112 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	nodeimage "github.com/kubefarm/kubefarm/images/node"
+)
+
+// FarmMachine is one qemu machine of the local farm: TCG, SeaBIOS running
+// Debian's iPXE ROM for its e1000, on a tap in the boot bridge. A reboot
+// netboots again, which is how a rollout updates it.
+type FarmMachine struct {
+	Name, MAC, IP string
+	// Index names its tap (<BootVethPrefix>-vm<Index>), which Down removes
+	// with the other boot network links.
+	Index int
+}
+
+// Tap is the machine's tap interface on the boot bridge.
+func (m FarmMachine) Tap() string { return fmt.Sprintf("%s-vm%d", BootVethPrefix, m.Index) }
+
+func (m FarmMachine) process() string { return "qemu-" + m.Name }
+
+// Console is the file the machine's serial console is written to.
+func (c *Cluster) Console(m FarmMachine) string { return c.path("logs", "console-"+m.Name+".log") }
+
+// PowerOn starts the machine as a component of the cluster: it outlives the
+// command that started it and Down stops it.
+func (c *Cluster) PowerOn(m FarmMachine) error {
+	if _, ok := c.running(m.process()); ok {
+		return nil
+	}
+	// A tap left by a killed run makes `ip tuntap add` fail (EBUSY).
+	_ = exec.Command("ip", "link", "del", m.Tap()).Run()
+	for _, args := range [][]string{
+		{"tuntap", "add", "dev", m.Tap(), "mode", "tap"},
+		{"link", "set", m.Tap(), "master", c.BootBridge},
+		{"link", "set", m.Tap(), "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	if err := os.MkdirAll(c.path("logs"), 0o755); err != nil {
+		return err
+	}
+	return c.start(m.process(), []string{"qemu-system-x86_64",
+		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + c.Console(m),
+		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no",
+		"-device", "e1000,netdev=n0,mac=" + m.MAC,
+		"-boot", "n"})
+}
+
+// powerOffAll stops every farm machine the cluster started.
+func (c *Cluster) powerOffAll() {
+	pids, _ := filepath.Glob(c.path("run", "qemu-*.pid"))
+	for _, p := range pids {
+		c.stop(strings.TrimSuffix(filepath.Base(p), ".pid"), 10*time.Second)
+	}
+}
+
+// VariantImage writes into out a node image that is dir's with one file
+// (/etc/kubefarm-variant, the time) appended to the root filesystem by
+// mksquashfs: another rootfs digest, the same kernel and initrd (linked),
+// and a manifest that says so. A rollout to it is a real reboot into a
+// different image without a second image build.
+func VariantImage(dir, out string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{nodeimage.Vmlinuz, nodeimage.Initrd} {
+		_ = os.Remove(filepath.Join(out, f))
+		if err := os.Symlink(filepath.Join(dir, f), filepath.Join(out, f)); err != nil {
+			return err
+		}
+	}
+	rootfs := filepath.Join(out, nodeimage.Rootfs)
+	if out, err := exec.Command("cp", "--reflink=auto", filepath.Join(dir, nodeimage.Rootfs), rootfs).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the rootfs: %v: %s", err, out)
+	}
+	extra, err := os.MkdirTemp("", "kubefarm-variant-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(extra)
+	if err := os.MkdirAll(filepath.Join(extra, "etc"), 0o755); err != nil {
+		return err
+	}
+	stamp := []byte(time.Now().UTC().Format(time.RFC3339Nano) + "\n")
+	if err := os.WriteFile(filepath.Join(extra, "etc", "kubefarm-variant"), stamp, 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.Command("mksquashfs", filepath.Join(extra, "etc"), rootfs, "-no-progress", "-quiet").CombinedOutput(); err != nil {
+		return fmt.Errorf("appending to the rootfs: %v: %s", err, out)
+	}
+	m, err := nodeimage.ReadManifest(dir)
+	if err != nil {
+		return err
+	}
+	sum, size, err := nodeimage.FileSHA256(rootfs)
+	if err != nil {
+		return err
+	}
+	m.Artifacts[nodeimage.Rootfs] = nodeimage.File{SHA256: sum, Size: size}
+	return nodeimage.WriteManifest(out, m)
+}
