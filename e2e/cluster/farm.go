@@ -66,8 +66,9 @@ func (c *Cluster) powerOffAll() {
 }
 
 // VariantImage writes into out a node image that is dir's with one file
-// (/etc/kubefarm-variant, the time) appended to the root filesystem by
-// mksquashfs: another rootfs digest, the same kernel and initrd (linked),
+// (kubefarm-variant, the time) appended to the root filesystem's top
+// directory by mksquashfs (a single source directory's contents go to the
+// root): another rootfs digest, the same kernel and initrd (linked),
 // and a manifest that says so. A rollout to it is a real reboot into a
 // different image without a second image build.
 func VariantImage(dir, out string) error {
