@@ -143,6 +143,9 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 	if err != nil {
 		return res, err
 	}
+	// The demo's busybox pods are baseline, not restricted: the tenant's
+	// PodSecurity warnings would bury the demo's output.
+	tenantCfg.WarningHandler = rest.NoWarnings{}
 	tenant, err := kubernetes.NewForConfig(tenantCfg)
 	if err != nil {
 		return res, err
@@ -245,6 +248,17 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 			return err
 		}
 	}
+	// The Service is asked from a pod of its own on the first node, so
+	// both a local and a remote endpoint can answer.
+	clientPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		Spec: corev1.PodSpec{NodeName: machines[0].Name, Containers: []corev1.Container{{
+			Name: "client", Image: BusyboxImage, Command: []string{"/bin/busybox", "sleep", "86400"},
+		}}},
+	}
+	if _, err := pods.Create(ctx, clientPod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
@@ -258,22 +272,22 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 		return err
 	}
 	ips := map[string]string{}
-	for _, m := range machines {
+	for _, podName := range append(webPods(machines), "client") {
 		err := wait.PollUntilContextTimeout(ctx, time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
-			p, err := pods.Get(ctx, "web-"+m.Name, metav1.GetOptions{})
+			p, err := pods.Get(ctx, podName, metav1.GetOptions{})
 			if err != nil || p.Status.PodIP == "" {
 				return false, nil
 			}
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					ips[m.Name] = p.Status.PodIP
+					ips[podName] = p.Status.PodIP
 					return true, nil
 				}
 			}
 			return false, nil
 		})
 		if err != nil {
-			return fmt.Errorf("pod web-%s never ran on %s: %w", m.Name, m.Name, err)
+			return fmt.Errorf("pod %s never ran: %w", podName, err)
 		}
 	}
 	get := func(from, addr, port string) (string, error) {
@@ -281,26 +295,27 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 		var out string
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			out, last = execIn(ctx, cfg, cs, "default", "web-"+from, []string{"/bin/busybox", "sh", "-c", cmd})
+			out, last = execIn(ctx, cfg, cs, "default", from, []string{"/bin/busybox", "sh", "-c", cmd})
 			return last == nil && strings.Contains(out, "served-by-"), nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("GET %s:%s from web-%s: %v (last: %v)", addr, port, from, err, last)
+			return "", fmt.Errorf("GET %s:%s from pod %s: %v (last: %v)", addr, port, from, err, last)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		return lines[len(lines)-1], nil
 	}
-	for i, from := range machines {
-		to := machines[(i+1)%len(machines)]
-		page, err := get(from.Name, ips[to.Name], "8080")
+	web := webPods(machines)
+	for i, from := range web {
+		to := web[(i+1)%len(web)]
+		page, err := get(from, ips[to], "8080")
 		if err != nil {
 			return err
 		}
-		say("    web-%s (%s) -> web-%s (%s): %q", from.Name, ips[from.Name], to.Name, ips[to.Name], page)
+		say("    %s (%s) -> %s (%s): %q", from, ips[from], to, ips[to], page)
 	}
 	seen := map[string]bool{}
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		page, err := get(machines[0].Name, s.Spec.ClusterIP, "80")
+		page, err := get("client", s.Spec.ClusterIP, "80")
 		if err != nil {
 			return false, err
 		}
@@ -310,8 +325,16 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 	if err != nil {
 		return fmt.Errorf("the Service web (%s) did not spread over both nodes: answers %v: %w", s.Spec.ClusterIP, seen, err)
 	}
-	say("    Service web (ClusterIP %s) answered from both nodes", s.Spec.ClusterIP)
+	say("    Service web (ClusterIP %s), asked from pod client on %s, answered from both nodes", s.Spec.ClusterIP, machines[0].Name)
 	return nil
+}
+
+func webPods(machines []FarmMachine) []string {
+	var out []string
+	for _, m := range machines {
+		out = append(out, "web-"+m.Name)
+	}
+	return out
 }
 
 // execIn runs cmd in a pod's first container and returns its stdout.

@@ -129,36 +129,58 @@ func iptablesFiles() ([]ImageFile, error) {
 		// /usr/bin, which is on the e2e images' PATH (registry.go).
 		files = append(files, ImageFile{Path: "/usr/bin/" + name, Source: multi, Mode: 0o755, HashContent: true})
 	}
-	out, err := exec.Command("ldd", multi).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", multi, err)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
-		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; vdso has no file.
-		fields := strings.Fields(line)
-		var lib string
-		switch {
-		case len(fields) >= 3 && fields[1] == "=>":
-			lib = fields[2]
-		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
-			lib = fields[0]
-		}
-		if lib != "" {
-			files = append(files, ImageFile{Path: lib, Source: lib, Mode: 0o755, HashContent: true})
-		}
-	}
 	const ext = "/usr/lib/x86_64-linux-gnu/xtables"
 	entries, err := os.ReadDir(ext)
 	if err != nil {
 		return nil, fmt.Errorf("iptables extensions: %w", err)
 	}
+	// The shared libraries of the program and of every extension: an
+	// extension has its own (libxt_statistic.so needs libm, and without it
+	// kube-proxy's iptables-restore fails for every Service with more than
+	// one endpoint).
+	needs := []string{multi}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".so") {
 			files = append(files, ImageFile{Path: ext + "/" + e.Name(), Source: filepath.Join(ext, e.Name()), Mode: 0o644, HashContent: true})
+			needs = append(needs, filepath.Join(ext, e.Name()))
+		}
+	}
+	seen := map[string]bool{}
+	for _, bin := range needs {
+		libs, err := sharedLibraries(bin)
+		if err != nil {
+			return nil, err
+		}
+		for _, lib := range libs {
+			if !seen[lib] {
+				seen[lib] = true
+				files = append(files, ImageFile{Path: lib, Source: lib, Mode: 0o755, HashContent: true})
+			}
 		}
 	}
 	return files, nil
+}
+
+// sharedLibraries are the files ldd resolves for an executable or a shared
+// object, in ldd's order.
+func sharedLibraries(path string) ([]string, error) {
+	out, err := exec.Command("ldd", path).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", path, err)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; vdso has no file.
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 3 && fields[1] == "=>" && strings.HasPrefix(fields[2], "/"):
+			libs = append(libs, fields[2])
+		case len(fields) >= 1 && strings.HasPrefix(fields[0], "/"):
+			libs = append(libs, fields[0])
+		}
+	}
+	return libs, nil
 }
 
 // ProjectImages are the project's own images: kubefarm-manager and
