@@ -213,9 +213,8 @@ The demo farm runs (%.0f s for the tenant and its machines).
 Try next:
   bin/kubectl-kubefarm status -n demo            (make kubectl-plugin builds it)
   kubectl --kubeconfig %s logs web-demo-1        (logs and exec reach the nodes through Konnectivity)
-  a rolling update: make a second BootImage and point the release at it,
-    helm upgrade demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml --set bootImage=<name>
-    and watch: kubectl -n demo get machines -w   (README: "Try it")
+  a rolling update: make demo-update (a variant image and a helm upgrade of the release to it),
+    then watch: kubectl -n demo get machines -w   (README: "Try it")
   make demo-down removes everything and checks nothing is left.
 `, time.Since(begin).Seconds(), c.AdminKubeconfig(), res.Kubeconfig, res.Kubeconfig)
 	return nil
