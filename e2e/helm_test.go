@@ -56,7 +56,7 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 	ex := exampleTenantCluster(t)
 	var nodes []any
 	for _, vm := range vms {
-		nodes = append(nodes, map[string]any{"name": vm.hostname, "mac": vm.mac, "ip": vm.ip})
+		nodes = append(nodes, map[string]any{"name": vm.Name, "mac": vm.MAC, "ip": vm.IP})
 	}
 	return map[string]any{
 		"kubernetes": map[string]any{

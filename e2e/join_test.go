@@ -34,10 +34,11 @@ import (
 	"github.com/kubefarm/kubefarm/internal/netnstest"
 )
 
-// TestNodeJoin is the whole promise on one machine: a qemu machine (TCG,
-// SeaBIOS running Debian's iPXE ROM) on the boot bridge netboots from the
+// TestNodeJoin is the whole promise on one machine: two qemu machines (TCG;
+// one SeaBIOS running Debian's iPXE ROM, one UEFI through OVMF, started
+// with the demo's cluster.QemuArgs) on the boot bridge netboot from the
 // kubefarm-pxe pod into the node image `make node-image` built, pushed as
-// one OCI artifact to the local registry, and joins a tenant cluster:
+// one OCI artifact to the local registry, and join a tenant cluster:
 //   - the TenantCluster is Ready (NodePort endpoint on the host's address);
 //   - the NodePool's Machine boots: DHCP, TFTP, the iPXE script, kernel,
 //     initrd and root filesystem from the pod, which fetched them from the
@@ -49,8 +50,11 @@ import (
 //   - a pod on the node runs, reaches a ClusterIP Service; kubectl logs and
 //     exec work with the host's direct route to the node's kubelet port
 //     rejected, so they can only go through Konnectivity;
+//   - a pod on each node reaches the other's over the pod network, and a
+//     ClusterIP Service answers from both (make demo's check, CheckSpread);
 //   - the Machine's Events tell the boot story, and the test prints the
-//     seconds from power-on to each stage.
+//     seconds from power-on to each stage;
+//   - a rolling reboot-to-update moves both machines to a new image.
 //
 // KUBEFARM_NODE_IMAGE names the built image's folder (make e2e sets it).
 func TestNodeJoin(t *testing.T) {
@@ -75,11 +79,16 @@ func TestNodeJoin(t *testing.T) {
 	)
 	// Two machines, so that the rollout has a budget to respect and a
 	// workload to spread; the first is the one the join's checks look at.
-	vms := []*joinVM{
-		{mac: "52:54:00:7b:00:3d", ip: "10.123.0.61", hostname: "join-e2e-1", tap: cluster.BootVethPrefix + "-vm0"},
-		{mac: "52:54:00:7b:00:3e", ip: "10.123.0.62", hostname: "join-e2e-2", tap: cluster.BootVethPrefix + "-vm1"},
+	// The second boots UEFI (OVMF), as the demo's second machine does:
+	// kubefarm-pxe answers each firmware with its own iPXE binary.
+	if !cluster.UEFIAvailable() {
+		t.Fatalf("%s is missing: install the Debian package ovmf (make deps)", cluster.OVMF)
 	}
-	mac, ip, hostname := vms[0].mac, vms[0].ip, vms[0].hostname
+	vms := []*joinVM{
+		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-1", MAC: "52:54:00:7b:00:3d", IP: "10.123.0.61", Index: 0}},
+		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-2", MAC: "52:54:00:7b:00:3e", IP: "10.123.0.62", Index: 1, UEFI: true}},
+	}
+	mac, ip, hostname := vms[0].MAC, vms[0].IP, vms[0].Name
 
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "join-"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -159,20 +168,20 @@ func TestNodeJoin(t *testing.T) {
 				if err := vm.exited(); err != nil {
 					return false, err
 				}
-				n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+				n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
 				if err != nil {
 					return false, nil
 				}
-				if vm.hostname == hostname {
+				if vm.Name == hostname {
 					node = n
 				}
 				return nodeReady(n), nil
 			})
 			if err != nil {
-				t.Fatalf("node %s never became Ready: %v%s", vm.hostname, err,
-					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.hostname}, powerOn))
+				t.Fatalf("node %s never became Ready: %v%s", vm.Name, err,
+					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.Name}, powerOn))
 			}
-			t.Logf("Node %s Ready %.0f s after power-on", vm.hostname, time.Since(powerOn).Seconds())
+			t.Logf("Node %s (%s) Ready %.0f s after power-on", vm.Name, vm.Firmware(), time.Since(powerOn).Seconds())
 		}
 	})
 	if t.Failed() {
@@ -314,6 +323,18 @@ func TestNodeJoin(t *testing.T) {
 			t.Fatalf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
 		}
 		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
+	})
+
+	// make demo's own check of its workload, so that the demo cannot rot
+	// unseen: the same code, on these two machines, one BIOS and one UEFI.
+	t.Run("a pod on each node reaches the other over the pod network; a ClusterIP Service answers from both (make demo's check)", func(t *testing.T) {
+		var nodes []string
+		for _, vm := range vms {
+			nodes = append(nodes, vm.Name)
+		}
+		if err := cluster.CheckSpread(ctx, tenantCfg, tenant, "spread", nodes, t.Logf); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {

@@ -32,11 +32,12 @@ import (
 	"github.com/kubefarm/kubefarm/internal/netnstest"
 )
 
-// joinVM is one qemu machine of the join scenario: TCG, SeaBIOS running
-// Debian's iPXE ROM for its e1000, on a tap in the boot bridge. A reboot
+// joinVM is one qemu machine of the join scenario, started by the test
+// (it dies with the test process) with the farm's own command line
+// (cluster.QemuArgs): the demo's machines are the same machines. A reboot
 // netboots again (no -no-reboot), which is how the rollout updates it.
 type joinVM struct {
-	mac, ip, hostname, tap string
+	cluster.FarmMachine
 
 	console string
 	cmd     *exec.Cmd
@@ -46,21 +47,14 @@ type joinVM struct {
 
 func (vm *joinVM) powerOn(t *testing.T) {
 	t.Helper()
-	vm.console = filepath.Join(t.TempDir(), "console-"+vm.hostname+".log")
-	// A persistent tap outlives a killed test run, and `ip tuntap add`
-	// refuses an existing name (EBUSY): remove any leftover first.
-	_ = exec.Command("ip", "link", "del", vm.tap).Run()
-	netnstest.Run(t, "ip", "tuntap", "add", "dev", vm.tap, "mode", "tap")
-	tap := vm.tap
+	vm.console = filepath.Join(t.TempDir(), "console-"+vm.Name+".log")
+	if err := cluster.AddTap(vm.Tap(), cluster.BootBridge); err != nil {
+		t.Fatal(err)
+	}
+	tap := vm.Tap()
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
-	netnstest.Run(t, "ip", "link", "set", vm.tap, "master", cluster.BootBridge)
-	netnstest.Run(t, "ip", "link", "set", vm.tap, "up")
-	vm.cmd = exec.Command("qemu-system-x86_64",
-		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
-		"-display", "none", "-monitor", "none", "-serial", "file:"+vm.console,
-		"-netdev", "tap,id=n0,ifname="+vm.tap+",script=no,downscript=no",
-		"-device", "e1000,netdev=n0,mac="+vm.mac,
-		"-boot", "n")
+	args := cluster.QemuArgs(vm.FarmMachine, vm.console)
+	vm.cmd = exec.Command(args[0], args[1:]...)
 	vm.cmd.Stdout, vm.cmd.Stderr = &vm.out, &vm.out
 	// The machine dies with the test process, however it ends.
 	vm.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -75,7 +69,7 @@ func (vm *joinVM) powerOn(t *testing.T) {
 		vm.exit <- err
 		if t.Failed() {
 			b, _ := os.ReadFile(vm.console)
-			t.Logf("qemu %s: %s\nlast console lines:\n%s", vm.hostname, vm.out.String(), tail(string(b), 80))
+			t.Logf("qemu %s (%s): %s\nlast console lines:\n%s", vm.Name, vm.Firmware(), vm.out.String(), tail(string(b), 80))
 		}
 	})
 }
@@ -85,7 +79,7 @@ func (vm *joinVM) exited() error {
 	select {
 	case err := <-vm.exit:
 		vm.exit <- err
-		return fmt.Errorf("qemu of %s exited: %v", vm.hostname, err)
+		return fmt.Errorf("qemu of %s exited: %v", vm.Name, err)
 	default:
 		return nil
 	}
@@ -178,11 +172,11 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 
 	bootIDs := map[string]string{}
 	for _, vm := range s.vms {
-		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		bootIDs[vm.hostname] = n.Status.NodeInfo.BootID
+		bootIDs[vm.Name] = n.Status.NodeInfo.BootID
 	}
 
 	// The new image, pushed and verified by kubefarm-pxe before the switch.
@@ -276,7 +270,7 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 	if err != nil {
 		var story string
 		for _, vm := range s.vms {
-			story += machineStory(ctx, s.cs, s.c, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.hostname}, switched)
+			story += machineStory(ctx, s.cs, s.c, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.Name}, switched)
 		}
 		t.Fatalf("the rollout did not complete: %v; pool %+v%s", err, p.Status, story)
 	}
@@ -285,7 +279,7 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 
 	for _, vm := range s.vms {
 		m := &kubefarmv1.Machine{}
-		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.hostname}, m); err != nil {
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.Name}, m); err != nil {
 			t.Fatal(err)
 		}
 		if m.Status.LastBoot == nil || m.Status.LastBoot.ImageDigest != target.Digest || m.Status.ServedImage == nil || *m.Status.ServedImage != target {
@@ -294,15 +288,15 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 		if len(m.Status.History) == 0 || m.Status.History[0].Result != kubefarmv1.RolloutDone || m.Status.History[0].Image != target {
 			t.Errorf("%s: history %+v, want a Done update to %s first", m.Name, m.Status.History, target.Name)
 		}
-		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.hostname, metav1.GetOptions{})
+		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n.Status.NodeInfo.BootID == bootIDs[vm.hostname] || n.Status.NodeInfo.BootID != m.Status.LastBoot.BootID {
-			t.Errorf("%s: the node reports boot %s (before %s), the Machine %s", vm.hostname, n.Status.NodeInfo.BootID, bootIDs[vm.hostname], m.Status.LastBoot.BootID)
+		if n.Status.NodeInfo.BootID == bootIDs[vm.Name] || n.Status.NodeInfo.BootID != m.Status.LastBoot.BootID {
+			t.Errorf("%s: the node reports boot %s (before %s), the Machine %s", vm.Name, n.Status.NodeInfo.BootID, bootIDs[vm.Name], m.Status.LastBoot.BootID)
 		}
 		if n.Spec.Unschedulable || !nodeReady(n) {
-			t.Errorf("%s: unschedulable=%v ready=%v after the rollout", vm.hostname, n.Spec.Unschedulable, nodeReady(n))
+			t.Errorf("%s: unschedulable=%v ready=%v after the rollout", vm.Name, n.Spec.Unschedulable, nodeReady(n))
 		}
 	}
 	if samples < 20 {

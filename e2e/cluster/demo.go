@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -155,13 +156,13 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 	if err != nil {
 		return res, err
 	}
-	if err := step(fmt.Sprintf("powering on %d qemu machines (TCG, BIOS iPXE) that netboot from kubefarm-pxe and join", len(machines)), func() error {
+	if err := step(fmt.Sprintf("powering on %d qemu machines (TCG) that netboot from kubefarm-pxe and join", len(machines)), func() error {
 		start := time.Now()
 		for _, m := range machines {
 			if err := c.PowerOn(m); err != nil {
 				return err
 			}
-			say("    %s (%s, %s): console %s", m.Name, m.MAC, m.IP, c.Console(m))
+			say("    %s (%s, %s), %s: console %s", m.Name, m.MAC, m.IP, m.Firmware(), c.Console(m))
 		}
 		for _, m := range machines {
 			err := poll(ctx, "Node "+m.Name+" Ready", 20*time.Minute, func(ctx context.Context) (bool, error) {
@@ -180,7 +181,11 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 	}
 
 	if err := step("a workload across both nodes: pod to pod over the pod network, and a ClusterIP Service", func() error {
-		return demoWorkload(ctx, tenantCfg, tenant, machines, say)
+		var nodes []string
+		for _, m := range machines {
+			nodes = append(nodes, m.Name)
+		}
+		return CheckSpread(ctx, tenantCfg, tenant, "default", nodes, say)
 	}); err != nil {
 		return res, err
 	}
@@ -203,7 +208,8 @@ func kubefarmScheme() (*runtime.Scheme, error) {
 	return s, kubefarmv1.AddToScheme(s)
 }
 
-// demoMachines are the nodes of the demo values' first pool.
+// demoMachines are the nodes of the demo values' first pool; every second
+// one boots UEFI when OVMF is installed, the others BIOS.
 func demoMachines(vals map[string]any) ([]FarmMachine, error) {
 	pools, _ := vals["nodePools"].([]any)
 	if len(pools) == 0 {
@@ -214,7 +220,10 @@ func demoMachines(vals map[string]any) ([]FarmMachine, error) {
 	var out []FarmMachine
 	for i, n := range nodes {
 		m, _ := n.(map[string]any)
-		out = append(out, FarmMachine{Name: fmt.Sprint(m["name"]), MAC: fmt.Sprint(m["mac"]), IP: fmt.Sprint(m["ip"]), Index: 100 + i})
+		out = append(out, FarmMachine{Name: fmt.Sprint(m["name"]), MAC: fmt.Sprint(m["mac"]), IP: fmt.Sprint(m["ip"]), Index: 100 + i,
+			// Every second machine boots UEFI where OVMF is installed:
+			// kubefarm-pxe answers each firmware with its own iPXE binary.
+			UEFI: i%2 == 1 && UEFIAvailable()})
 	}
 	return out, nil
 }
@@ -228,19 +237,28 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// demoWorkload runs one web pod on each node and a Service over both, then
-// fetches each pod's page from the other pod (pod network, across nodes)
-// and the Service's from each (kube-proxy), through exec, which the tenant's
-// API server reaches over Konnectivity.
-func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, machines []FarmMachine, say func(string, ...any)) error {
-	pods := cs.CoreV1().Pods("default")
-	for _, m := range machines {
+// CheckSpread runs, in namespace (made if missing), one web pod on each of
+// nodes and a Service over them, then fetches each pod's page from the next
+// pod (the pod network, across nodes) and the Service's from a client pod
+// on the first node until every web pod has answered (kube-proxy spreads
+// it, local and remote endpoints alike), all through exec, which the
+// tenant's API server reaches over Konnectivity. The demo runs it, and the
+// join scenario runs it in CI, so the demo's check cannot rot unseen.
+func CheckSpread(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, namespace string, nodes []string, say func(string, ...any)) error {
+	if len(nodes) < 2 {
+		return fmt.Errorf("a spread needs two nodes or more, got %v", nodes)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	pods := cs.CoreV1().Pods(namespace)
+	for _, node := range nodes {
 		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-" + m.Name, Labels: map[string]string{"app": "web"}},
-			Spec: corev1.PodSpec{NodeName: m.Name, Containers: []corev1.Container{{
+			ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &quickStop, Containers: []corev1.Container{{
 				Name: "httpd", Image: BusyboxImage,
 				// The image is /bin/busybox alone: applets by full invocation.
-				Command: []string{"/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /srv && echo served-by-" + m.Name +
+				Command: []string{"/bin/busybox", "sh", "-c", "/bin/busybox mkdir -p /srv && echo served-by-" + node +
 					" > /srv/index.html && exec /bin/busybox httpd -f -p 8080 -h /srv"},
 			}}},
 		}
@@ -252,7 +270,7 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 	// both a local and a remote endpoint can answer.
 	clientPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "client"},
-		Spec: corev1.PodSpec{NodeName: machines[0].Name, Containers: []corev1.Container{{
+		Spec: corev1.PodSpec{NodeName: nodes[0], TerminationGracePeriodSeconds: &quickStop, Containers: []corev1.Container{{
 			Name: "client", Image: BusyboxImage, Command: []string{"/bin/busybox", "sleep", "86400"},
 		}}},
 	}
@@ -264,22 +282,25 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
 	}
-	s, err := cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	s, err := cs.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		s, err = cs.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+		s, err = cs.CoreV1().Services(namespace).Get(ctx, "web", metav1.GetOptions{})
 	}
 	if err != nil {
 		return err
 	}
+	web := webPods(nodes)
 	ips := map[string]string{}
-	for _, podName := range append(webPods(machines), "client") {
+	for _, podName := range append(web, "client") {
+		var last *corev1.Pod
 		err := wait.PollUntilContextTimeout(ctx, time.Second, 8*time.Minute, true, func(ctx context.Context) (bool, error) {
 			p, err := pods.Get(ctx, podName, metav1.GetOptions{})
-			if err != nil || p.Status.PodIP == "" {
+			if err != nil {
 				return false, nil
 			}
+			last = p
 			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
 					ips[podName] = p.Status.PodIP
 					return true, nil
 				}
@@ -287,7 +308,11 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 			return false, nil
 		})
 		if err != nil {
-			return fmt.Errorf("pod %s never ran: %w", podName, err)
+			var status any
+			if last != nil {
+				status = last.Status
+			}
+			return fmt.Errorf("pod %s/%s never ran: %w; status %+v", namespace, podName, err, status)
 		}
 	}
 	get := func(from, addr, port string) (string, error) {
@@ -295,21 +320,23 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 		var out string
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			out, last = execIn(ctx, cfg, cs, "default", from, []string{"/bin/busybox", "sh", "-c", cmd})
+			out, last = execIn(ctx, cfg, cs, namespace, from, []string{"/bin/busybox", "sh", "-c", cmd})
 			return last == nil && strings.Contains(out, "served-by-"), nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("GET %s:%s from pod %s: %v (last: %v)", addr, port, from, err, last)
+			return "", fmt.Errorf("GET %s:%s from pod %s: %v (last: %v, output %q)", addr, port, from, err, last, out)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		return lines[len(lines)-1], nil
 	}
-	web := webPods(machines)
 	for i, from := range web {
 		to := web[(i+1)%len(web)]
 		page, err := get(from, ips[to], "8080")
 		if err != nil {
 			return err
+		}
+		if want := "served-by-" + nodes[(i+1)%len(nodes)]; page != want {
+			return fmt.Errorf("GET %s (pod %s) from pod %s answered %q, want %q", ips[to], to, from, page, want)
 		}
 		say("    %s (%s) -> %s (%s): %q", from, ips[from], to, ips[to], page)
 	}
@@ -320,20 +347,33 @@ func demoWorkload(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface
 			return false, err
 		}
 		seen[page] = true
-		return len(seen) == len(machines), nil
+		return len(seen) == len(nodes), nil
 	})
 	if err != nil {
-		return fmt.Errorf("the Service web (%s) did not spread over both nodes: answers %v: %w", s.Spec.ClusterIP, seen, err)
+		return fmt.Errorf("the Service %s/web (%s) did not spread over the nodes: answers %v: %w", namespace, s.Spec.ClusterIP, seen, err)
 	}
-	say("    Service web (ClusterIP %s), asked from pod client on %s, answered from both nodes", s.Spec.ClusterIP, machines[0].Name)
+	say("    Service web (ClusterIP %s), asked from pod client on %s, answered from every node: %v", s.Spec.ClusterIP, nodes[0], sortedKeys(seen))
 	return nil
 }
 
-func webPods(machines []FarmMachine) []string {
+// quickStop is the spread pods' grace period: busybox as PID 1 ignores
+// SIGTERM, and a rollout's drain would otherwise wait 30 s for each.
+var quickStop int64 = 2
+
+func webPods(nodes []string) []string {
 	var out []string
-	for _, m := range machines {
-		out = append(out, "web-"+m.Name)
+	for _, n := range nodes {
+		out = append(out, "web-"+n)
 	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
 	return out
 }
 

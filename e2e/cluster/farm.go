@@ -11,18 +11,54 @@ import (
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
 )
 
-// FarmMachine is one qemu machine of the local farm: TCG, SeaBIOS running
-// Debian's iPXE ROM for its e1000, on a tap in the boot bridge. A reboot
-// netboots again, which is how a rollout updates it.
+// FarmMachine is one qemu machine of the local farm, on a tap in the boot
+// bridge. A reboot netboots again, which is how a rollout updates it.
 type FarmMachine struct {
 	Name, MAC, IP string
 	// Index names its tap (<BootVethPrefix>-vm<Index>), which Down removes
 	// with the other boot network links.
 	Index int
+	// UEFI boots it with OVMF: the firmware's own virtio-net driver and PXE
+	// client (no option ROM), which ask for the x86-64 UEFI iPXE binary.
+	// Otherwise SeaBIOS runs Debian's iPXE ROM for an e1000.
+	UEFI bool
 }
+
+// OVMF is the UEFI firmware of UEFI farm machines (Debian package ovmf).
+const OVMF = "/usr/share/ovmf/OVMF.fd"
 
 // Tap is the machine's tap interface on the boot bridge.
 func (m FarmMachine) Tap() string { return fmt.Sprintf("%s-vm%d", BootVethPrefix, m.Index) }
+
+// Firmware says how the machine boots, for people reading the output.
+func (m FarmMachine) Firmware() string {
+	if m.UEFI {
+		return "UEFI (OVMF, virtio-net)"
+	}
+	return "BIOS (SeaBIOS, e1000 iPXE ROM)"
+}
+
+// QemuArgs is the machine's qemu command line, console written to console:
+// TCG (no KVM on these hosts), one CPU, no disk, the network first and
+// only. The memory holds the node image's root filesystem in RAM.
+func QemuArgs(m FarmMachine, console string) []string {
+	args := []string{"qemu-system-x86_64",
+		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
+		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no"}
+	if m.UEFI {
+		// romfile= keeps qemu's iPXE option ROM off the NIC, so the
+		// firmware's own PXE client asks for the boot file as UEFI.
+		return append(args, "-bios", OVMF, "-device", "virtio-net-pci,netdev=n0,mac="+m.MAC+",romfile=")
+	}
+	return append(args, "-device", "e1000,netdev=n0,mac="+m.MAC, "-boot", "n")
+}
+
+// UEFIAvailable tells whether UEFI machines can run here (OVMF installed).
+func UEFIAvailable() bool {
+	_, err := os.Stat(OVMF)
+	return err == nil
+}
 
 func (m FarmMachine) process() string { return "qemu-" + m.Name }
 
@@ -35,26 +71,29 @@ func (c *Cluster) PowerOn(m FarmMachine) error {
 	if _, ok := c.running(m.process()); ok {
 		return nil
 	}
-	// A tap left by a killed run makes `ip tuntap add` fail (EBUSY).
-	_ = exec.Command("ip", "link", "del", m.Tap()).Run()
+	if err := AddTap(m.Tap(), c.BootBridge); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.path("logs"), 0o755); err != nil {
+		return err
+	}
+	return c.start(m.process(), QemuArgs(m, c.Console(m)))
+}
+
+// AddTap makes tap, a tap interface enslaved to bridge and up, replacing
+// one a killed run left behind (`ip tuntap add` refuses an existing name).
+func AddTap(tap, bridge string) error {
+	_ = exec.Command("ip", "link", "del", tap).Run()
 	for _, args := range [][]string{
-		{"tuntap", "add", "dev", m.Tap(), "mode", "tap"},
-		{"link", "set", m.Tap(), "master", c.BootBridge},
-		{"link", "set", m.Tap(), "up"},
+		{"tuntap", "add", "dev", tap, "mode", "tap"},
+		{"link", "set", tap, "master", bridge},
+		{"link", "set", tap, "up"},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	if err := os.MkdirAll(c.path("logs"), 0o755); err != nil {
-		return err
-	}
-	return c.start(m.process(), []string{"qemu-system-x86_64",
-		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
-		"-display", "none", "-monitor", "none", "-serial", "file:" + c.Console(m),
-		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no",
-		"-device", "e1000,netdev=n0,mac=" + m.MAC,
-		"-boot", "n"})
+	return nil
 }
 
 // powerOffAll stops every farm machine the cluster started.

@@ -1,0 +1,48 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestQemuArgs: a BIOS machine netboots an e1000 through its iPXE ROM; a
+// UEFI one runs OVMF with a virtio-net NIC and no option ROM, so that the
+// firmware's own PXE client asks kubefarm-pxe for the UEFI binary. Both
+// are TCG machines with no disk on their own tap.
+func TestQemuArgs(t *testing.T) {
+	cases := []struct {
+		name       string
+		m          FarmMachine
+		want, deny []string
+	}{
+		{name: "BIOS", m: FarmMachine{Name: "a", MAC: "52:54:00:00:00:01", Index: 3},
+			want: []string{"-device e1000,netdev=n0,mac=52:54:00:00:00:01", "-boot n", "-netdev tap,id=n0,ifname=kfpxe-vm3,script=no,downscript=no"},
+			deny: []string{"-bios", "virtio"}},
+		{name: "UEFI", m: FarmMachine{Name: "b", MAC: "52:54:00:00:00:02", Index: 4, UEFI: true},
+			want: []string{"-bios " + OVMF, "-device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02,romfile=", "-netdev tap,id=n0,ifname=kfpxe-vm4,script=no,downscript=no"},
+			deny: []string{"e1000", "-boot"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := QemuArgs(tc.m, "/tmp/console.log")
+			if args[0] != "qemu-system-x86_64" || !slices.Contains(args, "pc,accel=tcg") || !slices.Contains(args, "file:/tmp/console.log") {
+				t.Errorf("not a TCG machine with its console in the file: %q", args)
+			}
+			line := strings.Join(args, " ")
+			for _, w := range tc.want {
+				if !strings.Contains(line, w) {
+					t.Errorf("%q lacks %q", line, w)
+				}
+			}
+			for _, d := range tc.deny {
+				if strings.Contains(line, d) {
+					t.Errorf("%q has %q", line, d)
+				}
+			}
+			if slices.Contains(args, "-hda") || slices.Contains(args, "-drive") {
+				t.Errorf("a diskless machine has a disk: %q", line)
+			}
+		})
+	}
+}
