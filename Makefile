@@ -231,7 +231,7 @@ E2E_ARGODIFF = $(abspath $(BUILD))/e2e-argodiff
 # charts/kubefarm, two qemu machines that netboot and join it, a workload
 # across them. Everything is left running; make demo-down removes it.
 .PHONY: demo
-demo: node-image e2e-up ## Run a tenant cluster with two netbooted machines on this machine (root; make demo-down removes it).
+demo: deps node-image e2e-up ## Run a tenant cluster with two netbooted machines on this machine (root; make demo-down removes it).
 	$(BIN)/e2e-cluster demo $(E2E_FLAGS) --node-image $$(cat $(BUILD)/node-image.dir)
 
 .PHONY: demo-update
