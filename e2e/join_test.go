@@ -23,9 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -316,7 +313,7 @@ func TestNodeJoin(t *testing.T) {
 		var execErr error
 		get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + s.Spec.ClusterIP + " 80"
 		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-			out, execErr = execIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
+			out, execErr = cluster.ExecIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
 			return execErr == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
 		})
 		if err != nil {
@@ -519,21 +516,6 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
-}
-
-// execIn runs cmd in the pod's first container, as kubectl exec does.
-func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, cmd []string) (string, error) {
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).
-		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
-	if err != nil {
-		return "", err
-	}
-	var stdout, stderr bytes.Buffer
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
-		return stdout.String(), fmt.Errorf("%w (stderr %q)", err, stderr.String())
-	}
-	return stdout.String(), nil
 }
 
 func lastLine(s string) string {

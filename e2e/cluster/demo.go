@@ -320,7 +320,7 @@ func CheckSpread(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 		var out string
 		var last error
 		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			out, last = execIn(ctx, cfg, cs, namespace, from, []string{"/bin/busybox", "sh", "-c", cmd})
+			out, last = ExecIn(ctx, cfg, cs, namespace, from, []string{"/bin/busybox", "sh", "-c", cmd})
 			return last == nil && strings.Contains(out, "served-by-"), nil
 		})
 		if err != nil {
@@ -377,8 +377,9 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
-// execIn runs cmd in a pod's first container and returns its stdout.
-func execIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, cmd []string) (string, error) {
+// ExecIn runs cmd in a pod's first container, as kubectl exec does, and
+// returns its stdout.
+func ExecIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, pod string, cmd []string) (string, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).
 		SubResource("exec").VersionedParams(&corev1.PodExecOptions{Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())

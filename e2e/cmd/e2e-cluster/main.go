@@ -180,29 +180,39 @@ func images(args []string) error {
 	return c.WriteLayouts(*out, images)
 }
 
-// demo runs the demo on a cluster `up` brought up (make demo) and says
-// what to try next.
-func demo(args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+// demoCommand parses the flags demo and demo-update share, and makes their
+// cluster and the demo's options.
+func demoCommand(name string, args []string) (*cluster.Cluster, cluster.DemoOptions, error) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
 	state := fs.String("state", "_build/e2e", "state directory of the cluster")
 	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries")
 	nodeImage := fs.String("node-image", "", "the node image's folder (make node-image)")
 	_ = fs.Parse(args)
 	if *nodeImage == "" {
-		return errors.New("--node-image is required (make demo passes the one make node-image built)")
+		return nil, cluster.DemoOptions{}, fmt.Errorf("--node-image is required (make %s passes the one make node-image built)", name)
 	}
 	c, err := newCluster(*state, *bin)
 	if err != nil {
-		return err
+		return nil, cluster.DemoOptions{}, err
 	}
 	root, err := repoRoot()
+	if err != nil {
+		return nil, cluster.DemoOptions{}, err
+	}
+	return c, cluster.DemoOptions{Root: root, NodeImage: *nodeImage, Out: os.Stdout}, nil
+}
+
+// demo runs the demo on a cluster `up` brought up (make demo) and says
+// what to try next.
+func demo(args []string) error {
+	c, opts, err := demoCommand("demo", args)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	begin := time.Now()
-	res, err := c.Demo(ctx, cluster.DemoOptions{Root: root, NodeImage: *nodeImage, Out: os.Stdout})
+	res, err := c.Demo(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -222,22 +232,13 @@ Try next:
 
 // demoUpdate rolls the demo's machines to a variant of their image.
 func demoUpdate(args []string) error {
-	fs := flag.NewFlagSet("demo-update", flag.ExitOnError)
-	state := fs.String("state", "_build/e2e", "state directory of the cluster")
-	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries")
-	nodeImage := fs.String("node-image", "", "the node image's folder (make node-image)")
-	_ = fs.Parse(args)
-	c, err := newCluster(*state, *bin)
-	if err != nil {
-		return err
-	}
-	root, err := repoRoot()
+	c, opts, err := demoCommand("demo-update", args)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	img, err := c.DemoUpdate(ctx, cluster.DemoOptions{Root: root, NodeImage: *nodeImage, Out: os.Stdout})
+	img, err := c.DemoUpdate(ctx, opts)
 	if err != nil {
 		return err
 	}
