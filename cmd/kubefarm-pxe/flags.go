@@ -49,6 +49,8 @@ type options struct {
 	podNamespace    string
 	joinTokenTTL    time.Duration
 	eventInterval   time.Duration
+	eventQPS        float64
+	eventBurst      int
 	nodeName        string
 	dynamicRanges   bool
 	dynamicWorkers  int
@@ -102,6 +104,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.eventInterval, "event-interval", events.DefaultInterval,
 		"Events on Machines (Offered, Acked, ScriptServed, ImageServed, ConfigServed, BootReported, Refused, Declined): "+
 			"the same event of one machine is recorded at most once per interval; 0 disables events")
+	fs.Float64Var(&o.eventQPS, "event-qps", events.DefaultRate,
+		"Events on Machines this replica writes per second at most, over all machines (a boot storm makes every machine a new one, "+
+			"which --event-interval does not bound); refused ones are counted in kubefarm_pxe_events_dropped_total and logged")
+	fs.IntVar(&o.eventBurst, "event-burst", events.DefaultBurst, "Events on Machines this replica may write at once before --event-qps applies")
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this replica runs on (default $NODE_NAME): the source host of its events")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"how long in-flight HTTP requests and TFTP transfers may take to finish on SIGTERM")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"net"
@@ -8,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -53,6 +56,8 @@ func TestFlagDefaults(t *testing.T) {
 		"dynamic-ranges":     "true",
 		"dynamic-workers":    "4",
 		"event-interval":     "1m0s",
+		"event-qps":          "5",
+		"event-burst":        "50",
 		"node-name":          "node-1",
 		"shutdown-timeout":   "30s",
 	}
@@ -168,5 +173,25 @@ func TestComponentConfigs(t *testing.T) {
 	}
 	if len(c.ByObject) == 0 {
 		t.Error("--pod-namespace: no per-object cache options for the credentials")
+	}
+}
+
+// TestEventBudgetMustBePositive: a zero or negative --event-qps or
+// --event-burst is refused at start with the flags named (0 would
+// otherwise mean "never write an Event" without saying so); events off
+// (--event-interval 0) needs no budget.
+func TestEventBudgetMustBePositive(t *testing.T) {
+	for _, o := range []options{
+		{eventInterval: time.Minute, eventQPS: 0, eventBurst: 50},
+		{eventInterval: time.Minute, eventQPS: 5, eventBurst: -1},
+	} {
+		_, err := machineEvents(context.Background(), nil, nil, o, prometheus.NewRegistry(), logr.Discard())
+		if err == nil || !strings.Contains(err.Error(), "--event-qps") || !strings.Contains(err.Error(), "--event-burst") {
+			t.Errorf("qps %g burst %d: err %v, want both flags named", o.eventQPS, o.eventBurst, err)
+		}
+	}
+	sink, err := machineEvents(context.Background(), nil, nil, options{eventInterval: 0, eventQPS: 0}, prometheus.NewRegistry(), logr.Discard())
+	if err != nil || sink != nil {
+		t.Errorf("events off: sink %v, err %v; want none and no error", sink, err)
 	}
 }

@@ -140,7 +140,10 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		defer stopEvents()
 		recorder = rec
 	}
-	eventSink := machineEvents(ctx, recorder, c, o)
+	eventSink, err := machineEvents(ctx, recorder, c, o, reg, log.WithName("events"))
+	if err != nil {
+		return err
+	}
 	imageCheck, err := bootImageCheck(recorder, c, writer, store, o, log)
 	if err != nil {
 		return err
@@ -364,19 +367,25 @@ func bootImageCheck(rec record.EventRecorder, c cache.Cache, writer client.Clien
 
 // machineEvents is the sink of the Events on Machines (nil with
 // --event-interval 0) over rec, client-go's broadcaster: throttled per
-// machine before, queued (bounded, dropping) and aggregated after, so a
-// boot storm or a slow API server never delays an answer.
-func machineEvents(ctx context.Context, rec record.EventRecorder, c cache.Cache, o options) events.Sink {
+// machine and bounded for the replica (--event-qps, --event-burst) before,
+// queued and aggregated after, so a boot storm or a slow API server never
+// delays an answer and never floods the API server.
+func machineEvents(ctx context.Context, rec record.EventRecorder, c cache.Cache, o options, reg prometheus.Registerer, log logr.Logger) (events.Sink, error) {
 	if o.eventInterval <= 0 {
-		return nil
+		return nil, nil
 	}
-	return events.New(rec, events.Config{Interval: o.eventInterval, UID: func(ns, name string) (types.UID, bool) {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		var m kubefarmv1.Machine
-		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
-			return "", false
-		}
-		return m.UID, true
-	}})
+	if o.eventQPS <= 0 || o.eventBurst <= 0 {
+		return nil, fmt.Errorf("--event-qps (%g) and --event-burst (%d) must be positive; --event-interval 0 turns events off", o.eventQPS, o.eventBurst)
+	}
+	r := events.New(rec, events.Config{Interval: o.eventInterval, Rate: o.eventQPS, Burst: o.eventBurst, Log: log,
+		UID: func(ns, name string) (types.UID, bool) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var m kubefarmv1.Machine
+			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
+				return "", false
+			}
+			return m.UID, true
+		}})
+	return r, r.Register(reg)
 }

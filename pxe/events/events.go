@@ -6,16 +6,26 @@
 // Boot traffic is bursty (a rack powering on, a perfdhcp run) and an event
 // is an API write, so recording is throttled per machine, reason and
 // subject before anything is built: a repeat within Interval costs one map
-// lookup and no allocation. What passes the throttle goes to client-go's
-// event broadcaster, which queues a bounded number of events, drops the
-// rest, and aggregates repeats; a slow or absent API server therefore never
-// slows a DHCP or HTTP answer.
+// lookup and no allocation. That throttle does nothing in a storm, where
+// every machine is a new machine, so what passes it also needs a token of a
+// bucket shared by every machine (Rate per second, Burst at once): a storm
+// of 20,000 boots writes at most Burst + Rate x seconds Events per replica.
+// What the bucket refuses is counted by reason (a metric, and a log line at
+// most every DropReportInterval), never silently lost. What passes goes to
+// client-go's event broadcaster, which queues a bounded number of events
+// and aggregates repeats; a slow or absent API server therefore never slows
+// a DHCP or HTTP answer.
 package events
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -49,6 +59,20 @@ const (
 // next boot again.
 const DefaultInterval = time.Minute
 
+// DefaultRate and DefaultBurst bound the Events one replica writes over all
+// machines: a burst of 50 covers a rack powering on (its first stages are
+// all recorded), and 5 per second afterwards costs the API server and etcd
+// about a hundredth of a core (an Event write costs them about 2 ms of CPU)
+// however long the storm lasts.
+const (
+	DefaultRate  = 5.0
+	DefaultBurst = 50
+)
+
+// DropReportInterval is how often, at most, the Events refused by the
+// bucket are logged (counts by reason since the last line).
+const DropReportInterval = 30 * time.Second
+
 // maxTracked bounds the throttle's memory: past it, entries older than the
 // interval are swept, and if that frees nothing the map is reset (which at
 // worst lets one extra event per machine through).
@@ -76,9 +100,16 @@ type Recorder struct {
 	uid      UIDLookup
 	interval time.Duration
 	now      func() time.Time
+	bucket   *rate.Limiter
+	dropped  *prometheus.CounterVec
+	log      logr.Logger
 
 	mu   sync.Mutex
 	last map[key]time.Time
+	// unreported counts the bucket's refusals by reason since the last
+	// log line, written at reportedAt.
+	unreported map[string]int
+	reportedAt time.Time
 }
 
 type key struct {
@@ -94,6 +125,14 @@ type Config struct {
 	UID UIDLookup
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Rate is how many Events per second the Recorder writes at most, over
+	// all machines, and Burst how many at once (defaults DefaultRate and
+	// DefaultBurst).
+	Rate  float64
+	Burst int
+	// Log gets a line with the refused Events' counts by reason, at most
+	// every DropReportInterval (default: discarded).
+	Log logr.Logger
 }
 
 // New makes a Recorder writing through rec.
@@ -104,12 +143,31 @@ func New(rec record.EventRecorder, cfg Config) *Recorder {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Recorder{rec: rec, uid: cfg.UID, interval: cfg.Interval, now: cfg.Now, last: map[key]time.Time{}}
+	if cfg.Rate <= 0 {
+		cfg.Rate = DefaultRate
+	}
+	if cfg.Burst <= 0 {
+		cfg.Burst = DefaultBurst
+	}
+	if cfg.Log.GetSink() == nil {
+		cfg.Log = logr.Discard()
+	}
+	return &Recorder{rec: rec, uid: cfg.UID, interval: cfg.Interval, now: cfg.Now, log: cfg.Log,
+		bucket: rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubefarm", Subsystem: "pxe_events", Name: "dropped_total",
+			Help: "Events on Machines not written because the replica's event budget (--event-qps, --event-burst) was spent, by reason.",
+		}, []string{"reason"}),
+		last: map[key]time.Time{}, unreported: map[string]int{}, reportedAt: cfg.Now()}
 }
+
+// Register registers kubefarm_pxe_events_dropped_total{reason} on reg.
+func (r *Recorder) Register(reg prometheus.Registerer) error { return reg.Register(r.dropped) }
 
 // Due reports whether an event for machine ("namespace/name"), reason and
 // subject would be recorded now. It does not allocate: hot paths call it
-// before building a message.
+// before building a message. An event due by its own throttle but refused
+// by the empty bucket is counted as dropped here.
 func (r *Recorder) Due(machine, reason, subject string) bool {
 	if r == nil {
 		return false
@@ -117,10 +175,24 @@ func (r *Recorder) Due(machine, reason, subject string) bool {
 	if _, _, ok := splitKey(machine); !ok {
 		return false
 	}
+	k := key{machine, reason, subject}
+	now := r.now()
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	t, ok := r.last[key{machine, reason, subject}]
-	return !ok || r.now().Sub(t) >= r.interval
+	t, ok := r.last[k]
+	throttled := ok && now.Sub(t) < r.interval
+	r.mu.Unlock()
+	if throttled {
+		return false
+	}
+	if r.bucket.TokensAt(now) >= 1 {
+		return true
+	}
+	// The bucket is empty: the event is dropped here, before any message
+	// is built, and counted once per interval like a recorded one.
+	if r.claim(k) {
+		r.drop(reason)
+	}
+	return false
 }
 
 // Normal records a Normal event if it is due.
@@ -139,6 +211,10 @@ func (r *Recorder) record(machine, eventType, reason, subject, message string) {
 	}
 	ns, name, ok := splitKey(machine)
 	if !ok || !r.claim(key{machine, reason, subject}) {
+		return
+	}
+	if !r.bucket.AllowN(r.now(), 1) {
+		r.drop(reason)
 		return
 	}
 	ref := &corev1.ObjectReference{
@@ -175,6 +251,34 @@ func (r *Recorder) claim(k key) bool {
 	}
 	r.last[k] = now
 	return true
+}
+
+// drop counts an Event the bucket refused, and logs the counts by reason
+// once DropReportInterval has passed since the last line.
+func (r *Recorder) drop(reason string) {
+	r.dropped.WithLabelValues(reason).Inc()
+	r.mu.Lock()
+	r.unreported[reason]++
+	if !r.logDue() {
+		r.mu.Unlock()
+		return
+	}
+	counts, since := r.unreported, r.reportedAt
+	r.unreported, r.reportedAt = map[string]int{}, r.now()
+	r.mu.Unlock()
+	kv := []any{"since", since.UTC().Format(time.RFC3339)}
+	total := 0
+	for _, reason := range slices.Sorted(maps.Keys(counts)) {
+		kv = append(kv, reason, counts[reason])
+		total += counts[reason]
+	}
+	r.log.Info("Events on Machines not written: this replica's event budget (--event-qps, --event-burst) was spent; counts by reason since the last line",
+		append([]any{"dropped", total}, kv...)...)
+}
+
+// logDue: a drop now would write the log line. Called with r.mu held.
+func (r *Recorder) logDue() bool {
+	return r.now().Sub(r.reportedAt) >= DropReportInterval && len(r.unreported) > 0
 }
 
 // splitKey splits "namespace/name".

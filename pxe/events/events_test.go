@@ -1,10 +1,15 @@
 package events
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -178,4 +183,71 @@ func itoa(i int) string {
 		b = append([]byte{byte('0' + i%10)}, b...)
 	}
 	return string(b)
+}
+
+// TestBucket: past the burst, Events of new machines (a storm makes every
+// machine new) are refused at the configured rate, counted by reason in
+// the metric, and logged at most every DropReportInterval with the counts;
+// Due refuses them before any message is built; the bucket refills.
+func TestBucket(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	f := record.NewFakeRecorder(1000)
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
+	r := New(f, Config{Interval: time.Minute, Now: c.now, Rate: 2, Burst: 3, Log: logger})
+	reg := prometheus.NewRegistry()
+	if err := r.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	dropped := func(reason string) int { return int(testutil.ToFloat64(r.dropped.WithLabelValues(reason))) }
+
+	// A storm: 10 machines offered at one instant, then acked.
+	for i := range 10 {
+		r.Normal(fmt.Sprintf("ns/m%d", i), ReasonOffered, "", "offered")
+	}
+	if got := len(drain(f)); got != 3 {
+		t.Errorf("%d Events written at once, want the burst, 3", got)
+	}
+	if got := dropped(ReasonOffered); got != 7 {
+		t.Errorf("dropped Offered %d, want 7", got)
+	}
+	if r.Due("ns/m20", ReasonAcked, "") {
+		t.Error("Due with an empty bucket: the caller would format a message for nothing")
+	}
+	if got := dropped(ReasonAcked); got != 1 {
+		t.Errorf("a refusal in Due was not counted: dropped Acked %d, want 1", got)
+	}
+	if r.Due("ns/m20", ReasonAcked, "") || dropped(ReasonAcked) != 1 {
+		t.Error("the same refused Event was counted twice within its interval")
+	}
+	if len(lines) != 0 {
+		t.Errorf("logged before DropReportInterval: %q", lines)
+	}
+
+	// One second refills two tokens.
+	c.add(time.Second)
+	for i := 30; i < 35; i++ {
+		r.Normal(fmt.Sprintf("ns/m%d", i), ReasonAcked, "", "acked")
+	}
+	if got := len(drain(f)); got != 2 {
+		t.Errorf("%d Events written a second later, want the rate, 2", got)
+	}
+
+	// Past DropReportInterval, the next refusal writes one line with the
+	// counts by reason since the start.
+	c.add(DropReportInterval)
+	for i := 40; i < 50; i++ {
+		r.Warning(fmt.Sprintf("ns/m%d", i), ReasonRefused, "", "refused")
+	}
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want one: %q", len(lines), lines)
+	}
+	for _, want := range []string{`"Offered"=7`, `"Acked"=4`, `"dropped"=`} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("log line %s lacks %s", lines[0], want)
+		}
+	}
+	if got := len(drain(f)); got != 3 {
+		t.Errorf("after 30 s the bucket holds its burst again: %d Events written, want 3", got)
+	}
 }
