@@ -283,7 +283,23 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		start("tftp", func() error { return tftpSrv.Serve(ctx, tftpConn) })
 	}
 	if dhcpSrv != nil {
-		start("dhcp", func() error { return dhcpSrv.Serve(ctx, dhcpConns...) })
+		start("dhcp", func() error {
+			// Not before the lease table holds every machine known at start:
+			// read earlier, a known machine's DISCOVER would be taken for an
+			// unknown MAC and ignored (or leased a dynamic address). The
+			// sockets are open already, so what arrives meanwhile waits in
+			// their receive buffers (bounded by the kernel, like any burst)
+			// and is answered once the table is whole.
+			select {
+			case <-ready:
+			case <-ctx.Done():
+				for _, c := range dhcpConns {
+					c.Close()
+				}
+				return nil
+			}
+			return dhcpSrv.Serve(ctx, dhcpConns...)
+		})
 	}
 	if imageCheck != nil {
 		start("bootimage check", func() error {
