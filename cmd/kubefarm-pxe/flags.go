@@ -11,9 +11,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
@@ -146,7 +148,7 @@ func (o *options) bootServer() (bootServer, error) {
 // cacheOptions are the informer cache's: --namespace for Machines and
 // NodePools, --pod-namespace for the token issuer credentials.
 func (o *options) cacheOptions(scheme *k8sruntime.Scheme) cache.Options {
-	copts := cache.Options{Scheme: scheme}
+	copts := cache.Options{Scheme: scheme, DefaultTransform: trimCached}
 	if o.namespace != "" {
 		copts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
 		// BootImages are cluster-scoped; DefaultNamespaces does not apply.
@@ -157,6 +159,24 @@ func (o *options) cacheOptions(scheme *k8sruntime.Scheme) cache.Options {
 		copts = jointoken.CacheOptions(o.podNamespace, copts)
 	}
 	return copts
+}
+
+// trimCached drops from every cached object what kubefarm-pxe never reads,
+// before it is stored: managed fields everywhere (an update from a cached
+// object without them leaves the server's as they are), and the annotations
+// of Machines and NodePools, the objects there are thousands of (an
+// ArgoCD or kubectl last-applied annotation is as large as the spec). No
+// Machine or NodePool is ever written back from the cache: their status
+// is patched.
+func trimCached(obj any) (any, error) {
+	if o, ok := obj.(metav1.Object); ok {
+		o.SetManagedFields(nil)
+		switch obj.(type) {
+		case *kubefarmv1.Machine, *kubefarmv1.NodePool:
+			o.SetAnnotations(nil)
+		}
+	}
+	return obj, nil
 }
 
 // storeConfig is the artifact cache's.

@@ -11,7 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 func newFlagSet(t *testing.T, o *options) *flag.FlagSet {
@@ -193,5 +196,42 @@ func TestEventBudgetMustBePositive(t *testing.T) {
 	sink, err := machineEvents(context.Background(), nil, nil, options{eventInterval: 0, eventQPS: 0}, prometheus.NewRegistry(), logr.Discard())
 	if err != nil || sink != nil {
 		t.Errorf("events off: sink %v, err %v; want none and no error", sink, err)
+	}
+}
+
+// TestCacheTrimsWhatIsNeverRead: the cache keeps no managed fields, and no
+// annotations of Machines and NodePools (thousands of them, never read,
+// never written back); other kinds keep their annotations, since a
+// DHCPLease is updated from what was read.
+func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
+	var o options
+	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform
+	if trim == nil {
+		t.Fatal("no transform: the cache keeps whole objects")
+	}
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: "x", Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "argocd-controller"}}}
+	}
+	for _, tc := range []struct {
+		obj             metav1.Object
+		keepAnnotations bool
+	}{
+		{&kubefarmv1.Machine{ObjectMeta: meta()}, false},
+		{&kubefarmv1.NodePool{ObjectMeta: meta()}, false},
+		{&kubefarmv1.DHCPLease{ObjectMeta: meta()}, true},
+		{&kubefarmv1.BootImage{ObjectMeta: meta()}, true},
+	} {
+		out, err := trim(tc.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := out.(metav1.Object)
+		if len(got.GetManagedFields()) != 0 {
+			t.Errorf("%T keeps its managed fields", tc.obj)
+		}
+		if (len(got.GetAnnotations()) > 0) != tc.keepAnnotations {
+			t.Errorf("%T annotations %v, keep=%v", tc.obj, got.GetAnnotations(), tc.keepAnnotations)
+		}
 	}
 }
