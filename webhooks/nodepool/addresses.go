@@ -103,8 +103,10 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 		return conflicts < maxReported
 	}
 	machines := field.NewPath("spec", "machines")
-	// Inside the pool: linear, with a map of what earlier machines used.
+	// Inside the pool: linear, with a map of what earlier machines used (in
+	// CEL this was quadratic, and the API server paid for it on every write).
 	macOwner := make(map[string]string)
+	ipOwner := make(map[string]string, len(pool.Spec.Machines))
 	for i, m := range pool.Spec.Machines {
 		for j, mac := range m.MACs {
 			if first, seen := macOwner[mac]; seen && first != m.Name {
@@ -113,6 +115,13 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 				}
 			}
 			macOwner[mac] = m.Name
+		}
+		if first, seen := ipOwner[m.IP]; seen {
+			if !report(machines.Index(i).Child("ip"), m.IP, fmt.Sprintf("machine %q of this pool", first)) {
+				return v.invalid(pool, errs, machines)
+			}
+		} else {
+			ipOwner[m.IP] = m.Name
 		}
 	}
 	// Across pools: one cache index lookup per address.

@@ -89,15 +89,28 @@ func TestAddressUsedByAnotherPool(t *testing.T) {
 	})
 }
 
-// TestDuplicateMACInsidePool is the pool-internal MAC check, which the CRD
-// leaves to the webhook (see MaxMachinesPerPool for why).
-func TestDuplicateMACInsidePool(t *testing.T) {
-	bad := pool(newNamespace(t), "twins", machine("t1", "02:41:00:00:00:01", "10.40.2.1"), machine("t2", "02:41:00:00:00:01", "10.40.2.2"))
+// TestDuplicateAddressInsidePool is the pool-internal MAC and IP check,
+// which the CRD leaves to the webhook (see MaxMachinesPerPool for why): the
+// error names the field and the machine that has the address first.
+func TestDuplicateAddressInsidePool(t *testing.T) {
+	ns := newNamespace(t)
+	bad := pool(ns, "twins", machine("t1", "02:41:00:00:00:01", "10.40.2.1"), machine("t2", "02:41:00:00:00:01", "10.40.2.2"))
 	err := env.Client.Create(context.Background(), bad)
 	if err == nil {
 		t.Fatal("two machines with one MAC were accepted")
 	}
 	mustMention(t, err, "spec.machines[1].macs[0]", `Invalid value: "02:41:00:00:00:01": already used by machine "t1" of this pool`)
+
+	bad = pool(ns, "ip-twins", machine("t1", "02:41:00:00:01:01", "10.40.2.1"), machine("t2", "02:41:00:00:01:02", "10.40.2.9"),
+		machine("t3", "02:41:00:00:01:03", "10.40.2.1"))
+	err = env.Client.Create(context.Background(), bad)
+	if err == nil {
+		t.Fatal("two machines with one IP were accepted")
+	}
+	mustMention(t, err, "spec.machines[2].ip", `Invalid value: "10.40.2.1": already used by machine "t1" of this pool`)
+	if strings.Contains(err.Error(), "spec.machines[0].ip") {
+		t.Errorf("the first machine with the IP is blamed too:\n%v", err)
+	}
 }
 
 // TestRejectionListIsBounded: a pool that clashes everywhere gets a bounded
