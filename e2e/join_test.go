@@ -172,7 +172,7 @@ func TestNodeJoin(t *testing.T) {
 				if vm.Name == hostname {
 					node = n
 				}
-				return nodeReady(n), nil
+				return cluster.NodeReady(n), nil
 			})
 			if err != nil {
 				t.Fatalf("node %s never became Ready: %v%s", vm.Name, err,
@@ -507,15 +507,6 @@ func machineStory(ctx context.Context, cs kubernetes.Interface, c client.Client,
 		}
 	}
 	return b.String()
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 func lastLine(s string) string {

@@ -227,7 +227,7 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 			}
 			unavailable := 0
 			for i := range nodes.Items {
-				if !nodeReady(&nodes.Items[i]) || nodes.Items[i].Spec.Unschedulable {
+				if !cluster.NodeReady(&nodes.Items[i]) || nodes.Items[i].Spec.Unschedulable {
 					unavailable++
 				}
 			}
@@ -295,8 +295,8 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 		if n.Status.NodeInfo.BootID == bootIDs[vm.Name] || n.Status.NodeInfo.BootID != m.Status.LastBoot.BootID {
 			t.Errorf("%s: the node reports boot %s (before %s), the Machine %s", vm.Name, n.Status.NodeInfo.BootID, bootIDs[vm.Name], m.Status.LastBoot.BootID)
 		}
-		if n.Spec.Unschedulable || !nodeReady(n) {
-			t.Errorf("%s: unschedulable=%v ready=%v after the rollout", vm.Name, n.Spec.Unschedulable, nodeReady(n))
+		if n.Spec.Unschedulable || !cluster.NodeReady(n) {
+			t.Errorf("%s: unschedulable=%v ready=%v after the rollout", vm.Name, n.Spec.Unschedulable, cluster.NodeReady(n))
 		}
 	}
 	if samples < 20 {

@@ -70,20 +70,11 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 		say("    done in %.0f s", time.Since(start).Seconds())
 		return nil
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	admin, err := c.adminClient()
 	if err != nil {
 		return res, err
 	}
-	sch, err := kubefarmScheme()
-	if err != nil {
-		return res, err
-	}
-	admin, err := client.New(cfg, client.Options{Scheme: sch})
-	if err != nil {
-		return res, err
-	}
-
-	vals, err := chartutil.ReadValuesFile(filepath.Join(o.Root, "examples", "kubefarm", "demo", "values.yaml"))
+	vals, err := demoValues(o.Root)
 	if err != nil {
 		return res, err
 	}
@@ -93,17 +84,8 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 		if err := admin.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		art, err := nodeimage.NewOCIArtifact(o.NodeImage)
+		img, err = pushBootImage(ctx, admin, o.NodeImage, "demo")
 		if err != nil {
-			return err
-		}
-		repo := RegistryAddr + "/kubefarm/node"
-		if _, err := art.Push(ctx, repo, "demo", []name.Option{name.Insecure}); err != nil {
-			return err
-		}
-		img = art.BootImage("node-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
-		img.Namespace = DemoNamespace
-		if err := admin.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 		say("    BootImage %s/%s", DemoNamespace, img.Name)
@@ -167,7 +149,7 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 		for _, m := range machines {
 			err := poll(ctx, "Node "+m.Name+" Ready", 20*time.Minute, func(ctx context.Context) (bool, error) {
 				n, err := tenant.CoreV1().Nodes().Get(ctx, m.Name, metav1.GetOptions{})
-				return err == nil && nodeReady(n), nil
+				return err == nil && NodeReady(n), nil
 			})
 			if err != nil {
 				return fmt.Errorf("%w; the console: %s", err, c.Console(m))
@@ -200,6 +182,45 @@ func poll(ctx context.Context, what string, timeout time.Duration, cond wait.Con
 	return nil
 }
 
+// adminClient is a client of the admin cluster that knows kubefarm's kinds.
+func (c *Cluster) adminClient() (client.Client, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	sch, err := kubefarmScheme()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: sch})
+}
+
+// demoValues is examples/kubefarm/demo/values.yaml of the repository root.
+func demoValues(root string) (map[string]any, error) {
+	return chartutil.ReadValuesFile(filepath.Join(root, "examples", "kubefarm", "demo", "values.yaml"))
+}
+
+// pushBootImage pushes the node image in dir to the local registry as one
+// OCI artifact tagged tag, and creates its BootImage (named by its rootfs
+// digest, so a second push of the same image finds it) in the demo's
+// namespace.
+func pushBootImage(ctx context.Context, admin client.Client, dir, tag string) (*kubefarmv1.BootImage, error) {
+	art, err := nodeimage.NewOCIArtifact(dir)
+	if err != nil {
+		return nil, err
+	}
+	repo := RegistryAddr + "/kubefarm/node"
+	if _, err := art.Push(ctx, repo, tag, []name.Option{name.Insecure}); err != nil {
+		return nil, err
+	}
+	img := art.BootImage("node-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
+	img.Namespace = DemoNamespace
+	if err := admin.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	return img, nil
+}
+
 func kubefarmScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := scheme.AddToScheme(s); err != nil {
@@ -228,7 +249,8 @@ func demoMachines(vals map[string]any) ([]FarmMachine, error) {
 	return out, nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady tells whether the Node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
@@ -399,15 +421,7 @@ func ExecIn(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, 
 // `helm upgrade --set bootImage=...`. It returns the new BootImage's name
 // without waiting for the rollout.
 func (c *Cluster) DemoUpdate(ctx context.Context, o DemoOptions) (string, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.AdminKubeconfig())
-	if err != nil {
-		return "", err
-	}
-	sch, err := kubefarmScheme()
-	if err != nil {
-		return "", err
-	}
-	admin, err := client.New(cfg, client.Options{Scheme: sch})
+	admin, err := c.adminClient()
 	if err != nil {
 		return "", err
 	}
@@ -416,20 +430,11 @@ func (c *Cluster) DemoUpdate(ctx context.Context, o DemoOptions) (string, error)
 	if err := VariantImage(o.NodeImage, variant); err != nil {
 		return "", err
 	}
-	art, err := nodeimage.NewOCIArtifact(variant)
+	img, err := pushBootImage(ctx, admin, variant, "demo-variant")
 	if err != nil {
 		return "", err
 	}
-	repo := RegistryAddr + "/kubefarm/node"
-	if _, err := art.Push(ctx, repo, "demo-variant", []name.Option{name.Insecure}); err != nil {
-		return "", err
-	}
-	img := art.BootImage("node-"+art.Manifest.Artifacts[nodeimage.Rootfs].SHA256[:12], repo)
-	img.Namespace = DemoNamespace
-	if err := admin.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
-		return "", err
-	}
-	vals, err := chartutil.ReadValuesFile(filepath.Join(o.Root, "examples", "kubefarm", "demo", "values.yaml"))
+	vals, err := demoValues(o.Root)
 	if err != nil {
 		return "", err
 	}
