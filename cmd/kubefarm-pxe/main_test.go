@@ -163,7 +163,7 @@ func TestBinary(t *testing.T) {
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
 	tftpAddr := fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
-	cmd := exec.Command(binary,
+	cmd, logBuf, exited := startPXE(t, binary,
 		"--kubeconfig", kubeconfig,
 		"--server-ip", "127.0.0.1",
 		"--interface", "lo",
@@ -174,33 +174,6 @@ func TestBinary(t *testing.T) {
 		// The test's namespace plays kubefarm-pxe's own.
 		"--pod-namespace", ns.Name,
 	)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	var logBuf lockedBuffer
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logBuf.write(sc.Text() + "\n")
-		}
-	}()
-	go func() {
-		<-logDone
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("kubefarm-pxe log:\n%s", logBuf.string())
-		}
-	})
 
 	get := func(url string) (int, []byte) {
 		resp, err := http.Get(url)
@@ -494,6 +467,43 @@ func TestBinary(t *testing.T) {
 	if !strings.Contains(logBuf.string(), `"msg":"stopped"`) {
 		t.Errorf("no clean stop in the log")
 	}
+}
+
+// startPXE runs the kubefarm-pxe binary with args, its log (JSON lines on
+// stderr) collected into logBuf; exited gets its exit once the log is
+// read to the end. It is killed when the test ends, and its log printed
+// if the test failed.
+func startPXE(t *testing.T, binary string, args ...string) (cmd *exec.Cmd, logBuf *lockedBuffer, exited <-chan error) {
+	t.Helper()
+	cmd = exec.Command(binary, args...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	logBuf = &lockedBuffer{}
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logBuf.write(sc.Text() + "\n")
+		}
+	}()
+	go func() {
+		<-logDone
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("kubefarm-pxe log:\n%s", logBuf.string())
+		}
+	})
+	return cmd, logBuf, done
 }
 
 // lockedBuffer collects the binary's log while the test reads it.

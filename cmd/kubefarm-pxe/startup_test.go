@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/pem"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -136,30 +134,9 @@ func TestNoAnswerLostAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
-	cmd := exec.Command(binary, "--kubeconfig", kubeconfig, "--server-ip", "127.0.0.1", "--interface", "lo",
+	_, logBuf, _ := startPXE(t, binary, "--kubeconfig", kubeconfig, "--server-ip", "127.0.0.1", "--interface", "lo",
 		"--http-addr", httpAddr, "--tftp-addr", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--cache-dir", t.TempDir(),
 		"--verify-images=false")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var logBuf lockedBuffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logBuf.write(sc.Text() + "\n")
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("kubefarm-pxe log:\n%s", logBuf.string())
-		}
-	})
 
 	// Its sockets are open once it says it is serving, and its cache is
 	// waiting for the Machines.
