@@ -259,7 +259,7 @@ func (r *Recorder) drop(reason string) {
 	r.dropped.WithLabelValues(reason).Inc()
 	r.mu.Lock()
 	r.unreported[reason]++
-	if !r.logDue() {
+	if r.now().Sub(r.reportedAt) < DropReportInterval {
 		r.mu.Unlock()
 		return
 	}
@@ -274,11 +274,6 @@ func (r *Recorder) drop(reason string) {
 	}
 	r.log.Info("Events on Machines not written: this replica's event budget (--event-qps, --event-burst) was spent; counts by reason since the last line",
 		append([]any{"dropped", total}, kv...)...)
-}
-
-// logDue: a drop now would write the log line. Called with r.mu held.
-func (r *Recorder) logDue() bool {
-	return r.now().Sub(r.reportedAt) >= DropReportInterval && len(r.unreported) > 0
 }
 
 // splitKey splits "namespace/name".
