@@ -162,21 +162,32 @@ func (o *options) cacheOptions(scheme *k8sruntime.Scheme) cache.Options {
 }
 
 // trimCached drops from every cached object what kubefarm-pxe never reads,
-// before it is stored: managed fields everywhere (an update from a cached
-// object without them leaves the server's as they are), and the annotations
-// of Machines and NodePools, the objects there are thousands of (an
-// ArgoCD or kubectl last-applied annotation is as large as the spec). No
-// Machine or NodePool is ever written back from the cache: their status
-// is patched.
+// before it is stored, because a farm has thousands of Machines and each
+// replica holds all of them: managed fields everywhere (an update from a
+// cached object without them leaves the server's as they are); the
+// annotations, labels, owner references and finalizers of Machines and
+// NodePools (an ArgoCD or kubectl last-applied annotation alone is as large
+// as the spec; nothing here selects by label or follows an owner); and a
+// NodePool's spec.machines, the entries the NodePool controller turns into
+// the Machines this server reads instead (250 per pool, copied whenever a
+// pool is read from the cache). No Machine or NodePool is ever written back
+// from the cache: their status is patched.
 func trimCached(obj any) (any, error) {
 	if o, ok := obj.(metav1.Object); ok {
 		o.SetManagedFields(nil)
-		switch obj.(type) {
-		case *kubefarmv1.Machine, *kubefarmv1.NodePool:
-			o.SetAnnotations(nil)
-		}
+	}
+	switch o := obj.(type) {
+	case *kubefarmv1.Machine:
+		trimMeta(&o.ObjectMeta)
+	case *kubefarmv1.NodePool:
+		trimMeta(&o.ObjectMeta)
+		o.Spec.Machines = nil
 	}
 	return obj, nil
+}
+
+func trimMeta(m *metav1.ObjectMeta) {
+	m.Annotations, m.Labels, m.OwnerReferences, m.Finalizers = nil, nil, nil, nil
 }
 
 // storeConfig is the artifact cache's.

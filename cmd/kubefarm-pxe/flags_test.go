@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
@@ -233,5 +234,48 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 		if (len(got.GetAnnotations()) > 0) != tc.keepAnnotations {
 			t.Errorf("%T annotations %v, keep=%v", tc.obj, got.GetAnnotations(), tc.keepAnnotations)
 		}
+	}
+}
+
+// TestTrimCached: Machines and NodePools lose in the cache what kubefarm-pxe
+// never reads (their number makes it matter); what it does read stays, and
+// other kinds keep their labels (the join token issuer matches Secrets'
+// labels).
+func TestTrimCached(t *testing.T) {
+	meta := func() metav1.ObjectMeta {
+		yes := true
+		return metav1.ObjectMeta{Namespace: "t1", Name: "x", UID: "u1", ResourceVersion: "7",
+			Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "NodePool", Name: "p", UID: "u0", Controller: &yes}},
+			Finalizers:      []string{"kubefarm.io/x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}
+	}
+	m := &kubefarmv1.Machine{ObjectMeta: meta(), Spec: kubefarmv1.MachineSpec{Pool: "p", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}
+	p := &kubefarmv1.NodePool{ObjectMeta: meta(), Spec: kubefarmv1.NodePoolSpec{Cluster: "c", BootImage: "i",
+		Network:  kubefarmv1.BootNetwork{Subnet: "10.0.0.0/24"},
+		Labels:   map[string]string{"node": "label"},
+		Machines: []kubefarmv1.MachineEntry{{Name: "m1", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}}}
+	s := &corev1.Secret{ObjectMeta: meta()}
+	for _, o := range []any{m, p, s} {
+		if _, err := trimCached(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, o := range []*metav1.ObjectMeta{&m.ObjectMeta, &p.ObjectMeta} {
+		if o.Labels != nil || o.Annotations != nil || o.OwnerReferences != nil || o.Finalizers != nil || o.ManagedFields != nil {
+			t.Errorf("%s: metadata not trimmed: %+v", o.Name, o)
+		}
+		// Read by Event recording (the UID) and kept by the informer.
+		if o.UID != "u1" || o.ResourceVersion != "7" || o.Namespace != "t1" || o.Name != "x" {
+			t.Errorf("trimmed what is read: %+v", o)
+		}
+	}
+	if p.Spec.Machines != nil {
+		t.Errorf("NodePool spec.machines kept: %v", p.Spec.Machines)
+	}
+	if p.Spec.Labels["node"] != "label" || p.Spec.Network.Subnet != "10.0.0.0/24" || m.Spec.IP != "10.0.0.1" || len(m.Spec.MACs) != 1 {
+		t.Errorf("trimmed a spec field kubefarm-pxe reads: pool %+v, machine %+v", p.Spec, m.Spec)
+	}
+	if s.Labels["a"] != "b" || s.ManagedFields != nil {
+		t.Errorf("Secret: labels must stay, managed fields go: %+v", s.ObjectMeta)
 	}
 }

@@ -256,9 +256,10 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		if !c.WaitForCacheSync(ctx) {
 			return errors.New("cache did not sync")
 		}
-		// Ready only once the lease table holds every machine known at
-		// start, not merely once the cache does.
-		if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced) {
+		// Ready only once the lease table and the boot scripts' address
+		// index hold every machine known at start, not merely once the
+		// cache does.
+		if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced, machines.HasSynced) {
 			return errors.New("lease table did not sync")
 		}
 		synced.Do(func() { close(ready) })

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,12 +30,6 @@ type Machines interface {
 	ByIP(ip string) (*kubefarmv1.Machine, bool)
 }
 
-// MACIndex is the cache field index of Machines by each of spec.macs.
-const MACIndex = "spec.macs"
-
-// IPIndex is the cache field index of Machines by spec.ip.
-const IPIndex = "spec.ip"
-
 // readTimeout bounds one cache read. Reads are in memory once the
 // informers have synced; the bound only matters before that, when the cache
 // would otherwise block a request until the first list completes.
@@ -48,75 +43,81 @@ const readTimeout = 5 * time.Second
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines;nodepools;bootimages,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 
-// CacheMachines implements Machines over a controller-runtime cache.
+// CacheMachines implements Machines over a controller-runtime cache, with
+// its own index of Machines by MAC and IP (addressIndex) instead of cache
+// field indexes: those keep a set per value, twice (per namespace and for
+// all), which for a farm's unique addresses cost more memory than the
+// Machines themselves.
 type CacheMachines struct {
-	cache cache.Cache
-	log   logr.Logger
+	cache   cache.Cache
+	log     logr.Logger
+	addrs   *addressIndex
+	handler toolscache.ResourceEventHandlerRegistration
 }
 
-// NewCacheMachines registers the MAC index on c. Call it before c.Start:
-// field indexes cannot be added to a running informer.
+// NewCacheMachines registers the informers it reads and the address index's
+// handler on c. Call it before c.Start, so that the first boot request
+// reads a synced cache instead of lazily starting a watch and blocking on
+// its first list.
 func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*CacheMachines, error) {
-	if err := c.IndexField(ctx, &kubefarmv1.Machine{}, MACIndex, func(o client.Object) []string {
-		m, ok := o.(*kubefarmv1.Machine)
-		if !ok {
-			return nil
-		}
-		// The API admits only the lower-case colon form, so the stored
-		// value is the key; NormalizeMAC makes the lookup side match.
-		return m.Spec.MACs
-	}); err != nil {
-		return nil, fmt.Errorf("indexing machines by MAC: %w", err)
-	}
-	if err := c.IndexField(ctx, &kubefarmv1.Machine{}, IPIndex, func(o client.Object) []string {
-		m, ok := o.(*kubefarmv1.Machine)
-		if !ok || m.Spec.IP == "" {
-			return nil
-		}
-		return []string{m.Spec.IP}
-	}); err != nil {
-		return nil, fmt.Errorf("indexing machines by IP: %w", err)
-	}
-	// Register every informer now, before the cache starts, so that the
-	// first boot request reads a synced cache instead of lazily starting a
-	// watch and blocking on its first list.
-	for _, o := range []client.Object{&kubefarmv1.Machine{}, &kubefarmv1.NodePool{}, &kubefarmv1.BootImage{}} {
+	for _, o := range []client.Object{&kubefarmv1.NodePool{}, &kubefarmv1.BootImage{}} {
 		if _, err := c.GetInformer(ctx, o, cache.BlockUntilSynced(false)); err != nil {
 			return nil, fmt.Errorf("informer for %T: %w", o, err)
 		}
 	}
-	return &CacheMachines{cache: c, log: log}, nil
+	mi, err := c.GetInformer(ctx, &kubefarmv1.Machine{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("machine informer: %w", err)
+	}
+	cm := &CacheMachines{cache: c, log: log, addrs: newAddressIndex()}
+	machineOf := func(obj any) *kubefarmv1.Machine {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		m, _ := obj.(*kubefarmv1.Machine)
+		return m
+	}
+	cm.handler, err = mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { cm.addrs.add(machineOf(obj)) },
+		UpdateFunc: func(old, obj any) {
+			cm.addrs.remove(machineOf(old))
+			cm.addrs.add(machineOf(obj))
+		},
+		DeleteFunc: func(obj any) { cm.addrs.remove(machineOf(obj)) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("indexing machines by address: %w", err)
+	}
+	return cm, nil
 }
 
-// ByMAC is a lookup in the index, O(1) in the number of machines. Two
-// machines claiming one MAC (which admission should prevent) is treated as
-// unknown: booting either could hand a node the wrong identity.
+// HasSynced says whether every Machine of the informer's initial list is in
+// the address index.
+func (c *CacheMachines) HasSynced() bool { return c.handler.HasSynced() }
+
+// ByMAC is a lookup in the address index, O(1) in the number of machines.
+// Two machines claiming one MAC (which admission should prevent) is
+// treated as unknown: booting either could hand a node the wrong identity.
 func (c *CacheMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
-	return c.unique(MACIndex, mac)
+	return c.unique("mac", mac, c.addrs.ownersOfMAC(mac))
 }
 
-// ByIP is a lookup in the IP index. Pools in different namespaces may
+// ByIP is a lookup in the address index. Pools in different namespaces may
 // reuse an address on separate networks; an address that is not unique
 // names no machine.
 func (c *CacheMachines) ByIP(ip string) (*kubefarmv1.Machine, bool) {
-	return c.unique(IPIndex, ip)
+	return c.unique("ip", ip, c.addrs.ownersOfIP(ip))
 }
 
-func (c *CacheMachines) unique(index, value string) (*kubefarmv1.Machine, bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
-	var l kubefarmv1.MachineList
-	if err := c.cache.List(ctx, &l, client.MatchingFields{index: value}); err != nil {
-		c.log.Error(err, "listing machines", "index", index, "value", value)
-		return nil, false
-	}
-	switch len(l.Items) {
+func (c *CacheMachines) unique(kind, addr string, owners []types.NamespacedName) (*kubefarmv1.Machine, bool) {
+	switch len(owners) {
 	case 1:
-		return &l.Items[0], true
+		var m kubefarmv1.Machine
+		return &m, c.get(owners[0], &m)
 	case 0:
 		return nil, false
 	default:
-		c.log.Info("several machines claim one address; not serving it as any of them", "index", index, "value", value, "machines", len(l.Items))
+		c.log.Info("several machines claim one address; not serving it as any of them", kind, addr, "machines", len(owners))
 		return nil, false
 	}
 }

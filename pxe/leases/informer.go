@@ -130,7 +130,9 @@ func objectKey(obj any) (types.NamespacedName, bool) {
 
 func (s *Syncer) resyncPool(ctx context.Context, pool types.NamespacedName) {
 	var machines kubefarmv1.MachineList
-	if err := s.cache.List(ctx, &machines, client.InNamespace(pool.Namespace), client.MatchingFields{PoolIndex: pool.Name}); err != nil {
+	// Only the keys are read: no deep copy of the pool's machines.
+	if err := s.cache.List(ctx, &machines, client.InNamespace(pool.Namespace), client.MatchingFields{PoolIndex: pool.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		s.errors.Add(1)
 		s.log.Error(err, "listing the machines of a pool", "pool", pool)
 		return
