@@ -302,7 +302,7 @@ DHCP_BENCH_RATES ?= 1000,5000,10000,20000,30000
 DHCP_BENCH_MACHINES ?= 20000
 
 .PHONY: bench
-bench: ## Benchmarks: Go micro-benchmarks, the rollout of 50 fake machines, then the perfdhcp ladder against kubefarm-pxe and dnsmasq (root).
+bench: envtest-tools ## Benchmarks: Go micro-benchmarks, the rollout of 50 fake machines, then the perfdhcp ladder against the kubefarm-pxe binary (20,000 Machines in a real API server, Events on) and dnsmasq (root).
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(APT_PACKAGES) $(BENCH_APT_PACKAGES)"
 	@mkdir -p $(BUILD)
 	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log

@@ -1,18 +1,39 @@
 // Command dhcp is the DHCP benchmark of `make bench`: a perfdhcp rate ladder
-// against kubefarm-pxe's DHCP server and against dnsmasq, both serving the
-// same static machines, in one run, in two network namespaces joined by a
-// veth pair. perfdhcp acts as a relay (giaddr set), so both servers answer
-// by unicast and neither needs broadcast handling on the test link.
+// against kubefarm-pxe and against dnsmasq, both serving the same static
+// machines, in one run.
+//
+// kubefarm-pxe runs the way an operator runs it: the real binary
+// (cmd/kubefarm-pxe, built by the bench) with the chart's default flags,
+// Events on, reading its machines from a real kube-apiserver and etcd
+// (internal/testenv) as the identity of its generated RBAC
+// (config/rbac-pxe) and nothing more. The API holds -machines Machines, as
+// the NodePool controller writes them, in NodePools of -per-pool machines,
+// one per tenant namespace. dnsmasq, the peer, reads the same machines
+// from a dhcp-hostsfile. With -in-process the bench runs pxe/dhcp in a
+// child process with its lease table filled in memory instead (no API
+// server, cache or Events: the DHCP path alone, for CPU profiles).
+//
+// The server under test listens on kfb0 in the host's network namespace
+// (where it reaches the API server); perfdhcp runs in namespace kfb-cli at
+// the other end of a veth pair and acts as a relay (giaddr set), so both
+// servers answer by unicast and neither needs broadcast handling on the
+// test link.
 //
 // It prints, per server and offered rate: the rate perfdhcp actually sent
 // (on 2 cores it falls short of the asked rate from about 10,000/s), the
 // completed DORA exchanges per second and their share of those sent, OFFER
 // latency percentiles (from perfdhcp's per-exchange timers), the CPU the
-// server and perfdhcp used and the UDP socket drops in each namespace, then
-// the ratio of kubefarm-pxe to dnsmasq. By default perfdhcp runs
-// single-threaded on CPU 1 and the server on CPU 0 (taskset), the same for
-// both servers, so that the load generator does not take the server's core. It needs root, perfdhcp (kea-admin) and
-// dnsmasq; it creates and removes namespaces kfb-srv and kfb-cli.
+// server and perfdhcp used, the server's CPU per completed exchange, and
+// the UDP socket drops on each side; for kubefarm-pxe also the CPU
+// kube-apiserver and etcd used, the Events it wrote and the ones its
+// per-replica bound dropped. Memory: each server's resident set once it
+// serves every machine and its peak (VmHWM) at the end. Then the ratio of
+// kubefarm-pxe to dnsmasq. By default the server runs on CPU 0 and
+// perfdhcp, kube-apiserver and etcd on CPU 1 (taskset), so that neither the
+// load generator nor the API server is counted as, or takes, the server's
+// core. It needs root, perfdhcp (kea-admin), dnsmasq and the envtest
+// binaries (make envtest-tools); it creates and removes namespace kfb-cli
+// and link kfb0.
 package main
 
 import (
@@ -36,14 +57,14 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
-	"github.com/kubefarm/kubefarm/internal/procstat"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
 
 const (
-	srvNS, cliNS   = "kfb-srv", "kfb-cli"
+	// The server's side is the host's namespace ("").
+	srvNS, cliNS   = "", "kfb-cli"
 	srvIf, cliIf   = "kfb0", "kfb1"
 	srvIP, cliIP   = "10.77.0.1", "10.77.0.2"
 	subnetBits     = 16
@@ -58,23 +79,34 @@ func main() {
 		}
 		return
 	}
-	machines := flag.Int("machines", 20000, "static machines both servers know")
-	rates := flag.String("rates", "1000,5000,10000,20000,30000", "offered DORA exchanges per second, in order")
-	period := flag.Int("period", 10, "seconds per rate")
-	out := flag.String("out", "_build/bench-dhcp", "folder for lists, configs and raw perfdhcp output")
+	var o options
+	flag.IntVar(&o.machines, "machines", 20000, "static machines both servers know")
+	flag.IntVar(&o.perPool, "per-pool", 250, "machines per NodePool (one pool per tenant namespace); 250 is the most a pool holds")
+	flag.StringVar(&o.rates, "rates", "1000,5000,10000,20000,30000", "offered DORA exchanges per second, in order")
+	flag.IntVar(&o.period, "period", 10, "seconds per rate")
+	flag.StringVar(&o.out, "out", "_build/bench-dhcp", "folder for lists, configs, logs and raw perfdhcp output")
 	flag.StringVar(&perfdhcpThreads, "perfdhcp-threads", perfdhcpThreads,
 		"perfdhcp -g: single, or multi (a receiver thread, which on 2 cores competes with the server under test)")
-	pin := flag.Bool("pin", true, "pin the server under test to CPU 0 and perfdhcp to CPU 1 (taskset)")
-	only := flag.String("only", "", "run only this server (kubefarm-pxe or dnsmasq), for profiling; the ratio needs both")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of kubefarm-pxe's server over all its rates here")
+	pin := flag.Bool("pin", true, "pin the server under test to CPU 0, and perfdhcp, kube-apiserver and etcd to CPU 1 (taskset)")
+	flag.StringVar(&o.only, "only", "", "run only this server (kubefarm-pxe or dnsmasq), for profiling; the ratio needs both")
+	flag.BoolVar(&o.inProcess, "in-process", false,
+		"run pxe/dhcp in a child process with its lease table in memory instead of the kubefarm-pxe binary with an API server (no cache, no Events)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "with -in-process: write a CPU profile of the DHCP server over all its rates here")
 	flag.Parse()
 	if !*pin {
 		serverCPU, clientCPU = -1, -1
 	}
-	if err := run(*machines, *rates, *period, *out, *only, *cpuProfile); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "dhcp bench:", err)
 		os.Exit(1)
 	}
+}
+
+type options struct {
+	machines, perPool, period int
+	rates, out, only          string
+	inProcess                 bool
+	cpuProfile                string
 }
 
 // result is one perfdhcp run.
@@ -93,27 +125,41 @@ type result struct {
 	// CPU used during the run, in cores (1.0 = one core busy): the server
 	// and perfdhcp share the machine's cores, so the split matters.
 	serverCPU, clientCPU float64
+	// kubefarm-pxe with an API server: the CPU kube-apiserver and etcd
+	// used (cores), the Event writes it made (the growth of the sum of the
+	// Events' counts: a create is one, each patch of a repeated Event one
+	// more) and the Events its bound dropped (its metric).
+	apiCPU                      float64
+	eventObjects, eventsDropped int
 }
 
-func run(machines int, rateList string, period int, out, only, cpuProfile string) error {
-	for _, bin := range []string{"perfdhcp", "dnsmasq", "ip"} {
+// memory is a server's resident set: once it serves every machine, and its
+// peak (VmHWM) at the end of its ladder.
+type memory struct{ serving, peak int64 }
+
+func run(o options) error {
+	for _, bin := range []string{"perfdhcp", "dnsmasq", "ip", "taskset"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return fmt.Errorf("%s is not installed (make bench installs kea-admin and dnsmasq-base): %w", bin, err)
 		}
 	}
 	var rates []int
-	for _, r := range strings.Split(rateList, ",") {
+	for _, r := range strings.Split(o.rates, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(r))
 		if err != nil || n <= 0 {
 			return fmt.Errorf("bad rate %q", r)
 		}
 		rates = append(rates, n)
 	}
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
 	macFile, hostsFile := filepath.Join(out, "macs.txt"), filepath.Join(out, "dnsmasq-hosts.txt")
-	if err := writeMachineLists(machines, macFile, hostsFile); err != nil {
+	if err := writeMachineLists(o.machines, macFile, hostsFile); err != nil {
 		return err
 	}
 	teardown := setupNetwork()
@@ -121,77 +167,104 @@ func run(machines int, rateList string, period int, out, only, cpuProfile string
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	servers := []struct {
-		name string
-		argv []string
-	}{
-		{"kubefarm-pxe", []string{self, "serve", "-machines", strconv.Itoa(machines), "-cpuprofile", cpuProfile}},
-		{"dnsmasq", []string{"dnsmasq", "--no-daemon", "--port=0", "--conf-file=/dev/null", "--leasefile-ro",
-			"--dhcp-range=10.77.0.0,static,255.255.0.0,1h", "--dhcp-hostsfile=" + hostsFile, "--dhcp-authoritative",
-			"--interface=" + srvIf, "--bind-interfaces", "--log-facility=/dev/null", "--pid-file=" + filepath.Join(out, "dnsmasq.pid")}},
-	}
 	var results []result
-	for _, s := range servers {
-		if only != "" && s.name != only {
+	mem := map[string]memory{}
+	for _, name := range []string{"kubefarm-pxe", "dnsmasq"} {
+		if o.only != "" && name != o.only {
 			continue
 		}
-		fmt.Printf("== %s, %d static machines\n", s.name, machines)
-		restore := func() {}
-		if s.name == "kubefarm-pxe" {
-			// Only for the fast server: see raiseSocketBuffers. dnsmasq runs
-			// under the machine's defaults, as in the reference figures.
-			restore = raiseSocketBuffers()
-		}
-		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", srvNS}, pinned(serverCPU, s.argv)...)...)
-		logPath := filepath.Join(out, s.name+".log")
-		logFile, err := os.Create(logPath)
+		s, err := startServer(ctx, name, o, out, hostsFile)
 		if err != nil {
+			if s != nil {
+				s.stop()
+			}
 			return err
 		}
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			return err
+		t0 := time.Now()
+		if err := waitServing(ctx, macFile, 3*time.Minute); err != nil {
+			s.stop()
+			return fmt.Errorf("%s never answered (log %s): %w", name, s.logPath, err)
 		}
-		stopServer := func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			logFile.Close()
-			restore()
+		// Every machine is in the table once the server answers the last
+		// one: the informers deliver in no particular order, so ask for it
+		// too before reading the memory of a whole table.
+		if err := waitServing(ctx, lastMACFile(out, o.machines), 3*time.Minute); err != nil {
+			s.stop()
+			return fmt.Errorf("%s never answered the last machine (log %s): %w", name, s.logPath, err)
 		}
-		if err := waitServing(ctx, macFile); err != nil {
-			stopServer()
-			return fmt.Errorf("%s never answered (log %s): %w", s.name, logPath, err)
-		}
+		m := memory{serving: procRSS(s.pid(), "VmRSS")}
+		fmt.Printf("== %s, %d static machines: serving all after %.1f s, resident %.1f MiB\n", name, o.machines, time.Since(t0).Seconds(), mib(m.serving))
 		for _, rate := range rates {
-			before := procstat.TreeCPU(cmd.Process.Pid)
-			sd0, cd0 := rcvbufErrors(srvNS), rcvbufErrors(cliNS)
-			r, err := perfdhcp(ctx, s.name, rate, period, macFile, out)
-			r.serverDrops, r.clientDrops = rcvbufErrors(srvNS)-sd0, rcvbufErrors(cliNS)-cd0
+			r, err := s.measure(ctx, rate, o.period, macFile, out)
 			if err != nil {
-				stopServer()
+				s.stop()
 				return err
 			}
-			r.serverCPU = (procstat.TreeCPU(cmd.Process.Pid) - before).Seconds() / float64(period)
 			results = append(results, r)
-			fmt.Printf("  offered %6d/s (perfdhcp sent %6.0f/s): completed %8.0f DORA/s (%5.1f%% of those sent), OFFER latency p50 %.2f ms p99 %.2f ms max %.2f ms; CPU server %.2f perfdhcp %.2f cores; socket drops server %d perfdhcp %d\n",
-				r.rate, r.sentPerSecond, r.perSecond, 100*r.share, r.p50, r.p99, r.max, r.serverCPU, r.clientCPU, r.serverDrops, r.clientDrops)
+			fmt.Printf("  offered %6d/s (perfdhcp sent %6.0f/s): completed %8.0f DORA/s (%5.1f%% of those sent), OFFER latency p50 %.2f ms p99 %.2f ms max %.2f ms; "+
+				"CPU server %.2f cores = %.0f µs/DORA, perfdhcp %.2f; socket drops server %d perfdhcp %d",
+				r.rate, r.sentPerSecond, r.perSecond, 100*r.share, r.p50, r.p99, r.max, r.serverCPU, perDORA(r), r.clientCPU, r.serverDrops, r.clientDrops)
+			if s.farm != nil {
+				fmt.Printf("; API server and etcd %.2f cores; Event writes %d, dropped %d", r.apiCPU, r.eventObjects, r.eventsDropped)
+			}
+			fmt.Println()
 		}
-		stopServer()
+		m.peak = procRSS(s.pid(), "VmHWM")
+		mem[name] = m
+		fmt.Printf("  %s resident: %.1f MiB serving, peak %.1f MiB\n", name, mib(m.serving), mib(m.peak))
+		s.stop()
 	}
-	fmt.Println("== kubefarm-pxe / dnsmasq, completed leases per second")
+	if o.only != "" {
+		return nil
+	}
+	fmt.Println("== kubefarm-pxe / dnsmasq: completed leases per second, server CPU per DORA")
 	for _, rate := range rates {
 		k, d := find(results, "kubefarm-pxe", rate), find(results, "dnsmasq", rate)
-		ratio := "inf"
-		if d.perSecond > 0 {
-			ratio = fmt.Sprintf("%.1fx", k.perSecond/d.perSecond)
-		}
-		fmt.Printf("  offered %6d/s: %8.0f vs %8.0f = %s\n", rate, k.perSecond, d.perSecond, ratio)
+		fmt.Printf("  offered %6d/s: %8.0f vs %8.0f = %s; %4.0f vs %4.0f µs/DORA\n", rate, k.perSecond, d.perSecond, ratio(k.perSecond, d.perSecond), perDORA(k), perDORA(d))
 	}
+	fmt.Printf("  resident with %d machines: %.1f vs %.1f MiB serving, peak %.1f vs %.1f MiB\n", o.machines,
+		mib(mem["kubefarm-pxe"].serving), mib(mem["dnsmasq"].serving), mib(mem["kubefarm-pxe"].peak), mib(mem["dnsmasq"].peak))
 	return nil
+}
+
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "inf"
+	}
+	return fmt.Sprintf("%.1fx", a/b)
+}
+
+// perDORA is the server's CPU per completed exchange, µs.
+func perDORA(r result) float64 {
+	if r.perSecond == 0 {
+		return 0
+	}
+	return r.serverCPU / r.perSecond * 1e6
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// procRSS reads a size field (VmRSS, VmHWM) of /proc/<pid>/status, bytes.
+func procRSS(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// lastMACFile writes a list of the last machine alone, for waitServing.
+func lastMACFile(out string, machines int) string {
+	mac, _ := machine(machines - 1)
+	p := filepath.Join(out, "last-mac.txt")
+	_ = os.WriteFile(p, []byte(mac+"\n"), 0o644)
+	return p
 }
 
 func find(rs []result, server string, rate int) result {
@@ -232,21 +305,22 @@ func sh(args ...string) error {
 	return nil
 }
 
-// setupNetwork creates the two namespaces and the veth pair; the returned
-// function removes them (also after a failure halfway).
+// setupNetwork creates namespace kfb-cli and the veth pair, kfb0 on the
+// host with the server's address, kfb1 in kfb-cli with perfdhcp's; the
+// returned function removes them (also after a failure halfway).
 func setupNetwork() func() {
 	teardown := func() {
-		_ = exec.Command("ip", "netns", "del", srvNS).Run()
+		_ = exec.Command("ip", "link", "del", srvIf).Run()
 		_ = exec.Command("ip", "netns", "del", cliNS).Run()
 	}
 	teardown()
 	steps := [][]string{
-		{"ip", "netns", "add", srvNS}, {"ip", "netns", "add", cliNS},
-		{"ip", "link", "add", srvIf, "netns", srvNS, "type", "veth", "peer", "name", cliIf, "netns", cliNS},
-		{"ip", "-n", srvNS, "addr", "add", fmt.Sprintf("%s/%d", srvIP, subnetBits), "dev", srvIf},
+		{"ip", "netns", "add", cliNS},
+		{"ip", "link", "add", srvIf, "type", "veth", "peer", "name", cliIf, "netns", cliNS},
+		{"ip", "addr", "add", fmt.Sprintf("%s/%d", srvIP, subnetBits), "dev", srvIf},
 		{"ip", "-n", cliNS, "addr", "add", fmt.Sprintf("%s/%d", cliIP, subnetBits), "dev", cliIf},
-		{"ip", "-n", srvNS, "link", "set", srvIf, "up"}, {"ip", "-n", cliNS, "link", "set", cliIf, "up"},
-		{"ip", "-n", srvNS, "link", "set", "lo", "up"}, {"ip", "-n", cliNS, "link", "set", "lo", "up"},
+		{"ip", "link", "set", srvIf, "up"}, {"ip", "-n", cliNS, "link", "set", cliIf, "up"},
+		{"ip", "-n", cliNS, "link", "set", "lo", "up"},
 	}
 	for _, s := range steps {
 		if err := sh(s...); err != nil {
@@ -259,8 +333,8 @@ func setupNetwork() func() {
 }
 
 // waitServing runs single exchanges until one completes.
-func waitServing(ctx context.Context, macFile string) error {
-	deadline := time.Now().Add(30 * time.Second)
+func waitServing(ctx context.Context, macFile string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		// A one-second run at a low rate: perfdhcp -n 1 may exit before
 		// the reply arrives, which reads as "not serving".
@@ -273,7 +347,7 @@ func waitServing(ctx context.Context, macFile string) error {
 			return ctx.Err()
 		}
 	}
-	return errors.New("no exchange completed in 30s")
+	return fmt.Errorf("no exchange completed in %s", timeout)
 }
 
 var (
@@ -441,9 +515,14 @@ func raiseSocketBuffers() func() {
 }
 
 // rcvbufErrors is the UDP RcvbufErrors counter of a network namespace
-// (/proc/net/snmp): datagrams dropped because a socket's buffer was full.
+// ("": the host's) from /proc/net/snmp: datagrams dropped because a
+// socket's buffer was full.
 func rcvbufErrors(ns string) int {
-	b, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/snmp").Output()
+	read := exec.Command("cat", "/proc/net/snmp")
+	if ns != "" {
+		read = exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/snmp")
+	}
+	b, err := read.Output()
 	if err != nil {
 		return 0
 	}
