@@ -91,6 +91,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only this server (kubefarm-pxe or dnsmasq), for profiling; the ratio needs both")
 	flag.BoolVar(&o.inProcess, "in-process", false,
 		"run pxe/dhcp in a child process with its lease table in memory instead of the kubefarm-pxe binary with an API server (no cache, no Events)")
+	flag.StringVar(&o.serverEnv, "server-env", "", "comma-separated VAR=value added to the environment of the server under test only (e.g. GOGC=50), for experiments")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "with -in-process: write a CPU profile of the DHCP server over all its rates here")
 	flag.Parse()
 	if !*pin {
@@ -106,7 +107,7 @@ type options struct {
 	machines, perPool, period int
 	rates, out, only          string
 	inProcess                 bool
-	cpuProfile                string
+	cpuProfile, serverEnv     string
 }
 
 // result is one perfdhcp run.
@@ -193,7 +194,8 @@ func run(o options) error {
 			return fmt.Errorf("%s never answered the last machine (log %s): %w", name, s.logPath, err)
 		}
 		m := memory{serving: procRSS(s.pid(), "VmRSS")}
-		fmt.Printf("== %s, %d static machines: serving all after %.1f s, resident %.1f MiB\n", name, o.machines, time.Since(t0).Seconds(), mib(m.serving))
+		fmt.Printf("== %s, %d static machines: serving all after %.1f s, resident %.1f MiB (anonymous %.1f, file %.1f)\n", name, o.machines,
+			time.Since(t0).Seconds(), mib(m.serving), mib(procRSS(s.pid(), "RssAnon")), mib(procRSS(s.pid(), "RssFile")))
 		for _, rate := range rates {
 			r, err := s.measure(ctx, rate, o.period, macFile, out)
 			if err != nil {

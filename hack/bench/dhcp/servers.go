@@ -79,6 +79,9 @@ func startServer(ctx context.Context, name string, o options, out, hostsFile str
 		return s, err
 	}
 	s.cmd.Stdout, s.cmd.Stderr = s.logFile, s.logFile
+	if o.serverEnv != "" {
+		s.cmd.Env = append(os.Environ(), strings.Split(o.serverEnv, ",")...)
+	}
 	if err := s.cmd.Start(); err != nil {
 		return s, err
 	}
