@@ -23,42 +23,38 @@ func newAddressIndex() *addressIndex {
 	return &addressIndex{byMAC: map[string][]types.NamespacedName{}, byIP: map[string][]types.NamespacedName{}}
 }
 
-// each calls f with the map and key of each of m's addresses: its MACs (the
-// API admits only the lower-case colon form, so the stored value is the
-// key; NormalizeMAC makes the lookup side match) and its IP.
-func (x *addressIndex) each(m *kubefarmv1.Machine, f func(index map[string][]types.NamespacedName, addr string)) {
-	for _, mac := range m.Spec.MACs {
-		f(x.byMAC, mac)
-	}
-	if m.Spec.IP != "" {
-		f(x.byIP, m.Spec.IP)
-	}
-}
-
-// add indexes m under each of its addresses (nil m: nothing).
-func (x *addressIndex) add(m *kubefarmv1.Machine) {
+// update calls f, under the lock, with the map and key of each of m's
+// addresses and m's name; a nil m (a tombstone without its object) is
+// nothing to do. The addresses are its MACs (the API admits only the
+// lower-case colon form, so the stored value is the key; NormalizeMAC makes
+// the lookup side match) and its IP.
+func (x *addressIndex) update(m *kubefarmv1.Machine, f func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName)) {
 	if m == nil {
 		return
 	}
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.each(m, func(index map[string][]types.NamespacedName, addr string) {
+	for _, mac := range m.Spec.MACs {
+		f(x.byMAC, mac, key)
+	}
+	if m.Spec.IP != "" {
+		f(x.byIP, m.Spec.IP, key)
+	}
+}
+
+// add indexes m under each of its addresses.
+func (x *addressIndex) add(m *kubefarmv1.Machine) {
+	x.update(m, func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName) {
 		if owners := index[addr]; !slices.Contains(owners, key) {
 			index[addr] = append(owners, key)
 		}
 	})
 }
 
-// remove forgets m under each of the addresses it had (nil m: nothing).
+// remove forgets m under each of the addresses it had.
 func (x *addressIndex) remove(m *kubefarmv1.Machine) {
-	if m == nil {
-		return
-	}
-	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.each(m, func(index map[string][]types.NamespacedName, addr string) {
+	x.update(m, func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName) {
 		owners := slices.DeleteFunc(index[addr], func(k types.NamespacedName) bool { return k == key })
 		if len(owners) == 0 {
 			delete(index, addr)

@@ -212,7 +212,7 @@ func createMachines(ctx context.Context, c client.Client, machines, perPool int)
 					return
 				}
 				if err := c.Create(ctx, all[i]); err != nil {
-					errs <- fmt.Errorf("Machine %s/%s: %w", all[i].Namespace, all[i].Name, err)
+					errs <- fmt.Errorf("creating machine %s/%s: %w", all[i].Namespace, all[i].Name, err)
 					return
 				}
 			}
