@@ -995,6 +995,7 @@ pxe:
   httpPort: 80
   dhcp: {interface: eth1, mode: proxy, workers: 8, queue: 256}
   tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32}
+  events: {interval: 30s, qps: 0.5, burst: 20}
   ipxe: {dir: /opt/ipxe, uefiBinary: snponly.efi, hostPath: /usr/lib/ipxe}
   cache: {type: emptyDir, sizeLimit: 30Gi}
   artifacts: {maxSize: 8589934592, wait: 90s, insecureRegistry: true, verify: false}
@@ -1087,6 +1088,9 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--tftp-timeout=3s",
 		"--tftp-retries=7",
 		"--tftp-max-transfers=32",
+		"--event-interval=30s",
+		"--event-qps=0.5",
+		"--event-burst=20",
 		"--interface=eth1",
 		"--proxy-dhcp=true",
 		"--workers=8",
@@ -1194,6 +1198,7 @@ func TestPXEDefaults(t *testing.T) {
 		"--server-ip=$(HOST_IP)", "--http-addr=:8080", "--http-port=0", "--tftp-addr=:69", "--interface=",
 		"--proxy-dhcp=false", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
 		"--max-artifact-size=4294967296", "--join-token-ttl=15m", "--namespace=",
+		"--event-interval=1m", "--event-qps=5", "--event-burst=50",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("default args %q lack %q", c.Args, want)
@@ -1311,6 +1316,9 @@ func TestPXEValuesRejected(t *testing.T) {
 		{"cache type", "pxe: {enabled: true, cache: {type: pvc}}", "type"},
 		{"duration", "pxe: {enabled: true, joinTokenTTL: 1 day}", "joinTokenTTL"},
 		{"unknown key", "pxe: {enabled: true, hostNetwork: false}", "hostNetwork"},
+		{"event qps", "pxe: {enabled: true, events: {qps: 0}}", "qps"},
+		{"event burst", "pxe: {enabled: true, events: {burst: 0}}", "burst"},
+		{"event interval", "pxe: {enabled: true, events: {interval: 0}}", "interval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tryRender(t, values(t, tc.values))
@@ -1319,7 +1327,7 @@ func TestPXEValuesRejected(t *testing.T) {
 			}
 		})
 	}
-	for _, flag := range []string{"server-ip", "pod-namespace", "interface", "dhcp-listen", "proxy-dhcp", "cache-dir"} {
+	for _, flag := range []string{"server-ip", "pod-namespace", "interface", "dhcp-listen", "proxy-dhcp", "cache-dir", "event-qps"} {
 		_, err := tryRender(t, values(t, "pxe: {enabled: true, extraArgs: {"+flag+": x}}"))
 		if err == nil || !strings.Contains(err.Error(), "pxe.extraArgs."+flag) {
 			t.Errorf("pxe.extraArgs.%s: error %v, want one naming it", flag, err)
