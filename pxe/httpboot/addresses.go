@@ -12,23 +12,80 @@ import (
 // addressIndex maps each boot MAC and static IP of the cached Machines to
 // the Machines that claim it: normally one, more only while an edit passes
 // through a conflict the admission webhook would refuse. Its keys and names
-// are the cached objects' own strings, so an entry costs a map slot and one
-// small slice. Safe for concurrent use.
+// are the cached objects' own strings, and an address with one owner (all
+// of them, but for conflicts) costs one map slot and no allocation of its
+// own: a farm has tens of thousands. Safe for concurrent use.
 type addressIndex struct {
 	mu          sync.RWMutex
-	byMAC, byIP map[string][]types.NamespacedName
+	byMAC, byIP owners
+}
+
+// owners are the Machines of each address, in two maps: one for the
+// addresses with a single owner, one for the rest.
+type owners struct {
+	one  map[string]types.NamespacedName
+	many map[string][]types.NamespacedName
+}
+
+func newOwners() owners {
+	return owners{one: map[string]types.NamespacedName{}, many: map[string][]types.NamespacedName{}}
 }
 
 func newAddressIndex() *addressIndex {
-	return &addressIndex{byMAC: map[string][]types.NamespacedName{}, byIP: map[string][]types.NamespacedName{}}
+	return &addressIndex{byMAC: newOwners(), byIP: newOwners()}
 }
 
-// update calls f, under the lock, with the map and key of each of m's
+func (o owners) add(addr string, key types.NamespacedName) {
+	if keys, ok := o.many[addr]; ok {
+		if !slices.Contains(keys, key) {
+			o.many[addr] = append(keys, key)
+		}
+		return
+	}
+	if cur, ok := o.one[addr]; ok && cur != key {
+		delete(o.one, addr)
+		o.many[addr] = []types.NamespacedName{cur, key}
+		return
+	}
+	o.one[addr] = key
+}
+
+func (o owners) remove(addr string, key types.NamespacedName) {
+	if keys, ok := o.many[addr]; ok {
+		keys = slices.DeleteFunc(keys, func(k types.NamespacedName) bool { return k == key })
+		switch len(keys) {
+		case 1:
+			delete(o.many, addr)
+			o.one[addr] = keys[0]
+		default:
+			o.many[addr] = keys
+		}
+		return
+	}
+	if o.one[addr] == key {
+		delete(o.one, addr)
+	}
+}
+
+// of returns a copy of addr's owners.
+func (o owners) of(addr string) []types.NamespacedName {
+	if keys, ok := o.many[addr]; ok {
+		return slices.Clone(keys)
+	}
+	if k, ok := o.one[addr]; ok {
+		return []types.NamespacedName{k}
+	}
+	return nil
+}
+
+func (o owners) len() int { return len(o.one) + len(o.many) }
+
+// update calls f, under the lock, with the owners and key of each of m's
 // addresses and m's name; a nil m (a tombstone without its object) is
 // nothing to do. The addresses are its MACs (the API admits only the
 // lower-case colon form, so the stored value is the key; NormalizeMAC makes
 // the lookup side match) and its IP.
-func (x *addressIndex) update(m *kubefarmv1.Machine, f func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName)) {
+func (x *addressIndex) update(m *kubefarmv1.Machine, f func(o owners, addr string, key types.NamespacedName)) {
 	if m == nil {
 		return
 	}
@@ -44,32 +101,19 @@ func (x *addressIndex) update(m *kubefarmv1.Machine, f func(index map[string][]t
 }
 
 // add indexes m under each of its addresses.
-func (x *addressIndex) add(m *kubefarmv1.Machine) {
-	x.update(m, func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName) {
-		if owners := index[addr]; !slices.Contains(owners, key) {
-			index[addr] = append(owners, key)
-		}
-	})
-}
+func (x *addressIndex) add(m *kubefarmv1.Machine) { x.update(m, owners.add) }
 
 // remove forgets m under each of the addresses it had.
-func (x *addressIndex) remove(m *kubefarmv1.Machine) {
-	x.update(m, func(index map[string][]types.NamespacedName, addr string, key types.NamespacedName) {
-		owners := slices.DeleteFunc(index[addr], func(k types.NamespacedName) bool { return k == key })
-		if len(owners) == 0 {
-			delete(index, addr)
-		} else {
-			index[addr] = owners
-		}
-	})
-}
+func (x *addressIndex) remove(m *kubefarmv1.Machine) { x.update(m, owners.remove) }
 
 // ownersOfMAC and ownersOfIP are the Machines that claim an address, a copy.
-func (x *addressIndex) ownersOfMAC(mac string) []types.NamespacedName { return x.owners(x.byMAC, mac) }
-func (x *addressIndex) ownersOfIP(ip string) []types.NamespacedName   { return x.owners(x.byIP, ip) }
+func (x *addressIndex) ownersOfMAC(mac string) []types.NamespacedName {
+	return x.ownersOf(x.byMAC, mac)
+}
+func (x *addressIndex) ownersOfIP(ip string) []types.NamespacedName { return x.ownersOf(x.byIP, ip) }
 
-func (x *addressIndex) owners(index map[string][]types.NamespacedName, addr string) []types.NamespacedName {
+func (x *addressIndex) ownersOf(o owners, addr string) []types.NamespacedName {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return slices.Clone(index[addr])
+	return o.of(addr)
 }

@@ -50,11 +50,20 @@ func TestAddressIndex(t *testing.T) {
 	check("updated", "02:00:00:00:00:02", "10.0.0.1", []types.NamespacedName{a, b}, []types.NamespacedName{a})
 	check("updated", "02:00:00:00:00:03", "10.0.0.2", nil, []types.NamespacedName{b})
 
+	// A third claimant, then the first one leaves: the other two remain in
+	// conflict; once one of them leaves too, the last one owns it alone.
+	mc := addrMachine("t3", "c", "10.0.0.3", "02:00:00:00:00:02")
+	c := types.NamespacedName{Namespace: "t3", Name: "c"}
+	x.add(mc)
+	check("three claimants", "02:00:00:00:00:02", "", []types.NamespacedName{a, b, c}, nil)
 	x.remove(ma)
+	check("two left", "02:00:00:00:00:02", "10.0.0.1", []types.NamespacedName{b, c}, nil)
+	x.remove(mc)
+	check("one left", "02:00:00:00:00:02", "10.0.0.3", []types.NamespacedName{b}, nil)
 	x.remove(mb2)
 	x.remove(nil) // a tombstone without an object: nothing to do
-	if len(x.byMAC) != 0 || len(x.byIP) != 0 {
-		t.Errorf("after deleting every machine the index still holds %d MACs and %d IPs", len(x.byMAC), len(x.byIP))
+	if x.byMAC.len() != 0 || x.byIP.len() != 0 {
+		t.Errorf("after deleting every machine the index still holds %d MACs and %d IPs", x.byMAC.len(), x.byIP.len())
 	}
 
 	// owners returns a copy: the caller cannot corrupt the index.

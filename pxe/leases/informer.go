@@ -35,6 +35,11 @@ type Syncer struct {
 
 	mu     sync.Mutex
 	errors atomic.Uint64
+	// networks holds each pool's parsed spec.network for the
+	// resourceVersion it was parsed from (under mu), so the leases of a
+	// pool's machines share one Network (mask, router, DNS) instead of
+	// parsing and holding a copy each.
+	networks map[types.NamespacedName]parsedNetwork
 
 	// registrations of the handlers: each knows when the informer's
 	// initial list has been delivered to it.
@@ -45,7 +50,7 @@ type Syncer struct {
 // before c.Start: field indexes cannot be added to a running informer. ctx
 // bounds only this registration; the handlers outlive it.
 func NewSyncer(ctx context.Context, c cache.Cache, t *Table, log logr.Logger) (*Syncer, error) {
-	s := &Syncer{cache: c, table: t, log: log}
+	s := &Syncer{cache: c, table: t, log: log, networks: map[types.NamespacedName]parsedNetwork{}}
 	// Handlers read the in-memory cache only; they run for as long as the
 	// cache does, so they must not inherit a setup context.
 	hctx := context.Background()
@@ -129,6 +134,13 @@ func objectKey(obj any) (types.NamespacedName, bool) {
 }
 
 func (s *Syncer) resyncPool(ctx context.Context, pool types.NamespacedName) {
+	// A pool gone from the cache takes its parsed network along, whether or
+	// not Machines of it are left to resync.
+	if err := s.cache.Get(ctx, pool, &kubefarmv1.NodePool{}); apierrors.IsNotFound(err) {
+		s.mu.Lock()
+		delete(s.networks, pool)
+		s.mu.Unlock()
+	}
 	var machines kubefarmv1.MachineList
 	// Only the keys are read: no deep copy of the pool's machines.
 	if err := s.cache.List(ctx, &machines, client.InNamespace(pool.Namespace), client.MatchingFields{PoolIndex: pool.Name},
@@ -159,18 +171,31 @@ func (s *Syncer) resync(ctx context.Context, key types.NamespacedName) {
 		return
 	}
 	var p kubefarmv1.NodePool
-	if err := s.cache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: m.Spec.Pool}, &p); err != nil {
+	poolKey := types.NamespacedName{Namespace: key.Namespace, Name: m.Spec.Pool}
+	if err := s.cache.Get(ctx, poolKey, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			// Without its pool there is no network to describe. The pool's
 			// add event resyncs the machine if the pool appears later.
 			s.table.Delete(mkey)
+			delete(s.networks, poolKey)
 			return
 		}
 		s.errors.Add(1)
 		s.log.Error(err, "reading pool from cache", "machine", key, "pool", m.Spec.Pool)
 		return
 	}
-	leases, err := FromObjects(&m, &p)
+	pn, ok := s.networks[poolKey]
+	if !ok || pn.resourceVersion != p.ResourceVersion {
+		pn.resourceVersion = p.ResourceVersion
+		pn.network, pn.err = NetworkOf(&p)
+		s.networks[poolKey] = pn
+	}
+	if pn.err != nil {
+		s.errors.Add(1)
+		s.log.Error(pn.err, "deriving leases; keeping the previous ones", "machine", key)
+		return
+	}
+	leases, err := FromObjectsOn(&m, &p, pn.network)
 	if err != nil {
 		// Keep serving the last good leases: a machine that boots with a
 		// known-good configuration beats one that cannot boot at all, and
@@ -180,4 +205,11 @@ func (s *Syncer) resync(ctx context.Context, key types.NamespacedName) {
 		return
 	}
 	s.table.Upsert(mkey, leases)
+}
+
+// parsedNetwork is NetworkOf of one version of a pool.
+type parsedNetwork struct {
+	resourceVersion string
+	network         Network
+	err             error
 }

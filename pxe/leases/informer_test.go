@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -159,6 +160,15 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 		if _, ok := table.Lookup(hw("52:54:00:00:01:01")); !ok {
 			t.Fatal("rack1's leases went with rack2")
 		}
+		// The parsed networks are kept per pool: rack2's goes with it,
+		// rack1's stays (one entry per pool, however many machines).
+		waitFor(ctx, t, "rack2's parsed network forgotten", func() bool {
+			syncer.mu.Lock()
+			defer syncer.mu.Unlock()
+			_, rack2 := syncer.networks[types.NamespacedName{Namespace: ns, Name: "rack2"}]
+			_, rack1 := syncer.networks[types.NamespacedName{Namespace: ns, Name: "rack1"}]
+			return !rack2 && rack1 && len(syncer.networks) == 1
+		})
 	})
 
 	t.Run("api server gone, lookups still answer", func(t *testing.T) {

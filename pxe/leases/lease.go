@@ -107,15 +107,33 @@ func MachineKey(namespace, name string) string { return namespace + "/" + name }
 // subnet, a malformed tag option), so that a bad object is reported and never
 // half-served.
 func FromObjects(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) ([]Lease, error) {
-	if machine == nil || pool == nil {
-		return nil, fmt.Errorf("machine and pool are required")
-	}
-	if machine.Namespace != pool.Namespace || machine.Spec.Pool != pool.Name {
-		return nil, fmt.Errorf("machine %s/%s belongs to pool %q, not %s/%s",
-			machine.Namespace, machine.Name, machine.Spec.Pool, pool.Namespace, pool.Name)
+	if err := belongs(machine, pool); err != nil {
+		return nil, err
 	}
 	netw, err := NetworkOf(pool)
 	if err != nil {
+		return nil, err
+	}
+	return FromObjectsOn(machine, pool, netw)
+}
+
+// belongs checks that machine is one of pool's.
+func belongs(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) error {
+	if machine == nil || pool == nil {
+		return fmt.Errorf("machine and pool are required")
+	}
+	if machine.Namespace != pool.Namespace || machine.Spec.Pool != pool.Name {
+		return fmt.Errorf("machine %s/%s belongs to pool %q, not %s/%s",
+			machine.Namespace, machine.Name, machine.Spec.Pool, pool.Namespace, pool.Name)
+	}
+	return nil
+}
+
+// FromObjectsOn is FromObjects with the pool's network already parsed
+// (NetworkOf(pool)): the leases share its mask, router and DNS slices, so
+// a caller that keeps leases of many machines of one pool keeps them once.
+func FromObjectsOn(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool, netw Network) ([]Lease, error) {
+	if err := belongs(machine, pool); err != nil {
 		return nil, err
 	}
 	ip := net.ParseIP(machine.Spec.IP).To4()
