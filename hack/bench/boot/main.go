@@ -18,7 +18,9 @@
 // 100 concurrent clients, aggregate MiB/s. Each measurement is repeated in
 // ABBA order (kubefarm-pxe, peer, peer, kubefarm-pxe, ...) so that drift on
 // a shared machine falls on both sides, and each prints kubefarm-pxe's
-// ratio to its peer (>= 1.00x: kubefarm-pxe at least as fast).
+// ratio to its peer (>= 1.00x: kubefarm-pxe at least as fast). Server CPU
+// is read from a cgroup v2 per server, which also counts tftpd-hpa's
+// per-transfer children (procs.go).
 //
 // It needs tftpd-hpa and nginx-light (or nginx) installed, and root (both
 // peers change user; in.tftpd chroots).
@@ -163,14 +165,16 @@ type Ratio struct {
 }
 
 type report struct {
-	Time        time.Time    `json:"time"`
-	CodePath    string       `json:"codePath"`
-	CPUs        int          `json:"cpus"`
-	Reps        int          `json:"reps"`
-	NginxConfig string       `json:"nginxConfig"`
-	TFTP        []TFTPResult `json:"tftp"`
-	HTTP        []HTTPResult `json:"http"`
-	Ratios      []Ratio      `json:"ratios"`
+	Time        time.Time `json:"time"`
+	CodePath    string    `json:"codePath"`
+	CPUs        int       `json:"cpus"`
+	Reps        int       `json:"reps"`
+	NginxConfig string    `json:"nginxConfig"`
+	// CPUAccounting says where the servers' CPU figures come from.
+	CPUAccounting string       `json:"cpuAccounting"`
+	TFTP          []TFTPResult `json:"tftp"`
+	HTTP          []HTTPResult `json:"http"`
+	Ratios        []Ratio      `json:"ratios"`
 }
 
 const codePath = "kubefarm-pxe: pxe/tftp.Server (pin/tftp v3) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
@@ -269,6 +273,13 @@ func run(o options) error {
 		nginx:    fmt.Sprintf("http://127.0.0.1:%d/%s", pHTTP, hexDigest),
 	}
 	procs := map[string]*server{kubefarm: kSrv, tftpdHPA: tSrv, nginx: nSrv}
+	rep.CPUAccounting = "cpu.stat of a cgroup v2 per server"
+	for _, p := range procs {
+		if p.cgroup == "" {
+			rep.CPUAccounting = "/proc/<pid>/stat of each server and its descendants (no cgroup v2: tftpd-hpa's transfer children are missed)"
+		}
+	}
+	fmt.Printf("  server CPU from %s\n", rep.CPUAccounting)
 
 	if !o.skipTFTP {
 		for _, s := range []string{kubefarm, tftpdHPA} {
