@@ -103,7 +103,7 @@ func startServer(t *testing.T, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	conn, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,5 +355,60 @@ func TestBusy(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultBusy)); got != 1 {
 		t.Errorf("busy = %v, want 1", got)
+	}
+}
+
+// TestRequestBeforeServe: a read request that reaches the socket before
+// Serve runs still gets the blksize it asked for. Sent on a socket from
+// net.ListenPacket instead of Listen, it got 512 (pin/tftp reads the
+// interface MTU from the packet's IP_PKTINFO, which the kernel records
+// only for packets that arrive after the option is on).
+func TestRequestBeforeServe(t *testing.T) {
+	dir := testDir(t)
+	s, err := NewServer(Config{Dir: dir}, nil, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rrq := append([]byte{0, 1}, "undionly.kpxe\x00octet\x00blksize\x001468\x00"...)
+	if _, err := c.WriteTo(rrq, conn.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	// The request is in the socket's queue before Serve starts.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, conn) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	n, from, err := c.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\x00\x06blksize\x001468\x00"; string(buf[:n]) != want {
+		t.Fatalf("answer %q, want the OACK %q", buf[:n], want)
+	}
+	// Acknowledge the OACK so that the transfer does not wait for Timeout
+	// x Retries when the test ends, and check its first block.
+	if _, err := c.WriteTo([]byte{0, 4, 0, 0}, from); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err = c.ReadFrom(buf); err != nil || n != 4+1468 || buf[1] != 3 {
+		t.Fatalf("first DATA: %d bytes %q, err %v; want 1468 bytes of data", n, buf[:min(n, 4)], err)
 	}
 }
