@@ -220,15 +220,20 @@ func Listen(addr string) (net.PacketConn, error) {
 // conn should come from Listen.
 func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	done := make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		select {
 		case <-ctx.Done():
+			// Shutdown closes conn, which ends pin/tftp's Serve at once,
+			// then waits for the transfers.
 			s.srv.Shutdown()
 		case <-done:
 		}
 	}()
 	err := s.srv.Serve(conn)
 	close(done)
+	<-stopped
 	return err
 }
 

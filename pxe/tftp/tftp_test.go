@@ -403,12 +403,73 @@ func TestRequestBeforeServe(t *testing.T) {
 	if want := "\x00\x06blksize\x001468\x00"; string(buf[:n]) != want {
 		t.Fatalf("answer %q, want the OACK %q", buf[:n], want)
 	}
-	// Acknowledge the OACK so that the transfer does not wait for Timeout
-	// x Retries when the test ends, and check its first block.
-	if _, err := c.WriteTo([]byte{0, 4, 0, 0}, from); err != nil {
+	// Take the file in 1468-byte blocks to the end, so that Serve has no
+	// transfer left to wait for when the test ends.
+	fi, err := os.Stat(filepath.Join(dir, "undionly.kpxe"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n, _, err = c.ReadFrom(buf); err != nil || n != 4+1468 || buf[1] != 3 {
-		t.Fatalf("first DATA: %d bytes %q, err %v; want 1468 bytes of data", n, buf[:min(n, 4)], err)
+	var total int64
+	for block := 0; ; block++ {
+		if _, err := c.WriteTo([]byte{0, 4, byte(block >> 8), byte(block)}, from); err != nil {
+			t.Fatal(err)
+		}
+		if block > 0 && n < 4+1468 {
+			break
+		}
+		if n, _, err = c.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 || n > 4+1468 {
+			t.Fatalf("DATA %d: %d bytes %q, err %v; want at most 1468 bytes of data", block+1, n, buf[:min(n, 4)], err)
+		}
+		total += int64(n - 4)
+	}
+	if total != fi.Size() {
+		t.Fatalf("received %d bytes, the file has %d", total, fi.Size())
+	}
+}
+
+// TestServeWaitsForTransfers: when ctx ends, Serve returns only after the
+// transfers under way have ended (here by running out of retries), so that
+// kubefarm-pxe's shutdown does not cut a machine's download and a
+// transfer's goroutine does not outlive its Server.
+func TestServeWaitsForTransfers(t *testing.T) {
+	dir := testDir(t)
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(Config{Dir: dir, Timeout: 100 * time.Millisecond, Retries: 1}, m, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, conn) }()
+	// A request whose first block is never acknowledged.
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteTo(append([]byte{0, 1}, "undionly.kpxe\x00octet\x00"...), conn.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 600)
+	if n, _, err := c.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 {
+		t.Fatalf("no DATA: n=%d err=%v", n, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if got := testutil.ToFloat64(m.transfers.WithLabelValues(ResultFailed)); got != 1 {
+		t.Fatalf("Serve returned with the transfer still running (failed transfers = %v, want 1)", got)
 	}
 }
