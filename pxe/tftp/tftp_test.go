@@ -609,11 +609,13 @@ func TestWindowsizeIgnored(t *testing.T) {
 // client whose ACK of block 3 is lost receives block 3 again after Timeout,
 // not block 4, and completes the transfer by acknowledging it. This is
 // what makes the server safe for lockstep clients that accept only the
-// next block and re-acknowledge only the last one (curl, iPXE's first gap,
-// EDK2): pin/tftp's SetAnticipate sends several blocks before the first
-// ACK, so the packet after block 3 would be block 4, and after a lost ACK
-// inside a window it resends the whole window and waits for that window's
-// first ACK, which such a client never sends again.
+// next block and re-acknowledge only the last one (curl; iPXE acknowledges
+// the last block it holds without a gap, EDK2 answers an unexpected block
+// with the ACK of its last one): pin/tftp's SetAnticipate sends several
+// blocks before the first ACK, so the packet after block 3 would be block
+// 4, and after a lost ACK inside a window it resends the whole window and
+// waits for that window's first ACK, which such a client never sends
+// again.
 func TestLostACK(t *testing.T) {
 	dir := testDir(t)
 	f := startServer(t, Config{Dir: dir, Timeout: 200 * time.Millisecond})
