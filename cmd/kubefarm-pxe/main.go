@@ -212,7 +212,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
-		if tftpConn, err = net.ListenPacket("udp4", o.tftpAddr); err != nil {
+		if tftpConn, err = tftp.Listen(o.tftpAddr); err != nil {
 			httpLn.Close()
 			return fmt.Errorf("tftp: %w", err)
 		}

@@ -22,7 +22,14 @@
 //
 // blksize (RFC 2348) and tsize (RFC 2349) are negotiated by pin/tftp; the
 // handler sets tsize from the file's size so clients that ask for it (iPXE
-// does) learn the length up front.
+// does) learn the length up front. Other options, windowsize (RFC 7440)
+// among them, are left out of the OACK, so every transfer is lockstep: one
+// block, then its ACK. pin/tftp's sender anticipation (several blocks
+// before an ACK, not negotiated) stays off: after a lost ACK inside a
+// window it waits for an ACK that lockstep clients never resend, and the
+// transfer fails. The socket comes from Listen, so that a request queued
+// before Serve runs still negotiates blksize. Measurements, per-block
+// costs and what was tried: docs/tftp.md.
 //
 // Metrics: kubefarm_pxe_tftp_transfers_total{result} and
 // kubefarm_pxe_tftp_bytes_total.

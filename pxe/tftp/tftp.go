@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	pintftp "github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/ipv4"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 )
@@ -195,19 +196,44 @@ func NewServer(cfg Config, m *Metrics, log logr.Logger) (*Server, error) {
 	return s, nil
 }
 
+// Listen opens the UDP socket for Serve on addr (IPv4), with the
+// destination address and interface of each packet (IP_PKTINFO) reported
+// from the start. pin/tftp turns that on only when Serve begins, and a read
+// request that reached the socket before (kubefarm-pxe opens its sockets
+// before it serves; a client may be retrying meanwhile) carries neither:
+// pin/tftp then caps the transfer's blksize at 512, whatever the client
+// asked, and answers from the default source address.
+func Listen(addr string) (net.PacketConn, error) {
+	c, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := ipv4.NewPacketConn(c).SetControlMessage(ipv4.FlagDst|ipv4.FlagInterface, true); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("tftp: packet info on %s: %w", addr, err)
+	}
+	return c, nil
+}
+
 // Serve answers on conn until ctx ends, then stops taking requests and
 // waits for the transfers under way (each bounded by Timeout x Retries).
+// conn should come from Listen.
 func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	done := make(chan struct{})
+	stopped := make(chan struct{})
 	go func() {
+		defer close(stopped)
 		select {
 		case <-ctx.Done():
+			// Shutdown closes conn, which ends pin/tftp's Serve at once,
+			// then waits for the transfers.
 			s.srv.Shutdown()
 		case <-done:
 		}
 	}()
 	err := s.srv.Serve(conn)
 	close(done)
+	<-stopped
 	return err
 }
 

@@ -103,7 +103,7 @@ func startServer(t *testing.T, cfg Config) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	conn, err := Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +221,24 @@ func TestClients(t *testing.T) {
 		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
 		if !strings.Contains(log, "blksize: 1468") {
 			t.Errorf("OACK did not cap blksize at 1468:\n%s", log)
+		}
+	})
+	t.Run("atftp windowsize", func(t *testing.T) {
+		// atftp asks for an RFC 7440 window of 8; pin/tftp does not grant
+		// it, so atftp falls back to one ACK per block.
+		bin := need(t, "atftp", "atftp")
+		out := filepath.Join(t.TempDir(), "ipxe.efi")
+		log := run(t, bin, "--trace", "--option", "blksize 1468", "--option", "windowsize 8", "-g", "-r", "ipxe.efi", "-l", out, "127.0.0.1", f.port)
+		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
+		oack := log[strings.Index(log, "received OACK"):]
+		oack = oack[:strings.IndexByte(oack, '\n')]
+		if !strings.Contains(oack, "blksize: 1468") || strings.Contains(oack, "windowsize") {
+			t.Errorf("OACK %q: want blksize 1468 and no windowsize", oack)
+		}
+		fi, _ := os.Stat(out)
+		blocks := int(fi.Size()/1468 + 1)
+		if acks := strings.Count(log, "sent ACK"); acks != blocks+1 {
+			t.Errorf("atftp sent %d ACKs for %d blocks and the OACK, want one each", acks, blocks)
 		}
 	})
 	t.Run("curl", func(t *testing.T) {
@@ -355,5 +373,281 @@ func TestBusy(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultBusy)); got != 1 {
 		t.Errorf("busy = %v, want 1", got)
+	}
+}
+
+// TestRequestBeforeServe: a read request that reaches the socket before
+// Serve runs still gets the blksize it asked for. Sent on a socket from
+// net.ListenPacket instead of Listen, it got 512 (pin/tftp reads the
+// interface MTU from the packet's IP_PKTINFO, which the kernel records
+// only for packets that arrive after the option is on).
+func TestRequestBeforeServe(t *testing.T) {
+	dir := testDir(t)
+	s, err := NewServer(Config{Dir: dir}, nil, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rrq := append([]byte{0, 1}, "undionly.kpxe\x00octet\x00blksize\x001468\x00"...)
+	if _, err := c.WriteTo(rrq, conn.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	// The request is in the socket's queue before Serve starts.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, conn) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1500)
+	n, from, err := c.ReadFrom(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "\x00\x06blksize\x001468\x00"; string(buf[:n]) != want {
+		t.Fatalf("answer %q, want the OACK %q", buf[:n], want)
+	}
+	// Take the file in 1468-byte blocks to the end, so that Serve has no
+	// transfer left to wait for when the test ends.
+	fi, err := os.Stat(filepath.Join(dir, "undionly.kpxe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for block := 0; ; block++ {
+		if _, err := c.WriteTo([]byte{0, 4, byte(block >> 8), byte(block)}, from); err != nil {
+			t.Fatal(err)
+		}
+		if block > 0 && n < 4+1468 {
+			break
+		}
+		if n, _, err = c.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 || n > 4+1468 {
+			t.Fatalf("DATA %d: %d bytes %q, err %v; want at most 1468 bytes of data", block+1, n, buf[:min(n, 4)], err)
+		}
+		total += int64(n - 4)
+	}
+	if total != fi.Size() {
+		t.Fatalf("received %d bytes, the file has %d", total, fi.Size())
+	}
+}
+
+// TestServeWaitsForTransfers: when ctx ends, Serve returns only after the
+// transfers under way have ended (here by running out of retries), so that
+// kubefarm-pxe's shutdown does not cut a machine's download and a
+// transfer's goroutine does not outlive its Server.
+func TestServeWaitsForTransfers(t *testing.T) {
+	dir := testDir(t)
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(Config{Dir: dir, Timeout: 100 * time.Millisecond, Retries: 1}, m, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, conn) }()
+	// A request whose first block is never acknowledged.
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteTo(append([]byte{0, 1}, "undionly.kpxe\x00octet\x00"...), conn.LocalAddr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 600)
+	if n, _, err := c.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 {
+		t.Fatalf("no DATA: n=%d err=%v", n, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if got := testutil.ToFloat64(m.transfers.WithLabelValues(ResultFailed)); got != 1 {
+		t.Fatalf("Serve returned with the transfer still running (failed transfers = %v, want 1)", got)
+	}
+}
+
+// rawRRQ sends a read request for name with the given options (name,
+// value pairs) from a fresh socket and returns the socket and the first
+// packet the server answered, with its source (the transfer's port).
+func rawRRQ(t *testing.T, f *fixture, name string, opts ...string) (*net.UDPConn, []byte, *net.UDPAddr) {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	rrq := append([]byte{0, 1}, name+"\x00octet\x00"...)
+	for _, o := range opts {
+		rrq = append(rrq, o+"\x00"...)
+	}
+	srv, _ := net.ResolveUDPAddr("udp4", f.addr)
+	if _, err := c.WriteTo(rrq, srv); err != nil {
+		t.Fatal(err)
+	}
+	p, from := rawRead(t, c)
+	return c, p, from
+}
+
+// rawRead returns the next packet on c. The deadline only bounds a test
+// that would otherwise hang: every read expects a packet.
+func rawRead(t *testing.T, c *net.UDPConn) ([]byte, *net.UDPAddr) {
+	t.Helper()
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65536)
+	n, from, err := c.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("no packet from the server: %v", err)
+	}
+	return buf[:n], from
+}
+
+func rawACK(t *testing.T, c *net.UDPConn, to *net.UDPAddr, block uint16) {
+	t.Helper()
+	if _, err := c.WriteTo([]byte{0, 4, byte(block >> 8), byte(block)}, to); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// oackOptions parses an OACK; it fails the test on any other packet.
+func oackOptions(t *testing.T, p []byte) map[string]string {
+	t.Helper()
+	if len(p) < 2 || p[1] != 6 {
+		t.Fatalf("want an OACK, got opcode %v: %q", p[:min(2, len(p))], p)
+	}
+	f := strings.Split(strings.TrimSuffix(string(p[2:]), "\x00"), "\x00")
+	if len(f)%2 != 0 {
+		t.Fatalf("OACK with an odd number of fields: %q", p)
+	}
+	opts := map[string]string{}
+	for i := 0; i < len(f); i += 2 {
+		opts[f[i]] = f[i+1]
+	}
+	return opts
+}
+
+// dataBlock returns the block number and payload of a DATA packet; it
+// fails the test on any other packet.
+func dataBlock(t *testing.T, p []byte) (uint16, []byte) {
+	t.Helper()
+	if len(p) < 4 || p[1] != 3 {
+		t.Fatalf("want DATA, got %q", p[:min(40, len(p))])
+	}
+	return uint16(p[2])<<8 | uint16(p[3]), p[4:]
+}
+
+// TestWindowsizeIgnored: a client asking for an RFC 7440 window (EDK2's
+// PXE driver asks for 4, PcdPxeTftpWindowSize; atftp for any) gets an OACK
+// without windowsize, which under RFC 7440 means a window of 1, and the
+// transfer runs to the end of the file in order. That the server waits for
+// each ACK before the next block is TestLostACK's.
+func TestWindowsizeIgnored(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir})
+	want, err := os.ReadFile(filepath.Join(dir, "ipxe.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, p, srv := rawRRQ(t, f, "ipxe.efi", "blksize", "1468", "tsize", "0", "windowsize", "8")
+	opts := oackOptions(t, p)
+	if _, ok := opts["windowsize"]; ok {
+		t.Errorf("OACK grants windowsize: %v", opts)
+	}
+	if opts["blksize"] != "1468" || opts["tsize"] != strconv.Itoa(len(want)) {
+		t.Errorf("OACK %v, want blksize 1468 and tsize %d", opts, len(want))
+	}
+	var got []byte
+	rawACK(t, c, srv, 0)
+	for block := uint16(1); ; block++ {
+		p, from := rawRead(t, c)
+		if from.String() != srv.String() {
+			t.Fatalf("block %d from %v, the transfer is on %v", block, from, srv)
+		}
+		n, data := dataBlock(t, p)
+		if n != block {
+			t.Fatalf("got block %d, want %d: blocks in order, none skipped", n, block)
+		}
+		got = append(got, data...)
+		rawACK(t, c, srv, block)
+		if len(data) < 1468 {
+			break
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
+	}
+}
+
+// TestLostACK: the server sends block n+1 only after the ACK of block n. A
+// client whose ACK of block 3 is lost receives block 3 again after Timeout,
+// not block 4, and completes the transfer by acknowledging it. This is
+// what makes the server safe for lockstep clients that accept only the
+// next block and re-acknowledge only the last one (curl; iPXE acknowledges
+// the last block it holds without a gap, EDK2 answers an unexpected block
+// with the ACK of its last one): pin/tftp's SetAnticipate sends several
+// blocks before the first ACK, so the packet after block 3 would be block
+// 4, and after a lost ACK inside a window it resends the whole window and
+// waits for that window's first ACK, which such a client never sends
+// again.
+func TestLostACK(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir, Timeout: 200 * time.Millisecond})
+	want, err := os.ReadFile(filepath.Join(dir, "snponly.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, p, srv := rawRRQ(t, f, "snponly.efi", "blksize", "1468")
+	if opts := oackOptions(t, p); opts["blksize"] != "1468" {
+		t.Fatalf("OACK %v, want blksize 1468", opts)
+	}
+	rawACK(t, c, srv, 0)
+	var got []byte
+	lost := false
+	for block := uint16(1); ; block++ {
+		p, _ := rawRead(t, c)
+		n, data := dataBlock(t, p)
+		if n != block {
+			t.Fatalf("got block %d, want %d (the ACK of block 3 was lost: %v)", n, block, lost)
+		}
+		if block == 3 && !lost {
+			lost = true // do not acknowledge: the next packet must be block 3 again
+			block--
+			continue
+		}
+		got = append(got, data...)
+		rawACK(t, c, srv, block)
+		if len(data) < 1468 {
+			break
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
 	}
 }

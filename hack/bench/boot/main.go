@@ -11,17 +11,34 @@
 // generated config) run as children too, serving the same files: nginx
 // serves the Store's cache file itself, so both read one page-cached inode.
 //
-// TFTP: the iPXE BIOS binary (undionly.kpxe) with blksize 1468 and tsize,
-// fetched by a pin/tftp client: single-fetch latency over sequential
-// fetches (p50, p99), then rounds of simultaneous fetches (wall time,
-// fetches/s). HTTP: full downloads of a random image (256 MiB) by 1, 10 and
-// 100 concurrent clients, aggregate MiB/s. Each measurement is repeated in
+// TFTP runs with the server under test on CPU 0 and every client on CPU 1
+// (-pin; why in pin.go), with three clients, all lockstep (one ACK per
+// block, as firmware):
+//
+//   - Go (pin/tftp): the iPXE BIOS binary (undionly.kpxe) with blksize 1468
+//     and tsize: single-fetch latency over sequential fetches (p50, p99),
+//     then rounds of simultaneous fetches (wall time, fetches/s).
+//   - curl: the UEFI binary (ipxe.efi, 850,528 bytes: 580 blocks) with
+//     --tftp-blksize 1468 (curl adds tsize and timeout). A fetch's time is
+//     curl's own %{time_total}, so process start-up is not in it; p50 and
+//     p99 over sequential fetches. Its median carries the target:
+//     kubefarm-pxe's at most 1.0x tftpd-hpa's.
+//   - atftp: ipxe.efi asking blksize 1468, tsize and an RFC 7440 windowsize
+//     (8). One traced fetch per server records the OACK it answered and the
+//     DATA and ACK counts (neither server grants windowsize, so atftp falls
+//     back to lockstep), then timed fetches: process wall time, start-up
+//     included.
+//
+// HTTP: full downloads of a random image (256 MiB) by 1, 10 and 100
+// concurrent clients, aggregate MiB/s. Each measurement is repeated in
 // ABBA order (kubefarm-pxe, peer, peer, kubefarm-pxe, ...) so that drift on
 // a shared machine falls on both sides, and each prints kubefarm-pxe's
-// ratio to its peer (>= 1.00x: kubefarm-pxe at least as fast).
+// ratio to its peer (>= 1.00x: kubefarm-pxe at least as fast). Server CPU
+// is read from a cgroup v2 per server, which also counts tftpd-hpa's
+// per-transfer children (procs.go).
 //
-// It needs tftpd-hpa and nginx-light (or nginx) installed, and root (both
-// peers change user; in.tftpd chroots).
+// It needs tftpd-hpa, nginx-light (or nginx), curl and atftp installed, and
+// root (both peers change user; in.tftpd chroots).
 package main
 
 import (
@@ -47,7 +64,6 @@ import (
 	"time"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
@@ -61,9 +77,14 @@ const (
 type options struct {
 	out, dir           string
 	tftpFile           string
+	tftpEFIFile        string
 	tftpSeq            int
 	tftpParallel       int
 	tftpRounds         int
+	curlSeq            int
+	atftpSeq           int
+	windowsize         int
+	pin                bool
 	httpMiB            int64
 	httpConc           []int
 	httpMinMiB         int64
@@ -88,9 +109,15 @@ func main() {
 	flag.StringVar(&o.dir, "dir", "_build/bench-boot", "working folder: served files, configs, server logs")
 	flag.StringVar(&o.tftpFile, "tftp-file", "/usr/lib/ipxe/undionly.kpxe",
 		"file served over TFTP as "+bootfile.BinaryBIOS+" (when absent, 70 KiB of random bytes)")
-	flag.IntVar(&o.tftpSeq, "tftp-seq", 200, "sequential TFTP fetches per server and repetition")
+	flag.StringVar(&o.tftpEFIFile, "tftp-efi-file", "/usr/lib/ipxe/ipxe.efi",
+		"file served over TFTP as "+bootfile.BinaryUEFIx64+", fetched by curl and atftp (when absent, 830 KiB of random bytes)")
+	flag.IntVar(&o.tftpSeq, "tftp-seq", 200, "sequential Go-client TFTP fetches per server and repetition")
 	flag.IntVar(&o.tftpParallel, "tftp-parallel", 50, "simultaneous TFTP fetches in a round")
 	flag.IntVar(&o.tftpRounds, "tftp-rounds", 5, "parallel rounds per server and repetition")
+	flag.IntVar(&o.curlSeq, "tftp-curl-seq", 200, "sequential curl fetches of "+bootfile.BinaryUEFIx64+" per server and repetition (0: none)")
+	flag.IntVar(&o.atftpSeq, "tftp-atftp-seq", 100, "sequential atftp fetches of "+bootfile.BinaryUEFIx64+" per server and repetition (0: none)")
+	flag.IntVar(&o.windowsize, "tftp-windowsize", 8, "RFC 7440 windowsize atftp asks for")
+	flag.BoolVar(&o.pin, "pin", true, fmt.Sprintf("during TFTP, pin the server under test to CPU %d and the clients to CPU %d", serverCPU, clientCPU))
 	flag.Int64Var(&o.httpMiB, "http-size", 256, "HTTP image size, MiB")
 	flag.Int64Var(&o.httpMinMiB, "http-min", 1024,
 		"at least this many MiB per concurrency level and repetition: the downloads are repeated (in multiples of the concurrency) until reached")
@@ -138,6 +165,24 @@ type TFTPResult struct {
 	CPUMsPerFetch    float64 `json:"serverCPUMsPerFetch"`
 }
 
+// TFTPClientResult is one server's figures with one C client fetching
+// ipxe.efi sequentially.
+type TFTPClientResult struct {
+	Server        string       `json:"server"`
+	Client        string       `json:"client"`
+	Asks          string       `json:"optionsAsked"`
+	Timing        string       `json:"timing"`
+	File          string       `json:"file"`
+	Size          int64        `json:"size"`
+	Probe         *optionProbe `json:"optionProbe,omitempty"`
+	Fetches       int          `json:"fetches"`
+	P50Ms         float64      `json:"p50Ms"`
+	P99Ms         float64      `json:"p99Ms"`
+	RepP50Ms      []float64    `json:"p50MsByRep"`
+	Failures      int          `json:"failures"`
+	CPUMsPerFetch float64      `json:"serverCPUMsPerFetch"`
+}
+
 // HTTPResult is one server's figures at one concurrency.
 type HTTPResult struct {
 	Server       string    `json:"server"`
@@ -163,14 +208,19 @@ type Ratio struct {
 }
 
 type report struct {
-	Time        time.Time    `json:"time"`
-	CodePath    string       `json:"codePath"`
-	CPUs        int          `json:"cpus"`
-	Reps        int          `json:"reps"`
-	NginxConfig string       `json:"nginxConfig"`
-	TFTP        []TFTPResult `json:"tftp"`
-	HTTP        []HTTPResult `json:"http"`
-	Ratios      []Ratio      `json:"ratios"`
+	Time        time.Time `json:"time"`
+	CodePath    string    `json:"codePath"`
+	CPUs        int       `json:"cpus"`
+	Reps        int       `json:"reps"`
+	NginxConfig string    `json:"nginxConfig"`
+	// CPUAccounting says where the servers' CPU figures come from.
+	CPUAccounting string       `json:"cpuAccounting"`
+	TFTPPinning   string       `json:"tftpPinning"`
+	TFTP          []TFTPResult `json:"tftp"`
+	// TFTPClients are the C clients' figures on ipxe.efi.
+	TFTPClients []TFTPClientResult `json:"tftpClients"`
+	HTTP        []HTTPResult       `json:"http"`
+	Ratios      []Ratio            `json:"ratios"`
 }
 
 const codePath = "kubefarm-pxe: pxe/tftp.Server (pin/tftp v3) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
@@ -204,10 +254,29 @@ func run(o options) error {
 	rep := report{Time: time.Now().UTC(), CodePath: codePath, CPUs: runtime.NumCPU(), Reps: o.reps}
 	fmt.Printf("== boot bench: %s\n", codePath)
 
-	// The TFTP file.
-	tftpSize, tftpSrc, err := placeTFTPFile(o.tftpFile, filepath.Join(tftpDir, bootfile.BinaryBIOS))
+	// The TFTP files.
+	tftpSize, tftpSrc, err := placeTFTPFile(o.tftpFile, filepath.Join(tftpDir, bootfile.BinaryBIOS), 70<<10)
 	if err != nil {
 		return err
+	}
+	efiSize, efiSrc, err := placeTFTPFile(o.tftpEFIFile, filepath.Join(tftpDir, bootfile.BinaryUEFIx64), 830<<10)
+	if err != nil {
+		return err
+	}
+	var cClients []cClient
+	if !o.skipTFTP && o.curlSeq > 0 {
+		c, err := curlClient()
+		if err != nil {
+			return fmt.Errorf("%w (make bench installs curl)", err)
+		}
+		cClients = append(cClients, c)
+	}
+	if !o.skipTFTP && o.atftpSeq > 0 {
+		c, err := atftpClient(o.windowsize)
+		if err != nil {
+			return fmt.Errorf("%w (make bench installs atftp)", err)
+		}
+		cClients = append(cClients, c)
 	}
 	// The HTTP image, cached by the production Store from a local origin.
 	size := o.httpMiB << 20
@@ -269,6 +338,13 @@ func run(o options) error {
 		nginx:    fmt.Sprintf("http://127.0.0.1:%d/%s", pHTTP, hexDigest),
 	}
 	procs := map[string]*server{kubefarm: kSrv, tftpdHPA: tSrv, nginx: nSrv}
+	rep.CPUAccounting = "cpu.stat of a cgroup v2 per server"
+	for _, p := range procs {
+		if p.cgroup == "" {
+			rep.CPUAccounting = "/proc/<pid>/stat of each server and its descendants (no cgroup v2: tftpd-hpa's transfer children are missed)"
+		}
+	}
+	fmt.Printf("  server CPU from %s\n", rep.CPUAccounting)
 
 	if !o.skipTFTP {
 		for _, s := range []string{kubefarm, tftpdHPA} {
@@ -276,54 +352,24 @@ func run(o options) error {
 				return fmt.Errorf("%s never served TFTP (log in %s): %w", s, dir, err)
 			}
 		}
-		res := map[string]*tftpSample{kubefarm: {}, tftpdHPA: {}}
-		fmt.Printf("== TFTP: %s (%d bytes, from %s), blksize %d, tsize; %d sequential fetches and %d rounds of %d parallel, x%d per server (ABBA)\n",
-			bootfile.BinaryBIOS, tftpSize, tftpSrc, tftpBlockSize, o.tftpSeq, o.tftpRounds, o.tftpParallel, o.reps)
-		for r := 0; r < o.reps; r++ {
-			for _, s := range abba(r, kubefarm, tftpdHPA) {
-				for i := 0; i < 20; i++ { // warm-up: the file in page cache, the sockets' paths
-					_, _ = tftpFetch(tftpAddr[s], bootfile.BinaryBIOS, tftpSize)
-				}
-				cpu0 := procs[s].cpu()
-				var one tftpSample
-				tftpRep(tftpAddr[s], bootfile.BinaryBIOS, tftpSize, o.tftpSeq, o.tftpParallel, o.tftpRounds, &one)
-				cpu := procs[s].cpu() - cpu0
-				fmt.Printf("  %-12s rep %d: sequential p50 %6.2f ms p99 %6.2f ms; %d parallel: wall p50 %7.1f ms = %6.0f fetches/s, fetch p50 %6.2f ms p99 %6.2f ms; failures %d; server CPU %.2f ms/fetch\n",
-					s, r+1, stats.DurationPercentile(one.seq, .5), stats.DurationPercentile(one.seq, .99), o.tftpParallel,
-					stats.DurationPercentile(one.parWalls, .5), float64(o.tftpParallel)/(stats.DurationPercentile(one.parWalls, .5)/1000),
-					stats.DurationPercentile(one.par, .5), stats.DurationPercentile(one.par, .99), one.failures, stats.Milliseconds(cpu)/float64(one.fetches))
-				acc := res[s]
-				acc.seq = append(acc.seq, one.seq...)
-				acc.par = append(acc.par, one.par...)
-				acc.parWalls = append(acc.parWalls, one.parWalls...)
-				acc.failures += one.failures
-				acc.fetches += one.fetches
-				acc.cpu += cpu
+		unpin := func() {}
+		rep.TFTPPinning = "none (-pin=false)"
+		if o.pin {
+			if unpin, err = pinTFTP([]int{kSrv.cmd.Process.Pid, tSrv.cmd.Process.Pid}); err != nil {
+				return fmt.Errorf("-pin: %w", err)
 			}
+			rep.TFTPPinning = fmt.Sprintf("server under test on CPU %d, clients on CPU %d", serverCPU, clientCPU)
 		}
-		for _, s := range []string{kubefarm, tftpdHPA} {
-			a := res[s]
-			wall := stats.DurationPercentile(a.parWalls, .5)
-			rep.TFTP = append(rep.TFTP, TFTPResult{
-				Server: s, File: tftpSrc, Size: tftpSize, BlockSize: tftpBlockSize,
-				SeqFetches: len(a.seq), SeqP50Ms: stats.DurationPercentile(a.seq, .5), SeqP99Ms: stats.DurationPercentile(a.seq, .99),
-				Parallel: o.tftpParallel, Rounds: len(a.parWalls), ParWallP50Ms: wall,
-				ParFetchesPerSec: float64(o.tftpParallel) / (wall / 1000),
-				ParP50Ms:         stats.DurationPercentile(a.par, .5), ParP99Ms: stats.DurationPercentile(a.par, .99),
-				Failures: a.failures, CPUMsPerFetch: stats.Milliseconds(a.cpu) / float64(a.fetches),
-			})
+		fmt.Printf("== TFTP placement: %s\n", rep.TFTPPinning)
+		t := tftpBench{o: o, addr: tftpAddr, procs: procs, rep: &rep}
+		err := t.goClient(tftpSize, tftpSrc)
+		if err == nil {
+			err = t.cClients(cClients, efiSize, efiSrc)
 		}
-		k, p := rep.TFTP[0], rep.TFTP[1]
-		rs := []Ratio{
-			latencyRatio("tftp single fetch p50", tftpdHPA, k.SeqP50Ms, p.SeqP50Ms, 1),
-			latencyRatio("tftp single fetch p99", tftpdHPA, k.SeqP99Ms, p.SeqP99Ms, 0),
-			rateRatio(fmt.Sprintf("tftp %d parallel fetches", o.tftpParallel), tftpdHPA, "fetches/s", k.ParFetchesPerSec, p.ParFetchesPerSec, 1),
-			latencyRatio(fmt.Sprintf("tftp fetch p99 inside %d parallel", o.tftpParallel), tftpdHPA, k.ParP99Ms, p.ParP99Ms, 0),
+		unpin()
+		if err != nil {
+			return err
 		}
-		for _, r := range rs {
-			fmt.Println(" ", r)
-		}
-		rep.Ratios = append(rep.Ratios, rs...)
 	}
 
 	if !o.skipHTTP {
@@ -456,12 +502,12 @@ func ports() (udp, tcp int, err error) {
 	return udp, tcp, err
 }
 
-// placeTFTPFile copies src to dst, or writes 70 KiB of random bytes when
-// src does not exist, and returns the size and what was used.
-func placeTFTPFile(src, dst string) (int64, string, error) {
+// placeTFTPFile copies src to dst, or writes size random bytes when src
+// does not exist, and returns the size and what was used.
+func placeTFTPFile(src, dst string, size int) (int64, string, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
-		b = make([]byte, 70<<10)
+		b = make([]byte, size)
 		_, _ = rand.Read(b)
 		src = "random bytes"
 	}

@@ -5,6 +5,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +19,9 @@ type server struct {
 	name    string
 	cmd     *exec.Cmd
 	logFile *os.File
+	// cgroup is the server's own cgroup v2 directory, "" when none could
+	// be made.
+	cgroup string
 }
 
 func startServer(name, logPath string, argv ...string) (*server, error) {
@@ -29,7 +35,46 @@ func startServer(name, logPath string, argv ...string) (*server, error) {
 		lf.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	return &server{name: name, cmd: cmd, logFile: lf}, nil
+	srv := &server{name: name, cmd: cmd, logFile: lf}
+	srv.cgroup = ownCgroup(name, cmd.Process.Pid)
+	return srv, nil
+}
+
+// ownCgroup moves pid, just started, into a new cgroup of the cgroup v2
+// hierarchy so that cpu() counts every process it starts: tftpd-hpa forks
+// a child per transfer and ignores SIGCHLD, so the kernel reaps those
+// children without adding their CPU to the parent's (/proc cutime stays
+// 0). No controller is needed: cpu.stat is kept by every v2 cgroup. It
+// returns "" when there is no writable v2 hierarchy.
+func ownCgroup(name string, pid int) string {
+	root := cgroup2Root()
+	if root == "" {
+		return ""
+	}
+	dir := filepath.Join(root, fmt.Sprintf("kubefarm-boot-bench-%d-%s", os.Getpid(), name))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return ""
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		_ = os.Remove(dir)
+		return ""
+	}
+	return dir
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup,
+// or /sys/fs/cgroup/unified on hybrid systems), "" when it is not.
+func cgroup2Root() string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	return ""
 }
 
 // stop ends the process (SIGTERM, then SIGKILL after 10s) and waits.
@@ -47,12 +92,27 @@ func (s *server) stop() {
 		<-done
 	}
 	s.logFile.Close()
+	if s.cgroup != "" {
+		_ = os.Remove(s.cgroup) // empty once its processes are gone
+	}
 }
 
-// cpu is the CPU time used so far by the server's process, its reaped
-// children (tftpd-hpa forks one per transfer) and its live descendants
-// (nginx's workers).
+// cpu is the CPU time used so far by the server's processes: from its
+// cgroup when it has one, else from /proc (the process, its reaped
+// children and its live descendants, which misses tftpd-hpa's transfer
+// children).
 func (s *server) cpu() time.Duration {
+	if s.cgroup != "" {
+		if b, err := os.ReadFile(filepath.Join(s.cgroup, "cpu.stat")); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+					if us, err := strconv.ParseInt(v, 10, 64); err == nil {
+						return time.Duration(us) * time.Microsecond
+					}
+				}
+			}
+		}
+	}
 	return procstat.TreeCPU(s.cmd.Process.Pid)
 }
 

@@ -98,7 +98,7 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
-	tftpConn, err := net.ListenPacket("udp4", *tftpAddr)
+	tftpConn, err := tftp.Listen(*tftpAddr)
 	if err != nil {
 		return fmt.Errorf("tftp: %w", err)
 	}
