@@ -200,10 +200,14 @@ func TestEventBudgetMustBePositive(t *testing.T) {
 	}
 }
 
-// TestCacheTrimsWhatIsNeverRead: the cache keeps no managed fields, and no
-// annotations of Machines and NodePools (thousands of them, never read,
-// never written back); other kinds keep their annotations, since a
-// DHCPLease is updated from what was read.
+// TestCacheTrimsWhatIsNeverRead: the cache's transform (the one
+// cacheOptions installs) keeps no managed fields of any object; Machines
+// and NodePools (thousands of them, never written back) also lose their
+// annotations, labels, owner references and finalizers, and a NodePool its
+// spec.machines, while what kubefarm-pxe reads stays (UID for Events,
+// resourceVersion for the informer, the spec fields leases and scripts
+// use). Other kinds keep annotations and labels: a DHCPLease is updated
+// from what was read, and the join token issuer matches Secrets' labels.
 func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 	var o options
 	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform
@@ -211,17 +215,26 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 		t.Fatal("no transform: the cache keeps whole objects")
 	}
 	meta := func() metav1.ObjectMeta {
-		return metav1.ObjectMeta{Name: "x", Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "argocd-controller"}}}
+		yes := true
+		return metav1.ObjectMeta{Namespace: "t1", Name: "x", UID: "u1", ResourceVersion: "7",
+			Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "NodePool", Name: "p", UID: "u0", Controller: &yes}},
+			Finalizers:      []string{"kubefarm.io/x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "argocd-controller"}}}
 	}
+	m := &kubefarmv1.Machine{ObjectMeta: meta(), Spec: kubefarmv1.MachineSpec{Pool: "p", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}
+	p := &kubefarmv1.NodePool{ObjectMeta: meta(), Spec: kubefarmv1.NodePoolSpec{Cluster: "c", BootImage: "i",
+		Network:  kubefarmv1.BootNetwork{Subnet: "10.0.0.0/24"},
+		Labels:   map[string]string{"node": "label"},
+		Machines: []kubefarmv1.MachineEntry{{Name: "m1", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}}}
 	for _, tc := range []struct {
-		obj             metav1.Object
-		keepAnnotations bool
+		obj     metav1.Object
+		trimmed bool // annotations, labels, owners and finalizers go
 	}{
-		{&kubefarmv1.Machine{ObjectMeta: meta()}, false},
-		{&kubefarmv1.NodePool{ObjectMeta: meta()}, false},
-		{&kubefarmv1.DHCPLease{ObjectMeta: meta()}, true},
-		{&kubefarmv1.BootImage{ObjectMeta: meta()}, true},
+		{m, true},
+		{p, true},
+		{&kubefarmv1.DHCPLease{ObjectMeta: meta()}, false},
+		{&kubefarmv1.BootImage{ObjectMeta: meta()}, false},
+		{&corev1.Secret{ObjectMeta: meta()}, false},
 	} {
 		out, err := trim(tc.obj)
 		if err != nil {
@@ -231,42 +244,17 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 		if len(got.GetManagedFields()) != 0 {
 			t.Errorf("%T keeps its managed fields", tc.obj)
 		}
-		if (len(got.GetAnnotations()) > 0) != tc.keepAnnotations {
-			t.Errorf("%T annotations %v, keep=%v", tc.obj, got.GetAnnotations(), tc.keepAnnotations)
+		if (len(got.GetAnnotations()) > 0) != !tc.trimmed {
+			t.Errorf("%T annotations %v, trimmed=%v", tc.obj, got.GetAnnotations(), tc.trimmed)
 		}
-	}
-}
-
-// TestTrimCached: Machines and NodePools lose in the cache what kubefarm-pxe
-// never reads (their number makes it matter); what it does read stays, and
-// other kinds keep their labels (the join token issuer matches Secrets'
-// labels).
-func TestTrimCached(t *testing.T) {
-	meta := func() metav1.ObjectMeta {
-		yes := true
-		return metav1.ObjectMeta{Namespace: "t1", Name: "x", UID: "u1", ResourceVersion: "7",
-			Labels: map[string]string{"a": "b"}, Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{}"},
-			OwnerReferences: []metav1.OwnerReference{{Kind: "NodePool", Name: "p", UID: "u0", Controller: &yes}},
-			Finalizers:      []string{"kubefarm.io/x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}
-	}
-	m := &kubefarmv1.Machine{ObjectMeta: meta(), Spec: kubefarmv1.MachineSpec{Pool: "p", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}
-	p := &kubefarmv1.NodePool{ObjectMeta: meta(), Spec: kubefarmv1.NodePoolSpec{Cluster: "c", BootImage: "i",
-		Network:  kubefarmv1.BootNetwork{Subnet: "10.0.0.0/24"},
-		Labels:   map[string]string{"node": "label"},
-		Machines: []kubefarmv1.MachineEntry{{Name: "m1", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}}}
-	s := &corev1.Secret{ObjectMeta: meta()}
-	for _, o := range []any{m, p, s} {
-		if _, err := trimCached(o); err != nil {
-			t.Fatal(err)
+		if tc.trimmed && (got.GetLabels() != nil || got.GetOwnerReferences() != nil || got.GetFinalizers() != nil) {
+			t.Errorf("%T: metadata not trimmed: labels %v, owners %v, finalizers %v", tc.obj, got.GetLabels(), got.GetOwnerReferences(), got.GetFinalizers())
 		}
-	}
-	for _, o := range []*metav1.ObjectMeta{&m.ObjectMeta, &p.ObjectMeta} {
-		if o.Labels != nil || o.Annotations != nil || o.OwnerReferences != nil || o.Finalizers != nil || o.ManagedFields != nil {
-			t.Errorf("%s: metadata not trimmed: %+v", o.Name, o)
+		if !tc.trimmed && got.GetLabels()["a"] != "b" {
+			t.Errorf("%T: labels must stay: %v", tc.obj, got.GetLabels())
 		}
-		// Read by Event recording (the UID) and kept by the informer.
-		if o.UID != "u1" || o.ResourceVersion != "7" || o.Namespace != "t1" || o.Name != "x" {
-			t.Errorf("trimmed what is read: %+v", o)
+		if got.GetUID() != "u1" || got.GetResourceVersion() != "7" || got.GetNamespace() != "t1" || got.GetName() != "x" {
+			t.Errorf("%T: trimmed what is read: uid %q resourceVersion %q %s/%s", tc.obj, got.GetUID(), got.GetResourceVersion(), got.GetNamespace(), got.GetName())
 		}
 	}
 	if p.Spec.Machines != nil {
@@ -274,8 +262,5 @@ func TestTrimCached(t *testing.T) {
 	}
 	if p.Spec.Labels["node"] != "label" || p.Spec.Network.Subnet != "10.0.0.0/24" || m.Spec.IP != "10.0.0.1" || len(m.Spec.MACs) != 1 {
 		t.Errorf("trimmed a spec field kubefarm-pxe reads: pool %+v, machine %+v", p.Spec, m.Spec)
-	}
-	if s.Labels["a"] != "b" || s.ManagedFields != nil {
-		t.Errorf("Secret: labels must stay, managed fields go: %+v", s.ObjectMeta)
 	}
 }
