@@ -106,6 +106,13 @@ func (x *addressIndex) add(m *kubefarmv1.Machine) { x.update(m, owners.add) }
 // remove forgets m under each of the addresses it had.
 func (x *addressIndex) remove(m *kubefarmv1.Machine) { x.update(m, owners.remove) }
 
+// sameAddresses tells whether a and b are the same Machine with the same
+// MACs and IP, so an update from a to b leaves the index as it is.
+func sameAddresses(a, b *kubefarmv1.Machine) bool {
+	return a != nil && b != nil && a.Namespace == b.Namespace && a.Name == b.Name &&
+		a.Spec.IP == b.Spec.IP && slices.Equal(a.Spec.MACs, b.Spec.MACs)
+}
+
 // ownersOfMAC and ownersOfIP are the Machines that claim an address, a copy.
 func (x *addressIndex) ownersOfMAC(mac string) []types.NamespacedName {
 	return x.ownersOf(x.byMAC, mac)

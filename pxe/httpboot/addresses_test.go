@@ -72,3 +72,30 @@ func TestAddressIndex(t *testing.T) {
 	got[0].Name = "changed"
 	check("after a caller changed its copy", "02:00:00:00:00:01", "", []types.NamespacedName{a}, nil)
 }
+
+// TestSameAddresses: an update that keeps the Machine's MACs and IP
+// (a status write) skips the index; any change of address does not.
+func TestSameAddresses(t *testing.T) {
+	m := addrMachine("t1", "a", "10.0.0.1", "02:00:00:00:00:01")
+	for _, tc := range []struct {
+		name string
+		b    *kubefarmv1.Machine
+		want bool
+	}{
+		{"status only", func() *kubefarmv1.Machine {
+			c := m.DeepCopy()
+			c.Status.Conditions = nil
+			c.ResourceVersion = "9"
+			return c
+		}(), true},
+		{"IP changed", addrMachine("t1", "a", "10.0.0.2", "02:00:00:00:00:01"), false},
+		{"MAC added", addrMachine("t1", "a", "10.0.0.1", "02:00:00:00:00:01", "02:00:00:00:00:02"), false},
+		{"MAC changed", addrMachine("t1", "a", "10.0.0.1", "02:00:00:00:00:09"), false},
+		{"another machine", addrMachine("t1", "b", "10.0.0.1", "02:00:00:00:00:01"), false},
+		{"tombstone without an object", nil, false},
+	} {
+		if got := sameAddresses(m, tc.b); got != tc.want {
+			t.Errorf("%s: sameAddresses = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -80,8 +80,12 @@ func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*Cac
 	cm.handler, err = mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { cm.addrs.add(machineOf(obj)) },
 		UpdateFunc: func(old, obj any) {
-			cm.addrs.remove(machineOf(old))
-			cm.addrs.add(machineOf(obj))
+			// Most updates are status (boot reports, heartbeats): they
+			// leave the index, and its lock, alone.
+			if o, n := machineOf(old), machineOf(obj); !sameAddresses(o, n) {
+				cm.addrs.remove(o)
+				cm.addrs.add(n)
+			}
 		},
 		DeleteFunc: func(obj any) { cm.addrs.remove(machineOf(obj)) },
 	})

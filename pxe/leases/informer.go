@@ -177,7 +177,6 @@ func (s *Syncer) resync(ctx context.Context, key types.NamespacedName) {
 			// Without its pool there is no network to describe. The pool's
 			// add event resyncs the machine if the pool appears later.
 			s.table.Delete(mkey)
-			delete(s.networks, poolKey)
 			return
 		}
 		s.errors.Add(1)
@@ -190,12 +189,11 @@ func (s *Syncer) resync(ctx context.Context, key types.NamespacedName) {
 		pn.network, pn.err = NetworkOf(&p)
 		s.networks[poolKey] = pn
 	}
-	if pn.err != nil {
-		s.errors.Add(1)
-		s.log.Error(pn.err, "deriving leases; keeping the previous ones", "machine", key)
-		return
+	err := pn.err
+	var leases []Lease
+	if err == nil {
+		leases, err = FromObjectsOn(&m, &p, pn.network)
 	}
-	leases, err := FromObjectsOn(&m, &p, pn.network)
 	if err != nil {
 		// Keep serving the last good leases: a machine that boots with a
 		// known-good configuration beats one that cannot boot at all, and
