@@ -273,7 +273,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		// index hold every machine known at start, not merely once the
 		// cache does.
 		if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced, machines.HasSynced) {
-			return errors.New("lease table did not sync")
+			return errors.New("lease table and address index did not sync")
 		}
 		synced.Do(func() { close(ready) })
 		log.Info("cache synced", "leases", table.Len())
