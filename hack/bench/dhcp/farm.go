@@ -24,6 +24,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/hack/bench/internal/affinity"
 	"github.com/kubefarm/kubefarm/internal/procstat"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -62,9 +63,8 @@ func startFarm(ctx context.Context, machines, perPool int, dir string, cpu int) 
 		if c := procstat.Command(pid); c == "kube-apiserver" || c == "etcd" {
 			f.apiPIDs = append(f.apiPIDs, pid)
 			if cpu >= 0 {
-				// -a: every thread, the ones already running too.
-				if err := sh("taskset", "-a", "-p", "-c", strconv.Itoa(cpu), strconv.Itoa(pid)); err != nil {
-					return f, err
+				if err := affinity.Set(pid, cpu); err != nil {
+					return f, fmt.Errorf("pinning %s: %w", procstat.Command(pid), err)
 				}
 			}
 		}

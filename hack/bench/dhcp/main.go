@@ -56,6 +56,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/kubefarm/kubefarm/hack/bench/internal/affinity"
 	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
@@ -374,7 +375,7 @@ var perfdhcpThreads = "single"
 // separate CPUs (-pin): perfdhcp alone needs well over a core at 10,000
 // exchanges/s, and unpinned the two fight over the same cores, so the
 // latencies measure the scheduler as much as the server. -1: not pinned.
-var serverCPU, clientCPU = 0, 1
+var serverCPU, clientCPU = affinity.ServerCPU, affinity.ClientCPU
 
 // pinned prefixes argv with taskset when cpu >= 0.
 func pinned(cpu int, argv []string) []string {

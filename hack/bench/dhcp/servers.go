@@ -139,10 +139,14 @@ func (s *benchServer) measure(ctx context.Context, rate, period int, macFile, ou
 	return r, nil
 }
 
+// metricsClient reads kubefarm-pxe's /metrics; a server that does not
+// answer in time reads as no drops rather than stalling the ladder.
+var metricsClient = &http.Client{Timeout: 5 * time.Second}
+
 // eventsDropped sums kubefarm_pxe_events_dropped_total over its reasons
 // from kubefarm-pxe's /metrics.
 func (s *benchServer) eventsDropped() int {
-	resp, err := http.Get(s.metricsURL)
+	resp, err := metricsClient.Get(s.metricsURL)
 	if err != nil {
 		return 0
 	}
