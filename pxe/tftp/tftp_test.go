@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +90,9 @@ type fixture struct {
 	port    string
 	dir     string
 	metrics *Metrics
+	// stop cancels Serve's context and returns what Serve returned; the
+	// test's end calls it too (it runs once).
+	stop func() error
 }
 
 // startServer serves dir on 127.0.0.1:<free port> until the test ends.
@@ -110,14 +114,17 @@ func startServer(t *testing.T, cfg Config) *fixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, conn) }()
-	t.Cleanup(func() {
+	stop := sync.OnceValue(func() error {
 		cancel()
-		if err := <-done; err != nil {
+		return <-done
+	})
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
 	addr := conn.LocalAddr().(*net.UDPAddr)
-	return &fixture{addr: addr.String(), port: strconv.Itoa(addr.Port), dir: s.cfg.Dir, metrics: m}
+	return &fixture{addr: addr.String(), port: strconv.Itoa(addr.Port), dir: s.cfg.Dir, metrics: m, stop: stop}
 }
 
 // testDir holds the Debian iPXE binaries when installed, plus a random
@@ -450,44 +457,15 @@ func TestRequestBeforeServe(t *testing.T) {
 // kubefarm-pxe's shutdown does not cut a machine's download and a
 // transfer's goroutine does not outlive its Server.
 func TestServeWaitsForTransfers(t *testing.T) {
-	dir := testDir(t)
-	reg := prometheus.NewPedanticRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewServer(Config{Dir: dir, Timeout: 100 * time.Millisecond, Retries: 1}, m, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, conn) }()
+	f := startServer(t, Config{Dir: testDir(t), Timeout: 100 * time.Millisecond, Retries: 1})
 	// A request whose first block is never acknowledged.
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
+	if _, p, _ := rawRRQ(t, f, "undionly.kpxe"); len(p) < 4 || p[1] != 3 {
+		t.Fatalf("no DATA: % x", p)
 	}
-	defer c.Close()
-	if _, err := c.WriteTo(append([]byte{0, 1}, "undionly.kpxe\x00octet\x00"...), conn.LocalAddr()); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 600)
-	if n, _, err := c.ReadFrom(buf); err != nil || n < 4 || buf[1] != 3 {
-		t.Fatalf("no DATA: n=%d err=%v", n, err)
-	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := f.stop(); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
-	if got := testutil.ToFloat64(m.transfers.WithLabelValues(ResultFailed)); got != 1 {
+	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultFailed)); got != 1 {
 		t.Fatalf("Serve returned with the transfer still running (failed transfers = %v, want 1)", got)
 	}
 }
