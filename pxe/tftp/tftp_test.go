@@ -561,8 +561,21 @@ func TestWindowsizeIgnored(t *testing.T) {
 	if opts["blksize"] != "1468" || opts["tsize"] != strconv.Itoa(len(want)) {
 		t.Errorf("OACK %v, want blksize 1468 and tsize %d", opts, len(want))
 	}
-	var got []byte
 	rawACK(t, c, srv, 0)
+	if got := readLockstep(t, c, srv, 0); !bytes.Equal(got, want) {
+		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
+	}
+}
+
+// readLockstep receives a transfer whose OACK has been acknowledged, one
+// block at a time, acknowledging each, and returns its data. Every block
+// must come from the transfer's address srv, in order, none skipped. The
+// first time block withhold (0: none) arrives it is not acknowledged: the
+// next packet must be that block again.
+func readLockstep(t *testing.T, c *net.UDPConn, srv *net.UDPAddr, withhold uint16) []byte {
+	t.Helper()
+	var got []byte
+	withheld := false
 	for block := uint16(1); ; block++ {
 		p, from := rawRead(t, c)
 		if from.String() != srv.String() {
@@ -570,16 +583,18 @@ func TestWindowsizeIgnored(t *testing.T) {
 		}
 		n, data := dataBlock(t, p)
 		if n != block {
-			t.Fatalf("got block %d, want %d: blocks in order, none skipped", n, block)
+			t.Fatalf("got block %d, want %d: blocks in order, none skipped (an ACK withheld: %v)", n, block, withheld)
+		}
+		if block == withhold && !withheld {
+			withheld = true
+			block--
+			continue
 		}
 		got = append(got, data...)
 		rawACK(t, c, srv, block)
 		if len(data) < 1468 {
-			break
+			return got
 		}
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
 	}
 }
 
@@ -606,26 +621,8 @@ func TestLostACK(t *testing.T) {
 		t.Fatalf("OACK %v, want blksize 1468", opts)
 	}
 	rawACK(t, c, srv, 0)
-	var got []byte
-	lost := false
-	for block := uint16(1); ; block++ {
-		p, _ := rawRead(t, c)
-		n, data := dataBlock(t, p)
-		if n != block {
-			t.Fatalf("got block %d, want %d (the ACK of block 3 was lost: %v)", n, block, lost)
-		}
-		if block == 3 && !lost {
-			lost = true // do not acknowledge: the next packet must be block 3 again
-			block--
-			continue
-		}
-		got = append(got, data...)
-		rawACK(t, c, srv, block)
-		if len(data) < 1468 {
-			break
-		}
-	}
-	if !bytes.Equal(got, want) {
+	// The ACK of block 3 is lost: the next packet must be block 3 again.
+	if got := readLockstep(t, c, srv, 3); !bytes.Equal(got, want) {
 		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
 	}
 }
