@@ -268,12 +268,17 @@ func (f *fixture) registerNode(t *testing.T, name, bootID string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.IgnoreNotFound(f.env.Client.Delete(context.Background(), n)) })
-	n.Status.NodeInfo.BootID = bootID
-	n.Status.Conditions = []corev1.NodeCondition{{
-		Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
-		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
-	}}
-	if err := f.env.Client.Status().Update(ctx, n); err != nil {
+	// The Node watch may apply labels between the create and this write,
+	// so it re-reads on a conflict, as the kubelet does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := f.node(t, name)
+		n.Status.NodeInfo.BootID = bootID
+		n.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status",
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+		}}
+		return f.env.Client.Status().Update(ctx, n)
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
