@@ -318,7 +318,13 @@ func TestClusterChartMaps(t *testing.T) {
 	files := mustRenderCluster(t, values(t, `
 clusterName: lab
 kubernetes:
-  apiServer: {replicaCount: 3, service: {type: NodePort}, certSANs: {dnsNames: [lab.example.org]}}
+  apiServer:
+    replicaCount: 3
+    service: {type: NodePort}
+    certSANs: {dnsNames: [lab.example.org]}
+    audit:
+      mode: Stdout
+      policy: {apiVersion: audit.k8s.io/v1, kind: Policy, rules: [{level: Metadata}]}
   etcd: {replicaCount: 1}
   persistence: {size: 5Gi, storageClassName: local-path}
   kubeProxy: {enabled: false}
@@ -345,6 +351,10 @@ tags:
 		tc.Spec.Etcd.Replicas != 1 || tc.Spec.Etcd.StorageSize.String() != "5Gi" || *tc.Spec.Etcd.StorageClassName != "local-path" ||
 		tc.Spec.KubeProxy.Mode != "none" || !reflect.DeepEqual(tc.Spec.APIServer.CertSANs, []string{"lab.example.org"}) {
 		t.Errorf("TenantCluster spec %+v", tc.Spec)
+	}
+	if a := tc.Spec.APIServer.Audit; a.Mode != kubefarmv1.AuditStdout || a.Policy == nil ||
+		!strings.Contains(string(a.Policy.Raw), `"level":"Metadata"`) {
+		t.Errorf("audit %+v", a)
 	}
 	p := pools[0]
 	if p.Name != "lab-gpu" || p.Spec.BootImage != "node-gpu-r1" {
@@ -426,6 +436,8 @@ func TestClusterChartSchemaErrors(t *testing.T) {
 		{"etcd members", "kubernetes: {etcd: {replicas: 2}}", "replicas"},
 		{"version", "kubernetes: {version: '1.34'}", "version"},
 		{"kube-proxy mode", "kubernetes: {kubeProxy: {mode: userspace}}", "mode"},
+		{"audit mode", "kubernetes: {apiServer: {audit: {mode: Syslog}}}", "mode"},
+		{"audit key", "kubernetes: {apiServer: {audit: {maxSize: 10}}}", "maxSize"},
 		{"password not a hash", "ltsp: {config: {rootPasswd: hackme}}", "rootPasswd"},
 		{"taint effect", "tags: {kubernetesTaints: {foo: [{key: a, effect: Never}]}}", "effect"},
 		{"labels not strings", "tags: {kubernetesLabels: {foo: {a: 1}}}", "a"},

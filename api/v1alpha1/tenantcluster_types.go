@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TenantClusterSpec describes one tenant Kubernetes control plane that runs as
@@ -109,6 +110,63 @@ type APIServerSpec struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	CertSANs []string `json:"certSANs,omitempty"`
+
+	// Audit configures the API server's audit log (docs/audit.md).
+	// +optional
+	// +kubebuilder:default={}
+	Audit AuditSpec `json:"audit,omitempty"`
+}
+
+// AuditMode is where the API server writes its audit events.
+// +kubebuilder:validation:Enum=File;Stdout;None
+type AuditMode string
+
+const (
+	// AuditFile writes JSON lines to a file on a volume of the API server
+	// pod, rotated by size (maxSizeMB, maxBackups).
+	AuditFile AuditMode = "File"
+	// AuditStdout writes JSON lines to the API server container's standard
+	// output (its own log goes to standard error), where the node's log
+	// collection picks them up.
+	AuditStdout AuditMode = "Stdout"
+	// AuditNone turns auditing off.
+	AuditNone AuditMode = "None"
+)
+
+// AuditSpec configures the audit log of kube-apiserver.
+type AuditSpec struct {
+	// Mode is File, Stdout or None.
+	// +optional
+	// +kubebuilder:default=File
+	Mode AuditMode `json:"mode,omitempty"`
+
+	// Policy replaces kubefarm's default audit policy: an audit.k8s.io/v1
+	// Policy object (apiVersion, kind and rules), checked as kube-apiserver
+	// loads it, unknown fields refused. Empty uses the default, which
+	// records who read or changed what (Metadata), the request bodies of
+	// changes (Request), never the contents of Secrets, ConfigMaps or
+	// tokens, and not the health checks, Events or node heartbeats.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:validation:Schemaless
+	Policy *runtime.RawExtension `json:"policy,omitempty"`
+
+	// MaxSizeMB is the size in megabytes at which the File mode's log is
+	// rotated.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	MaxSizeMB int32 `json:"maxSizeMB,omitempty"`
+
+	// MaxBackups is how many rotated files the File mode keeps besides the
+	// current one. The volume is sized (maxBackups+2) x maxSizeMB.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
+	MaxBackups *int32 `json:"maxBackups,omitempty"`
 }
 
 // ExposeType is how the API server Service is published.

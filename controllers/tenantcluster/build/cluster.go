@@ -117,6 +117,9 @@ type Cluster struct {
 	Konnectivity bool
 	PodSecurity  v1alpha1.PodSecurityDefaults
 
+	// Audit is spec.apiServer.audit resolved.
+	Audit Audit
+
 	APIServerArgs         map[string]string
 	ControllerManagerArgs map[string]string
 	SchedulerArgs         map[string]string
@@ -333,6 +336,10 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 			errs = append(errs, field.NotSupported(ps.Child(l.name), l.level, []string{"privileged", "baseline", "restricted"}))
 		}
 	}
+
+	audit, auditErrs := resolveAudit(spec.APIServer.Audit, sp.Child("apiServer", "audit"))
+	c.Audit = audit
+	errs = append(errs, auditErrs...)
 
 	if c.AdminClusterDomain == "" {
 		c.AdminClusterDomain = defaultAdminClusterDomain

@@ -193,9 +193,16 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	if c.Konnectivity {
 		apiConfigKeys = append(apiConfigKeys, ConfigKeyEgressSelector)
 	}
+	if c.Audit.Policy != nil {
+		apiConfigKeys = append(apiConfigKeys, ConfigKeyAuditPolicy)
+	}
 	api := container(ComponentAPIServer, c.kubeImage(ComponentAPIServer), []string{"kube-apiserver"}, args)
 	api.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: APIServerPort, Protocol: corev1.ProtocolTCP}}
 	api.VolumeMounts = c.volumeMounts(apiServerMounts, true)
+	auditVol, auditMount, audited := c.Audit.volume()
+	if audited {
+		api.VolumeMounts = append(api.VolumeMounts, auditMount)
+	}
 	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
 	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, 3)
@@ -231,6 +238,9 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 		configKeys = append(configKeys, ConfigKeyKonnectivityConf)
 	}
 	var extra []corev1.Volume
+	if audited {
+		extra = append(extra, auditVol)
+	}
 	if c.Konnectivity {
 		// Memory-backed: it only ever holds the socket.
 		extra = append(extra, corev1.Volume{Name: volumeKonnectivity, VolumeSource: corev1.VolumeSource{

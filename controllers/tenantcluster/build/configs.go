@@ -223,6 +223,9 @@ func ConfigMap(c *Cluster) (*corev1.ConfigMap, error) {
 			return nil, err
 		}
 	}
+	if c.Audit.Policy != nil {
+		data[ConfigKeyAuditPolicy] = string(c.Audit.Policy)
+	}
 	kubeconfigs := []struct {
 		key  string
 		role PKIRole

@@ -48,7 +48,9 @@ func TestConfigMapKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys := sortedKeys(cm.Data)
-		want := []string{ConfigKeyAdmission, ConfigKeyControllerManagerConf, ConfigKeySchedulerConf}
+		// The audit policy is there by default (mode File); TestAuditModes
+		// covers mode None.
+		want := []string{ConfigKeyAdmission, ConfigKeyAuditPolicy, ConfigKeyControllerManagerConf, ConfigKeySchedulerConf}
 		if on {
 			want = append(want, ConfigKeyEgressSelector, ConfigKeyKonnectivityConf)
 		}

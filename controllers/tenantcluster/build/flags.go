@@ -165,6 +165,9 @@ const (
 	reasonFile      = "it points at a file kubefarm mounts"
 	reasonIdentity  = "it decides who a client is, which the tenancy model depends on"
 	reasonReachable = "other components and certificates are built against it"
+	// The File mode's volume is sized from these two; larger files would
+	// overrun it and the kubelet would evict the API server.
+	reasonAuditVolume = "the audit volume is sized from spec.apiServer.audit.maxSizeMB and maxBackups; set them there"
 )
 
 var apiServerPolicy = flagPolicy{
@@ -185,6 +188,11 @@ var apiServerPolicy = flagPolicy{
 		"service-cluster-ip-range":      {reason: reasonReachable},
 		"tls-cert-file":                 {reason: reasonFile},
 		"tls-private-key-file":          {reason: reasonFile},
+		"audit-policy-file":             {reason: reasonFile},
+		"audit-log-path":                {reason: "it is set from spec.apiServer.audit.mode"},
+		"audit-log-maxsize":             {reason: reasonAuditVolume},
+		"audit-log-maxbackup":           {reason: reasonAuditVolume},
+		"audit-webhook-config-file":     {reason: reasonFile},
 		// Static tokens cannot be rotated or revoked without a restart and
 		// bypass every credential kubefarm manages.
 		"token-auth-file": {reason: reasonIdentity},
@@ -307,6 +315,7 @@ func APIServerFlags(c *Cluster) ([]string, error) {
 	if c.Konnectivity {
 		d["egress-selector-config-file"] = configFile(ConfigKeyEgressSelector)
 	}
+	auditFlags(c.Audit, d)
 	return mergeFlags(d, apiServerPolicy, c.APIServerArgs, field.NewPath("spec", "apiServer", "extraArgs"))
 }
 

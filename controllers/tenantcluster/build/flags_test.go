@@ -111,7 +111,7 @@ func TestExtraArgsPrecedence(t *testing.T) {
 		tc.Spec.APIServer.ExtraArgs = map[string]string{
 			"profiling":                "true",              // overrides a default
 			"--v":                      "4",                 // leading dashes accepted
-			"audit-log-path":           "-",                 // a flag kubefarm does not set
+			"audit-log-maxage":         "7",                 // a flag kubefarm does not set
 			"authorization-mode":       "Node,RBAC,Webhook", // constrained, still valid
 			"enable-admission-plugins": "NodeRestriction,AlwaysPullImages",
 		}
@@ -122,7 +122,7 @@ func TestExtraArgsPrecedence(t *testing.T) {
 	}
 	got := flagMap(t, flags)
 	for k, v := range map[string]string{
-		"profiling": "true", "v": "4", "audit-log-path": "-",
+		"profiling": "true", "v": "4", "audit-log-maxage": "7",
 		"authorization-mode": "Node,RBAC,Webhook", "enable-admission-plugins": "NodeRestriction,AlwaysPullImages",
 	} {
 		if got[k] != v {
