@@ -320,12 +320,15 @@ clusterName: lab
 kubernetes:
   apiServer:
     replicaCount: 3
-    service: {type: NodePort}
+    service: {type: NodePort, nodePort: 31443, annotations: {example.com/owner: lab}}
     certSANs: {dnsNames: [lab.example.org]}
+    resources: {requests: {cpu: 500m, memory: 1Gi}}
     audit:
       mode: Stdout
       policy: {apiVersion: audit.k8s.io/v1, kind: Policy, rules: [{level: Metadata}]}
-  etcd: {replicaCount: 1}
+  etcd: {replicaCount: 1, resources: {requests: {memory: 300Mi}, limits: {memory: 1Gi}}}
+  scheduler: {resources: {requests: {cpu: 20m}}}
+  placement: {nodeSelector: {example.com/control-planes: "true"}, spread: Required}
   persistence: {size: 5Gi, storageClassName: local-path}
   kubeProxy: {enabled: false}
 bootImage: node-r1
@@ -355,6 +358,21 @@ tags:
 	if a := tc.Spec.APIServer.Audit; a.Mode != kubefarmv1.AuditStdout || a.Policy == nil ||
 		!strings.Contains(string(a.Policy.Raw), `"level":"Metadata"`) {
 		t.Errorf("audit %+v", a)
+	}
+	if e := tc.Spec.APIServer.Expose; e.NodePort != 31443 || e.Annotations["example.com/owner"] != "lab" {
+		t.Errorf("expose %+v", e)
+	}
+	if r := tc.Spec.APIServer.Resources; r == nil || r.Requests.Memory().String() != "1Gi" {
+		t.Errorf("apiServer resources %v", r)
+	}
+	if r := tc.Spec.Etcd.Resources; r == nil || r.Limits.Memory().String() != "1Gi" {
+		t.Errorf("etcd resources %v", r)
+	}
+	if r := tc.Spec.Scheduler.Resources; r == nil || r.Requests.Cpu().String() != "20m" {
+		t.Errorf("scheduler resources %v", r)
+	}
+	if p := tc.Spec.Placement; p.Spread != kubefarmv1.SpreadRequired || p.NodeSelector["example.com/control-planes"] != "true" {
+		t.Errorf("placement %+v", p)
 	}
 	p := pools[0]
 	if p.Name != "lab-gpu" || p.Spec.BootImage != "node-gpu-r1" {

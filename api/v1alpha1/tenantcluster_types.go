@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,6 +65,12 @@ type TenantClusterSpec struct {
 	// +kubebuilder:default={}
 	PodSecurity PodSecurityDefaults `json:"podSecurity,omitempty"`
 
+	// Placement says where in the admin cluster the control plane pods
+	// run and how they are spread.
+	// +optional
+	// +kubebuilder:default={}
+	Placement PlacementSpec `json:"placement,omitempty"`
+
 	// VolumeReclaimPolicy says what happens to etcd's volumes when the
 	// TenantCluster is deleted.
 	// +optional
@@ -87,6 +94,54 @@ type ComponentSpec struct {
 	// cluster secure and reachable (documented per component).
 	// +optional
 	ExtraArgs map[string]string `json:"extraArgs,omitempty"`
+
+	// Resources replace the component's default requests (docs/placement.md
+	// lists them with what they were measured on); limits are set only if
+	// given here.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// SpreadPolicy says how strictly replicas of one component are kept on
+// different admin nodes.
+// +kubebuilder:validation:Enum=Preferred;Required
+type SpreadPolicy string
+
+const (
+	// SpreadPreferred: the scheduler prefers different nodes, and still
+	// runs replicas side by side on a small admin cluster.
+	SpreadPreferred SpreadPolicy = "Preferred"
+	// SpreadRequired: no two replicas of a component on one node; a
+	// replica without a free node stays Pending.
+	SpreadRequired SpreadPolicy = "Required"
+)
+
+// PlacementSpec places the control plane pods in the admin cluster.
+type PlacementSpec struct {
+	// NodeSelector restricts the control plane pods to admin nodes with
+	// these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the control plane pods, for admin nodes tainted for
+	// them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PriorityClassName of the control plane pods.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// Spread of the replicas of each component (API servers, etcd members,
+	// controller managers, schedulers) over admin nodes (by hostname).
+	// Across zones (topology.kubernetes.io/zone) they are always spread as
+	// far as the scheduler can.
+	// +optional
+	// +kubebuilder:default=Preferred
+	Spread SpreadPolicy `json:"spread,omitempty"`
 }
 
 // APIServerSpec configures kube-apiserver.
@@ -198,6 +253,31 @@ type APIServerExpose struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port,omitempty"`
+
+	// NodePort fixes the API server's node port (type NodePort only);
+	// empty lets the admin cluster allocate one.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	NodePort int32 `json:"nodePort,omitempty"`
+
+	// KonnectivityNodePort fixes the Konnectivity agents' node port (type
+	// NodePort with Konnectivity only).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	KonnectivityNodePort int32 `json:"konnectivityNodePort,omitempty"`
+
+	// LoadBalancerClass selects the load balancer implementation (type
+	// LoadBalancer only). The admin cluster refuses to change it once set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	LoadBalancerClass *string `json:"loadBalancerClass,omitempty"`
+
+	// Annotations of the API server Service, for example the address pool
+	// of a MetalLB or a cloud load balancer's options.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
 // EtcdSpec configures the tenant's etcd.
@@ -213,6 +293,10 @@ type EtcdSpec struct {
 	// +kubebuilder:validation:Enum=1;3
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: etcd membership changes are not supported yet (see docs/etcd.md)"
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// Resources replace the members' default requests (docs/placement.md).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// StorageSize is the size of each member's volume.
 	// +optional
@@ -262,6 +346,11 @@ type KonnectivitySpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	Enabled *bool `json:"enabled,omitempty"`
+
+	// Resources replace konnectivity-server's default requests
+	// (docs/placement.md).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // KubeProxyMode is iptables, ipvs, nftables, or none (a CNI replaces kube-proxy).

@@ -13,9 +13,6 @@ any object is rendered, so a values file is either taken whole or refused.
 
 {{- $api := $k.apiServer | default dict -}}
 {{- $svc := $api.service | default dict -}}
-{{- if $svc.annotations -}}
-{{- fail "kubernetes.apiServer.service.annotations: the TenantCluster's Service takes no annotations yet; remove them" -}}
-{{- end -}}
 {{- if eq (toString ($svc.type | default "LoadBalancer")) "ClusterIP" -}}
 {{- fail "kubernetes.apiServer.service.type: ClusterIP: netbooted nodes outside the admin cluster could not reach the API server; use LoadBalancer, NodePort or ExternalIP" -}}
 {{- end -}}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -119,6 +120,13 @@ type Cluster struct {
 
 	// Audit is spec.apiServer.audit resolved.
 	Audit Audit
+	// Placement is spec.placement resolved.
+	Placement Placement
+	// Resources are the spec's resources by container name; a container
+	// without an entry gets its default requests.
+	Resources map[string]corev1.ResourceRequirements
+	// Service holds spec.apiServer.expose's Service settings.
+	Service ServiceExtras
 
 	APIServerArgs         map[string]string
 	ControllerManagerArgs map[string]string
@@ -340,6 +348,7 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 	audit, auditErrs := resolveAudit(spec.APIServer.Audit, sp.Child("apiServer", "audit"))
 	c.Audit = audit
 	errs = append(errs, auditErrs...)
+	errs = append(errs, resolvePlacement(c, spec, sp)...)
 
 	if c.AdminClusterDomain == "" {
 		c.AdminClusterDomain = defaultAdminClusterDomain

@@ -84,7 +84,7 @@ func EtcdStatefulSet(c *Cluster, state EtcdClusterState, secrets SecretData) (*a
 	ctr.StartupProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, startupPeriod, startupFailures)
 	ctr.LivenessProbe = httpProbe("/livez", EtcdMetricsPort, corev1.URISchemeHTTP, 10, 6)
 	ctr.ReadinessProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, readinessPeriod, 3)
-	ctr.Resources = requests("100m", "256Mi")
+	ctr.Resources = c.resources(ComponentEtcd, "100m", "256Mi")
 
 	pod := c.basePodSpec(ComponentEtcd)
 	pod.Containers = []corev1.Container{ctr}
@@ -206,7 +206,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
 	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, 3)
-	api.Resources = requests("250m", "512Mi")
+	api.Resources = c.resources(ComponentAPIServer, "250m", "512Mi")
 
 	mounts := apiServerMounts
 	configKeys := apiConfigKeys
@@ -231,7 +231,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 		// connects, and agents run on nodes that cannot join before the API
 		// server pod is ready. A readiness probe here would deadlock.
 		k.LivenessProbe = httpProbe("/healthz", KonnectivityHealthPort, corev1.URISchemeHTTP, 10, 6)
-		k.Resources = requests("50m", "64Mi")
+		k.Resources = c.resources(ComponentKonnectivity, "50m", "64Mi")
 		pod.Containers = append(pod.Containers, k)
 
 		mounts = append(append([]secretMount{}, apiServerMounts...), konnectivityMounts...)
@@ -346,7 +346,7 @@ func (c *Cluster) leaderElectedDeployment(l leaderElected, config *corev1.Config
 	ctr.VolumeMounts = c.volumeMounts(mounts, true)
 	ctr.StartupProbe = httpProbe("/healthz", port, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	ctr.LivenessProbe = httpProbe("/healthz", port, corev1.URISchemeHTTPS, 10, 6)
-	ctr.Resources = requests(l.cpu, l.memory)
+	ctr.Resources = c.resources(component, l.cpu, l.memory)
 	pod := c.basePodSpec(component)
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = c.podVolumes(mounts, configKeys)
@@ -412,6 +412,7 @@ func APIServerService(c *Cluster) *corev1.Service {
 	default:
 		svc.Spec.Type = corev1.ServiceTypeLoadBalancer
 	}
+	c.serviceExtras(svc)
 	return svc
 }
 

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -217,23 +216,16 @@ func httpProbe(path string, port int32, scheme corev1.URIScheme, period, failure
 // basePodSpec is what every control plane pod shares. The pods get no
 // admin-cluster service-account token (they never call the admin cluster's
 // API) and no service environment variables (tenant components must not
-// discover admin-cluster Services by accident). Replicas prefer different
-// nodes, but do not require it, so a small admin cluster still runs them.
+// discover admin-cluster Services by accident). Where they run and how
+// their replicas spread is spec.placement's (placePod).
 func (c *Cluster) basePodSpec(component string) corev1.PodSpec {
-	return corev1.PodSpec{
+	pod := corev1.PodSpec{
 		AutomountServiceAccountToken: ptrTo(false),
 		EnableServiceLinks:           ptrTo(false),
 		SecurityContext:              podSecurityContext(),
-		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
-				Weight: 100,
-				PodAffinityTerm: corev1.PodAffinityTerm{
-					LabelSelector: &metav1.LabelSelector{MatchLabels: c.selector(component)},
-					TopologyKey:   corev1.LabelHostname,
-				},
-			}},
-		}},
 	}
+	c.placePod(&pod, component)
+	return pod
 }
 
 func (c *Cluster) kubeImage(component string) string {
