@@ -7,9 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +48,9 @@ import (
 //   - the Machine shows the boot ID the Node reports and the rootfs digest;
 //   - a pod on the node runs, reaches a ClusterIP Service; kubectl logs and
 //     exec work with the host's direct route to the node's kubelet port
-//     rejected, so they can only go through Konnectivity;
+//     rejected, so they can only go through Konnectivity; the tenant's
+//     kubernetes Service points at the NodePort endpoint, and its
+//     ClusterIP reaches a TLS server from the pod;
 //   - a pod on each node reaches the other's over the pod network, and a
 //     ClusterIP Service answers from both (make demo's check, CheckSpread);
 //   - the Machine's Events tell the boot story, and the test prints the
@@ -320,6 +324,34 @@ func TestNodeJoin(t *testing.T) {
 			t.Fatalf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
 		}
 		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
+
+		// kubernetes.default: with a NodePort API server Service its
+		// endpoints are the node address and node port nodes use (kube-
+		// apiserver alone would publish the node address on port 6443),
+		// and from the pod its ClusterIP reaches a TLS server: an HTTP
+		// request gets TLS's plain-text refusal back.
+		slice, err := tenant.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host, port := endpointHostPort(t, got.Status.Endpoint)
+		if len(slice.Endpoints) != 1 || len(slice.Endpoints[0].Addresses) != 1 || slice.Endpoints[0].Addresses[0] != host ||
+			len(slice.Ports) != 1 || slice.Ports[0].Port == nil || *slice.Ports[0].Port != port {
+			t.Fatalf("EndpointSlice default/kubernetes %+v %+v, want %s:%d (the TenantCluster's endpoint)", slice.Endpoints, slice.Ports, host, port)
+		}
+		kube, err := tenant.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello := "printf 'GET /version HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + kube.Spec.ClusterIP + " 443"
+		err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+			out, execErr = cluster.ExecIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", hello})
+			return execErr == nil && strings.Contains(out, "HTTPS server"), nil
+		})
+		if err != nil {
+			t.Fatalf("exec %q in pod client: %v (last: %v, output %q)", hello, err, execErr, out)
+		}
+		t.Logf("kubernetes.default (%s:443) -> %s:%d answered %q", kube.Spec.ClusterIP, host, port, lastLine(out))
 	})
 
 	// make demo's own check of its workload, so that the demo cannot rot
@@ -520,4 +552,18 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// endpointHostPort splits a TenantCluster's status.endpoint.
+func endpointHostPort(t *testing.T, endpoint string) (string, int32) {
+	t.Helper()
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatalf("status.endpoint %q: %v", endpoint, err)
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil {
+		t.Fatalf("status.endpoint %q: %v", endpoint, err)
+	}
+	return u.Hostname(), int32(port)
 }

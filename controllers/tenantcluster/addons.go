@@ -112,6 +112,10 @@ func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in
 	if err != nil {
 		return 0, err
 	}
+	// The kubernetes Service's endpoints are kubefarm's only while the API
+	// server Service is NodePort; afterwards the API servers' own
+	// reconciler writes them again.
+	candidates = append(candidates, build.KubernetesServiceEndpointNames()...)
 	keep := map[string]bool{}
 	for _, o := range wanted {
 		keep[addonKey(o)] = true

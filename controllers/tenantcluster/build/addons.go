@@ -211,6 +211,13 @@ func buildAddons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 		p, b := probeHostPolicy()
 		policies = append(policies, p, b)
 	}
+	if c.ExposeType == v1alpha1.ExposeNodePort && in.Endpoint != "" {
+		eps, err := KubernetesServiceEndpoints(in.Endpoint)
+		if err != nil {
+			return nil, err
+		}
+		services = append(services, eps...)
+	}
 
 	out := []client.Object{kubeSystemNamespace()}
 	for _, group := range [][]client.Object{clusterRoles, clusterRoleBindings, roles, roleBindings,

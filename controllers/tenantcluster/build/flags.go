@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // Flag precedence (the contract documented on ComponentSpec.ExtraArgs):
@@ -189,6 +191,7 @@ var apiServerPolicy = flagPolicy{
 		"tls-cert-file":                 {reason: reasonFile},
 		"tls-private-key-file":          {reason: reasonFile},
 		"audit-policy-file":             {reason: reasonFile},
+		"endpoint-reconciler-type":      {reason: "with a NodePort Service kubefarm keeps the tenant's kubernetes Service endpoints itself"},
 		"audit-log-path":                {reason: "it is set from spec.apiServer.audit.mode"},
 		"audit-log-maxsize":             {reason: reasonAuditVolume},
 		"audit-log-maxbackup":           {reason: reasonAuditVolume},
@@ -316,6 +319,11 @@ func APIServerFlags(c *Cluster) ([]string, error) {
 		d["egress-selector-config-file"] = configFile(ConfigKeyEgressSelector)
 	}
 	auditFlags(c.Audit, d)
+	if c.ExposeType == v1alpha1.ExposeNodePort {
+		// The add-ons write the kubernetes Service's endpoints with the
+		// node port (KubernetesServiceEndpoints).
+		d["endpoint-reconciler-type"] = "none"
+	}
 	return mergeFlags(d, apiServerPolicy, c.APIServerArgs, field.NewPath("spec", "apiServer", "extraArgs"))
 }
 

@@ -51,6 +51,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,8 +87,23 @@ type runResult struct {
 	ReadySeconds    float64            `json:"readySeconds"`
 	Conditions      map[string]float64 `json:"conditionTrueSeconds"`
 	TeardownSeconds float64            `json:"teardownSeconds"`
-	StartedAtUTC    time.Time          `json:"startedAt"`
-	Endpoint        string             `json:"endpoint,omitempty"`
+	// Teardown is where the teardown's time went, in seconds since the
+	// TenantCluster's Delete call.
+	Teardown     teardownTimes `json:"teardown"`
+	StartedAtUTC time.Time     `json:"startedAt"`
+	Endpoint     string        `json:"endpoint,omitempty"`
+	// Memory is the tenant's pods' working set once idle (-memory).
+	Memory *podMemory `json:"memory,omitempty"`
+}
+
+// teardownTimes: when the TenantCluster object was gone (its finalizer
+// done), when its last pod was, which pod that was, and when the
+// namespace was gone, in seconds since the Delete call.
+type teardownTimes struct {
+	TenantGone    float64 `json:"tenantGone"`
+	PodsGone      float64 `json:"podsGone"`
+	LastPod       string  `json:"lastPod,omitempty"`
+	NamespaceGone float64 `json:"namespaceGone"`
 }
 
 type report struct {
@@ -128,6 +144,7 @@ func run() error {
 	teardownTimeout := fs.Duration("teardown-timeout", 5*time.Minute, "per run: how long deleting the tenant and its namespace may take")
 	ownVolumes := fs.Bool("own-volumes", true, "give each run a fresh pre-bound hostPath PersistentVolume (see the package doc)")
 	volumesDir := fs.String("volumes-dir", "", "where the per-run volume directories go; empty: the e2e state directory's volumes/")
+	memorySettle := fs.Duration("memory", 0, "after Ready, wait this long for the control plane to settle, then record its pods' memory (working set, from the kubelet's stats summary); 0: no memory figures")
 	allowOthers := fs.Bool("allow-others", false, "run even when other TenantClusters exist (their pods compete for the node)")
 	out := fs.String("out", filepath.Join(root, "_build", "bench-tenant-ready.json"), "JSON report")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits
@@ -193,7 +210,11 @@ func run() error {
 		return err
 	}
 
-	b := &bench{c: c, version: *version, timeout: *timeout, teardownTimeout: *teardownTimeout,
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	b := &bench{c: c, cs: cs, memorySettle: *memorySettle, version: *version, timeout: *timeout, teardownTimeout: *teardownTimeout,
 		ownVolumes: *ownVolumes, volumesDir: *volumesDir, example: example}
 	rep := report{Benchmark: "tenantcluster-ready", Version: *version, Kubeconfig: *kubeconfig, Runs: *runs, OwnVolumes: *ownVolumes}
 	fmt.Printf("tenantcluster-ready: %d measured runs of a TenantCluster %s (1 etcd member, 1 API server, NodePort) against %s\n",
@@ -249,12 +270,18 @@ func (r runResult) line() string {
 			fmt.Fprintf(&b, " %s=%.1fs", strings.TrimSuffix(cond, "Ready"), s)
 		}
 	}
-	fmt.Fprintf(&b, " teardown=%.1fs ns=%s", r.TeardownSeconds, r.Namespace)
+	fmt.Fprintf(&b, " teardown=%.1fs (tenant gone %.1fs, pods gone %.1fs, last %s, namespace gone %.1fs) ns=%s",
+		r.TeardownSeconds, r.Teardown.TenantGone, r.Teardown.PodsGone, r.Teardown.LastPod, r.Teardown.NamespaceGone, r.Namespace)
+	if r.Memory != nil {
+		fmt.Fprintf(&b, " memory=%.0fMiB %s", r.Memory.TotalMiB, r.Memory.byContainer())
+	}
 	return b.String()
 }
 
 type bench struct {
 	c               client.WithWatch
+	cs              kubernetes.Interface
+	memorySettle    time.Duration
 	version         string
 	timeout         time.Duration
 	teardownTimeout time.Duration
@@ -295,8 +322,8 @@ func (b *bench) once(ctx context.Context, warmup bool) (res runResult, retErr er
 		tctx, cancel := context.WithTimeout(context.Background(), b.teardownTimeout)
 		defer cancel()
 		start := time.Now()
-		err := b.teardown(tctx, tc, ns, pv)
-		res.TeardownSeconds = time.Since(start).Seconds()
+		times, err := b.teardown(tctx, tc, ns, pv)
+		res.TeardownSeconds, res.Teardown = time.Since(start).Seconds(), times
 		if err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("teardown of %s: %w", ns.Name, err))
 		}
@@ -325,6 +352,13 @@ func (b *bench) once(ctx context.Context, warmup bool) (res runResult, retErr er
 	}
 	res.ReadySeconds = time.Since(start).Seconds()
 	res.Endpoint = last.Status.Endpoint
+	if b.memorySettle > 0 && !warmup {
+		m, err := b.idleMemory(ctx, ns.Name)
+		if err != nil {
+			return res, err
+		}
+		res.Memory = m
+	}
 	return res, nil
 }
 
@@ -439,9 +473,12 @@ func (b *bench) createVolume(ctx context.Context, namespace string) (*corev1.Per
 }
 
 // teardown deletes the TenantCluster (its finalizer runs in the
-// controller), then the namespace, then the run's volume, waiting for each
-// to be gone so that the next run starts on a quiet cluster.
-func (b *bench) teardown(ctx context.Context, tc *kubefarmv1.TenantCluster, ns *corev1.Namespace, pv *corev1.PersistentVolume) error {
+// controller), waits for it and for its pods to be gone, then deletes the
+// namespace, then the run's volume, waiting for each to be gone so that the
+// next run starts on a quiet cluster. It reports when each was gone.
+func (b *bench) teardown(ctx context.Context, tc *kubefarmv1.TenantCluster, ns *corev1.Namespace, pv *corev1.PersistentVolume) (teardownTimes, error) {
+	var times teardownTimes
+	start := time.Now()
 	gone := func(obj client.Object) error {
 		key := client.ObjectKeyFromObject(obj)
 		for {
@@ -462,11 +499,19 @@ func (b *bench) teardown(ctx context.Context, tc *kubefarmv1.TenantCluster, ns *
 	} else if err := gone(&kubefarmv1.TenantCluster{ObjectMeta: tc.ObjectMeta}); err != nil {
 		errs = append(errs, err)
 	}
+	times.TenantGone = time.Since(start).Seconds()
+	// The pods go with their owners (garbage collection): the last one to
+	// go is what a deletion waits for.
+	if err := b.waitPodsGone(ctx, ns.Name, &times.LastPod); err != nil {
+		errs = append(errs, err)
+	}
+	times.PodsGone = time.Since(start).Seconds()
 	if err := b.c.Delete(ctx, ns); client.IgnoreNotFound(err) != nil {
 		errs = append(errs, err)
 	} else if err := gone(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.Name}}); err != nil {
 		errs = append(errs, err)
 	}
+	times.NamespaceGone = time.Since(start).Seconds()
 	if pv != nil {
 		// Retain: the claim's deletion only releases it. Its directory
 		// goes once the object is gone (the kubelet has unmounted it by
@@ -479,7 +524,27 @@ func (b *bench) teardown(ctx context.Context, tc *kubefarmv1.TenantCluster, ns *
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return times, errors.Join(errs...)
+}
+
+// waitPodsGone polls until the namespace has no pod, noting the name of
+// the last one seen.
+func (b *bench) waitPodsGone(ctx context.Context, namespace string, last *string) error {
+	for {
+		pods := &corev1.PodList{}
+		if err := b.c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		if len(pods.Items) == 0 {
+			return nil
+		}
+		*last = pods.Items[0].Name
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pods of %s still there: %w", namespace, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
 }
 
 // describe says where a tenant stood, for a run that timed out.

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// podMemory is what a tenant's control plane holds once idle: the working
+// set (what the kubelet's eviction and `kubectl top` count) of each
+// container, summed per container name over the tenant's pods, in MiB.
+type podMemory struct {
+	TotalMiB    float64            `json:"totalMiB"`
+	ByContainer map[string]float64 `json:"byContainerMiB"`
+	Pods        int                `json:"pods"`
+}
+
+func (m *podMemory) byContainer() string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(m.ByContainer)) {
+		parts = append(parts, fmt.Sprintf("%s=%.0f", name, m.ByContainer[name]))
+	}
+	return "(" + strings.Join(parts, " ") + ")"
+}
+
+// statsSummary is the part of the kubelet's /stats/summary read here.
+type statsSummary struct {
+	Pods []struct {
+		PodRef struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+		} `json:"podRef"`
+		Containers []struct {
+			Name   string `json:"name"`
+			Memory *struct {
+				WorkingSetBytes *uint64 `json:"workingSetBytes"`
+			} `json:"memory"`
+		} `json:"containers"`
+	} `json:"pods"`
+}
+
+// idleMemory waits b.memorySettle (start-up work such as the API server's
+// bootstrap of its own objects and the first add-on applies is over by
+// then), then reads the kubelet's stats summary of every node running one
+// of the namespace's pods, through the API server's node proxy as
+// metrics-server does.
+func (b *bench) idleMemory(ctx context.Context, namespace string) (*podMemory, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(b.memorySettle):
+	}
+	pods := &corev1.PodList{}
+	if err := b.c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	nodes := map[string]bool{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			nodes[p.Spec.NodeName] = true
+		}
+	}
+	m := &podMemory{ByContainer: map[string]float64{}}
+	for node := range nodes {
+		raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").DoRaw(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("the stats summary of node %s: %w", node, err)
+		}
+		var sum statsSummary
+		if err := json.Unmarshal(raw, &sum); err != nil {
+			return nil, fmt.Errorf("the stats summary of node %s: %w", node, err)
+		}
+		for _, p := range sum.Pods {
+			if p.PodRef.Namespace != namespace {
+				continue
+			}
+			m.Pods++
+			for _, c := range p.Containers {
+				if c.Memory == nil || c.Memory.WorkingSetBytes == nil {
+					continue
+				}
+				mib := float64(*c.Memory.WorkingSetBytes) / (1 << 20)
+				m.ByContainer[c.Name] += mib
+				m.TotalMiB += mib
+			}
+		}
+	}
+	if m.Pods == 0 {
+		return nil, fmt.Errorf("no pod of %s in the kubelets' stats summaries", namespace)
+	}
+	return m, nil
+}
