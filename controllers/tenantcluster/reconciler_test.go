@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -670,6 +671,27 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	t.Run("an add-on switched off is deleted", func(t *testing.T) { checkAddonSwitchOff(ctx, t, key) })
 
 	t.Run("deletion", func(t *testing.T) {
+		// Pods as the ReplicaSet and StatefulSet controllers (absent from
+		// envtest) would have made them, from the live templates, bound to
+		// a node so that their deletion waits for a kubelet and shows its
+		// grace period; and one of another tenant in the same namespace.
+		readOwned(t)
+		sts := owned["StatefulSet "+name+"-etcd"].(*appsv1.StatefulSet)
+		api := owned["Deployment "+name+"-apiserver"].(*appsv1.Deployment)
+		fakePod := func(podName string, labels map[string]string) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: podName, Labels: labels},
+				Spec: corev1.PodSpec{NodeName: "admin-1", Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+			if err := env.Client.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
+			return p
+		}
+		otherLabels := maps.Clone(api.Spec.Template.Labels)
+		otherLabels[build.LabelTenantCluster], otherLabels[build.LabelInstance] = "other", "other"
+		pods := []*corev1.Pod{fakePod(name+"-etcd-0", sts.Spec.Template.Labels), fakePod(name+"-apiserver-x", api.Spec.Template.Labels)}
+		other := fakePod("other-apiserver-x", otherLabels)
+
 		if err := env.Client.Delete(ctx, got); err != nil {
 			t.Fatal(err)
 		}
@@ -680,6 +702,26 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			}
 			return false, fmt.Sprint(err), client.IgnoreNotFound(err)
 		})
+		// The control plane was stopped before the finalizer went: the
+		// workloads are gone, and the pods are terminating with the short
+		// grace periods, not their own (75 s for an API server).
+		for _, obj := range []client.Object{sts, api} {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+				t.Errorf("%T %s still there after the deletion (err %v)", obj, obj.GetName(), err)
+			}
+		}
+		for i, want := range []int64{3, 1} {
+			p := pods[i]
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				t.Fatal(err)
+			}
+			if p.DeletionTimestamp.IsZero() || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds != want {
+				t.Errorf("pod %s: deletion %v, grace %v; want deleted with a grace of %d s", p.Name, p.DeletionTimestamp, p.DeletionGracePeriodSeconds, want)
+			}
+		}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(other), other); err != nil || !other.DeletionTimestamp.IsZero() {
+			t.Errorf("another tenant's pod was deleted (err %v, deletion %v)", err, other.DeletionTimestamp)
+		}
 		// The PVC protection finalizer (added by the API server's
 		// admission) holds a deleted claim until its controller, absent
 		// from envtest, sees no pod uses it; deletion requested is the

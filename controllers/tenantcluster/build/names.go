@@ -65,6 +65,13 @@ func (c *Cluster) SelfSignedIssuerName() string { return c.prefixed("selfsigned"
 // the same name as the CA's Certificate and Secret.
 func (c *Cluster) IssuerName(ca PKIRole) string { return c.prefixed(string(ca)) }
 
+// ControlPlaneSelector selects every workload of TenantCluster name and
+// its pods (all components), in its namespace: what goes with the
+// TenantCluster.
+func ControlPlaneSelector(name string) map[string]string {
+	return map[string]string{LabelTenantCluster: name, LabelManagedBy: managedBy}
+}
+
 // labels are the labels of every object of one component.
 func (c *Cluster) labels(component string) map[string]string {
 	l := c.selector(component)
