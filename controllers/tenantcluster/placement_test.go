@@ -13,8 +13,9 @@ import (
 )
 
 // TestPlacedWorkloadsAdmitted: the workloads and Service of a tenant with
-// every placement, resource, Service and audit setting in use are what a
-// real API server accepts (server-side dry run: its validation of pod
+// every placement, resource, Service and audit setting in use, and the
+// kubernetes Service endpoints of a NodePort tenant, are what a real API
+// server accepts (server-side dry run: its validation of pod
 // templates, anti-affinity terms, resource limits and node ports), and
 // carry those settings once admitted.
 func TestPlacedWorkloadsAdmitted(t *testing.T) {
@@ -56,7 +57,16 @@ func TestPlacedWorkloadsAdmitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := build.APIServerService(c)
-	for _, obj := range []client.Object{config, sts, api, kcm, svc} {
+	// The kubernetes Service's endpoints the NodePort add-ons write in the
+	// tenant (checked here in this namespace rather than default).
+	eps, err := build.KubernetesServiceEndpoints("https://192.0.2.10:31443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range eps {
+		o.SetNamespace(ns)
+	}
+	for _, obj := range append([]client.Object{config, sts, api, kcm, svc}, eps...) {
 		if err := env.Client.Create(ctx, obj, client.DryRunAll); err != nil {
 			t.Errorf("the API server refuses %T %s: %v", obj, obj.GetName(), err)
 		}

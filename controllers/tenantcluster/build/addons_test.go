@@ -13,6 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -231,7 +234,9 @@ func TestAddonsDeterministic(t *testing.T) {
 }
 
 func TestAddonsMetadata(t *testing.T) {
-	for _, o := range mustAddons(t, addonCluster(t), allAddons()) {
+	// NodePort adds the kubernetes Service's endpoints in default.
+	objs := mustAddons(t, addonCluster(t, nodePort), allAddons())
+	for _, o := range objs {
 		name := ObjectName(o)
 		gvk := o.GetObjectKind().GroupVersionKind()
 		if gvk.Kind == "" || gvk.Version == "" {
@@ -239,6 +244,10 @@ func TestAddonsMetadata(t *testing.T) {
 		}
 		if o.GetLabels()[LabelManagedBy] != managedBy {
 			t.Errorf("%s: labels %v lack %s=%s", name, o.GetLabels(), LabelManagedBy, managedBy)
+		}
+		// What the tenant's API server would refuse on apply.
+		if errs := metav1validation.ValidateLabels(o.GetLabels(), field.NewPath("metadata", "labels")); len(errs) > 0 {
+			t.Errorf("%s: %v", name, errs.ToAggregate())
 		}
 		b, err := json.Marshal(o)
 		if err != nil {
@@ -253,9 +262,13 @@ func TestAddonsMetadata(t *testing.T) {
 		if s, ok := m["status"]; ok && !allZero(s) {
 			t.Errorf("%s: has status %v", name, s)
 		}
-		if ns := o.GetNamespace(); ns != "" && ns != nsKubeSystem && ns != nsKubePublic {
+		if ns := o.GetNamespace(); ns != "" && ns != nsKubeSystem && ns != nsKubePublic &&
+			!(ns == metav1.NamespaceDefault && o.GetName() == kubernetesServiceName) {
 			t.Errorf("%s: namespace %q", name, ns)
 		}
+	}
+	if !slices.ContainsFunc(objs, func(o client.Object) bool { return ObjectName(o) == "EndpointSlice default/kubernetes" }) {
+		t.Error("the NodePort add-ons lack the kubernetes Service's EndpointSlice")
 	}
 }
 

@@ -27,7 +27,7 @@ const (
 	kubernetesServiceName = "kubernetes"
 	// endpointSliceManager marks the EndpointSlice as kubefarm's, so the
 	// EndpointSlice controllers leave it alone.
-	endpointSliceManager = "kubefarm.io/tenantcluster-controller"
+	endpointSliceManager = "tenantcluster-controller.kubefarm.io"
 )
 
 // KubernetesServiceEndpoints are the Endpoints and EndpointSlice of the
