@@ -15,20 +15,24 @@ import (
 // What etcd's state is decided from: the StatefulSet and the volumes of
 // earlier members (docs/etcd.md).
 
-// decideEtcdState says whether etcd members start with
-// --initial-cluster-state=new or existing. "new" is only right for the very
-// first bootstrap; afterwards a member that starts with an empty data
-// directory must join, never bootstrap a second cluster. Observable facts:
-//   - a StatefulSet that already says "existing" keeps it (switching back
-//     would roll every member for nothing);
+// decideEtcdState says whether etcd members start with the initial cluster
+// state new or existing (the etcd state ConfigMap, which members read when
+// they start). "new" is only right for the very first bootstrap;
+// afterwards a member that starts with an empty data directory must join,
+// never bootstrap a second cluster. Observable facts:
+//   - a state ConfigMap that already says "existing" keeps it, and so does
+//     a StatefulSet of an earlier kubefarm that had it as a flag;
 //   - a StatefulSet with a ready member has bootstrapped: readiness needs
-//     quorum, so a cluster exists. Switching rolls the members once, one at
-//     a time, and each keeps its data;
+//     quorum, so a cluster exists. Switching restarts nothing: running
+//     members never read it again;
 //   - no StatefulSet but volumes of earlier members (a TenantCluster
 //     recreated after deletion with volumeReclaimPolicy Retain): the data
 //     is a cluster that already exists;
 //   - otherwise nothing was ever bootstrapped.
-func decideEtcdState(sts *appsv1.StatefulSet, existingVolumes int) build.EtcdClusterState {
+func decideEtcdState(sts *appsv1.StatefulSet, state *corev1.ConfigMap, existingVolumes int) build.EtcdClusterState {
+	if state != nil && state.Data[build.EtcdStateKey] == string(build.EtcdClusterExisting) {
+		return build.EtcdClusterExisting
+	}
 	if sts == nil {
 		if existingVolumes > 0 {
 			return build.EtcdClusterExisting
@@ -41,7 +45,8 @@ func decideEtcdState(sts *appsv1.StatefulSet, existingVolumes int) build.EtcdClu
 	return build.EtcdClusterNew
 }
 
-// etcdStateOf reads --initial-cluster-state back from a StatefulSet.
+// etcdStateOf reads --initial-cluster-state back from a StatefulSet made by
+// an earlier kubefarm, which had it as a flag.
 func etcdStateOf(sts *appsv1.StatefulSet) build.EtcdClusterState {
 	for _, c := range sts.Spec.Template.Spec.Containers {
 		if c.Name != build.ComponentEtcd {

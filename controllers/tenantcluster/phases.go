@@ -293,8 +293,9 @@ func (r *Reconciler) reconcileConfig(ctx context.Context, s *scope) (ctrl.Result
 	return ctrl.Result{}, r.applyKubeconfigs(ctx, s)
 }
 
-// reconcileEtcd applies the etcd StatefulSet with the initial cluster state
-// decided from what exists (see decideEtcdState).
+// reconcileEtcd applies the etcd state ConfigMap, with the initial cluster
+// state decided from what exists (see decideEtcdState), and then the etcd
+// StatefulSet, whose members read it when they start.
 func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
 	var current *appsv1.StatefulSet
@@ -303,6 +304,21 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		return ctrl.Result{}, err
 	} else if found {
 		current = sts
+	}
+	// The state ConfigMap is not in the manager's cache (no ConfigMap
+	// is); it is read directly, and only when the StatefulSet does not
+	// settle the question: once a member is ready the answer is
+	// "existing" whatever the ConfigMap says.
+	var currentState *corev1.ConfigMap
+	if current == nil || current.Status.ReadyReplicas == 0 {
+		cm := &corev1.ConfigMap{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdStateConfigMapName()}, cm)
+		switch {
+		case err == nil:
+			currentState = cm
+		case !apierrors.IsNotFound(err):
+			return ctrl.Result{}, err
+		}
 	}
 	volumes := 0
 	if current == nil {
@@ -314,7 +330,14 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		}
 		volumes = len(pvcs)
 	}
-	desired, err := build.EtcdStatefulSet(c, decideEtcdState(current, volumes), s.secrets)
+	state, err := build.EtcdStateConfigMap(c, decideEtcdState(current, currentState, volumes))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.apply(ctx, s.tc, state, &corev1.ConfigMap{}); err != nil {
+		return ctrl.Result{}, err
+	}
+	desired, err := build.EtcdStatefulSet(c, s.secrets)
 	if err != nil {
 		return ctrl.Result{}, err
 	}

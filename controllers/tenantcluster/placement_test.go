@@ -44,7 +44,7 @@ func TestPlacedWorkloadsAdmitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts, err := build.EtcdStatefulSet(c, build.EtcdClusterNew, nil)
+	sts, err := build.EtcdStatefulSet(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list

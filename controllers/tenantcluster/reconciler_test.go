@@ -20,6 +20,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -173,6 +174,7 @@ func parseCert(t *testing.T, data []byte) *x509.Certificate {
 func TestTenantClusterLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
+	var etcdTemplate *corev1.PodTemplateSpec
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
 	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
@@ -362,9 +364,10 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, sts); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=new") {
-			t.Errorf("a first install must bootstrap a new etcd cluster: %v", sts.Spec.Template.Spec.Containers[0].Args)
+		if state := etcdState(ctx, t, ns, name); state != "new" {
+			t.Errorf("a first install must bootstrap a new etcd cluster: state %q", state)
 		}
+		etcdTemplate = sts.Spec.Template.DeepCopy()
 		// The API server is created only once etcd answers: started
 		// earlier it would crash-loop into a long restart back-off.
 		if !hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForEtcd) {
@@ -561,8 +564,13 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(sts), sts); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(sts.Spec.Template.Spec.Containers[0].Args, "--initial-cluster-state=existing") {
-		t.Errorf("after a member was ready, etcd must join as existing: %v", sts.Spec.Template.Spec.Containers[0].Args)
+	if state := etcdState(ctx, t, ns, name); state != "existing" {
+		t.Errorf("after a member was ready, etcd must join as existing: state %q", state)
+	}
+	// ...without restarting the members: the pod template is the one the
+	// first members started with.
+	if !equality.Semantic.DeepEqual(etcdTemplate, &sts.Spec.Template) {
+		t.Errorf("the etcd pod template changed with the initial cluster state:\n%+v\n%+v", etcdTemplate.Spec.Containers[0], sts.Spec.Template.Spec.Containers[0])
 	}
 
 	t.Run("re-reconcile changes nothing", func(t *testing.T) {
@@ -753,6 +761,17 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			t.Errorf("token issuer credential left behind in %s (err %v)", pxeNamespace, err)
 		}
 	})
+}
+
+// etcdState is the initial cluster state in TenantCluster name's etcd
+// state ConfigMap.
+func etcdState(ctx context.Context, t *testing.T, ns, name string) string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd-state"}, cm); err != nil {
+		t.Fatalf("the etcd state ConfigMap: %v", err)
+	}
+	return cm.Data[build.EtcdStateKey]
 }
 
 func ignoreConflict(err error) error {

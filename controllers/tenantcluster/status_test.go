@@ -159,21 +159,28 @@ func TestReadyCondition(t *testing.T) {
 }
 
 func TestDecideEtcdState(t *testing.T) {
+	cm := func(state build.EtcdClusterState) *corev1.ConfigMap {
+		return &corev1.ConfigMap{Data: map[string]string{build.EtcdStateKey: string(state)}}
+	}
 	for _, tc := range []struct {
 		name    string
 		sts     *appsv1.StatefulSet
+		state   *corev1.ConfigMap
 		volumes int
 		want    build.EtcdClusterState
 	}{
-		{"first install", nil, 0, build.EtcdClusterNew},
-		{"recreated over retained volumes", nil, 3, build.EtcdClusterExisting},
-		{"bootstrapping, nobody ready yet", sts(3, 1, 1, 0, build.EtcdClusterNew), 0, build.EtcdClusterNew},
-		{"bootstrapped: a member is ready", sts(3, 1, 1, 1, build.EtcdClusterNew), 0, build.EtcdClusterExisting},
-		{"existing stays existing with no member ready", sts(3, 2, 2, 0, build.EtcdClusterExisting), 0, build.EtcdClusterExisting},
-		{"StatefulSet without an etcd container", sts(3, 1, 1, 0, ""), 3, build.EtcdClusterNew},
+		{"first install", nil, nil, 0, build.EtcdClusterNew},
+		{"recreated over retained volumes", nil, nil, 3, build.EtcdClusterExisting},
+		{"bootstrapping, nobody ready yet", sts(3, 1, 1, 0, ""), cm(build.EtcdClusterNew), 0, build.EtcdClusterNew},
+		{"bootstrapped: a member is ready", sts(3, 1, 1, 1, ""), cm(build.EtcdClusterNew), 0, build.EtcdClusterExisting},
+		{"existing stays existing with no member ready", sts(3, 2, 2, 0, ""), cm(build.EtcdClusterExisting), 0, build.EtcdClusterExisting},
+		{"existing stays existing with no StatefulSet", nil, cm(build.EtcdClusterExisting), 0, build.EtcdClusterExisting},
+		{"an earlier kubefarm's flag says existing", sts(3, 2, 2, 0, build.EtcdClusterExisting), nil, 0, build.EtcdClusterExisting},
+		{"an earlier kubefarm's flag says new, nobody ready", sts(3, 1, 1, 0, build.EtcdClusterNew), nil, 0, build.EtcdClusterNew},
+		{"StatefulSet without an etcd container", sts(3, 1, 1, 0, ""), nil, 3, build.EtcdClusterNew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := decideEtcdState(tc.sts, tc.volumes); got != tc.want {
+			if got := decideEtcdState(tc.sts, tc.state, tc.volumes); got != tc.want {
 				t.Errorf("got %s, want %s", got, tc.want)
 			}
 		})

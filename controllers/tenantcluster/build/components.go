@@ -60,17 +60,26 @@ func EtcdService(c *Cluster) *corev1.Service {
 
 var etcdMounts = []secretMount{certOnly(RoleEtcdCA), certAndKey(RoleEtcdServer), certAndKey(RoleEtcdPeer)}
 
-// EtcdStatefulSet builds the etcd members. state is passed through to
-// --initial-cluster-state (see EtcdFlags); secrets feed the checksum.
-func EtcdStatefulSet(c *Cluster, state EtcdClusterState, secrets SecretData) (*appsv1.StatefulSet, error) {
-	args, err := EtcdFlags(c, state)
+// EtcdStatefulSet builds the etcd members; secrets feed the checksum. The
+// initial cluster state comes from the etcd state ConfigMap (see EtcdFlags),
+// read when a member's container starts.
+func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error) {
+	args, err := EtcdFlags(c)
 	if err != nil {
 		return nil, err
 	}
 	ctr := container(ComponentEtcd, c.etcdImage(), []string{"etcd"}, args)
-	ctr.Env = []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
-		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
-	}}}
+	ctr.Env = []corev1.EnvVar{
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"},
+		}},
+		{Name: EtcdStateEnv, ValueFrom: &corev1.EnvVarSource{
+			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: c.EtcdStateConfigMapName()},
+				Key:                  EtcdStateKey,
+			},
+		}},
+	}
 	ctr.Ports = []corev1.ContainerPort{
 		{Name: "client", ContainerPort: EtcdClientPort, Protocol: corev1.ProtocolTCP},
 		{Name: "peer", ContainerPort: EtcdPeerPort, Protocol: corev1.ProtocolTCP},

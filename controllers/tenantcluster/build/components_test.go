@@ -110,7 +110,7 @@ func TestEtcdStatefulSet(t *testing.T) {
 				tc.Spec.Etcd.StorageClassName = tt.class
 				tc.Spec.VolumeReclaimPolicy = tt.reclaim
 			})
-			sts, err := EtcdStatefulSet(c, EtcdClusterNew, nil)
+			sts, err := EtcdStatefulSet(c, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,6 +132,13 @@ func TestEtcdStatefulSet(t *testing.T) {
 			ctr := s.Template.Spec.Containers[0]
 			if ctr.Env[0].Name != "POD_NAME" || ctr.Env[0].ValueFrom.FieldRef.FieldPath != "metadata.name" {
 				t.Errorf("POD_NAME env = %+v", ctr.Env)
+			}
+			// The initial cluster state is read from the state ConfigMap
+			// at start, so it can change without rolling the members.
+			if len(ctr.Env) != 2 || ctr.Env[1].Name != EtcdStateEnv || ctr.Env[1].ValueFrom == nil ||
+				ctr.Env[1].ValueFrom.ConfigMapKeyRef == nil || ctr.Env[1].ValueFrom.ConfigMapKeyRef.Name != c.EtcdStateConfigMapName() ||
+				ctr.Env[1].ValueFrom.ConfigMapKeyRef.Key != EtcdStateKey {
+				t.Errorf("%s env = %+v", EtcdStateEnv, ctr.Env)
 			}
 			for _, p := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe, ctr.StartupProbe} {
 				if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntVal != EtcdMetricsPort {
@@ -213,7 +220,7 @@ func TestImagesComeFromOptions(t *testing.T) {
 	opts := testOptions()
 	opts.Images.Registry = "mirror.local:5000/k8s"
 	c := mustResolve(t, newTC(func(tc *v1alpha1.TenantCluster) { tc.Spec.Version = "v1.35.1" }), opts)
-	sts, _ := EtcdStatefulSet(c, EtcdClusterNew, nil)
+	sts, _ := EtcdStatefulSet(c, nil)
 	kcm, _ := ControllerManagerDeployment(c, mustConfigMap(t, c), nil)
 	sched, _ := SchedulerDeployment(c, mustConfigMap(t, c), nil)
 	for got, want := range map[string]string{
@@ -253,7 +260,7 @@ func TestLeaderElectedDeployments(t *testing.T) {
 // workloadObjects builds the four control plane workloads of a tenant.
 func workloadObjects(t *testing.T, c *Cluster, secrets SecretData) (*appsv1.StatefulSet, *appsv1.Deployment, *appsv1.Deployment, *appsv1.Deployment) {
 	t.Helper()
-	sts, err := EtcdStatefulSet(c, EtcdClusterNew, secrets)
+	sts, err := EtcdStatefulSet(c, secrets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +537,7 @@ func TestPodDisruptionBudgets(t *testing.T) {
 			}
 		})
 	}
-	sts, _ := EtcdStatefulSet(resolveTC(t), EtcdClusterNew, nil)
+	sts, _ := EtcdStatefulSet(resolveTC(t), nil)
 	pdbs := PodDisruptionBudgets(resolveTC(t))
 	var etcdPDB *policyv1.PodDisruptionBudget
 	for _, p := range pdbs {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -443,14 +445,12 @@ const (
 
 // EtcdFlags returns the etcd flags. The member name comes from the pod name
 // through the POD_NAME environment variable (expanded by the kubelet), since
-// every member shares one pod template. state is decided by the caller from
-// observed state (has this cluster ever been bootstrapped?), not from whether
-// this is an install or an upgrade: members with data ignore it, and a
-// member that lost its data must join as "existing".
-func EtcdFlags(c *Cluster, state EtcdClusterState) ([]string, error) {
-	if state != EtcdClusterNew && state != EtcdClusterExisting {
-		return nil, fmt.Errorf("etcd initial cluster state %q: must be %q or %q", state, EtcdClusterNew, EtcdClusterExisting)
-	}
+// every member shares one pod template. The initial cluster state is not a
+// flag: etcd reads it from ETCD_INITIAL_CLUSTER_STATE, which the pods take
+// from the etcd state ConfigMap (EtcdStateConfigMap), so that it can turn
+// from new to existing without changing the pod template, which would
+// restart every member once for a value only a member without data reads.
+func EtcdFlags(c *Cluster) ([]string, error) {
 	self := c.etcdMemberHost("$(POD_NAME)")
 	d := map[string]string{
 		"advertise-client-urls": fmt.Sprintf("https://%s:%d", self, EtcdClientPort),
@@ -468,7 +468,6 @@ func EtcdFlags(c *Cluster, state EtcdClusterState) ([]string, error) {
 		"heartbeat-interval":          strconv.Itoa(EtcdHeartbeatMillis),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
 		"initial-cluster":             c.EtcdInitialCluster(),
-		"initial-cluster-state":       string(state),
 		// Unique per tenant so members of two tenants can never form one
 		// cluster even if DNS or certificates were mixed up.
 		"initial-cluster-token": c.Namespace + "-" + c.Name,
@@ -518,4 +517,27 @@ func KonnectivityServerFlags(c *Cluster) ([]string, error) {
 		"uds-name":     konnectivitySocket,
 	}
 	return mergeFlags(d, flagPolicy{}, nil, field.NewPath("spec", "konnectivity", "extraArgs"))
+}
+
+// The etcd state ConfigMap's key, and the environment variable etcd reads
+// it from (etcd takes every flag as ETCD_<FLAG> too).
+const (
+	EtcdStateKey = "initial-cluster-state"
+	EtcdStateEnv = "ETCD_INITIAL_CLUSTER_STATE"
+)
+
+// EtcdStateConfigMap holds etcd's initial cluster state, which the members
+// read at start (see EtcdFlags). state is decided by the caller from
+// observed state (has this cluster ever been bootstrapped?), not from
+// whether this is an install or an upgrade: members with data ignore it,
+// and a member that lost its data must join as "existing".
+func EtcdStateConfigMap(c *Cluster, state EtcdClusterState) (*corev1.ConfigMap, error) {
+	if state != EtcdClusterNew && state != EtcdClusterExisting {
+		return nil, fmt.Errorf("etcd initial cluster state %q: must be %q or %q", state, EtcdClusterNew, EtcdClusterExisting)
+	}
+	return &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdStateConfigMapName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd)},
+		Data:       map[string]string{EtcdStateKey: string(state)},
+	}, nil
 }

@@ -77,7 +77,7 @@ func TestFlagsAreSortedAndDeterministic(t *testing.T) {
 		"controller-manager": ControllerManagerFlags,
 		"scheduler":          SchedulerFlags,
 		"konnectivity":       KonnectivityServerFlags,
-		"etcd":               func(c *Cluster) ([]string, error) { return EtcdFlags(c, EtcdClusterNew) },
+		"etcd":               func(c *Cluster) ([]string, error) { return EtcdFlags(c) },
 	}
 	for name, b := range builders {
 		t.Run(name, func(t *testing.T) {
@@ -353,7 +353,7 @@ func TestEtcdFlags(t *testing.T) {
 	for _, tt := range cases {
 		t.Run(fmt.Sprintf("%d members %s", tt.replicas, tt.state), func(t *testing.T) {
 			c := resolveTC(t, func(tc *v1alpha1.TenantCluster) { tc.Spec.Etcd.Replicas = tt.replicas })
-			flags, err := EtcdFlags(c, tt.state)
+			flags, err := EtcdFlags(c)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -361,7 +361,6 @@ func TestEtcdFlags(t *testing.T) {
 			want := map[string]string{
 				"name":                        "$(POD_NAME)",
 				"initial-cluster":             tt.wantInitial,
-				"initial-cluster-state":       string(tt.state),
 				"initial-advertise-peer-urls": "https://$(POD_NAME).alpha-etcd.tenants.svc.cluster.local:2380",
 				"advertise-client-urls":       "https://$(POD_NAME).alpha-etcd.tenants.svc.cluster.local:2379",
 				"client-cert-auth":            "true",
@@ -380,6 +379,17 @@ func TestEtcdFlags(t *testing.T) {
 					t.Errorf("--%s = %q, want %q", k, got[k], v)
 				}
 			}
+			// The state is the ConfigMap's, read from the environment.
+			if v, ok := got["initial-cluster-state"]; ok {
+				t.Errorf("--initial-cluster-state=%s is a flag: changing it would roll every member", v)
+			}
+			cm, err := EtcdStateConfigMap(c, tt.state)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cm.Name != "alpha-etcd-state" || cm.Namespace != "tenants" || cm.Data[EtcdStateKey] != string(tt.state) {
+				t.Errorf("etcd state ConfigMap %s/%s %v", cm.Namespace, cm.Name, cm.Data)
+			}
 			api, err := APIServerFlags(c)
 			if err != nil {
 				t.Fatal(err)
@@ -389,8 +399,8 @@ func TestEtcdFlags(t *testing.T) {
 			}
 		})
 	}
-	if _, err := EtcdFlags(resolveTC(t), "install"); err == nil {
-		t.Error("EtcdFlags accepted an unknown initial cluster state")
+	if _, err := EtcdStateConfigMap(resolveTC(t), "install"); err == nil {
+		t.Error("EtcdStateConfigMap accepted an unknown initial cluster state")
 	}
 }
 
@@ -432,7 +442,7 @@ func TestEtcdQuotaFollowsVolume(t *testing.T) {
 	for _, tt := range cases {
 		t.Run(tt.size, func(t *testing.T) {
 			c := resolveTC(t, func(tc *v1alpha1.TenantCluster) { q := resource.MustParse(tt.size); tc.Spec.Etcd.StorageSize = &q })
-			flags, err := EtcdFlags(c, EtcdClusterNew)
+			flags, err := EtcdFlags(c)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func TestFlagsKnownToUpstreamBinaries(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	bin := filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
 	c := resolveTC(t, konnectivity(true))
-	etcd, err := EtcdFlags(c, EtcdClusterNew)
+	etcd, err := EtcdFlags(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,10 @@ func (c *Cluster) SelfSignedIssuerName() string { return c.prefixed("selfsigned"
 // the same name as the CA's Certificate and Secret.
 func (c *Cluster) IssuerName(ca PKIRole) string { return c.prefixed(string(ca)) }
 
+// EtcdStateConfigMapName names the ConfigMap holding etcd's initial
+// cluster state (EtcdStateConfigMap).
+func (c *Cluster) EtcdStateConfigMapName() string { return c.prefixed("etcd-state") }
+
 // ControlPlaneSelector selects every workload of TenantCluster name and
 // its pods (all components), in its namespace: what goes with the
 // TenantCluster.
