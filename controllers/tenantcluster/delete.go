@@ -3,6 +3,7 @@ package tenantcluster
 import (
 	"context"
 	"fmt"
+	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -27,32 +29,34 @@ import (
 // StatefulSet, and the Secrets cert-manager wrote, which nothing owns (see
 // deletePKI): they are deleted or kept as spec.volumeReclaimPolicy says;
 // and to forget the tenant's client.
-func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	// The tenant goes away; so does the client this controller kept for it.
 	r.TenantClients.Forget(client.ObjectKeyFromObject(tc))
-	if err := r.stopControlPlane(ctx, tc); err != nil {
-		return err
+	if stopped, err := r.stopControlPlane(ctx, tc); err != nil || !stopped {
+		// A pod a controller started from a stale cache after the
+		// workloads were deleted: the next pass cuts its grace too.
+		return ctrl.Result{RequeueAfter: time.Second}, err
 	}
 	if err := r.deleteTokenIssuerCredential(ctx, tc); err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	pvcs, err := r.etcdVolumes(ctx, tc)
 	if err != nil {
-		return err
+		return ctrl.Result{}, err
 	}
 	if tc.Spec.VolumeReclaimPolicy == v1alpha1.VolumeReclaimDelete {
 		if done, err := r.deletePKI(ctx, tc); err != nil || !done {
-			return err
+			return ctrl.Result{}, err
 		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
 				continue
 			}
 			if err := r.Client.Delete(ctx, &pvcs[i], client.Preconditions{UID: &pvcs[i].UID}); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("deleting etcd volume %s: %w", pvcs[i].Name, err)
+				return ctrl.Result{}, fmt.Errorf("deleting etcd volume %s: %w", pvcs[i].Name, err)
 			}
 		}
 		if len(pvcs) > 0 {
@@ -69,9 +73,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 		client.FieldOwner(FieldOwner))
 	if apierrors.IsConflict(err) {
 		// Changed meanwhile: the next pass (its event) removes it.
-		return nil
+		return ctrl.Result{}, nil
 	}
-	return client.IgnoreNotFound(err)
+	return ctrl.Result{}, client.IgnoreNotFound(err)
 }
 
 // Grace periods of the control plane pods when their TenantCluster is
@@ -93,37 +97,62 @@ const (
 // StatefulSet (so nothing recreates a pod), then the pods with
 // deletionGrace (etcd's with etcdDeletionGrace). Each is one collection
 // delete by the tenant's labels; run again, it finds nothing or shortens
-// nothing further. A pod created between the ReplicaSets' deletion and
-// the pods' is left to the garbage collector, with its own grace.
-func (r *Reconciler) stopControlPlane(ctx context.Context, tc *v1alpha1.TenantCluster) error {
+// nothing further. stopped is false while a pod is not terminating with
+// the short grace yet: one a controller created from a stale cache after
+// the collection deletes. It does not wait for the kubelets, which may be
+// gone.
+func (r *Reconciler) stopControlPlane(ctx context.Context, tc *v1alpha1.TenantCluster) (stopped bool, err error) {
 	sel := build.ControlPlaneSelector(tc.Name)
 	inNS := client.InNamespace(tc.Namespace)
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}} {
 		if err := r.Client.DeleteAllOf(ctx, obj, inNS, client.MatchingLabels(sel), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-			return fmt.Errorf("deleting the %Ts of TenantCluster %s: %w", obj, tc.Name, err)
+			return false, fmt.Errorf("deleting the %Ts of TenantCluster %s: %w", obj, tc.Name, err)
 		}
 	}
-	// Two selections, so that the shorter grace does not cut etcd's.
-	etcd, err := labels.NewRequirement(build.LabelName, selection.Equals, []string{build.ComponentEtcd})
-	if err != nil {
-		return err
-	}
-	notEtcd, err := labels.NewRequirement(build.LabelName, selection.NotEquals, []string{build.ComponentEtcd})
-	if err != nil {
-		return err
-	}
-	for _, pods := range []struct {
-		req   labels.Requirement
-		grace int64
-	}{{*etcd, etcdDeletionGrace}, {*notEtcd, deletionGrace}} {
+	for _, pods := range podGraces {
 		selector := labels.SelectorFromSet(sel).Add(pods.req)
 		if err := r.Client.DeleteAllOf(ctx, &corev1.Pod{}, inNS, client.MatchingLabelsSelector{Selector: selector},
 			client.GracePeriodSeconds(pods.grace)); err != nil {
-			return fmt.Errorf("deleting the pods %s of TenantCluster %s: %w", selector, tc.Name, err)
+			return false, fmt.Errorf("deleting the pods %s of TenantCluster %s: %w", selector, tc.Name, err)
 		}
 	}
-	return nil
+	// Not in the manager's cache (no pod is): read directly.
+	list := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, list, inNS, client.MatchingLabels(sel)); err != nil {
+		return false, fmt.Errorf("listing the pods of TenantCluster %s: %w", tc.Name, err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		grace := deletionGrace
+		if p.Labels[build.LabelName] == build.ComponentEtcd {
+			grace = etcdDeletionGrace
+		}
+		if p.DeletionTimestamp.IsZero() || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds > grace {
+			return false, nil
+		}
+	}
+	return true, nil
 }
+
+// podGraces are the two selections of stopControlPlane's pod deletions, so
+// that the shorter grace does not cut etcd's.
+var podGraces = func() []struct {
+	req   labels.Requirement
+	grace int64
+} {
+	etcd, err := labels.NewRequirement(build.LabelName, selection.Equals, []string{build.ComponentEtcd})
+	if err != nil {
+		panic(err)
+	}
+	notEtcd, err := labels.NewRequirement(build.LabelName, selection.NotEquals, []string{build.ComponentEtcd})
+	if err != nil {
+		panic(err)
+	}
+	return []struct {
+		req   labels.Requirement
+		grace int64
+	}{{*etcd, etcdDeletionGrace}, {*notEtcd, deletionGrace}}
+}()
 
 // deletePKI deletes the tenant's Certificates and then the Secrets
 // cert-manager wrote for them. cert-manager does not own those Secrets (its

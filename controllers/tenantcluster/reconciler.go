@@ -149,7 +149,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;patch;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=deletecollection
-// +kubebuilder:rbac:groups="",resources=pods,verbs=deletecollection
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;deletecollection
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -168,7 +168,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !tc.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, tc)
+		return r.reconcileDelete(ctx, tc)
 	}
 	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
 		// A merge patch with optimistic locking, not an apply: applying

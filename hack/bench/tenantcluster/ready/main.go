@@ -107,17 +107,18 @@ type teardownTimes struct {
 }
 
 type report struct {
-	Benchmark       string      `json:"benchmark"`
-	Version         string      `json:"version"`
-	Kubeconfig      string      `json:"kubeconfig"`
-	Runs            int         `json:"runs"`
-	WarmupRun       *runResult  `json:"warmupRun,omitempty"`
-	WarmupDiscarded bool        `json:"warmupDiscarded"`
-	Measured        []runResult `json:"measuredRuns"`
-	MedianSeconds   float64     `json:"medianSeconds"`
-	MinSeconds      float64     `json:"minSeconds"`
-	MaxSeconds      float64     `json:"maxSeconds"`
-	OwnVolumes      bool        `json:"ownVolumes"`
+	Benchmark       string            `json:"benchmark"`
+	Version         string            `json:"version"`
+	Kubeconfig      string            `json:"kubeconfig"`
+	Runs            int               `json:"runs"`
+	WarmupRun       *runResult        `json:"warmupRun,omitempty"`
+	WarmupDiscarded bool              `json:"warmupDiscarded"`
+	Measured        []runResult       `json:"measuredRuns"`
+	MedianSeconds   float64           `json:"medianSeconds"`
+	MinSeconds      float64           `json:"minSeconds"`
+	SideBySide      *sideBySideResult `json:"sideBySide,omitempty"`
+	MaxSeconds      float64           `json:"maxSeconds"`
+	OwnVolumes      bool              `json:"ownVolumes"`
 }
 
 func main() {
@@ -145,6 +146,7 @@ func run() error {
 	ownVolumes := fs.Bool("own-volumes", true, "give each run a fresh pre-bound hostPath PersistentVolume (see the package doc)")
 	volumesDir := fs.String("volumes-dir", "", "where the per-run volume directories go; empty: the e2e state directory's volumes/")
 	memorySettle := fs.Duration("memory", 0, "after Ready, wait this long for the control plane to settle, then record its pods' memory (working set, from the kubelet's stats summary); 0: no memory figures")
+	sideBySide := fs.Int("side-by-side", 0, "after the measured runs, create this many tenants at once and record each one's idle memory (needs -memory); 0: skip")
 	allowOthers := fs.Bool("allow-others", false, "run even when other TenantClusters exist (their pods compete for the node)")
 	out := fs.String("out", filepath.Join(root, "_build", "bench-tenant-ready.json"), "JSON report")
 	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits
@@ -247,6 +249,20 @@ func run() error {
 	}
 	fmt.Printf("tenantcluster-ready runs=%d median=%.1fs min=%.1fs max=%.1fs version=%s warmup=%s\n",
 		len(secs), rep.MedianSeconds, rep.MinSeconds, rep.MaxSeconds, *version, warm)
+	if *sideBySide > 0 {
+		if *memorySettle == 0 {
+			return errors.New("-side-by-side needs -memory")
+		}
+		r, err := b.sideBySide(ctx, *sideBySide)
+		if err != nil {
+			return fmt.Errorf("side by side: %w", err)
+		}
+		rep.SideBySide = &r
+		for i, m := range r.Memory {
+			fmt.Printf("tenantcluster-side-by-side tenant %d/%d: ready=%.1fs memory=%.0fMiB %s\n", i+1, r.Tenants, r.ReadySeconds[i], m.TotalMiB, m.byContainer())
+		}
+		fmt.Printf("tenantcluster-side-by-side tenants=%d total=%.0fMiB per-tenant=%.0fMiB\n", r.Tenants, r.TotalMiB, r.TotalMiB/float64(r.Tenants))
+	}
 
 	data, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {

@@ -57,6 +57,11 @@ func (b *bench) idleMemory(ctx context.Context, namespace string) (*podMemory, e
 		return nil, ctx.Err()
 	case <-time.After(b.memorySettle):
 	}
+	return b.readMemory(ctx, namespace)
+}
+
+// readMemory reads the namespace's pods' working sets now.
+func (b *bench) readMemory(ctx context.Context, namespace string) (*podMemory, error) {
 	pods := &corev1.PodList{}
 	if err := b.c.List(ctx, pods, client.InNamespace(namespace)); err != nil {
 		return nil, err
