@@ -338,13 +338,18 @@ bench-node: node-image e2e-up ## Power-on to Node Ready by stage for the first o
 	@cat $(BUILD)/bench-node.json
 
 TENANT_BENCH_RUNS    ?= 5
+# Idle figures: each run's pods' memory and CPU this long after Ready, then
+# this many tenants at once.
+TENANT_BENCH_SETTLE  ?= 30s
+TENANT_BENCH_SIDE    ?= 5
 TENANT_BENCH_TENANTS ?= 50
 
 .PHONY: bench-tenant
-bench-tenant: envtest-tools ## TenantCluster benchmarks: manager memory and reconcile time with 50 tenants (envtest), then seconds to Ready on the e2e cluster (root; leaves it up).
+bench-tenant: envtest-tools ## TenantCluster benchmarks: manager memory and reconcile time with 50 tenants (envtest), then seconds to Ready, teardown times and idle memory and CPU, alone and 5 side by side, on the e2e cluster (root; leaves it up).
 	@mkdir -p $(BUILD)
 	$(GO) build -o $(BIN)/tenant-scale-bench ./hack/bench/tenantcluster/scale
 	$(GO) build -o $(BIN)/tenant-ready-bench ./hack/bench/tenantcluster/ready
 	$(BIN)/tenant-scale-bench -tenants $(TENANT_BENCH_TENANTS) -out $(BUILD)/bench-tenant-scale.json 2>&1 | tee $(BUILD)/bench-tenant-scale.log
 	$(MAKE) --no-print-directory e2e-up
-	$(BIN)/tenant-ready-bench -runs $(TENANT_BENCH_RUNS) -out $(BUILD)/bench-tenant-ready.json 2>&1 | tee $(BUILD)/bench-tenant-ready.log
+	$(BIN)/tenant-ready-bench -runs $(TENANT_BENCH_RUNS) -memory $(TENANT_BENCH_SETTLE) -side-by-side $(TENANT_BENCH_SIDE) \
+	  -out $(BUILD)/bench-tenant-ready.json 2>&1 | tee $(BUILD)/bench-tenant-ready.log

@@ -93,7 +93,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	ctr.StartupProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, startupPeriod, startupFailures)
 	ctr.LivenessProbe = httpProbe("/livez", EtcdMetricsPort, corev1.URISchemeHTTP, 10, 6)
 	ctr.ReadinessProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, readinessPeriod, 3)
-	ctr.Resources = c.resources(ComponentEtcd, "100m", "256Mi")
+	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
 
 	pod := c.basePodSpec(ComponentEtcd)
 	pod.Containers = []corev1.Container{ctr}
@@ -215,7 +215,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
 	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, 3)
-	api.Resources = c.resources(ComponentAPIServer, "250m", "512Mi")
+	api.Resources = c.resources(ComponentAPIServer, "100m", "256Mi")
 
 	mounts := apiServerMounts
 	configKeys := apiConfigKeys
@@ -240,7 +240,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 		// connects, and agents run on nodes that cannot join before the API
 		// server pod is ready. A readiness probe here would deadlock.
 		k.LivenessProbe = httpProbe("/healthz", KonnectivityHealthPort, corev1.URISchemeHTTP, 10, 6)
-		k.Resources = c.resources(ComponentKonnectivity, "50m", "64Mi")
+		k.Resources = c.resources(ComponentKonnectivity, "10m", "32Mi")
 		pod.Containers = append(pod.Containers, k)
 
 		mounts = append(append([]secretMount{}, apiServerMounts...), konnectivityMounts...)
@@ -317,9 +317,9 @@ type leaderElected struct {
 
 var (
 	controllerManager = leaderElected{ComponentControllerManager, (*Cluster).ControllerManagerName, ControllerManagerFlags,
-		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, "100m", "128Mi"}
+		controllerManagerMounts, ConfigKeyControllerManagerConf, ControllerManagerPort, "50m", "64Mi"}
 	scheduler = leaderElected{ComponentScheduler, (*Cluster).SchedulerName, SchedulerFlags,
-		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, "50m", "64Mi"}
+		schedulerMounts, ConfigKeySchedulerConf, SchedulerPort, "20m", "32Mi"}
 )
 
 // ControllerManagerDeployment builds kube-controller-manager. config is the

@@ -81,8 +81,8 @@ func selects(sel, labels map[string]string) bool {
 // container only.
 func TestResources(t *testing.T) {
 	defaults := map[string][2]string{
-		ComponentAPIServer: {"250m", "512Mi"}, ComponentKonnectivity: {"50m", "64Mi"}, ComponentEtcd: {"100m", "256Mi"},
-		ComponentControllerManager: {"100m", "128Mi"}, ComponentScheduler: {"50m", "64Mi"},
+		ComponentAPIServer: {"100m", "256Mi"}, ComponentKonnectivity: {"10m", "32Mi"}, ComponentEtcd: {"50m", "64Mi"},
+		ComponentControllerManager: {"50m", "64Mi"}, ComponentScheduler: {"20m", "32Mi"},
 	}
 	containers := func(c *Cluster) map[string]corev1.ResourceRequirements {
 		out := map[string]corev1.ResourceRequirements{}
@@ -116,7 +116,7 @@ func TestResources(t *testing.T) {
 	if !reflect.DeepEqual(got[ComponentEtcd], want) {
 		t.Errorf("etcd resources %v, want %v", got[ComponentEtcd], want)
 	}
-	if r := got[ComponentAPIServer]; r.Requests.Cpu().String() != "250m" {
+	if r := got[ComponentAPIServer]; r.Requests.Cpu().String() != "100m" {
 		t.Errorf("the API server's resources changed with etcd's: %v", r)
 	}
 

@@ -20,6 +20,11 @@ type podMemory struct {
 	TotalMiB    float64            `json:"totalMiB"`
 	ByContainer map[string]float64 `json:"byContainerMiB"`
 	Pods        int                `json:"pods"`
+	// CPU is the containers' CPU use in millicores as the kubelet last
+	// sampled it (its usageNanoCores), summed the same way: what an idle
+	// control plane burns.
+	CPUMillicores  float64            `json:"cpuMillicores"`
+	CPUByContainer map[string]float64 `json:"cpuByContainerMillicores"`
 }
 
 func (m *podMemory) byContainer() string {
@@ -27,7 +32,11 @@ func (m *podMemory) byContainer() string {
 	for _, name := range slices.Sorted(maps.Keys(m.ByContainer)) {
 		parts = append(parts, fmt.Sprintf("%s=%.0f", name, m.ByContainer[name]))
 	}
-	return "(" + strings.Join(parts, " ") + ")"
+	cpu := make([]string, 0, len(m.CPUByContainer))
+	for _, name := range slices.Sorted(maps.Keys(m.CPUByContainer)) {
+		cpu = append(cpu, fmt.Sprintf("%s=%.0f", name, m.CPUByContainer[name]))
+	}
+	return "(" + strings.Join(parts, " ") + fmt.Sprintf(") cpu=%.0fm (", m.CPUMillicores) + strings.Join(cpu, " ") + ")"
 }
 
 // statsSummary is the part of the kubelet's /stats/summary read here.
@@ -42,6 +51,9 @@ type statsSummary struct {
 			Memory *struct {
 				WorkingSetBytes *uint64 `json:"workingSetBytes"`
 			} `json:"memory"`
+			CPU *struct {
+				UsageNanoCores *uint64 `json:"usageNanoCores"`
+			} `json:"cpu"`
 		} `json:"containers"`
 	} `json:"pods"`
 }
@@ -72,7 +84,7 @@ func (b *bench) readMemory(ctx context.Context, namespace string) (*podMemory, e
 			nodes[p.Spec.NodeName] = true
 		}
 	}
-	m := &podMemory{ByContainer: map[string]float64{}}
+	m := &podMemory{ByContainer: map[string]float64{}, CPUByContainer: map[string]float64{}}
 	for node := range nodes {
 		raw, err := b.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").DoRaw(ctx)
 		if err != nil {
@@ -88,6 +100,11 @@ func (b *bench) readMemory(ctx context.Context, namespace string) (*podMemory, e
 			}
 			m.Pods++
 			for _, c := range p.Containers {
+				if c.CPU != nil && c.CPU.UsageNanoCores != nil {
+					mc := float64(*c.CPU.UsageNanoCores) / 1e6
+					m.CPUByContainer[c.Name] += mc
+					m.CPUMillicores += mc
+				}
 				if c.Memory == nil || c.Memory.WorkingSetBytes == nil {
 					continue
 				}
