@@ -92,7 +92,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	// up before any is ready, hence the generous startup budget.
 	ctr.StartupProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, startupPeriod, startupFailures)
 	ctr.LivenessProbe = httpProbe("/livez", EtcdMetricsPort, corev1.URISchemeHTTP, 10, 6)
-	ctr.ReadinessProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, readinessPeriod, 3)
+	ctr.ReadinessProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, readinessPeriod, readinessFailures)
 	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
 
 	pod := c.basePodSpec(ComponentEtcd)
@@ -160,11 +160,16 @@ var (
 // and then its readiness probe did, so their periods add straight to the
 // time a TenantCluster takes to become Ready (and to every rollout step):
 // startup is probed every second, with the same five-minute budget as
-// before, and readiness every three seconds.
+// before, and so is readiness: the kubelet runs the first readiness probe
+// only at a period's tick after the startup probe passed, so a 3 s period
+// cost up to 3 s for etcd and again for the API server on every creation
+// (`make bench-tenant`). Nine failures, not three, before a pod counts as
+// unready: the same 9 s of tolerance as three failures 3 s apart.
 const (
-	startupPeriod   int32 = 1
-	startupFailures int32 = 300
-	readinessPeriod int32 = 3
+	startupPeriod     int32 = 1
+	startupFailures   int32 = 300
+	readinessPeriod   int32 = 1
+	readinessFailures int32 = 9
 )
 
 // APIServerShutdownDelay is how long a terminating kube-apiserver keeps
@@ -214,7 +219,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	}
 	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
 	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
-	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, 3)
+	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, readinessFailures)
 	api.Resources = c.resources(ComponentAPIServer, "100m", "256Mi")
 
 	mounts := apiServerMounts

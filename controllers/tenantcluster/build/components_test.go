@@ -206,6 +206,11 @@ func TestAPIServerDeploymentKonnectivity(t *testing.T) {
 			if rp.Path != "/readyz" || rp.Scheme != corev1.URISchemeHTTPS || rp.Port.IntVal != 6443 {
 				t.Errorf("readiness = %+v", rp)
 			}
+			// Probed every second (the first readiness probe waits for a
+			// tick after startup), unready after the same 9 s as before.
+			if p := api.ReadinessProbe; p.PeriodSeconds != 1 || p.PeriodSeconds*p.FailureThreshold != 9 {
+				t.Errorf("readiness every %d s, unready after %d failures", p.PeriodSeconds, p.FailureThreshold)
+			}
 			if api.Image != "registry.example.com/k8s/kube-apiserver:v1.34.4" {
 				t.Errorf("image = %s", api.Image)
 			}
