@@ -172,19 +172,26 @@ var apiServerPolicy = flagPolicy{
 		"admission-control-config-file": {reason: reasonFile},
 		"client-ca-file":                {reason: reasonFile},
 		"egress-selector-config-file":   {reason: reasonFile},
-		"enable-bootstrap-token-auth":   {reason: "nodes join with bootstrap tokens"},
-		"etcd-cafile":                   {reason: reasonFile},
-		"etcd-certfile":                 {reason: reasonFile},
-		"etcd-keyfile":                  {reason: reasonFile},
-		"etcd-servers":                  {reason: reasonReachable},
-		"kubelet-client-certificate":    {reason: reasonFile},
-		"kubelet-client-key":            {reason: reasonFile},
-		"proxy-client-cert-file":        {reason: reasonFile},
-		"proxy-client-key-file":         {reason: reasonFile},
-		"secure-port":                   {reason: reasonReachable},
-		"service-cluster-ip-range":      {reason: reasonReachable},
-		"tls-cert-file":                 {reason: reasonFile},
-		"tls-private-key-file":          {reason: reasonFile},
+		// Secrets are encrypted at rest with keys kubefarm generates and
+		// rotates (docs/encryption.md). Automatic reload stays off: a key
+		// change reaches the API servers by a rollout, which the rotation
+		// observes before its next step; a reload would change a running
+		// server's keys behind its back.
+		"encryption-provider-config":                  {reason: reasonFile},
+		"encryption-provider-config-automatic-reload": {reason: "key rotation relies on API servers changing keys only by a rollout"},
+		"enable-bootstrap-token-auth":                 {reason: "nodes join with bootstrap tokens"},
+		"etcd-cafile":                                 {reason: reasonFile},
+		"etcd-certfile":                               {reason: reasonFile},
+		"etcd-keyfile":                                {reason: reasonFile},
+		"etcd-servers":                                {reason: reasonReachable},
+		"kubelet-client-certificate":                  {reason: reasonFile},
+		"kubelet-client-key":                          {reason: reasonFile},
+		"proxy-client-cert-file":                      {reason: reasonFile},
+		"proxy-client-key-file":                       {reason: reasonFile},
+		"secure-port":                                 {reason: reasonReachable},
+		"service-cluster-ip-range":                    {reason: reasonReachable},
+		"tls-cert-file":                               {reason: reasonFile},
+		"tls-private-key-file":                        {reason: reasonFile},
 		// Static tokens cannot be rotated or revoked without a restart and
 		// bypass every credential kubefarm manages.
 		"token-auth-file": {reason: reasonIdentity},
@@ -260,6 +267,7 @@ func APIServerFlags(c *Cluster) ([]string, error) {
 		"client-ca-file":                pkiFile(RoleCA, secretCertKey),
 		"enable-admission-plugins":      "NodeRestriction",
 		"enable-bootstrap-token-auth":   "true",
+		"encryption-provider-config":    pkiFile(RoleEncryptionConfig, EncryptionConfigKey),
 		"etcd-cafile":                   pkiFile(RoleEtcdCA, secretCertKey),
 		"etcd-certfile":                 pkiFile(RoleAPIServerEtcdClient, secretCertKey),
 		"etcd-keyfile":                  pkiFile(RoleAPIServerEtcdClient, secretPrivateKeyKey),
