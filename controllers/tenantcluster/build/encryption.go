@@ -242,7 +242,7 @@ func ParseEncryptionKeys(s *corev1.Secret) (EncryptionKeys, error) {
 		k.Keys[name] = v
 	}
 	if err := k.Validate(); err != nil {
-		return EncryptionKeys{}, fmt.Errorf("Secret %s/%s: %w", s.Namespace, s.Name, err)
+		return EncryptionKeys{}, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	return k, nil
 }
