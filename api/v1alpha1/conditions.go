@@ -12,6 +12,9 @@ const (
 	ConditionAPIServerReady    = "APIServerReady"
 	ConditionCertificatesReady = "CertificatesReady"
 	ConditionAddonsReady       = "AddonsReady"
+	// ConditionEncryptionKeyRotated reports the encryption key rotation
+	// (docs/encryption.md).
+	ConditionEncryptionKeyRotated = "EncryptionKeyRotated"
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"

@@ -66,4 +66,17 @@ const (
 	// ReasonEndpointPending: the external endpoint nodes use is not known
 	// yet.
 	ReasonEndpointPending = "EndpointPending"
+
+	// EncryptionKeyRotated: True when no key rotation is in progress (the
+	// message names the write key); False while one is, with the stage
+	// reached as the reason (KeyAdded, KeyPromoted, SecretsRewritten) or
+	// what it waits for. Not an input of Ready: the control plane serves
+	// throughout a rotation. See docs/encryption.md.
+	ReasonKeyInUse = "KeyInUse"
+	// ReasonWaitingForRollout: the next step waits until every API server
+	// runs the current keys.
+	ReasonWaitingForRollout = "WaitingForRollout"
+	// ReasonRewriteFailed: rewriting the tenant's Secrets with the new key
+	// failed; retried shortly.
+	ReasonRewriteFailed = "RewriteFailed"
 )

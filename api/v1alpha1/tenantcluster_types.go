@@ -402,7 +402,8 @@ type PodSecurityDefaults struct {
 
 // TenantClusterStatus is what the controller observed.
 type TenantClusterStatus struct {
-	// Conditions: Ready, EtcdReady, APIServerReady, CertificatesReady, AddonsReady.
+	// Conditions: Ready, EtcdReady, APIServerReady, CertificatesReady, AddonsReady,
+	// EncryptionKeyRotated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -26,9 +26,11 @@ import (
 // exists for the token issuer credential in PXENamespace, which no owner
 // reference can reach across namespaces; for etcd's volumes, which
 // belong to the StatefulSet controller's claims and outlive the
-// StatefulSet, and the Secrets cert-manager wrote, which nothing owns (see
-// deletePKI): they are deleted or kept as spec.volumeReclaimPolicy says;
-// and to forget the tenant's client.
+// StatefulSet, the Secrets cert-manager wrote, which nothing owns (see
+// deletePKI), and the encryption key Secret, deliberately not owned (an
+// owner reference would let garbage collection delete it under Retain, and
+// retained etcd data without its key is unreadable): they are deleted or
+// kept as spec.volumeReclaimPolicy says; and to forget the tenant's client.
 func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
 		return ctrl.Result{}, nil
@@ -51,6 +53,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 		if done, err := r.deletePKI(ctx, tc); err != nil || !done {
 			return ctrl.Result{}, err
 		}
+		if err := r.deleteEncryptionKeys(ctx, tc); err != nil {
+			return ctrl.Result{}, err
+		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
 				continue
@@ -65,7 +70,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 		}
 	} else if len(pvcs) > 0 {
 		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesRetained", "Delete",
-			"kept %d etcd volume claims (volumeReclaimPolicy Retain); a TenantCluster of the same name reuses them", len(pvcs))
+			"kept %d etcd volume claims and the encryption key Secret %s (volumeReclaimPolicy Retain); a TenantCluster of the same name reuses them",
+			len(pvcs), build.EncryptionKeySecretName(tc.Name))
 	}
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, Finalizer)

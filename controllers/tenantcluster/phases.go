@@ -41,6 +41,10 @@ type scope struct {
 	secrets      build.SecretData
 	// config is the control plane ConfigMap as applied.
 	config *corev1.ConfigMap
+	// encryptionSecret is the encryption key Secret as read, and
+	// encryptionKeys its content.
+	encryptionSecret *corev1.Secret
+	encryptionKeys   build.EncryptionKeys
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
@@ -119,16 +123,18 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 // phases are the steps of a pass, in the order they must happen.
 func (r *Reconciler) phases() []phase {
 	return []phase{
-		r.resolve,            // the spec, with the published address; stops on an invalid spec
-		r.reconcileServices,  // before the PKI: a load balancer's address is a SAN
-		r.reconcilePKI,       // Issuers, Certificates, their Secrets; stops while issuing
-		r.reconcileConfig,    // the control plane ConfigMap and the kubeconfigs
-		r.reconcileEtcd,      // etcd, with its initial cluster state decided
-		r.reconcileAPIServer, // created once etcd is ready; stops until then
-		r.reconcileTenant,    // RBAC and add-ons inside the tenant, once it answers
-		r.reconcilePDBs,      // disruption budgets
-		r.reconcileFollowers, // controller-manager and scheduler, behind the API servers in an upgrade
-		r.observeRollout,     // the endpoint still pending, observedVersion
+		r.resolve,                     // the spec, with the published address; stops on an invalid spec
+		r.reconcileServices,           // before the PKI: a load balancer's address is a SAN
+		r.reconcilePKI,                // Issuers, Certificates, their Secrets; stops while issuing
+		r.reconcileConfig,             // the control plane ConfigMap and the kubeconfigs
+		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
+		r.reconcileEtcd,               // etcd, with its initial cluster state decided
+		r.reconcileAPIServer,          // created once etcd is ready; stops until then
+		r.reconcileTenant,             // RBAC and add-ons inside the tenant, once it answers
+		r.reconcileEncryptionRotation, // the next step of a key rotation, once the API servers run the current keys
+		r.reconcilePDBs,               // disruption budgets
+		r.reconcileFollowers,          // controller-manager and scheduler, behind the API servers in an upgrade
+		r.observeRollout,              // the endpoint still pending, observedVersion
 	}
 }
 

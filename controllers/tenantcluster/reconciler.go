@@ -9,6 +9,7 @@
 // and Reconcile with its one deferred status write; phases.go is the scope
 // of one pass and its phases, in order; delete.go is the finalizer;
 // credentials.go the kubeconfigs written from the tenant's PKI;
+// encryption.go the encryption key Secret and its rotation;
 // endpoint.go the arithmetic of the external address; status.go the
 // conditions each phase decides; tenantclients.go, tenantrbac.go and
 // addons.go what the controller does inside the tenant.
@@ -73,7 +74,8 @@ type Reconciler struct {
 	Client client.Client
 	// APIReader reads the API server directly, for the few reads that are
 	// rare and whose kinds are not worth caching cluster-wide (Nodes for a
-	// NodePort endpoint, etcd's PersistentVolumeClaims).
+	// NodePort endpoint, etcd's PersistentVolumeClaims), and for the
+	// encryption key Secret, which must never be read stale.
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
@@ -113,9 +115,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.TenantClients == nil {
 		r.TenantClients = NewTenantClients(nil)
 	}
+	// The PKI Secrets, and the encryption key Secret, which is not owned
+	// either (see reconcileDelete) and whose changes carry a key rotation
+	// from one step to the next.
 	pkiSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, ok := o.GetLabels()[build.LabelPKIRole]
-		return ok
+		_, pki := o.GetLabels()[build.LabelPKIRole]
+		_, keys := o.GetAnnotations()[build.AnnotationEncryptionWriteKey]
+		return pki || keys
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TenantCluster{}).
@@ -142,7 +148,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete

@@ -432,6 +432,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		"PodDisruptionBudget " + name + "-apiserver":    &policyv1.PodDisruptionBudget{},
 		"Secret " + name + "-admin-kubeconfig":          &corev1.Secret{},
 		"Secret " + name + "-admin-kubeconfig-internal": &corev1.Secret{},
+		"Secret " + name + "-encryption-config":         &corev1.Secret{},
 		"Certificate " + name + "-apiserver":            &cmapi.Certificate{},
 		"Issuer " + name + "-ca":                        &cmapi.Issuer{},
 	}
@@ -677,6 +678,8 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("an add-on switched off is deleted", func(t *testing.T) { checkAddonSwitchOff(ctx, t, key) })
+	t.Run("encryption at rest", func(t *testing.T) { checkEncryptionSetup(ctx, t, key) })
+	t.Run("encryption key rotation", func(t *testing.T) { checkEncryptionRotation(ctx, t, key, markReady) })
 
 	t.Run("deletion", func(t *testing.T) {
 		// Pods as the ReplicaSet and StatefulSet controllers (absent from
@@ -759,6 +762,10 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		if _, err := tokenIssuerCredential(ctx, ns, name); !apierrors.IsNotFound(err) {
 			t.Errorf("token issuer credential left behind in %s (err %v)", pxeNamespace, err)
+		}
+		// Not owned either: the finalizer deletes it with the data it decrypts.
+		if _, _, err := encryptionKeys(ctx, key); !apierrors.IsNotFound(err) {
+			t.Errorf("encryption key Secret left behind (volumeReclaimPolicy Delete; err %v)", err)
 		}
 	})
 }

@@ -152,6 +152,7 @@ var (
 		certAndKey(RoleAPIServer), certAndKey(RoleAPIServerKubeletClient),
 		certAndKey(RoleAPIServerEtcdClient), certAndKey(RoleFrontProxyClient),
 		{role: RoleServiceAccount, keys: []string{secretPrivateKeyKey}},
+		{role: RoleEncryptionConfig, keys: []string{EncryptionConfigKey}},
 	}
 	konnectivityMounts = []secretMount{certAndKey(RoleKonnectivityServer), kubeconfigMount(RoleKonnectivityClient)}
 )

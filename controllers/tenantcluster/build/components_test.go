@@ -417,6 +417,9 @@ func TestChecksumRollsOnlyAffectedPods(t *testing.T) {
 		{"cluster CA cert changed", func(d SecretData) { d["alpha-ca"]["tls.crt"] = []byte("new") }, []string{"apiserver", "controller-manager"}},
 		{"etcd CA cert changed", func(d SecretData) { d["alpha-etcd-ca"]["tls.crt"] = []byte("new") }, []string{"apiserver", "etcd"}},
 		{"etcd peer secret gone", func(d SecretData) { delete(d, "alpha-etcd-peer") }, []string{"etcd"}},
+		{"encryption keys changed", func(d SecretData) {
+			d["alpha-encryption-config"] = map[string][]byte{EncryptionConfigKey: []byte("new")}
+		}, []string{"apiserver"}},
 		{"unmounted key changed", func(d SecretData) { d["alpha-apiserver"]["ca.crt"] = []byte("new") }, nil},
 	}
 	for _, tt := range cases {
