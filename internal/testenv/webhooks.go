@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"testing"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -132,4 +134,22 @@ func (e *Env) InstallWebhooks(ctx context.Context, port int, caPEM []byte) error
 		return fmt.Errorf("no ValidatingWebhookConfiguration in config/webhook/manifests.yaml")
 	}
 	return nil
+}
+
+// WaitWebhookDown waits until admit, a dry-run request the stopped webhook
+// would admit, fails to reach it. A stopped server still finishes requests
+// on the HTTP/2 connections it is draining, so the API server can get one
+// more answer from it just after it stopped; a webhook that fails open
+// would be admitted for the whole minute, and the test fails.
+func WaitWebhookDown(t testing.TB, kind string, admit func(context.Context) error) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true,
+		func(ctx context.Context) (bool, error) {
+			last = admit(ctx)
+			return last != nil && strings.Contains(last.Error(), "failed calling webhook"), nil
+		})
+	if err != nil {
+		t.Fatalf("a %s still passed admission a minute after its webhook stopped (last answer: %v)", kind, last)
+	}
 }

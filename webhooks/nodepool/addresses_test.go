@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
 // rejectedEventually creates obj as a dry run until the webhook rejects it:
@@ -218,6 +219,9 @@ func TestFailsClosed(t *testing.T) {
 	stopManager()
 	stopManager = nil
 	p := pool(newNamespace(t), "unchecked", machine("u1", "02:43:00:00:00:01", "10.40.4.1"))
+	testenv.WaitWebhookDown(t, "NodePool", func(ctx context.Context) error {
+		return env.Client.Create(ctx, p.DeepCopy(), client.DryRunAll)
+	})
 	err := env.Client.Create(context.Background(), p)
 	if err == nil {
 		t.Fatal("a NodePool was admitted while the webhook was down")

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
 // tenantCluster is a cluster the webhook admits but the TenantCluster
@@ -165,6 +166,9 @@ func TestFailsClosed(t *testing.T) {
 	tc := create(t, "closed", "v1.33.7", "v1.33.7")
 	stopManager()
 	stopManager = nil
+	testenv.WaitWebhookDown(t, "TenantCluster", func(ctx context.Context) error {
+		return env.Client.Create(ctx, tenantCluster(tc.Namespace, "probe", "v1.34.4"), client.DryRunAll)
+	})
 	mustMention(t, setVersion(tc, "v1.34.4"), "failed calling webhook", "tenantcluster-version.kubefarm.io")
 	mustMention(t, env.Client.Create(context.Background(), tenantCluster(tc.Namespace, "unchecked", "v1.34.4")),
 		"failed calling webhook", "tenantcluster-version.kubefarm.io")
