@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"path"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -192,7 +191,7 @@ func auditFlags(a Audit, d map[string]string) {
 	d["audit-log-format"] = "json"
 }
 
-// auditVolume is the File mode's emptyDir, bounded by VolumeSizeLimit, and
+// volume is the File mode's emptyDir, bounded by VolumeSizeLimit, and
 // its mount; false in the other modes.
 func (a Audit) volume() (corev1.Volume, corev1.VolumeMount, bool) {
 	if a.Mode != v1alpha1.AuditFile {
@@ -200,5 +199,5 @@ func (a Audit) volume() (corev1.Volume, corev1.VolumeMount, bool) {
 	}
 	limit := a.VolumeSizeLimit()
 	return corev1.Volume{Name: volumeAudit, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}}},
-		corev1.VolumeMount{Name: volumeAudit, MountPath: path.Clean(AuditDir)}, true
+		corev1.VolumeMount{Name: volumeAudit, MountPath: AuditDir}, true
 }

@@ -11,7 +11,12 @@
 // Ready=True for the current generation (status.observedGeneration and the
 // condition's observedGeneration both equal metadata.generation). Ready, with
 // the current controller, includes the tenant add-ons. The tenant is then
-// deleted and the namespace waited for, so that runs never overlap.
+// deleted and the namespace waited for, so that runs never overlap; the
+// teardown reports when the TenantCluster, its last pod and the namespace
+// were gone. With -memory, each run also records its pods' working set and
+// CPU from the kubelet's stats summary (through the API server's node
+// proxy, as metrics-server reads it) after a settling time; -side-by-side N
+// then creates N tenants at once and records the same for each.
 //
 // A first warm-up run is not counted: it pulls the control plane images from
 // the local registry onto the node, which the later runs then find there.
