@@ -581,8 +581,13 @@ func TestRolloutInvariants(t *testing.T) {
 	if got := metricValue(t, "kubefarm_rollout_machines", map[string]string{"namespace": f.ns, "pool": "workers", "phase": "Updated"}); got != 6 {
 		t.Errorf("kubefarm_rollout_machines{phase=Updated} = %v, want 6", got)
 	}
-	if got := metricValue(t, "kubefarm_rollout_updates_total", map[string]string{"namespace": f.ns, "pool": "workers", "result": "Done"}); got != 6 {
-		t.Errorf("kubefarm_rollout_updates_total{result=Done} = %v, want 6", got)
+	// The counter lives in the process, and this test kills managers in
+	// the middle of passes: an update whose final write a killed manager
+	// did not see succeed is counted by no one (CI saw 5 once). Never
+	// more than one per machine, though; the exact count is checked
+	// without kills in TestRolloutPauseAndResume.
+	if got := metricValue(t, "kubefarm_rollout_updates_total", map[string]string{"namespace": f.ns, "pool": "workers", "result": "Done"}); got < 1 || got > 6 {
+		t.Errorf("kubefarm_rollout_updates_total{result=Done} = %v, want between 1 and 6", got)
 	}
 }
 
@@ -727,6 +732,14 @@ func TestRolloutPauseAndResume(t *testing.T) {
 
 	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.Rollout.Paused = false })
 	f.eventually("the resumed rollout completes", func() (bool, error) { return f.complete(f.imgB), nil })
+	// Complete is written after the pass that finished the last update
+	// counted it, by the same goroutine, so both counts are final here.
+	if got := metricValue(t, "kubefarm_rollout_updates_total", map[string]string{"namespace": f.ns, "pool": "workers", "result": "Done"}); got != 2 {
+		t.Errorf("kubefarm_rollout_updates_total{result=Done} = %v, want 2", got)
+	}
+	if got := metricValue(t, "kubefarm_rollout_machines", map[string]string{"namespace": f.ns, "pool": "workers", "phase": "Updated"}); got != 2 {
+		t.Errorf("kubefarm_rollout_machines{phase=Updated} = %v, want 2", got)
+	}
 }
 
 // TestRolloutDriftReset: a machine whose agent raised RebootRequired for
