@@ -409,6 +409,8 @@ func TestDeployment(t *testing.T) {
 		"--webhook-port=9443",
 		"--webhook-cert-dir=" + certDir,
 		"--zap-log-level=info",
+		// The etcd backups and restores run kubefarm-etcd from this image.
+		"--etcd-tools-image=ghcr.io/kubefarm/kubefarm-manager:0.1.0",
 	}
 	if !reflect.DeepEqual(c.Args, wantArgs) {
 		t.Errorf("args:\n  got  %q\n  want %q", c.Args, wantArgs)
@@ -551,7 +553,9 @@ podDisruptionBudget: {enabled: false}
 		t.Errorf("pullPolicy = %q", c.ImagePullPolicy)
 	}
 	// extraArgs follow the chart's flags, sorted by name.
-	wantTail := []string{"--zap-log-level=debug", "--a-bool=false", "--a-number=3",
+	wantTail := []string{"--zap-log-level=debug",
+		"--etcd-tools-image=registry.example/kf/manager:v1.2.3@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		"--a-bool=false", "--a-number=3",
 		"--graceful-shutdown-timeout=1m", "--leader-election-id=other.kubefarm.io"}
 	if len(c.Args) < len(wantTail) || !reflect.DeepEqual(c.Args[len(c.Args)-len(wantTail):], wantTail) {
 		t.Errorf("args = %q, want them to end with %q", c.Args, wantTail)

@@ -326,7 +326,11 @@ kubernetes:
     audit:
       mode: Stdout
       policy: {apiVersion: audit.k8s.io/v1, kind: Policy, rules: [{level: Metadata}]}
-  etcd: {replicaCount: 1, resources: {requests: {memory: 300Mi}, limits: {memory: 1Gi}}}
+  etcd:
+    replicaCount: 1
+    resources: {requests: {memory: 300Mi}, limits: {memory: 1Gi}}
+    backup: {schedule: "0 3 * * *", retain: 14, volume: {size: 20Gi}}
+    restoreFrom: {claimName: lab-etcd-backup, snapshot: lab-20261124T030000Z.db}
   scheduler: {resources: {requests: {cpu: 20m}}}
   placement: {nodeSelector: {example.com/control-planes: "true"}, spread: Required}
   persistence: {size: 5Gi, storageClassName: local-path}
@@ -367,6 +371,12 @@ tags:
 	}
 	if r := tc.Spec.Etcd.Resources; r == nil || r.Limits.Memory().String() != "1Gi" {
 		t.Errorf("etcd resources %v", r)
+	}
+	if b := tc.Spec.Etcd.Backup; b == nil || b.Schedule != "0 3 * * *" || *b.Retain != 14 || b.Volume.Size.String() != "20Gi" {
+		t.Errorf("etcd backup %+v", b)
+	}
+	if r := tc.Spec.Etcd.RestoreFrom; r == nil || r.ClaimName != "lab-etcd-backup" || r.Snapshot != "lab-20261124T030000Z.db" {
+		t.Errorf("etcd restoreFrom %+v", r)
 	}
 	if r := tc.Spec.Scheduler.Resources; r == nil || r.Requests.Cpu().String() != "20m" {
 		t.Errorf("scheduler resources %v", r)

@@ -15,6 +15,11 @@ const (
 	// ConditionEncryptionKeyRotated reports the encryption key rotation
 	// (docs/encryption.md).
 	ConditionEncryptionKeyRotated = "EncryptionKeyRotated"
+	// ConditionEtcdBackedUp reports the scheduled etcd snapshots
+	// (spec.etcd.backup): True when the newest finished run took a
+	// snapshot, False when it failed or none finished yet. It is not an
+	// input of Ready: a failed backup does not stop the tenant serving.
+	ConditionEtcdBackedUp = "EtcdBackedUp"
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"

@@ -79,4 +79,14 @@ const (
 	// ReasonRewriteFailed: rewriting the tenant's Secrets with the new key
 	// failed; retried shortly.
 	ReasonRewriteFailed = "RewriteFailed"
+
+	// EtcdBackedUp (spec.etcd.backup). ReasonSnapshotTaken: the newest
+	// finished run took and verified a snapshot (the message names it).
+	ReasonSnapshotTaken = "SnapshotTaken"
+	// ReasonSnapshotFailed: the newest finished run failed; the message
+	// carries the tool's error, and the run's Job is kept for its logs.
+	ReasonSnapshotFailed = "SnapshotFailed"
+	// ReasonNoSnapshotYet: no run has finished since backups were
+	// configured.
+	ReasonNoSnapshotYet = "NoSnapshotYet"
 )

@@ -281,6 +281,7 @@ type APIServerExpose struct {
 }
 
 // EtcdSpec configures the tenant's etcd.
+// +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom)",message="restoreFrom can only be set when the TenantCluster is created, and stays"
 type EtcdSpec struct {
 	// Replicas is 1 or 3. Three tolerates the loss of one member. It cannot
 	// change after creation: growing or shrinking etcd means adding or
@@ -306,6 +307,98 @@ type EtcdSpec struct {
 	// StorageClassName of the members' volumes; empty uses the default class.
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Backup takes scheduled snapshots of etcd with a CronJob
+	// (docs/etcd.md, "Backup"). Unset takes none.
+	// +optional
+	Backup *EtcdBackup `json:"backup,omitempty"`
+
+	// RestoreFrom bootstraps etcd from a snapshot instead of empty: every
+	// member restores it into its empty volume before it first starts. It
+	// is read only while etcd has never started (no member was ever ready
+	// and no member volumes exist), can only be set when the TenantCluster
+	// is created, and cannot change afterwards.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: a snapshot is restored only when the TenantCluster is created"
+	RestoreFrom *EtcdRestoreSource `json:"restoreFrom,omitempty"`
+}
+
+// EtcdBackup configures scheduled etcd snapshots: a CronJob in the tenant's
+// namespace streams a snapshot from a healthy member with the etcd client
+// API, verifies it, writes it to a PersistentVolumeClaim and keeps the newest
+// Retain of them.
+type EtcdBackup struct {
+	// Schedule in cron syntax (the CronJob's), in TimeZone.
+	// +optional
+	// +kubebuilder:default="0 */6 * * *"
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule,omitempty"`
+
+	// TimeZone of the schedule, an IANA name such as Europe/Berlin; empty
+	// is the admin cluster's kube-controller-manager's time zone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// Suspend stops new snapshots; the existing ones are kept.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Retain is how many snapshots of this tenant are kept; older ones are
+	// deleted after each successful snapshot.
+	// +optional
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Retain *int32 `json:"retain,omitempty"`
+
+	// Volume is where snapshots are written.
+	// +optional
+	Volume EtcdBackupVolume `json:"volume,omitempty"`
+}
+
+// EtcdBackupVolume is the PersistentVolumeClaim snapshots are written to.
+type EtcdBackupVolume struct {
+	// ClaimName of an existing claim in the tenant's namespace. Empty:
+	// kubefarm creates "<tenant>-etcd-backup" of Size from
+	// StorageClassName. Either way the claim is never deleted by kubefarm,
+	// not even with the TenantCluster: snapshots are what a restore after
+	// a deletion needs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
+
+	// Size of the claim kubefarm creates (ignored with ClaimName).
+	// +optional
+	// +kubebuilder:default="10Gi"
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the claim kubefarm creates (ignored with
+	// ClaimName); empty uses the default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// EtcdRestoreSource names a snapshot taken by kubefarm's etcd backup.
+type EtcdRestoreSource struct {
+	// ClaimName is the PersistentVolumeClaim, in the tenant's namespace,
+	// that holds the snapshot (for example "<tenant>-etcd-backup"). Every
+	// member mounts it read-only while it restores: with several members on
+	// different nodes the claim must allow that (ReadOnlyMany or
+	// ReadWriteMany), or the members must share a node.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// Snapshot is the file name in the claim, as status.backup.lastSnapshot
+	// reported it (for example "tenant-a-20261124T030000Z.db").
+	// +required
+	// +kubebuilder:validation:MinLength=4
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*\.db$`
+	Snapshot string `json:"snapshot"`
 }
 
 // ClusterNetwork holds the tenant's networks.
@@ -425,6 +518,43 @@ type TenantClusterStatus struct {
 	// the tenant's admin kubeconfig under the key `kubeconfig`.
 	// +optional
 	AdminKubeconfigSecret string `json:"adminKubeconfigSecret,omitempty"`
+
+	// Backup reports the etcd snapshots (spec.etcd.backup).
+	// +optional
+	Backup *EtcdBackupStatus `json:"backup,omitempty"`
+}
+
+// EtcdBackupStatus is what the backup CronJob's runs reported.
+type EtcdBackupStatus struct {
+	// LastSnapshot is the newest snapshot that was taken and verified.
+	// +optional
+	LastSnapshot *EtcdSnapshot `json:"lastSnapshot,omitempty"`
+	// LastFailureTime is when the newest failed run ended.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// LastRunTime is when the newest run kubefarm reported on ended,
+	// successful or not.
+	// +optional
+	LastRunTime *metav1.Time `json:"lastRunTime,omitempty"`
+	// LastRunJob is that run's Job.
+	// +optional
+	LastRunJob string `json:"lastRunJob,omitempty"`
+}
+
+// EtcdSnapshot describes one snapshot file.
+type EtcdSnapshot struct {
+	// ClaimName is the claim the file is on.
+	ClaimName string `json:"claimName"`
+	// File is the snapshot's file name in the claim: what
+	// spec.etcd.restoreFrom.snapshot takes.
+	File string `json:"file"`
+	// SizeBytes is the file's size.
+	SizeBytes int64 `json:"sizeBytes"`
+	// Revision is etcd's revision the snapshot holds.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Time is when it was taken.
+	Time metav1.Time `json:"time"`
 }
 
 // TenantCluster is a tenant Kubernetes control plane run as pods in its namespace.

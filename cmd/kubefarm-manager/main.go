@@ -47,6 +47,9 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 		"registry prefix of the tenant control plane images (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, "+
 			"kas-network-proxy/proxy-server), e.g. a mirror such as mirror.example.com/k8s; the Kubernetes tags follow each "+
 			"TenantCluster's spec.version, etcd and Konnectivity use the tags this manager pins")
+	fs.StringVar(&o.EtcdToolsImage, "etcd-tools-image", "",
+		"whole reference of the image with /usr/local/bin/kubefarm-etcd (this manager's own image; the operator chart "+
+			"sets it), which tenants' etcd backup CronJobs and restores run; empty refuses spec.etcd.backup and spec.etcd.restoreFrom")
 }
 
 func main() {

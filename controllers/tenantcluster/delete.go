@@ -53,8 +53,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 		if done, err := r.deletePKI(ctx, tc); err != nil || !done {
 			return ctrl.Result{}, err
 		}
-		if err := r.deleteEncryptionKeys(ctx, tc); err != nil {
-			return ctrl.Result{}, err
+		if tc.Spec.Etcd.Backup == nil {
+			if err := r.deleteEncryptionKeys(ctx, tc); err != nil {
+				return ctrl.Result{}, err
+			}
+		} else {
+			// The snapshots on the backup claim, which outlives the
+			// TenantCluster, hold Secrets encrypted with these keys: a
+			// restore needs them.
+			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "EncryptionKeysRetained", "Delete",
+				"kept the encryption key Secret %s: the etcd snapshots on claim %s need it to be restored; delete both when they are no longer needed",
+				build.EncryptionKeySecretName(tc.Name), backupClaimName(tc))
 		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
@@ -210,4 +219,12 @@ func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) 
 			"deleted %d certificate Secrets (volumeReclaimPolicy Delete)", len(list.Items))
 	}
 	return true, nil
+}
+
+// backupClaimName is the claim spec.etcd.backup writes to.
+func backupClaimName(tc *v1alpha1.TenantCluster) string {
+	if b := tc.Spec.Etcd.Backup; b != nil && b.Volume.ClaimName != "" {
+		return b.Volume.ClaimName
+	}
+	return tc.Name + "-etcd-backup"
 }

@@ -129,6 +129,7 @@ func (r *Reconciler) phases() []phase {
 		r.reconcileConfig,             // the control plane ConfigMap and the kubeconfigs
 		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
 		r.reconcileEtcd,               // etcd, with its initial cluster state decided
+		r.reconcileBackup,             // the etcd backup CronJob and its runs' results
 		r.reconcileAPIServer,          // created once etcd is ready; stops until then
 		r.reconcileTenant,             // RBAC and add-ons inside the tenant, once it answers
 		r.reconcileEncryptionRotation, // the next step of a key rotation, once the API servers run the current keys
@@ -336,12 +337,27 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		}
 		volumes = len(pvcs)
 	}
-	state, err := build.EtcdStateConfigMap(c, decideEtcdState(current, currentState, volumes))
+	decided := decideEtcdState(current, currentState, volumes)
+	state, err := build.EtcdStateConfigMap(c, decided)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.apply(ctx, s.tc, state, &corev1.ConfigMap{}); err != nil {
 		return ctrl.Result{}, err
+	}
+	if c.RestoreFrom != nil && decided == build.EtcdClusterExisting {
+		// Restoring is for the bootstrap only. Once etcd exists the
+		// members drop the restore (one rolling restart), so that a
+		// member recreated later never reads the snapshot and the pods no
+		// longer need its claim.
+		if current == nil {
+			r.Recorder.Eventf(s.tc, nil, corev1.EventTypeWarning, "RestoreSkipped", "Restore",
+				"spec.etcd.restoreFrom is not restored: %d etcd volume claims of an earlier TenantCluster %s exist and are used instead",
+				volumes, c.Name)
+		}
+		held := *c
+		held.RestoreFrom = nil
+		c = &held
 	}
 	desired, err := build.EtcdStatefulSet(c, s.secrets)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -60,12 +61,13 @@ const (
 )
 
 // DefaultImages returns the images of a registry (empty: registry.k8s.io),
-// with the pinned etcd and Konnectivity tags.
-func DefaultImages(registry string) build.Images {
+// with the pinned etcd and Konnectivity tags, and the etcd tools image.
+func DefaultImages(registry, tools string) build.Images {
 	if registry == "" {
 		registry = DefaultRegistry
 	}
-	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag, CoreDNSTag: DefaultCoreDNSTag}
+	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag, CoreDNSTag: DefaultCoreDNSTag,
+		Tools: tools}
 }
 
 // Reconciler reconciles TenantClusters.
@@ -131,6 +133,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret)).
+		// The backup runs are owned by the CronJob, not the TenantCluster.
+		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(predicate.NewPredicateFuncs(isBackupJob))).
+		Owns(&batchv1.CronJob{}).
 		Named("tenantcluster").
 		Complete(r)
 }
@@ -151,7 +156,9 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;patch;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=deletecollection

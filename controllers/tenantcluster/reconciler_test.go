@@ -16,6 +16,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -79,7 +80,7 @@ func run(m *testing.M) (int, error) {
 	}
 	var stop func()
 	mgr, stop, err = env.StartManager(context.Background(), manager.Options{AddonsResync: testAddonsResync, PXENamespace: pxeNamespace,
-		DialTenant: dialFakeTenant}, false)
+		DialTenant: dialFakeTenant, EtcdToolsImage: testToolsImage}, false)
 	if err != nil {
 		return 1, err
 	}
@@ -91,6 +92,10 @@ func run(m *testing.M) (int, error) {
 // credentials: the namespace the serving certificate was issued in, which
 // exists.
 const pxeNamespace = "kubefarm-system"
+
+// testToolsImage stands for the kubefarm-manager image the chart passes as
+// --etcd-tools-image; no pod runs in envtest.
+const testToolsImage = "ghcr.io/kubefarm/kubefarm-manager:test"
 
 // tokenIssuerCredential reads the token issuer credential of ns/name from
 // the PXE namespace.
@@ -581,7 +586,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		r := &tenantcluster.Reconciler{
 			Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
 			Recorder:      mgr.GetEventRecorder("tenantcluster-test"),
-			Images:        tenantcluster.DefaultImages(""),
+			Images:        tenantcluster.DefaultImages("", testToolsImage),
 			TenantClients: tenantcluster.NewTenantClients(dialFakeTenant),
 		}
 		addonsBefore := addonVersions(ctx, t)
@@ -815,7 +820,7 @@ func TestInvalidSpec(t *testing.T) {
 	}
 	// Called directly: an invalid spec is not an error to retry.
 	r := &tenantcluster.Reconciler{Client: env.Client, APIReader: env.Client, Scheme: env.Scheme,
-		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages(""),
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("", testToolsImage),
 		TenantClients: tenantcluster.NewTenantClients(dialFakeTenant)}
 	if res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil || !res.IsZero() {
 		t.Errorf("Reconcile = %+v, %v; want no error and no requeue", res, err)
@@ -905,7 +910,7 @@ func TestLeastPrivilege(t *testing.T) {
 	defer cancel()
 	c := leastPrivilegeClient(ctx, t)
 	r := &tenantcluster.Reconciler{Client: c, APIReader: c, Scheme: env.Scheme,
-		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s"),
+		Recorder: mgr.GetEventRecorder("tenantcluster-test"), Images: tenantcluster.DefaultImages("mirror.example.com/k8s", testToolsImage),
 		PXENamespace: pxeNamespace, TenantClients: tenantcluster.NewTenantClients(dialFakeTenant)}
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
@@ -913,6 +918,8 @@ func TestLeastPrivilege(t *testing.T) {
 	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.7", Port: 443}
 	tc.Spec.Etcd.Replicas = 1
 	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
+	// Backups too: their claim, CronJob and runs need RBAC of their own.
+	tc.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{}
 	if err := env.Client.Create(ctx, tc); err != nil {
 		t.Fatal(err)
 	}
@@ -937,6 +944,12 @@ func TestLeastPrivilege(t *testing.T) {
 	}
 	if _, err := tokenIssuerCredential(ctx, ns, tc.Name); err != nil {
 		t.Errorf("token issuer credential not written with the generated RBAC: %v", err)
+	}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd-backup"}, &batchv1.CronJob{}); err != nil {
+		t.Errorf("backup CronJob not applied with the generated RBAC: %v", err)
+	}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd-backup"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Errorf("backup claim not applied with the generated RBAC: %v", err)
 	}
 	sts := &appsv1.StatefulSet{}
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cluster2-etcd"}, sts); err != nil {

@@ -22,7 +22,7 @@ import (
 // directories and makes them Available again.
 const (
 	StorageClassName = "kubefarm-e2e"
-	StaticVolumes    = 6
+	StaticVolumes    = 10
 	staticVolumeSize = "2Gi"
 )
 

@@ -44,6 +44,11 @@ type Options struct {
 	// ImageRegistry is the registry prefix of the tenant control plane
 	// images (kube-apiserver, etcd, ...); empty means registry.k8s.io.
 	ImageRegistry string
+	// EtcdToolsImage is the whole reference of the image with
+	// kubefarm-etcd (the kubefarm-manager image itself), which the etcd
+	// backup CronJobs and restores run; empty refuses spec.etcd.backup and
+	// spec.etcd.restoreFrom.
+	EtcdToolsImage string
 	// AddonsResync is how often tenant add-ons are applied again to repair
 	// changes made inside a tenant; zero means the controller's default.
 	AddonsResync time.Duration
@@ -140,7 +145,7 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		APIReader:     mgr.GetAPIReader(),
 		Scheme:        mgr.GetScheme(),
 		Recorder:      mgr.GetEventRecorder("tenantcluster-controller"),
-		Images:        tenantcluster.DefaultImages(opts.ImageRegistry),
+		Images:        tenantcluster.DefaultImages(opts.ImageRegistry, opts.EtcdToolsImage),
 		AddonsResync:  opts.AddonsResync,
 		PXENamespace:  opts.PXENamespace,
 		TenantClients: tenantcluster.NewTenantClients(opts.DialTenant),

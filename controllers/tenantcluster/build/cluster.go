@@ -66,6 +66,10 @@ type Images struct {
 	KonnectivityTag string
 	// CoreDNSTag is the tag of <Registry>/coredns/coredns, e.g. "v1.12.1".
 	CoreDNSTag string
+	// Tools is the whole reference of the image with kubefarm-etcd (the
+	// kubefarm-manager image), which takes etcd snapshots and restores
+	// them; empty refuses spec.etcd.backup and spec.etcd.restoreFrom.
+	Tools string
 }
 
 // Options are the inputs that do not come from the TenantCluster.
@@ -95,6 +99,11 @@ type Cluster struct {
 	EtcdStorageSize   resource.Quantity
 	EtcdStorageClass  *string
 	VolumeReclaim     v1alpha1.VolumeReclaimPolicy
+	// Backup is spec.etcd.backup resolved; nil takes no snapshots.
+	Backup *Backup
+	// RestoreFrom is spec.etcd.restoreFrom. The controller clears it once
+	// etcd has bootstrapped, which drops the restore from the members.
+	RestoreFrom *v1alpha1.EtcdRestoreSource
 
 	ServiceCIDR netip.Prefix
 	// APIServerServiceIP is the first address of ServiceCIDR: the tenant's
@@ -237,6 +246,15 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 	}
 	if c.VolumeReclaim == "" {
 		c.VolumeReclaim = v1alpha1.VolumeReclaimRetain
+	}
+	errs = append(errs, c.resolveBackup(spec.Etcd.Backup, sp.Child("etcd", "backup"))...)
+	errs = append(errs, c.resolveRestore(spec.Etcd.RestoreFrom, sp.Child("etcd", "restoreFrom"))...)
+	if (c.Backup != nil || c.RestoreFrom != nil) && opts.Images.Tools == "" {
+		what := sp.Child("etcd", "backup")
+		if c.Backup == nil {
+			what = sp.Child("etcd", "restoreFrom")
+		}
+		errs = append(errs, field.Forbidden(what, "this kubefarm-manager runs without --etcd-tools-image, the image with kubefarm-etcd"))
 	}
 
 	net := sp.Child("network")

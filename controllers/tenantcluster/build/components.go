@@ -98,6 +98,17 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	pod := c.basePodSpec(ComponentEtcd)
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = c.podVolumes(etcdMounts, nil)
+	if c.RestoreFrom != nil {
+		if c.Images.Tools == "" {
+			return nil, fmt.Errorf("spec.etcd.restoreFrom needs the etcd tools image: the manager runs without --etcd-tools-image")
+		}
+		restore := c.restoreInitContainer()
+		restore.Env = ctr.Env
+		pod.InitContainers = []corev1.Container{restore}
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: volumeRestore, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true},
+		}})
+	}
 
 	whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
 	if c.VolumeReclaim == v1alpha1.VolumeReclaimDelete {

@@ -476,11 +476,9 @@ func EtcdFlags(c *Cluster) ([]string, error) {
 		"heartbeat-interval":          strconv.Itoa(EtcdHeartbeatMillis),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
 		"initial-cluster":             c.EtcdInitialCluster(),
-		// Unique per tenant so members of two tenants can never form one
-		// cluster even if DNS or certificates were mixed up.
-		"initial-cluster-token": c.Namespace + "-" + c.Name,
-		"key-file":              pkiFile(RoleEtcdServer, secretPrivateKeyKey),
-		"listen-client-urls":    fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
+		"initial-cluster-token":       c.etcdClusterToken(),
+		"key-file":                    pkiFile(RoleEtcdServer, secretPrivateKeyKey),
+		"listen-client-urls":          fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
 		// Plain HTTP on its own port, for the kubelet's probes only.
 		"listen-metrics-urls":   fmt.Sprintf("http://0.0.0.0:%d", EtcdMetricsPort),
 		"listen-peer-urls":      fmt.Sprintf("https://0.0.0.0:%d", EtcdPeerPort),

@@ -128,7 +128,7 @@ func (c *Cluster) certDefs() []certDef {
 	etcdDNS, etcdIPs := c.etcdSANs()
 	apiDNS, apiIPs := c.APIServerSANs()
 	extDNS, extIPs := c.externalSANs()
-	return []certDef{
+	defs := []certDef{
 		{role: RoleCA, issuer: self, isCA: true, cn: "kubernetes-ca", usages: caUsages},
 		{role: RoleFrontProxyCA, issuer: self, isCA: true, cn: "front-proxy-ca", usages: caUsages},
 		{role: RoleEtcdCA, issuer: self, isCA: true, cn: "etcd-ca", usages: caUsages},
@@ -155,6 +155,13 @@ func (c *Cluster) certDefs() []certDef {
 		// certificate, so it needs both usages.
 		{role: RoleEtcdPeer, issuer: etcd, cn: "etcd-peer", usages: peerUsages, dns: etcdDNS, ips: etcdIPs},
 	}
+	if c.Backup != nil {
+		// Its own identity, not the API server's etcd client certificate:
+		// the backup's pods can be told apart in etcd's logs, and the
+		// certificate goes away with the backup.
+		defs = append(defs, certDef{role: RoleEtcdBackupClient, issuer: etcd, cn: "kubefarm-etcd-backup", usages: clientUsages})
+	}
+	return defs
 }
 
 // externalSANs are the names clients outside the tenant use for the API

@@ -1,0 +1,252 @@
+package tenantcluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/conditions"
+)
+
+// reconcileBackup applies the etcd backup (the claim kubefarm creates, which
+// it never owns, and the CronJob) and reports the newest finished run; with
+// spec.etcd.backup unset it removes the CronJob and the backup's client
+// certificate, and keeps the snapshots.
+func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	cj, err := build.EtcdBackupCronJob(c)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if cj == nil {
+		return ctrl.Result{}, r.removeBackup(ctx, s)
+	}
+	if claim := build.EtcdBackupClaim(c); claim != nil {
+		// No owner reference: the snapshots must outlive the TenantCluster.
+		if err := r.applyUnowned(ctx, claim, nil); err != nil {
+			return ctrl.Result{}, fmt.Errorf("applying the etcd backup claim %s: %w", claim.Name, err)
+		}
+	}
+	if err := r.apply(ctx, s.tc, cj, nil); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.observeBackups(ctx, s)
+}
+
+// removeBackup deletes what backups alone needed. The claim and its
+// snapshots stay.
+func (r *Reconciler) removeBackup(ctx context.Context, s *scope) error {
+	c := s.cluster
+	meta.RemoveStatusCondition(&s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp)
+	cj := &batchv1.CronJob{}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdBackupName()}, cj); err != nil {
+		return err
+	} else if found && metav1.IsControlledBy(cj, s.tc) {
+		if err := r.Client.Delete(ctx, cj, client.Preconditions{UID: &cj.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the etcd backup CronJob %s: %w", cj.Name, err)
+		}
+	}
+	cert := &cmapi.Certificate{}
+	name := c.SecretName(build.RoleEtcdBackupClient)
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, cert); err != nil {
+		return err
+	} else if found && metav1.IsControlledBy(cert, s.tc) {
+		if err := r.Client.Delete(ctx, cert, client.Preconditions{UID: &cert.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting Certificate %s: %w", name, err)
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
+	if found, err := r.getLive(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+		return err
+	} else if found && secret.Labels[build.LabelTenantCluster] == c.Name {
+		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting Secret %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// backupRun is a finished backup Job.
+type backupRun struct {
+	job      *batchv1.Job
+	finished time.Time
+	ok       bool
+}
+
+// newestFinishedRun is the backup Job that finished last, or nil.
+func newestFinishedRun(jobs []batchv1.Job) *backupRun {
+	var out *backupRun
+	for i := range jobs {
+		j := &jobs[i]
+		for _, cond := range j.Status.Conditions {
+			if cond.Status != corev1.ConditionTrue || (cond.Type != batchv1.JobComplete && cond.Type != batchv1.JobFailed) {
+				continue
+			}
+			at := cond.LastTransitionTime.Time
+			if out == nil || at.After(out.finished) || (at.Equal(out.finished) && j.Name > out.job.Name) {
+				out = &backupRun{job: j, finished: at, ok: cond.Type == batchv1.JobComplete}
+			}
+		}
+	}
+	return out
+}
+
+// snapshotResult is the JSON line kubefarm-etcd snapshot writes to its
+// termination message.
+type snapshotResult struct {
+	File     string    `json:"file"`
+	Size     int64     `json:"size"`
+	Revision int64     `json:"revision"`
+	Time     time.Time `json:"time"`
+	Error    string    `json:"error"`
+}
+
+// maxResultMessage bounds what is parsed and reported of a run's message;
+// the kubelet keeps at most 4096 bytes of it anyway.
+const maxResultMessage = 4096
+
+// parseSnapshotResult reads a run's termination message.
+func parseSnapshotResult(msg string) (snapshotResult, error) {
+	var res snapshotResult
+	if len(msg) > maxResultMessage {
+		return res, fmt.Errorf("the result is %d bytes, more than %d", len(msg), maxResultMessage)
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(msg)), &res); err != nil {
+		return res, fmt.Errorf("the result is not kubefarm-etcd's JSON: %w", err)
+	}
+	if res.Error == "" && (res.File == "" || res.Size <= 0 || res.Time.IsZero()) {
+		return res, fmt.Errorf("the result names no file, size and time")
+	}
+	return res, nil
+}
+
+// observeBackups reports the newest finished run in status.backup and the
+// EtcdBackedUp condition, with an Event when it is new. Runs are read from
+// the cache; a run's pods (for its result) only when the run is new.
+func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
+	c := s.cluster
+	jobs := &batchv1.JobList{}
+	if err := r.Client.List(ctx, jobs, client.InNamespace(c.Namespace),
+		client.MatchingLabels{build.LabelName: build.ComponentEtcdBackup, build.LabelInstance: c.Name}); err != nil {
+		return fmt.Errorf("listing the etcd backup Jobs: %w", err)
+	}
+	run := newestFinishedRun(jobs.Items)
+	st := s.tc.Status.Backup
+	if run == nil {
+		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil {
+			r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonNoSnapshotYet,
+				fmt.Sprintf("no backup run has finished yet (schedule %q, CronJob %s)", c.Backup.Schedule, c.EtcdBackupName())))
+		}
+		return nil
+	}
+	if st != nil && st.LastRunJob == run.job.Name {
+		return nil // reported already: a Job finishes once
+	}
+	res, err := r.runResult(ctx, run)
+	if st == nil {
+		st = &v1alpha1.EtcdBackupStatus{}
+	}
+	st.LastRunTime, st.LastRunJob = &metav1.Time{Time: run.finished}, run.job.Name
+	s.tc.Status.Backup = st
+	switch {
+	case run.ok && err == nil && res.Error == "":
+		st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, File: res.File, SizeBytes: res.Size,
+			Revision: res.Revision, Time: metav1.Time{Time: res.Time}}
+		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s on claim %s", res.File,
+			float64(res.Size)/(1<<20), res.Revision, res.Time.UTC().Format(time.RFC3339), c.Backup.ClaimName)
+		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, true, v1alpha1.ReasonSnapshotTaken, msg))
+		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EtcdSnapshotTaken", "Backup", "%s", msg)
+	default:
+		why := "the run failed"
+		switch {
+		case err != nil:
+			why = err.Error()
+		case res.Error != "":
+			why = res.Error
+		}
+		if run.ok {
+			why = "the run succeeded but its result cannot be read: " + why
+		}
+		st.LastFailureTime = &metav1.Time{Time: run.finished}
+		msg := fmt.Sprintf("backup Job %s failed: %s", run.job.Name, truncate(why, 1000))
+		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonSnapshotFailed, msg))
+		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeWarning, "EtcdBackupFailed", "Backup", "%s", msg)
+	}
+	return nil
+}
+
+// runResult reads the result a run's last pod left in its termination
+// message: the succeeded pod's for a completed run, else the newest failed
+// one's. The pods are read directly: they are not worth a cluster-wide
+// cache, and are read once per finished run.
+func (r *Reconciler) runResult(ctx context.Context, run *backupRun) (snapshotResult, error) {
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.job.Namespace),
+		client.MatchingLabels{batchv1.JobNameLabel: run.job.Name}); err != nil {
+		return snapshotResult{}, fmt.Errorf("listing the pods of Job %s: %w", run.job.Name, err)
+	}
+	want := corev1.PodFailed
+	if run.ok {
+		want = corev1.PodSucceeded
+	}
+	var msg string
+	var newest time.Time
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != want {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && (msg == "" || t.FinishedAt.After(newest)) {
+				msg, newest = t.Message, t.FinishedAt.Time
+				if msg == "" {
+					msg = t.Reason
+				}
+			}
+		}
+	}
+	if msg == "" {
+		if !run.ok {
+			// A run killed by its deadline, or whose pods are gone, leaves
+			// only the Job's own condition.
+			for _, cond := range run.job.Status.Conditions {
+				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+					return snapshotResult{Error: cond.Reason + ": " + cond.Message}, nil
+				}
+			}
+		}
+		return snapshotResult{}, fmt.Errorf("no pod of Job %s left a result", run.job.Name)
+	}
+	res, err := parseSnapshotResult(msg)
+	if err != nil && !run.ok {
+		// A failure before the tool could write its JSON: the kubelet's
+		// message (or the log's tail) is the best explanation there is.
+		return snapshotResult{Error: msg}, nil
+	}
+	return res, err
+}
+
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// isBackupJob selects the backup runs of every tenant, for the watch.
+func isBackupJob(o client.Object) bool {
+	return o.GetLabels()[build.LabelName] == build.ComponentEtcdBackup
+}

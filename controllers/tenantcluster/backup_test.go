@@ -1,0 +1,235 @@
+package tenantcluster_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+)
+
+// TestEtcdBackupReported: a TenantCluster with spec.etcd.backup gets its
+// claim (not owned), CronJob and backup client certificate (issued by the
+// real cert-manager). envtest runs no Job controller and no kubelet, so the
+// test plays both for the runs (named stand-ins: it creates the Job and its
+// pod and writes their status with the termination message kubefarm-etcd
+// writes); the e2e scenario TestTenantBackupRestore runs the real ones.
+// A successful run is reported in status.backup and EtcdBackedUp=True with
+// an Event; a later failed run turns the condition False with the tool's
+// error and keeps the last snapshot; removing spec.etcd.backup deletes the
+// CronJob and the certificate and keeps the claim.
+func TestEtcdBackupReported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "bk"
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.9", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Schedule: "15 3 * * *"}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+
+	cj := &batchv1.CronJob{}
+	poll(ctx, t, "the backup CronJob", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, cj)
+		got, _ := getTC(ctx, key)
+		return err == nil, conditionsString(got), client.IgnoreNotFound(err)
+	})
+	if cj.Spec.Schedule != "15 3 * * *" || !metav1.IsControlledBy(cj, mustTC(ctx, t, key)) {
+		t.Errorf("CronJob schedule %q, owners %v", cj.Spec.Schedule, cj.OwnerReferences)
+	}
+	if cj.Labels[build.LabelName] != build.ComponentEtcdBackup || cj.Spec.JobTemplate.Labels[build.LabelTenantCluster] != "bk" {
+		t.Errorf("CronJob labels %v, job template labels %v: the runs are watched by them", cj.Labels, cj.Spec.JobTemplate.Labels)
+	}
+	if img := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; img != testToolsImage {
+		t.Errorf("backup image %s, want the manager's --etcd-tools-image %s", img, testToolsImage)
+	}
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, claim); err != nil {
+		t.Fatalf("backup claim: %v", err)
+	}
+	if len(claim.OwnerReferences) != 0 {
+		t.Errorf("the backup claim has owners %v: garbage collection would take the snapshots with the tenant", claim.OwnerReferences)
+	}
+	cert := &cmapi.Certificate{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup-client"}, cert); err != nil {
+		t.Fatalf("backup client certificate: %v", err)
+	}
+	poll(ctx, t, "EtcdBackedUp False NoSnapshotYet", time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionEtcdBackedUp, metav1.ConditionFalse, v1alpha1.ReasonNoSnapshotYet), conditionsString(got), nil
+	})
+
+	// Stand-in for the CronJob controller, the Job controller and the
+	// kubelet: one finished run with its pod's termination message.
+	run := func(name string, ok bool, message string) {
+		t.Helper()
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cj.Spec.JobTemplate.Labels,
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: cj.Name, UID: cj.UID, Controller: ptrTo(true)}}},
+			Spec: *cj.Spec.JobTemplate.Spec.DeepCopy(),
+		}
+		// envtest's API server requires what the Job controller's
+		// defaulting would add.
+		job.Spec.Template.Labels = map[string]string{"batch.kubernetes.io/controller-uid": "x", "batch.kubernetes.io/job-name": name}
+		for k, v := range cj.Spec.JobTemplate.Spec.Template.Labels {
+			job.Spec.Template.Labels[k] = v
+		}
+		job.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"batch.kubernetes.io/controller-uid": "x"}}
+		job.Spec.ManualSelector = ptrTo(true)
+		if err := env.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name + "-abcde", Namespace: ns, Labels: job.Spec.Template.Labels},
+			Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		}
+		if err := env.Client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.Now()
+		phase, code := corev1.PodSucceeded, int32(0)
+		if !ok {
+			phase, code = corev1.PodFailed, 1
+		}
+		pod.Status = corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{Name: "snapshot", Image: testToolsImage,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: message, FinishedAt: now, StartedAt: now}}}}}
+		if err := env.Client.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		cond := batchv1.JobComplete
+		job.Status = batchv1.JobStatus{StartTime: &now, Succeeded: 1}
+		if !ok {
+			cond = batchv1.JobFailed
+			job.Status = batchv1.JobStatus{StartTime: &now, Failed: 1}
+			job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue,
+				Reason: "BackoffLimitExceeded", LastTransitionTime: now})
+		} else {
+			job.Status.CompletionTime = &now
+			job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue,
+				Reason: "CompletionsReached", LastTransitionTime: now})
+		}
+		job.Status.Conditions = append(job.Status.Conditions, batchv1.JobCondition{Type: cond, Status: corev1.ConditionTrue, Reason: "Stand-in",
+			LastTransitionTime: now})
+		if err := env.Client.Status().Update(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	taken := time.Date(2026, 11, 24, 3, 15, 2, 0, time.UTC)
+	run("bk-etcd-backup-1", true, fmt.Sprintf(`{"file":"bk-20261124T031502Z.db","size":2129952,"revision":431,"time":%q,"kept":1,"deleted":[]}`,
+		taken.Format(time.RFC3339)))
+	var got *v1alpha1.TenantCluster
+	poll(ctx, t, "the snapshot reported", time.Minute, func(ctx context.Context) (bool, string, error) {
+		var err error
+		got, err = getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionEtcdBackedUp, metav1.ConditionTrue, v1alpha1.ReasonSnapshotTaken), conditionsString(got), nil
+	})
+	want := v1alpha1.EtcdSnapshot{ClaimName: "bk-etcd-backup", File: "bk-20261124T031502Z.db", SizeBytes: 2129952, Revision: 431, Time: metav1.Time{Time: taken}}
+	if s := got.Status.Backup.LastSnapshot; s == nil || s.ClaimName != want.ClaimName || s.File != want.File || s.SizeBytes != want.SizeBytes ||
+		s.Revision != want.Revision || !s.Time.Equal(&want.Time) {
+		t.Errorf("lastSnapshot = %+v, want %+v", s, want)
+	}
+	if c := condition(got, v1alpha1.ConditionEtcdBackedUp); !strings.Contains(c.Message, "bk-20261124T031502Z.db") {
+		t.Errorf("EtcdBackedUp message %q does not name the snapshot", c.Message)
+	}
+	if hasCondition(got, v1alpha1.ConditionReady, metav1.ConditionFalse, "") && strings.Contains(condition(got, v1alpha1.ConditionReady).Message, "backup") {
+		t.Errorf("Ready depends on the backup: %s", conditionsString(got))
+	}
+	waitTenantEvent(ctx, t, ns, got.UID, "EtcdSnapshotTaken", corev1.EventTypeNormal)
+
+	run("bk-etcd-backup-2", false, `{"error":"snapshot from https://bk-etcd-0.bk-etcd:2379: verifying: hash mismatch"}`)
+	poll(ctx, t, "the failed run reported", time.Minute, func(ctx context.Context) (bool, string, error) {
+		var err error
+		got, err = getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return hasCondition(got, v1alpha1.ConditionEtcdBackedUp, metav1.ConditionFalse, v1alpha1.ReasonSnapshotFailed), conditionsString(got), nil
+	})
+	if c := condition(got, v1alpha1.ConditionEtcdBackedUp); !strings.Contains(c.Message, "hash mismatch") || !strings.Contains(c.Message, "bk-etcd-backup-2") {
+		t.Errorf("EtcdBackedUp message %q does not carry the tool's error and the Job", c.Message)
+	}
+	if s := got.Status.Backup.LastSnapshot; s == nil || s.File != want.File {
+		t.Errorf("a failed run lost the last good snapshot: %+v", s)
+	}
+	if got.Status.Backup.LastFailureTime == nil {
+		t.Error("no lastFailureTime after a failed run")
+	}
+	waitTenantEvent(ctx, t, ns, got.UID, "EtcdBackupFailed", corev1.EventTypeWarning)
+
+	// Backups off: the CronJob and the certificate go, the claim stays.
+	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Etcd.Backup = nil
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "the backup removed", time.Minute, func(ctx context.Context) (bool, string, error) {
+		cjErr := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, &batchv1.CronJob{})
+		c := &cmapi.Certificate{}
+		certErr := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup-client"}, c)
+		gone := apierrors.IsNotFound(cjErr) && (apierrors.IsNotFound(certErr) || !c.DeletionTimestamp.IsZero())
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		return gone && condition(got, v1alpha1.ConditionEtcdBackedUp) == nil, fmt.Sprintf("CronJob %v, Certificate %v; %s", cjErr, certErr, conditionsString(got)), nil
+	})
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, claim); err != nil || !claim.DeletionTimestamp.IsZero() {
+		t.Errorf("the backup claim went with the backup (err %v)", err)
+	}
+}
+
+func mustTC(ctx context.Context, t *testing.T, key types.NamespacedName) *v1alpha1.TenantCluster {
+	t.Helper()
+	tc, err := getTC(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+func condition(tc *v1alpha1.TenantCluster, typ string) *metav1.Condition {
+	for i := range tc.Status.Conditions {
+		if tc.Status.Conditions[i].Type == typ {
+			return &tc.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitTenantEvent waits for an Event of reason about the object uid.
+func waitTenantEvent(ctx context.Context, t *testing.T, ns string, uid types.UID, reason, typ string) {
+	t.Helper()
+	poll(ctx, t, "Event "+reason, time.Minute, func(ctx context.Context) (bool, string, error) {
+		events := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		return slices.ContainsFunc(events.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.UID == uid && e.Reason == reason && e.Type == typ
+		}), fmt.Sprintf("%d events", len(events.Items)), nil
+	})
+}
