@@ -84,7 +84,9 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 			"range": "10.123.0.0,static,255.255.255.0,infinite",
 			// The console on the serial port (the test's console log), with
 			// journald's copy: what an operator's serial-over-LAN shows.
-			"kernelArgs": []any{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1"},
+			// The IPVS modules, for kube-proxy's ipvs mode (docs/kube-proxy.md).
+			"kernelArgs": []any{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1",
+				"modules-load=ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_sh"},
 			"nodes":      nodes,
 		}},
 		"tags": map[string]any{"dhcpOptions": map[string]any{"all": map[string]any{"router": serverIP}}},

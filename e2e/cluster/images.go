@@ -104,6 +104,13 @@ func (c *Cluster) Images() ([]Image, error) {
 		return nil, err
 	}
 	kubeProxy.Files = append(kubeProxy.Files, userland...)
+	// The ipvs and nftables modes run ipset and nft, as the upstream
+	// image carries them.
+	tools, err := programFiles("/usr/sbin/ipset", "/usr/sbin/nft")
+	if err != nil {
+		return nil, fmt.Errorf("the tenants' kube-proxy image (apt-get install ipset nftables): %w", err)
+	}
+	kubeProxy.Files = append(kubeProxy.Files, dedupeFiles(kubeProxy.Files, tools)...)
 	images = append(images, kubeProxy)
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
@@ -159,6 +166,46 @@ func iptablesFiles() ([]ImageFile, error) {
 		}
 	}
 	return files, nil
+}
+
+// programFiles are host programs, put in /usr/bin of an image, with their
+// shared libraries.
+func programFiles(programs ...string) ([]ImageFile, error) {
+	var files []ImageFile
+	seen := map[string]bool{}
+	for _, p := range programs {
+		if _, err := os.Stat(p); err != nil {
+			return nil, err
+		}
+		files = append(files, ImageFile{Path: "/usr/bin/" + filepath.Base(p), Source: p, Mode: 0o755, HashContent: true})
+		libs, err := sharedLibraries(p)
+		if err != nil {
+			return nil, err
+		}
+		for _, lib := range libs {
+			if !seen[lib] {
+				seen[lib] = true
+				files = append(files, ImageFile{Path: lib, Source: lib, Mode: 0o755, HashContent: true})
+			}
+		}
+	}
+	return files, nil
+}
+
+// dedupeFiles are the files of add whose paths have is not already.
+func dedupeFiles(have, add []ImageFile) []ImageFile {
+	paths := map[string]bool{}
+	for _, f := range have {
+		paths[f.Path] = true
+	}
+	var out []ImageFile
+	for _, f := range add {
+		if !paths[f.Path] {
+			paths[f.Path] = true
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // sharedLibraries are the files ldd resolves for an executable or a shared
