@@ -87,7 +87,7 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 			// The IPVS modules, for kube-proxy's ipvs mode (docs/kube-proxy.md).
 			"kernelArgs": []any{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1",
 				"modules-load=ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_sh"},
-			"nodes":      nodes,
+			"nodes": nodes,
 		}},
 		"tags": map[string]any{"dhcpOptions": map[string]any{"all": map[string]any{"router": serverIP}}},
 	}
