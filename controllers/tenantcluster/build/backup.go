@@ -201,14 +201,18 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 	// its log's tail there instead (FallbackToLogsOnError).
 	ctr := container(containerSnapshot, c.Images.Tools, []string{toolsBinary}, args)
 	ctr.Resources = c.resources(ComponentEtcdBackup, "10m", "32Mi")
+	// A writable /tmp, as every control plane container has: the root
+	// file system is read-only.
 	ctr.VolumeMounts = []corev1.VolumeMount{
 		{Name: c.secretVolumeName(RoleEtcdBackupClient), MountPath: pki, ReadOnly: true},
 		{Name: volumeBackup, MountPath: backupMount},
+		{Name: volumeTmp, MountPath: tmpDir},
 	}
 	pod := c.basePodSpec(ComponentEtcdBackup)
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = []corev1.Volume{
+		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 		{Name: volumeBackup, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Backup.ClaimName}}},
 		{Name: c.secretVolumeName(RoleEtcdBackupClient), VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  c.SecretName(RoleEtcdBackupClient),
@@ -267,6 +271,7 @@ func (c *Cluster) restoreInitContainer() corev1.Container {
 	ctr.VolumeMounts = []corev1.VolumeMount{
 		{Name: volumeEtcdData, MountPath: etcdDataMount},
 		{Name: volumeRestore, MountPath: restoreMount, ReadOnly: true},
+		{Name: volumeTmp, MountPath: tmpDir},
 	}
 	return ctr
 }

@@ -159,7 +159,7 @@ func TestEtcdBackupCronJob(t *testing.T) {
 		if got, _ := argValue(ctr.Args, "--retain"); got != "30" {
 			t.Errorf("--retain=%s", got)
 		}
-		if v := cj.Spec.JobTemplate.Spec.Template.Spec.Volumes[0]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "nfs-backups" {
+		if v := cj.Spec.JobTemplate.Spec.Template.Spec.Volumes[1]; v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != "nfs-backups" {
 			t.Errorf("volume %+v", v)
 		}
 	})
