@@ -42,10 +42,7 @@ JSON line to stdout and writes it to --termination-log; logs go to stderr.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
-	os.Exit(code)
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
 // Exit statuses.
@@ -119,6 +116,12 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	lg := newLogger(stderr)
 	defer func() { _ = lg.Sync() }()
+	// SIGTERM (a Job's deadline, a deleted pod) cancels the stream, so the
+	// run removes its temporary file and reports the error before it
+	// exits. restore does not catch signals: etcdutl's restore cannot be
+	// cancelled, and the next run removes what a killed one left.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	res, err := etcdsnapshot.Save(ctx, o, lg)
 	if err != nil {
 		lg.Error("snapshot failed", zap.Error(err))
