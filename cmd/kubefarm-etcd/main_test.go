@@ -464,6 +464,11 @@ func TestSnapshotRestore(t *testing.T) {
 		if r.code != 1 || !bytes.Contains(r.stdout, []byte("--retain must be at least 1")) {
 			t.Errorf("--retain 0: exit %d, %s", r.code, r.stdout)
 		}
+		absent := filepath.Join(dir, "absent")
+		r = runTool(t, bin, nil, snapArgs(src.clientURL, "--dir", absent)...)
+		if r.code != 1 || !bytes.Contains(r.stdout, []byte("checking --dir "+absent)) {
+			t.Errorf("a missing --dir: exit %d, %s", r.code, r.stdout)
+		}
 	})
 
 	// A member of a new cluster restored from the snapshot.

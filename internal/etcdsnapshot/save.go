@@ -67,6 +67,14 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 	if err != nil {
 		return SnapshotResult{}, &StepError{Step: "tls", Err: err}
 	}
+	// Before any member is asked for a snapshot: a missing volume is the
+	// likelier mistake, and the stream would be wasted on it.
+	if info, err := os.Stat(o.Dir); err != nil || !info.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return SnapshotResult{}, &StepError{Step: "checking --dir " + o.Dir, Err: err}
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 
