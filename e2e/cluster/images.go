@@ -56,7 +56,8 @@ const (
 func (c *Cluster) BuildProjectBinaries(repoRoot string) error {
 	out := filepath.Join(c.CacheDir(), "bin")
 	for name, pkg := range map[string]string{
-		"kubefarm-manager": "./cmd/kubefarm-manager", "kubefarm-pxe": "./cmd/kubefarm-pxe", "pause": "./e2e/images/pause",
+		"kubefarm-manager": "./cmd/kubefarm-manager", "kubefarm-etcd": "./cmd/kubefarm-etcd",
+		"kubefarm-pxe": "./cmd/kubefarm-pxe", "pause": "./e2e/images/pause",
 	} {
 		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(out, name), pkg)
 		cmd.Dir = repoRoot
@@ -232,6 +233,12 @@ func sharedLibraries(path string) ([]string, error) {
 
 // ProjectImages are the project's own images: kubefarm-manager and
 // kubefarm-pxe (what `make images` writes as OCI layouts).
+//
+// The manager image also carries kubefarm-etcd, the tenants' etcd backup
+// and restore tool, which the snapshot CronJobs and the etcd members'
+// restore init containers run from this image with their own command: one
+// image to pin and mirror, and the tool always matches the manager that
+// writes its flags. The entrypoint stays the manager's.
 func (c *Cluster) ProjectImages() ([]Image, error) {
 	pxe, err := c.pxeImage()
 	if err != nil {
@@ -239,6 +246,7 @@ func (c *Cluster) ProjectImages() ([]Image, error) {
 	}
 	manager := Image{Ref: ManagerImage, Entrypoint: []string{"/usr/local/bin/kubefarm-manager"}, Files: []ImageFile{
 		{Path: "/usr/local/bin/kubefarm-manager", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-manager"), Mode: 0o755},
+		{Path: "/usr/local/bin/kubefarm-etcd", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-etcd"), Mode: 0o755},
 	}}
 	return []Image{manager, pxe}, nil
 }

@@ -1,0 +1,197 @@
+// Command kubefarm-etcd backs up and restores the etcd of a tenant control
+// plane (docs/etcd.md, "Backup and restore tool"). It ships in the
+// kubefarm-manager image, beside the manager.
+//
+//	kubefarm-etcd snapshot --endpoints ... --cacert ... --cert ... --key ... --prefix ns-name
+//	kubefarm-etcd restore --snapshot /backup/ns-name-20260101T000000Z.db --initial-cluster ... ...
+//
+// snapshot is what the per-tenant CronJob runs: one verified snapshot into
+// --dir, then retention. restore is what each etcd member's init container
+// runs when a TenantCluster is created from a snapshot: it builds the data
+// directory once and never touches one that holds a member.
+//
+// Each run prints one JSON line to stdout (logs go to stderr) and, in a
+// pod, writes the same line to the termination log, where the controller
+// reads it from the container's status: the result, or {"error":"..."}.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
+)
+
+const usage = `kubefarm-etcd backs up and restores the etcd of a kubefarm tenant control plane.
+
+Usage:
+  kubefarm-etcd snapshot [flags]   take a verified snapshot into --dir, then apply retention
+  kubefarm-etcd restore [flags]    build an etcd member's data directory from a snapshot, once
+
+Run "kubefarm-etcd <command> -h" for a command's flags. Each run prints one
+JSON line to stdout and writes it to --termination-log; logs go to stderr.
+`
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+}
+
+// Exit statuses.
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitUsage  = 2
+)
+
+// run is the whole command, with its outside world passed in.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "snapshot":
+		return runSnapshot(ctx, args[1:], stdout, stderr)
+	case "restore":
+		return runRestore(args[1:], stdout, stderr, getenv)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kubefarm-etcd snapshot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o etcdsnapshot.SnapshotOptions
+	var endpoints, tlog string
+	fs.StringVar(&endpoints, "endpoints", "",
+		"etcd client URLs, comma-separated, each https://host:port (required). They are tried in order and the snapshot "+
+			"is streamed from the first that answers a Status call within --dial-timeout; a snapshot is one member's state, "+
+			"so it never switches members midway")
+	fs.StringVar(&o.CACert, "cacert", "", "PEM file of the CA that signed etcd's serving certificates (required)")
+	fs.StringVar(&o.Cert, "cert", "", "PEM file of the client certificate etcd's --client-cert-auth accepts (required)")
+	fs.StringVar(&o.Key, "key", "", "PEM file of the client certificate's private key (required; never logged)")
+	fs.DurationVar(&o.DialTimeout, "dial-timeout", etcdsnapshot.DefaultDialTimeout,
+		"how long each endpoint has to connect and answer the Status call before the next one is tried")
+	fs.DurationVar(&o.Timeout, "timeout", etcdsnapshot.DefaultTimeout,
+		"bound on the whole run: choosing an endpoint, streaming, verifying, retention. Temporary files of --prefix "+
+			"older than this are left by dead runs, and retention deletes them")
+	fs.StringVar(&o.Dir, "dir", etcdsnapshot.DefaultDir,
+		"directory of the snapshots (it must exist). A snapshot is streamed into a hidden temporary file there, "+
+			"verified, then renamed to <prefix>-<UTC time as 20060102T150405Z>.db")
+	fs.StringVar(&o.Prefix, "prefix", "",
+		"start of the snapshot file names, such as the tenant's <namespace>-<name> (required): lowercase letters, digits, "+
+			"'-' and '.', starting and ending with a letter or digit, at most 200 bytes")
+	fs.IntVar(&o.Retain, "retain", etcdsnapshot.DefaultRetain,
+		"how many snapshots of --prefix to keep, the new one included (at least 1): older ones are deleted, and only "+
+			"files named exactly <prefix>-<time>.db count; nothing else in --dir is touched")
+	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
+		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
+			"the kubelet's termination log in a container; empty disables it")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
+	}
+	if fs.NArg() > 0 {
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(fmt.Errorf("unexpected arguments %q", fs.Args())), exitUsage)
+	}
+	var err error
+	if o.Endpoints, err = etcdsnapshot.ParseEndpoints(endpoints); err != nil {
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
+	}
+	lg := newLogger(stderr)
+	defer func() { _ = lg.Sync() }()
+	// SIGTERM (a Job's deadline, a deleted pod) cancels the stream, so the
+	// run removes its temporary file and reports the error before it
+	// exits. restore does not catch signals: etcdutl's restore cannot be
+	// cancelled, and the next run removes what a killed one left.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	res, err := etcdsnapshot.Save(ctx, o, lg)
+	if err != nil {
+		lg.Error("snapshot failed", zap.Error(err))
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
+	}
+	fmt.Fprint(stdout, string(res.Line()))
+	return report(nil, stderr, tlog, res.TerminationLine(), exitOK)
+}
+
+func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("kubefarm-etcd restore", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o etcdsnapshot.RestoreOptions
+	var advertise, tlog string
+	fs.StringVar(&o.Snapshot, "snapshot", "",
+		"snapshot file to restore, as kubefarm-etcd snapshot or etcdctl snapshot save wrote it (required; verified "+
+			"before use, and a missing file is an error unless the data directory already holds a member)")
+	fs.StringVar(&o.DataDir, "data-dir", etcdsnapshot.DefaultDataDir,
+		"the member's etcd --data-dir. If <data-dir>/member exists nothing is done (exit 0): a restarted pod never "+
+			"overwrites its data. Otherwise the snapshot is restored into a hidden sibling directory and renamed to this")
+	fs.StringVar(&o.Name, "name", getenv(etcdsnapshot.PodNameEnv),
+		"the member's etcd --name (default: $"+etcdsnapshot.PodNameEnv+", as in the members' pod template)")
+	fs.StringVar(&o.InitialCluster, "initial-cluster", "",
+		"the members' etcd --initial-cluster, name=peerURL,... (required; every member restores with the same value)")
+	fs.StringVar(&advertise, "initial-advertise-peer-urls", "",
+		"the member's etcd --initial-advertise-peer-urls, comma-separated (required; spelled exactly as its "+
+			"URLs in --initial-cluster)")
+	fs.StringVar(&o.Token, "initial-cluster-token", "",
+		"the members' etcd --initial-cluster-token (required; kubefarm uses <namespace>-<name>). It seeds the "+
+			"restored cluster's ID, so every member must get the same value")
+	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
+		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
+			"the kubelet's termination log in a container; empty disables it")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
+	}
+	if fs.NArg() > 0 {
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(fmt.Errorf("unexpected arguments %q", fs.Args())), exitUsage)
+	}
+	o.AdvertisePeerURLs = etcdsnapshot.SplitList(advertise)
+	lg := newLogger(stderr)
+	defer func() { _ = lg.Sync() }()
+	res, err := etcdsnapshot.Restore(o, lg)
+	if err != nil {
+		lg.Error("restore failed", zap.Error(err))
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
+	}
+	return report(stdout, stderr, tlog, res.Line(), exitOK)
+}
+
+// report prints line to stdout (when given) and writes it to the
+// termination log; a termination log that cannot be written is said on
+// stderr but does not change the exit status, which is the run's.
+func report(stdout, stderr io.Writer, tlog string, line []byte, code int) int {
+	if stdout != nil {
+		fmt.Fprint(stdout, string(line))
+	}
+	if err := etcdsnapshot.WriteTerminationLog(tlog, line); err != nil {
+		fmt.Fprintf(stderr, "writing the termination log %s: %v\n", tlog, err)
+	}
+	return code
+}
+
+// newLogger logs JSON to stderr at info; stdout is the result line's.
+func newLogger(stderr io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.RFC3339TimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(stderr), zap.InfoLevel)
+	return zap.New(core).Named("kubefarm-etcd")
+}

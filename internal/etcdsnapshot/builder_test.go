@@ -1,0 +1,49 @@
+package etcdsnapshot_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
+)
+
+// TestMembersFlagsRestore: the restore tool takes the values the etcd
+// members run with (controllers/tenantcluster/build's EtcdFlags, with
+// $(POD_NAME) as the kubelet expands it), for every member, and its
+// default data directory is theirs.
+func TestMembersFlagsRestore(t *testing.T) {
+	for _, replicas := range []int32{1, 3} {
+		c := &build.Cluster{Name: "alpha", Namespace: "tenants", EtcdReplicas: replicas, AdminClusterDomain: "cluster.local"}
+		raw, err := build.EtcdFlags(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flags := map[string]string{}
+		for _, f := range raw {
+			k, v, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+			flags[k] = v
+		}
+		if flags["data-dir"] != etcdsnapshot.DefaultDataDir {
+			t.Errorf("members run with --data-dir=%s; the restore tool's default is %s", flags["data-dir"], etcdsnapshot.DefaultDataDir)
+		}
+		if flags["name"] != "$("+etcdsnapshot.PodNameEnv+")" {
+			t.Errorf("members run with --name=%s; the restore tool's default is $%s", flags["name"], etcdsnapshot.PodNameEnv)
+		}
+		for i := range replicas {
+			pod := "alpha-etcd-" + string(rune('0'+i))
+			expand := func(s string) string { return strings.ReplaceAll(s, "$(POD_NAME)", pod) }
+			o := etcdsnapshot.RestoreOptions{
+				Snapshot:          "/backup/tenants-alpha-20260101T000000Z.db",
+				DataDir:           flags["data-dir"],
+				Name:              expand(flags["name"]),
+				InitialCluster:    flags["initial-cluster"],
+				AdvertisePeerURLs: etcdsnapshot.SplitList(expand(flags["initial-advertise-peer-urls"])),
+				Token:             flags["initial-cluster-token"],
+			}
+			if err := o.Validate(); err != nil {
+				t.Errorf("%d members, %s: the members' own flags are refused: %v", replicas, pod, err)
+			}
+		}
+	}
+}

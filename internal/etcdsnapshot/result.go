@@ -1,0 +1,137 @@
+package etcdsnapshot
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"unicode/utf8"
+)
+
+// MaxTerminationMessage bounds what is written to the termination log. The
+// kubelet keeps at most 4096 bytes of it and cuts the rest, which would
+// leave half a JSON object; staying below that with room to spare keeps
+// the line whole.
+const MaxTerminationMessage = 4000
+
+// SnapshotResult is the outcome of a snapshot run, printed as one JSON line.
+type SnapshotResult struct {
+	// File is the snapshot's name in --dir.
+	File string `json:"file"`
+	// Size is the file's size in bytes, etcd's sha256 trailer included.
+	Size int64 `json:"size"`
+	// Revision is the etcd revision the snapshot holds (read from the
+	// file, so it is the snapshot's, not the cluster's a moment later).
+	Revision int64 `json:"revision"`
+	// Time is the time in the file's name, RFC 3339.
+	Time string `json:"time"`
+	// Kept is how many snapshots of the prefix are left, this one included.
+	Kept int `json:"kept"`
+	// Deleted are the snapshots retention removed, oldest first.
+	Deleted []string `json:"deleted"`
+	// DeletedOmitted counts names left out of Deleted in the termination
+	// log's copy, when the whole list would not fit; only ever set there.
+	DeletedOmitted int `json:"deletedOmitted,omitempty"`
+}
+
+// RestoreResult is the outcome of a restore run, printed as one JSON line.
+type RestoreResult struct {
+	// Action is "restored", or "skipped" when the data directory already
+	// held a member.
+	Action   string `json:"action"`
+	DataDir  string `json:"dataDir"`
+	Snapshot string `json:"snapshot"`
+	// Revision is the snapshot's etcd revision (restored only).
+	Revision int64  `json:"revision,omitempty"`
+	Message  string `json:"message"`
+}
+
+// Restore actions.
+const (
+	ActionRestored = "restored"
+	ActionSkipped  = "skipped"
+)
+
+// Line is r as one JSON line, whole, for stdout.
+func (r SnapshotResult) Line() []byte {
+	if r.Deleted == nil {
+		r.Deleted = []string{}
+	}
+	return jsonLine(r)
+}
+
+// TerminationLine is r as one JSON line of at most MaxTerminationMessage
+// bytes: when the list of deleted snapshots (a first run on a full
+// directory with a small --retain) would not fit, the newest names are
+// left out and counted in deletedOmitted.
+func (r SnapshotResult) TerminationLine() []byte {
+	line := r.Line()
+	for len(line) > MaxTerminationMessage && len(r.Deleted) > 0 {
+		r.Deleted = r.Deleted[:len(r.Deleted)-1]
+		r.DeletedOmitted++
+		line = r.Line()
+	}
+	return line
+}
+
+// Line is r as one JSON line.
+func (r RestoreResult) Line() []byte { return jsonLine(r) }
+
+// ErrorLine is {"error":"..."} for a failed run, the message cut (on a
+// character boundary, marked) so that the line stays within
+// MaxTerminationMessage bytes however the message escapes.
+func ErrorLine(err error) []byte {
+	msg := "unknown error"
+	if err != nil {
+		msg = err.Error()
+	}
+	const mark = " ...(truncated)"
+	line := jsonLine(map[string]string{"error": msg})
+	cut := len(msg)
+	for len(line) > MaxTerminationMessage && cut > 0 {
+		// Every byte of the message takes at least one byte of the line,
+		// so cutting the excess gets there in a step or two.
+		cut = max(cut-(len(line)-MaxTerminationMessage)-len(mark), 0)
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		line = jsonLine(map[string]string{"error": msg[:cut] + mark})
+	}
+	return line
+}
+
+func jsonLine(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only strings, numbers and string slices: cannot happen.
+		panic(err)
+	}
+	return append(b, '\n')
+}
+
+// WriteTerminationLog writes line to path when the file exists and can be
+// written, as the kubelet's termination log does in a container; an empty
+// path, or a path that does not exist or cannot be written (the tool run
+// outside a pod), writes nothing. The file is never created: outside a pod
+// the default /dev/termination-log would otherwise become a stray file in
+// /dev.
+func WriteTerminationLog(path string, line []byte) error {
+	if path == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(line) > MaxTerminationMessage {
+		line = line[:MaxTerminationMessage]
+	}
+	if _, err := f.Write(line); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

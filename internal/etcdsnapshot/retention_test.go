@@ -1,0 +1,113 @@
+package etcdsnapshot
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestPlanRetention(t *testing.T) {
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	const stale = 10 * time.Minute
+	file := func(name string) Entry { return Entry{Name: name, ModTime: now.Add(-time.Hour), Regular: true} }
+	young := func(name string) Entry { return Entry{Name: name, ModTime: now.Add(-time.Minute), Regular: true} }
+	const cur = "t-20260601T120000Z.db"
+
+	cases := []struct {
+		name       string
+		entries    []Entry
+		retain     int
+		wantKept   []string
+		wantDelete []string
+		wantStale  []string
+	}{
+		{
+			name:     "only the new one",
+			entries:  []Entry{file(cur)},
+			retain:   7,
+			wantKept: []string{cur},
+		},
+		{
+			name:     "fewer than retain: nothing deleted",
+			entries:  []Entry{file(cur), file("t-20260531T120000Z.db"), file("t-20260530T120000Z.db")},
+			retain:   3,
+			wantKept: []string{cur, "t-20260531T120000Z.db", "t-20260530T120000Z.db"},
+		},
+		{
+			name: "the oldest beyond retain go, oldest first, whatever the listing order",
+			entries: []Entry{
+				file("t-20260529T120000Z.db"), file(cur), file("t-20260531T120000Z.db"),
+				file("t-20260101T000000Z.db"), file("t-20260530T120000Z.db"),
+			},
+			retain:     3,
+			wantKept:   []string{cur, "t-20260531T120000Z.db", "t-20260530T120000Z.db"},
+			wantDelete: []string{"t-20260101T000000Z.db", "t-20260529T120000Z.db"},
+		},
+		{
+			name:       "retain 1 keeps only the new one",
+			entries:    []Entry{file("t-20260531T120000Z.db"), file(cur), file("t-20260530T120000Z.db")},
+			retain:     1,
+			wantKept:   []string{cur},
+			wantDelete: []string{"t-20260530T120000Z.db", "t-20260531T120000Z.db"},
+		},
+		{
+			name: "a name from a clock that ran ahead never displaces the new one",
+			entries: []Entry{
+				file("t-20990101T000000Z.db"), file(cur), file("t-20260531T120000Z.db"),
+			},
+			retain:     2,
+			wantKept:   []string{cur, "t-20990101T000000Z.db"},
+			wantDelete: []string{"t-20260531T120000Z.db"},
+		},
+		{
+			name: "other files are never touched",
+			entries: []Entry{
+				file(cur), file("t-20260531T120000Z.db"),
+				file("t-b-20200101T000000Z.db"),                 // another tenant, prefix t-b
+				file("u-20200101T000000Z.db"),                   // another prefix
+				file("t-20200101T000000Z.db.bak"),               // an operator's copy
+				file("notes.txt"),                               // anything else
+				file("t-2020-01-01.db"),                         // not our time format
+				file(".t-20200101T000000Z.db.part.x"),           // not our temp name
+				{Name: "t-20200101T000000Z.db", Regular: false}, // a directory or symlink
+			},
+			retain:   1,
+			wantKept: []string{cur},
+			wantDelete: []string{
+				"t-20260531T120000Z.db",
+			},
+		},
+		{
+			name: "stale temporary files of the prefix go, young ones (a run in flight) stay",
+			entries: []Entry{
+				file(cur),
+				file(".t-20260601T100000Z.db.part"),
+				young(".t-20260601T115900Z.db.part"),
+				file(".u-20260601T100000Z.db.part"),
+			},
+			retain:    7,
+			wantKept:  []string{cur},
+			wantStale: []string{".t-20260601T100000Z.db.part"},
+		},
+		{
+			name:     "retain below 1 still keeps the new one",
+			entries:  []Entry{file(cur)},
+			retain:   0,
+			wantKept: []string{cur},
+		},
+	}
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			p := PlanRetention("t", tt.entries, cur, tt.retain, now, stale)
+			if !slices.Equal(p.Kept, tt.wantKept) {
+				t.Errorf("kept %q, want %q", p.Kept, tt.wantKept)
+			}
+			if !slices.Equal(p.Delete, tt.wantDelete) {
+				t.Errorf("delete %q, want %q", p.Delete, tt.wantDelete)
+			}
+			if !slices.Equal(p.StaleTemps, tt.wantStale) {
+				t.Errorf("stale temps %q, want %q", p.StaleTemps, tt.wantStale)
+			}
+		})
+	}
+}
