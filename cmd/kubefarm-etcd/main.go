@@ -152,6 +152,9 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&o.Token, "initial-cluster-token", "",
 		"the members' etcd --initial-cluster-token (required; kubefarm uses <namespace>-<name>). It seeds the "+
 			"restored cluster's ID, so every member must get the same value")
+	fs.StringVar(&o.InitialClusterState, "initial-cluster-state", "",
+		"the member's etcd initial cluster state: new (or empty) restores; existing does nothing (exit 0), since a "+
+			"bootstrapped cluster's member without data must join it, not start from the snapshot")
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")

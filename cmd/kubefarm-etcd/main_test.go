@@ -519,9 +519,27 @@ func TestSnapshotRestore(t *testing.T) {
 		}
 	})
 
+	t.Run("a cluster that exists is never restored", func(t *testing.T) {
+		// The members' init container passes the state they start with;
+		// once the cluster was bootstrapped it is existing, and an empty
+		// member must join rather than come back with old data.
+		r := runTool(t, bin, nil, append(restoreArgs(snapFile, dst.name), "--initial-cluster-state=existing")...)
+		var res etcdsnapshot.RestoreResult
+		if err := json.Unmarshal(r.stdout, &res); r.code != 0 || err != nil || res.Action != etcdsnapshot.ActionSkipped {
+			t.Fatalf("exit %d, stdout %s (%v); want skipped\n%s", r.code, r.stdout, err, r.stderr)
+		}
+		if _, err := os.Stat(dst.dataDir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the data directory was written for an existing cluster: %v", err)
+		}
+		if r := runTool(t, bin, nil, append(restoreArgs(snapFile, dst.name), "--initial-cluster-state=maybe")...); r.code == 0 {
+			t.Errorf("an unknown state was accepted: %s", r.stdout)
+		}
+	})
+
 	t.Run("restore, then etcd serves the keys", func(t *testing.T) {
 		start := time.Now()
-		r := runTool(t, bin, nil, restoreArgs(snapFile, dst.name)...)
+		// As the members' init container runs it at the bootstrap.
+		r := runTool(t, bin, nil, append(restoreArgs(snapFile, dst.name), "--initial-cluster-state=new")...)
 		took := time.Since(start)
 		if r.code != 0 {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
@@ -597,7 +615,8 @@ func TestUsage(t *testing.T) {
 	bin := testenv.BuildBinary(t, "kubefarm-etcd")
 	for cmd, flags := range map[string][]string{
 		"snapshot": {"endpoints", "cacert", "cert", "key", "dial-timeout", "timeout", "dir", "prefix", "retain", "termination-log"},
-		"restore":  {"snapshot", "data-dir", "name", "initial-cluster", "initial-advertise-peer-urls", "initial-cluster-token", "termination-log"},
+		"restore": {"snapshot", "data-dir", "name", "initial-cluster", "initial-advertise-peer-urls", "initial-cluster-token",
+			"initial-cluster-state", "termination-log"},
 	} {
 		r := runTool(t, bin, nil, cmd, "-h")
 		if r.code != 0 {

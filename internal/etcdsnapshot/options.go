@@ -199,6 +199,11 @@ type RestoreOptions struct {
 	InitialCluster    string
 	AdvertisePeerURLs []string
 	Token             string
+	// InitialClusterState is the state the member is started with: only
+	// "new" (or empty, for a restore by hand) restores. With "existing" the
+	// cluster was bootstrapped already and a member without data must join
+	// it, never come back with a snapshot's old data.
+	InitialClusterState string
 }
 
 // Validate checks the options; every member of the restored cluster must
@@ -213,6 +218,11 @@ func (o RestoreOptions) Validate() error {
 	}
 	if o.Name == "" {
 		errs = append(errs, fmt.Errorf("--name is required (default: $%s, which is unset)", PodNameEnv))
+	}
+	switch o.InitialClusterState {
+	case "", "new", "existing":
+	default:
+		errs = append(errs, fmt.Errorf("--initial-cluster-state %q: must be new or existing", o.InitialClusterState))
 	}
 	if o.Token == "" {
 		errs = append(errs, errors.New("--initial-cluster-token is required: the members' token (kubefarm: <namespace>-<name>)"))

@@ -41,6 +41,12 @@ func Restore(o RestoreOptions, lg *zap.Logger) (RestoreResult, error) {
 		return res, &StepError{Step: step, Err: err}
 	}
 	dataDir := filepath.Clean(o.DataDir)
+	if o.InitialClusterState == "existing" {
+		res.Action = ActionSkipped
+		res.Message = "the initial cluster state is existing: the cluster was bootstrapped, and a member without data joins it"
+		lg.Info("cluster exists; not restoring", zap.String("dataDir", dataDir))
+		return res, nil
+	}
 	member := filepath.Join(dataDir, "member")
 	switch _, err := os.Lstat(member); {
 	case err == nil:
