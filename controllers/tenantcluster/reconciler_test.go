@@ -719,11 +719,19 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			return false, fmt.Sprint(err), client.IgnoreNotFound(err)
 		})
 		// The control plane was stopped before the finalizer went: the
-		// workloads are gone, and the pods are terminating with the short
-		// grace periods, not their own (75 s for an API server).
+		// workloads are deleted orphaning their pods (the garbage
+		// collector, absent from envtest, would otherwise delete the pods
+		// with their own grace, and then removes the orphan finalizer),
+		// and the pods are terminating with the short grace periods, not
+		// their own (75 s for an API server).
 		for _, obj := range []client.Object{sts, api} {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
-				t.Errorf("%T %s still there after the deletion (err %v)", obj, obj.GetName(), err)
+			err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil || obj.GetDeletionTimestamp().IsZero() || !slices.Contains(obj.GetFinalizers(), metav1.FinalizerOrphanDependents) {
+				t.Errorf("%T %s after the deletion: err %v, deletion %v, finalizers %v; want deleted orphaning its pods",
+					obj, obj.GetName(), err, obj.GetDeletionTimestamp(), obj.GetFinalizers())
 			}
 		}
 		for i, want := range []int64{3, 1} {
