@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -311,17 +312,10 @@ func TestNodeJoin(t *testing.T) {
 		}
 
 		// exec: an HTTP GET of the ClusterIP from the other pod, through
-		// kube-proxy's rules on the node (written through nc: busybox's
-		// static wget crashes in glibc's static NSS).
-		var out string
-		var execErr error
-		get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + s.Spec.ClusterIP + " 80"
-		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-			out, execErr = cluster.ExecIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
-			return execErr == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
-		})
+		// kube-proxy's rules on the node.
+		out, err := getFromClient(ctx, tenantCfg, tenant, s.Spec.ClusterIP)
 		if err != nil {
-			t.Fatalf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
+			t.Fatal(err)
 		}
 		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
 
@@ -344,6 +338,7 @@ func TestNodeJoin(t *testing.T) {
 			t.Fatal(err)
 		}
 		hello := "printf 'GET /version HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + kube.Spec.ClusterIP + " 443"
+		var execErr error
 		err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
 			out, execErr = cluster.ExecIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", hello})
 			return execErr == nil && strings.Contains(out, "HTTPS server"), nil
@@ -389,15 +384,9 @@ func TestNodeJoin(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out string
-			var execErr error
-			get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + s.Spec.ClusterIP + " 80"
-			err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-				out, execErr = cluster.ExecIn(ctx, tenantCfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
-				return execErr == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
-			})
+			out, err := getFromClient(ctx, tenantCfg, tenant, s.Spec.ClusterIP)
 			if err != nil {
-				t.Fatalf("mode %s: exec %q in pod client: %v (last: %v, output %q); kube-proxy said %q", mode, get, err, execErr, out, logs)
+				t.Fatalf("mode %s: %v; kube-proxy said %q", mode, err, logs)
 			}
 			t.Logf("mode %s: kube-proxy rolled and a new ClusterIP %s answered %q, %.1fs after the upgrade", mode, s.Spec.ClusterIP,
 				lastLine(out), time.Since(start).Seconds())
@@ -661,4 +650,21 @@ func waitKubeProxyMode(t *testing.T, ctx context.Context, tenant kubernetes.Inte
 		t.Fatalf("kube-proxy on %s never said %q: %v (last: %s)", node, want, err, last)
 	}
 	return want
+}
+
+// getFromClient GETs /index.html from ip:80 in the pod default/client until
+// the web pod's page comes back (written through nc: busybox's static wget
+// crashes in glibc's static NSS); it returns the answer.
+func getFromClient(ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, ip string) (string, error) {
+	var out string
+	var execErr error
+	get := "printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 " + ip + " 80"
+	err := pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		out, execErr = cluster.ExecIn(ctx, cfg, tenant, "default", "client", []string{"/bin/busybox", "sh", "-c", get})
+		return execErr == nil && strings.Contains(out, "served-by-kubefarm-node"), nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
+	}
+	return out, nil
 }

@@ -101,14 +101,8 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
-	}
-	if fs.NArg() > 0 {
-		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(fmt.Errorf("unexpected arguments %q", fs.Args())), exitUsage)
+	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
+		return code
 	}
 	var err error
 	if o.Endpoints, err = etcdsnapshot.ParseEndpoints(endpoints); err != nil {
@@ -158,14 +152,8 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
-	}
-	if fs.NArg() > 0 {
-		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(fmt.Errorf("unexpected arguments %q", fs.Args())), exitUsage)
+	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
+		return code
 	}
 	o.AdvertisePeerURLs = etcdsnapshot.SplitList(advertise)
 	lg := newLogger(stderr)
@@ -176,6 +164,22 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
 	}
 	return report(stdout, stderr, tlog, res.Line(), exitOK)
+}
+
+// parse parses a subcommand's flags; done says the run ends here, with
+// code: help was asked for, or the command line is wrong (reported as a
+// result line, also to the termination log the flags name).
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, tlog *string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, true
+		}
+		return report(stdout, stderr, *tlog, etcdsnapshot.ErrorLine(err), exitUsage), true
+	}
+	if fs.NArg() > 0 {
+		return report(stdout, stderr, *tlog, etcdsnapshot.ErrorLine(fmt.Errorf("unexpected arguments %q", fs.Args())), exitUsage), true
+	}
+	return 0, false
 }
 
 // report prints line to stdout (when given) and writes it to the

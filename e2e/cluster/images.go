@@ -153,33 +153,28 @@ func iptablesFiles() ([]ImageFile, error) {
 			needs = append(needs, filepath.Join(ext, e.Name()))
 		}
 	}
-	seen := map[string]bool{}
-	for _, bin := range needs {
-		libs, err := sharedLibraries(bin)
-		if err != nil {
-			return nil, err
-		}
-		for _, lib := range libs {
-			if !seen[lib] {
-				seen[lib] = true
-				files = append(files, ImageFile{Path: lib, Source: lib, Mode: 0o755, HashContent: true})
-			}
-		}
-	}
-	return files, nil
+	return withLibraries(files, needs)
 }
 
 // programFiles are host programs, put in /usr/bin of an image, with their
 // shared libraries.
 func programFiles(programs ...string) ([]ImageFile, error) {
 	var files []ImageFile
-	seen := map[string]bool{}
 	for _, p := range programs {
 		if _, err := os.Stat(p); err != nil {
 			return nil, err
 		}
 		files = append(files, ImageFile{Path: "/usr/bin/" + filepath.Base(p), Source: p, Mode: 0o755, HashContent: true})
-		libs, err := sharedLibraries(p)
+	}
+	return withLibraries(files, programs)
+}
+
+// withLibraries adds to files, once each, the shared libraries the
+// executables and shared objects in needs load.
+func withLibraries(files []ImageFile, needs []string) ([]ImageFile, error) {
+	seen := map[string]bool{}
+	for _, bin := range needs {
+		libs, err := sharedLibraries(bin)
 		if err != nil {
 			return nil, err
 		}
