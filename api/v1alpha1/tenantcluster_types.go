@@ -555,6 +555,9 @@ type EtcdSnapshot struct {
 	Revision int64 `json:"revision,omitempty"`
 	// Time is when it was taken.
 	Time metav1.Time `json:"time"`
+	// Job is the backup run that took it.
+	// +optional
+	Job string `json:"job,omitempty"`
 }
 
 // TenantCluster is a tenant Kubernetes control plane run as pods in its namespace.

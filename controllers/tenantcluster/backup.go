@@ -3,6 +3,7 @@ package tenantcluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -85,13 +86,15 @@ type backupRun struct {
 	ok       bool
 }
 
-// newestFinishedRun is the backup Job that finished last, or nil.
-func newestFinishedRun(jobs []batchv1.Job) *backupRun {
+// newestFinishedRun is the backup Job that finished last (with onlyOK, the
+// last that succeeded), or nil.
+func newestFinishedRun(jobs []batchv1.Job, onlyOK bool) *backupRun {
 	var out *backupRun
 	for i := range jobs {
 		j := &jobs[i]
 		for _, cond := range j.Status.Conditions {
-			if cond.Status != corev1.ConditionTrue || (cond.Type != batchv1.JobComplete && cond.Type != batchv1.JobFailed) {
+			if cond.Status != corev1.ConditionTrue || (cond.Type != batchv1.JobComplete && cond.Type != batchv1.JobFailed) ||
+				(onlyOK && cond.Type != batchv1.JobComplete) {
 				continue
 			}
 			at := cond.LastTransitionTime.Time
@@ -132,9 +135,14 @@ func parseSnapshotResult(msg string) (snapshotResult, error) {
 	return res, nil
 }
 
-// observeBackups reports the newest finished run in status.backup and the
-// EtcdBackedUp condition, with an Event when it is new. Runs are read from
-// the cache; a run's pods (for its result) only when the run is new.
+// observeBackups reports the newest finished run in the EtcdBackedUp
+// condition, with an Event when it is new, and the newest successful one in
+// status.backup.lastSnapshot. Both are derived from the runs every pass, not
+// carried over from the status read: that comes from the cache and can be a
+// pass behind, and a status applied from a stale copy must not lose the last
+// good snapshot (envtest caught a failed run doing that). Runs are read
+// from the cache; a run's pods (for its result) only when the run is new to
+// the status.
 func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	c := s.cluster
 	jobs := &batchv1.JobList{}
@@ -142,8 +150,25 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 		client.MatchingLabels{build.LabelName: build.ComponentEtcdBackup, build.LabelInstance: c.Name}); err != nil {
 		return fmt.Errorf("listing the etcd backup Jobs: %w", err)
 	}
-	run := newestFinishedRun(jobs.Items)
-	st := s.tc.Status.Backup
+	st := &v1alpha1.EtcdBackupStatus{}
+	if s.tc.Status.Backup != nil {
+		st = s.tc.Status.Backup.DeepCopy()
+	}
+	good := newestFinishedRun(jobs.Items, true)
+	var goodErr error
+	if good != nil && (st.LastSnapshot == nil || st.LastSnapshot.Job != good.job.Name) {
+		var res snapshotResult
+		if res, goodErr = r.runResult(ctx, good); goodErr == nil && res.Error == "" {
+			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, File: res.File, SizeBytes: res.Size,
+				Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
+		} else if goodErr == nil {
+			goodErr = errors.New(res.Error)
+		}
+	}
+	if st.LastSnapshot != nil || st.LastRunJob != "" {
+		s.tc.Status.Backup = st
+	}
+	run := newestFinishedRun(jobs.Items, false)
 	if run == nil {
 		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil {
 			r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonNoSnapshotYet,
@@ -151,39 +176,38 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 		}
 		return nil
 	}
-	if st != nil && st.LastRunJob == run.job.Name {
+	if st.LastRunJob == run.job.Name {
 		return nil // reported already: a Job finishes once
-	}
-	res, err := r.runResult(ctx, run)
-	if st == nil {
-		st = &v1alpha1.EtcdBackupStatus{}
 	}
 	st.LastRunTime, st.LastRunJob = &metav1.Time{Time: run.finished}, run.job.Name
 	s.tc.Status.Backup = st
-	switch {
-	case run.ok && err == nil && res.Error == "":
-		st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, File: res.File, SizeBytes: res.Size,
-			Revision: res.Revision, Time: metav1.Time{Time: res.Time}}
-		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s on claim %s", res.File,
-			float64(res.Size)/(1<<20), res.Revision, res.Time.UTC().Format(time.RFC3339), c.Backup.ClaimName)
+	if run.ok && goodErr == nil && st.LastSnapshot != nil && st.LastSnapshot.Job == run.job.Name {
+		snap := st.LastSnapshot
+		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s on claim %s", snap.File,
+			float64(snap.SizeBytes)/(1<<20), snap.Revision, snap.Time.UTC().Format(time.RFC3339), snap.ClaimName)
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, true, v1alpha1.ReasonSnapshotTaken, msg))
 		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EtcdSnapshotTaken", "Backup", "%s", msg)
-	default:
-		why := "the run failed"
+		return nil
+	}
+	why := "the run failed"
+	if run.ok {
+		why = "the run succeeded but its result cannot be read"
+		if goodErr != nil {
+			why += ": " + goodErr.Error()
+		}
+	} else {
+		res, err := r.runResult(ctx, run)
 		switch {
 		case err != nil:
 			why = err.Error()
 		case res.Error != "":
 			why = res.Error
 		}
-		if run.ok {
-			why = "the run succeeded but its result cannot be read: " + why
-		}
-		st.LastFailureTime = &metav1.Time{Time: run.finished}
-		msg := fmt.Sprintf("backup Job %s failed: %s", run.job.Name, truncate(why, 1000))
-		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonSnapshotFailed, msg))
-		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeWarning, "EtcdBackupFailed", "Backup", "%s", msg)
 	}
+	st.LastFailureTime = &metav1.Time{Time: run.finished}
+	msg := fmt.Sprintf("backup Job %s failed: %s", run.job.Name, truncate(why, 1000))
+	r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonSnapshotFailed, msg))
+	r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeWarning, "EtcdBackupFailed", "Backup", "%s", msg)
 	return nil
 }
 

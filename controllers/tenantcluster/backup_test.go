@@ -172,8 +172,8 @@ func TestEtcdBackupReported(t *testing.T) {
 	if c := condition(got, v1alpha1.ConditionEtcdBackedUp); !strings.Contains(c.Message, "hash mismatch") || !strings.Contains(c.Message, "bk-etcd-backup-2") {
 		t.Errorf("EtcdBackedUp message %q does not carry the tool's error and the Job", c.Message)
 	}
-	if s := got.Status.Backup.LastSnapshot; s == nil || s.File != want.File {
-		t.Errorf("a failed run lost the last good snapshot: %+v", s)
+	if s := got.Status.Backup.LastSnapshot; s == nil || s.File != want.File || s.Job != "bk-etcd-backup-1" {
+		t.Errorf("a failed run lost the last good snapshot (or its Job): %+v", s)
 	}
 	if got.Status.Backup.LastFailureTime == nil {
 		t.Error("no lastFailureTime after a failed run")
