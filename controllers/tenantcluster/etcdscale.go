@@ -69,6 +69,14 @@ func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state bui
 // refuses most requests, must never be an API server's endpoint.
 func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *appsv1.StatefulSet, state build.EtcdClusterState) (ctrl.Result, error) {
 	c := s.cluster
+	if live != nil && live.Spec.Replicas != nil && state != build.EtcdClusterExisting && *live.Spec.Replicas != c.EtcdReplicas {
+		// The spec changed while the first members bootstrap: they
+		// bootstrap as they started (a member that already has data keeps
+		// its initial cluster, another listing more members would never
+		// join it), and the change starts once the cluster exists.
+		c.EtcdMembers, c.EtcdServers = *live.Spec.Replicas, *live.Spec.Replicas
+		return ctrl.Result{RequeueAfter: etcdScaleRequeue}, nil
+	}
 	if !etcdScaling(s.tc, live, state, c.EtcdReplicas) {
 		return ctrl.Result{}, nil
 	}
