@@ -372,6 +372,14 @@ func TestGrowAndShrink(t *testing.T) {
 			t.Errorf("member %d has no load keys: %v\n%s", i, err, c.logs())
 		}
 	}
+	// A member down (two of three ready): no removal, which would leave
+	// one of two members up, without quorum.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	res, err := etcdmembers.Step(ctx, cli, etcdmembers.Input{Want: 1, Ready: 2, PeerURL: in.PeerURL})
+	cancel()
+	if err != nil || res.Changed || res.Reason != etcdmembers.ReasonWaitingForMembers || res.Members != 3 {
+		t.Errorf("shrinking with a member down: %+v, %v; want a wait and no change", res, err)
+	}
 	// Leadership on the member removed first exercises the move.
 	moveLeaderTo(t, c, cli, 2)
 	drive(1)
