@@ -30,6 +30,9 @@ import (
 // through, within seconds.
 const etcdScaleRequeue = 2 * time.Second
 
+// etcdScaleRetry is the next pass after a failed step.
+const etcdScaleRetry = 10 * time.Second
+
 // DialEtcd makes an etcd client of one endpoint (member 0's client URL)
 // with the given TLS configuration. The manager's dials the tenant's
 // etcd; tests pass one that reaches their own etcd processes.
@@ -90,8 +93,16 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *a
 	}
 	res, err := r.etcdStep(ctx, s, live.Status.ReadyReplicas)
 	if err != nil {
-		scaling(v1alpha1.ReasonStepFailed, "%v", err)
-		return ctrl.Result{}, err
+		// Not an error of the pass: the rest of the control plane (its
+		// certificates, its API servers) is still kept up to date while
+		// etcd cannot be changed, with the counts as they are.
+		msg := err.Error()
+		if prev := meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdScaling); prev == nil || prev.Message != msg {
+			r.Recorder.Eventf(s.tc, nil, corev1.EventTypeWarning, "EtcdScaleStepFailed", "ScaleEtcd", "%s", msg)
+		}
+		log.FromContext(ctx).Info("etcd membership step failed", "error", msg)
+		scaling(v1alpha1.ReasonStepFailed, "%s", msg)
+		return ctrl.Result{RequeueAfter: etcdScaleRetry}, nil
 	}
 	if res.Changed {
 		r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, res.Reason, "ScaleEtcd", "%s", res.Message)

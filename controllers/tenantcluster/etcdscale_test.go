@@ -21,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,7 +153,8 @@ func startTenantEtcd(ctx context.Context, t *testing.T, ns, name string) *client
 // writing their status:
 //   - 3 -> 1 with etcd at one member already: the API servers first move
 //     to member 0 only and nothing else happens until they are rolled out;
-//     then the StatefulSet goes to one replica and EtcdScaling False;
+//     while etcd cannot be reached the step fails and is retried; then the
+//     StatefulSet goes to one replica and EtcdScaling False;
 //   - 1 -> 3: member 1 is added as a learner, the initial cluster lists
 //     both members, the StatefulSet gets 2 replicas with an unchanged pod
 //     template, and the controller waits for the learner (which never
@@ -165,13 +167,29 @@ func TestEtcdScaleController(t *testing.T) {
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
 	tc.Name = "sc"
-	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.11", Port: 443}
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.11", Port: 6443}
 	tc.Spec.Etcd.Replicas = 3
 	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
 	if err := env.Client.Create(ctx, tc); err != nil {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(tc)
+	// Its API servers become (simulated) available, but the stand-in
+	// tenant behind every test's API server must not get this tenant's
+	// add-ons: the tenant does not answer.
+	setTenantDown(tenantHost("sc", ns), true)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.Client.Delete(ctx, mustTC(ctx, t, key)); err != nil {
+			t.Error(err)
+			return
+		}
+		poll(ctx, t, "the tenant deleted", time.Minute, func(ctx context.Context) (bool, string, error) {
+			_, err := getTC(ctx, key)
+			return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
+		})
+	})
 	member := func(i int, port int) string {
 		return fmt.Sprintf("https://sc-etcd-%d.sc-etcd.%s.svc.cluster.local:%d", i, ns, port)
 	}
@@ -262,7 +280,6 @@ func TestEtcdScaleController(t *testing.T) {
 		return err == nil && strings.Count(servers, ",") == 2, servers, client.IgnoreNotFound(err)
 	})
 	template := sts(ctx).Spec.Template
-	cli := startTenantEtcd(ctx, t, ns, "sc")
 
 	// 3 -> 1. etcd has one member already (the stand-in): the change is
 	// only the API servers' and the StatefulSet's.
@@ -277,6 +294,17 @@ func TestEtcdScaleController(t *testing.T) {
 	if n := *sts(ctx).Spec.Replicas; n != 3 {
 		t.Errorf("the StatefulSet went to %d replicas before the API servers rolled out", n)
 	}
+	// etcd cannot be reached (its stand-in is not started yet): the step
+	// fails, says where, and is retried.
+	poll(ctx, t, "the step failed while etcd is unreachable", time.Minute, func(ctx context.Context) (bool, string, error) {
+		if err := rollOut(ctx, true); err != nil {
+			return false, "", err
+		}
+		ok, msg, err := scaling(ctx, metav1.ConditionTrue, v1alpha1.ReasonStepFailed)
+		return ok && strings.Contains(msg, "dialing etcd member 0"), msg, err
+	})
+	waitTenantEvent(ctx, t, ns, mustTC(ctx, t, key).UID, "EtcdScaleStepFailed", corev1.EventTypeWarning)
+	cli := startTenantEtcd(ctx, t, ns, "sc")
 	poll(ctx, t, "3 -> 1 done", time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, true); err != nil {
 			return false, "", err
