@@ -115,7 +115,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *a
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdScaling, false, v1alpha1.ReasonMembersMatch, res.Message))
 		return ctrl.Result{}, nil
 	}
-	c.EtcdMembers = res.Members
+	c.EtcdMembers, s.etcdVoting = res.Members, res.Voting
 	scaling(res.Reason, "towards %d etcd members: %s", c.EtcdReplicas, res.Message)
 	return ctrl.Result{RequeueAfter: etcdScaleRequeue}, nil
 }

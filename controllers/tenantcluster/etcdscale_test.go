@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -346,6 +347,24 @@ func TestEtcdScaleController(t *testing.T) {
 	if servers, _ := etcdServers(ctx); servers != member(0, 2379) {
 		t.Errorf("API servers on %q during the change, want member 0 only", servers)
 	}
+
+	// The learner's pod is not ready (it never runs here): etcd still
+	// serves on member 0, its only voting member, and says so.
+	poll(ctx, t, "EtcdReady on a quorum of the voting members", time.Minute, func(ctx context.Context) (bool, string, error) {
+		s := sts(ctx)
+		if s.Status.ReadyReplicas != 1 {
+			s.Status.ReadyReplicas, s.Status.AvailableReplicas = 1, 1
+			if err := env.Client.Status().Update(ctx, s); err != nil {
+				return false, "", ignoreConflict(err)
+			}
+		}
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionEtcdReady)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "a quorum of 1 voting"), conditionsString(got), nil
+	})
 
 	// Back to 1 before the learner caught up: it is removed.
 	setReplicas(1)

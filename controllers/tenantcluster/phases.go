@@ -49,6 +49,9 @@ type scope struct {
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
+	// etcdVoting is how many etcd members vote, as the membership step of
+	// this pass left them; 0 when no step read etcd.
+	etcdVoting int32
 
 	// conditions are the ones the phases observed this pass, in phase
 	// order (CertificatesReady, EtcdReady, APIServerReady, AddonsReady):
@@ -377,12 +380,14 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 	}
 	cond, _ := etcdCondition(live)
 	if cond.Status != metav1.ConditionTrue && meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdScaling) &&
-		live.Status.ReadyReplicas >= c.EtcdMembers/2+1 {
+		s.etcdVoting > 0 && live.Status.ReadyReplicas >= s.etcdVoting/2+1 {
 		// A member a step just added is not ready for a few seconds;
-		// etcd serves throughout on its quorum, and so does the tenant.
+		// etcd serves throughout on a quorum of its voting members (a
+		// learner is none), and so does the tenant.
 		cond = metav1.Condition{
 			Type: v1alpha1.ConditionEtcdReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonMembersReady,
-			Message: fmt.Sprintf("%d/%d etcd members ready, a quorum (membership change in progress)", live.Status.ReadyReplicas, c.EtcdMembers),
+			Message: fmt.Sprintf("%d/%d etcd members ready, a quorum of %d voting (membership change in progress)",
+				live.Status.ReadyReplicas, c.EtcdMembers, s.etcdVoting),
 		}
 	}
 	s.observe(r, cond)

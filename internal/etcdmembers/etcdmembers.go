@@ -68,6 +68,9 @@ type Result struct {
 	// included: the StatefulSet's replicas and the number of members the
 	// initial cluster lists (a joining member must list exactly them).
 	Members int32
+	// Voting is how many of them vote after the step: quorum is a
+	// majority of these.
+	Voting int32
 	// Done says the member list is Want voting members.
 	Done bool
 	// Reason is one of the Reason constants; Changed says the step
@@ -148,7 +151,7 @@ func Step(ctx context.Context, cli *clientv3.Client, in Input) (Result, error) {
 			voting++
 		}
 	}
-	res := Result{Members: n}
+	res := Result{Members: n, Voting: voting}
 	wait := func(need int32, what string) bool {
 		if in.Ready >= need {
 			return false
@@ -171,6 +174,7 @@ func Step(ctx context.Context, cli *clientv3.Client, in Input) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("promoting learner %s: %w", name, err)
 		}
+		res.Voting = voting + 1
 		res.Reason, res.Changed = ReasonMemberPromoted, true
 		res.Message = fmt.Sprintf("learner %s promoted: %d of %d voting members", name, voting+1, in.Want)
 
@@ -234,7 +238,7 @@ func Step(ctx context.Context, cli *clientv3.Client, in Input) (Result, error) {
 			}
 			return Result{}, fmt.Errorf("removing %s: %w", name, err)
 		}
-		res.Members = n - 1
+		res.Members, res.Voting = n-1, voting-1
 		res.Reason, res.Changed = ReasonMemberRemoved, true
 		res.Message = fmt.Sprintf("%s removed: %d members left, %d wanted", name, n-1, in.Want)
 

@@ -409,6 +409,15 @@ func (c *cluster) checkMembers(t *testing.T, cli *clientv3.Client, res etcdmembe
 	if int32(len(members)) != res.Members {
 		t.Errorf("%s: %d members, the step says %d", res.Reason, len(members), res.Members)
 	}
+	var voting int32
+	for _, m := range members {
+		if !m.Learner {
+			voting++
+		}
+	}
+	if voting != res.Voting {
+		t.Errorf("%s: %d voting members, the step says %d", res.Reason, voting, res.Voting)
+	}
 	for _, m := range members {
 		learner := res.Reason == etcdmembers.ReasonMemberAdded && m.Index == res.Members-1
 		if m.Learner != learner {
