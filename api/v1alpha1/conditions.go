@@ -20,6 +20,13 @@ const (
 	// snapshot, False when it failed or none finished yet. It is not an
 	// input of Ready: a failed backup does not stop the tenant serving.
 	ConditionEtcdBackedUp = "EtcdBackedUp"
+	// ConditionEtcdScaling reports a change of spec.etcd.replicas: True
+	// while etcd's membership is being changed, one member at a time, with
+	// the last step or what the next one waits for as the reason; False
+	// (ReasonMembersMatch) once etcd's members are the spec's, all voting.
+	// Absent on a tenant whose member count never changed. Not an input
+	// of Ready: the control plane serves throughout. See docs/etcd.md.
+	ConditionEtcdScaling = "EtcdScaling"
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"

@@ -89,4 +89,16 @@ const (
 	// ReasonNoSnapshotYet: no run has finished since backups were
 	// configured.
 	ReasonNoSnapshotYet = "NoSnapshotYet"
+
+	// EtcdScaling. While True the reason is the last step made
+	// (MemberAdded, MemberPromoted, LeaderMoved, MemberRemoved), what the
+	// next one waits for (WaitingForAPIServers, WaitingForLearner,
+	// WaitingForMembers), or ReasonStepFailed (the message names the
+	// member and the step; retried). ReasonWaitingForAPIServers: every
+	// API server must run with member 0 as its only etcd server before
+	// the membership changes.
+	ReasonWaitingForAPIServers = "WaitingForAPIServers"
+	ReasonStepFailed           = "StepFailed"
+	// ReasonMembersMatch: EtcdScaling False, the change is complete.
+	ReasonMembersMatch = "MembersMatch"
 )

@@ -283,16 +283,17 @@ type APIServerExpose struct {
 // EtcdSpec configures the tenant's etcd.
 // +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom)",message="restoreFrom can only be set when the TenantCluster is created, and stays"
 type EtcdSpec struct {
-	// Replicas is 1 or 3. Three tolerates the loss of one member. It cannot
-	// change after creation: growing or shrinking etcd means adding or
-	// removing members one at a time through etcd's membership API, with
-	// quorum checked at each step, which kubefarm does not do yet. Scaling
-	// a cluster today is a backup and restore into a new TenantCluster
-	// (see docs/etcd.md).
+	// Replicas is 1 or 3. Three tolerates the loss of one member. It can
+	// change at any time: kubefarm then changes etcd's membership one
+	// member at a time through etcd's member API (a new member joins as a
+	// learner and votes once it has caught up; a member leaves after the
+	// leadership has moved off it), with quorum checked before each step,
+	// and reports the progress in the EtcdScaling condition. During the
+	// change the API servers use member 0 only, so a change rolls them
+	// twice (see docs/etcd.md, Scaling).
 	// +optional
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Enum=1;3
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: etcd membership changes are not supported yet (see docs/etcd.md)"
 	Replicas int32 `json:"replicas,omitempty"`
 
 	// Resources replace the members' default requests (docs/placement.md).

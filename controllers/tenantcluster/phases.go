@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -48,6 +49,9 @@ type scope struct {
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
+	// etcdVoting is how many etcd members vote, as the membership step of
+	// this pass left them; 0 when no step read etcd.
+	etcdVoting int32
 
 	// conditions are the ones the phases observed this pass, in phase
 	// order (CertificatesReady, EtcdReady, APIServerReady, AddonsReady):
@@ -338,6 +342,13 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		volumes = len(pvcs)
 	}
 	decided := decideEtcdState(current, currentState, volumes)
+	// A membership change sets the counts the ConfigMap and the
+	// StatefulSet are built with: the ConfigMap first, so that a member a
+	// step added finds the initial cluster listing it when its pod starts.
+	result, err := r.reconcileEtcdMembers(ctx, s, current, decided)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	state, err := build.EtcdStateConfigMap(c, decided)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -368,8 +379,19 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		return ctrl.Result{}, err
 	}
 	cond, _ := etcdCondition(live)
+	if cond.Status != metav1.ConditionTrue && meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdScaling) &&
+		s.etcdVoting > 0 && live.Status.ReadyReplicas >= s.etcdVoting/2+1 {
+		// A member a step just added is not ready for a few seconds;
+		// etcd serves throughout on a quorum of its voting members (a
+		// learner is none), and so does the tenant.
+		cond = metav1.Condition{
+			Type: v1alpha1.ConditionEtcdReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonMembersReady,
+			Message: fmt.Sprintf("%d/%d etcd members ready, a quorum of %d voting (membership change in progress)",
+				live.Status.ReadyReplicas, c.EtcdMembers, s.etcdVoting),
+		}
+	}
 	s.observe(r, cond)
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // reconcileAPIServer applies the API servers. A first API server started

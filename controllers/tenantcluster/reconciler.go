@@ -99,6 +99,9 @@ type Reconciler struct {
 	// Reconciler called without SetupWithManager and without one dials a
 	// new client every pass.
 	TenantClients *TenantClients
+	// DialEtcd reaches a tenant's etcd to change its membership; nil dials
+	// member 0's client URL. Tests pass one that reaches their own etcd.
+	DialEtcd DialEtcd
 }
 
 func (r *Reconciler) addonsResync() time.Duration {

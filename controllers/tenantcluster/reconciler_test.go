@@ -80,7 +80,7 @@ func run(m *testing.M) (int, error) {
 	}
 	var stop func()
 	mgr, stop, err = env.StartManager(context.Background(), manager.Options{AddonsResync: testAddonsResync, PXENamespace: pxeNamespace,
-		DialTenant: dialFakeTenant, EtcdToolsImage: testToolsImage}, false)
+		DialTenant: dialFakeTenant, DialEtcd: dialTestEtcd, EtcdToolsImage: testToolsImage}, false)
 	if err != nil {
 		return 1, err
 	}

@@ -296,3 +296,38 @@ func TestFollowerVersion(t *testing.T) {
 		})
 	}
 }
+
+func TestEtcdScaling(t *testing.T) {
+	inProgress := func(tc *v1alpha1.TenantCluster) {
+		tc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionEtcdScaling, Status: metav1.ConditionTrue, Reason: "WaitingForLearner"}}
+	}
+	done := func(tc *v1alpha1.TenantCluster) {
+		tc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionEtcdScaling, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonMembersMatch}}
+	}
+	for _, tt := range []struct {
+		name  string
+		sts   *appsv1.StatefulSet
+		state build.EtcdClusterState
+		cond  func(*v1alpha1.TenantCluster)
+		want  int32
+		is    bool
+	}{
+		{"no StatefulSet: the first bootstrap makes the spec's members", nil, build.EtcdClusterNew, nil, 3, false},
+		{"bootstrapping: no change before the cluster exists", sts(1, 1, 1, 0, ""), build.EtcdClusterNew, nil, 3, false},
+		{"steady", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, nil, 3, false},
+		{"steady after an earlier change", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, done, 3, false},
+		{"grow asked", sts(1, 1, 1, 1, ""), build.EtcdClusterExisting, nil, 3, true},
+		{"shrink asked", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, nil, 1, true},
+		{"the StatefulSet has the count, the last learner is not promoted", sts(3, 2, 2, 2, ""), build.EtcdClusterExisting, inProgress, 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := &v1alpha1.TenantCluster{}
+			if tt.cond != nil {
+				tt.cond(tc)
+			}
+			if got := etcdScaling(tc, tt.sts, tt.state, tt.want); got != tt.is {
+				t.Errorf("etcdScaling = %v, want %v", got, tt.is)
+			}
+		})
+	}
+}

@@ -59,6 +59,10 @@ type Options struct {
 	// tenant's API server, which it keeps per tenant; nil dials the tenant
 	// at its in-cluster address. Tests, whose tenants are stand-ins, set it.
 	DialTenant tenantcluster.DialTenant
+	// DialEtcd is how the TenantCluster controller reaches a tenant's etcd
+	// to change its membership; nil dials member 0's client URL. Tests,
+	// whose etcd members are local processes, set it.
+	DialEtcd tenantcluster.DialEtcd
 	// RolloutTenants is how the rollout reaches a tenant's Nodes and pods;
 	// nil uses each tenant's internal admin kubeconfig Secret. Tests whose
 	// tenants are stand-ins set it.
@@ -149,6 +153,7 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		AddonsResync:  opts.AddonsResync,
 		PXENamespace:  opts.PXENamespace,
 		TenantClients: tenantcluster.NewTenantClients(opts.DialTenant),
+		DialEtcd:      opts.DialEtcd,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the TenantCluster controller: %w", err)
 	}

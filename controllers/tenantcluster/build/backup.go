@@ -261,7 +261,7 @@ func (c *Cluster) restoreInitContainer() corev1.Container {
 		"--snapshot=" + path.Join(restoreMount, c.RestoreFrom.Snapshot),
 		"--data-dir=" + etcdDataDir,
 		"--name=$(POD_NAME)",
-		"--initial-cluster=" + c.EtcdInitialCluster(),
+		"--initial-cluster=$(" + EtcdInitialClusterEnv + ")",
 		"--initial-advertise-peer-urls=" + fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
 		"--initial-cluster-token=" + c.etcdClusterToken(),
 		"--initial-cluster-state=$(" + EtcdStateEnv + ")",

@@ -219,15 +219,20 @@ func TestEtcdRestoreInitContainer(t *testing.T) {
 	}
 	ini, etcd := pod.InitContainers[0], pod.Containers[0]
 	etcdArgs := map[string]string{}
-	for _, flag := range []string{"--initial-cluster", "--initial-advertise-peer-urls", "--initial-cluster-token", "--data-dir", "--name"} {
+	for _, flag := range []string{"--initial-advertise-peer-urls", "--initial-cluster-token", "--data-dir", "--name"} {
 		etcdArgs[flag], _ = argValue(etcd.Args, flag)
 	}
-	// The restored member must be the member etcd then starts as.
+	// The restored member must be the member etcd then starts as: etcd
+	// reads its initial cluster and state from the environment (the state
+	// ConfigMap), the restore gets the same values through the same env.
+	if v, ok := argValue(etcd.Args, "--initial-cluster"); ok {
+		t.Errorf("etcd --initial-cluster=%s is a flag: it must come from the state ConfigMap", v)
+	}
 	for flag, want := range map[string]string{
 		"--snapshot":                    "/restore/alpha-20261124T030000Z.db",
 		"--data-dir":                    etcdArgs["--data-dir"],
 		"--name":                        etcdArgs["--name"],
-		"--initial-cluster":             etcdArgs["--initial-cluster"],
+		"--initial-cluster":             "$(" + EtcdInitialClusterEnv + ")",
 		"--initial-advertise-peer-urls": etcdArgs["--initial-advertise-peer-urls"],
 		"--initial-cluster-token":       etcdArgs["--initial-cluster-token"],
 		"--initial-cluster-state":       "$(" + EtcdStateEnv + ")",
@@ -238,6 +243,11 @@ func TestEtcdRestoreInitContainer(t *testing.T) {
 	}
 	if !slices.Equal(ini.Env, etcd.Env) {
 		t.Errorf("restore env %v, etcd's %v: the expansions must agree", ini.Env, etcd.Env)
+	}
+	for _, name := range []string{EtcdInitialClusterEnv, EtcdStateEnv, "POD_NAME"} {
+		if !slices.ContainsFunc(ini.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
+			t.Errorf("restore env has no %s", name)
+		}
 	}
 	var mountedRO, dataShared bool
 	for _, m := range ini.VolumeMounts {

@@ -95,10 +95,22 @@ type Cluster struct {
 	Version string
 
 	APIServerReplicas int32
-	EtcdReplicas      int32
-	EtcdStorageSize   resource.Quantity
-	EtcdStorageClass  *string
-	VolumeReclaim     v1alpha1.VolumeReclaimPolicy
+	// EtcdReplicas is spec.etcd.replicas: the member count the controller
+	// converges to.
+	EtcdReplicas int32
+	// EtcdMembers is how many members the StatefulSet runs now and what
+	// the initial cluster in the etcd state ConfigMap lists; EtcdServers
+	// how many members, from member 0 up, the API servers (--etcd-servers)
+	// and the backup (--endpoints) use. Resolve sets both to EtcdReplicas;
+	// the controller lowers or raises them while it changes the membership
+	// one member at a time (docs/etcd.md, Scaling), during which the API
+	// servers use member 0 only: it is never removed, and a learner, which
+	// refuses most requests, must never be an endpoint.
+	EtcdMembers      int32
+	EtcdServers      int32
+	EtcdStorageSize  resource.Quantity
+	EtcdStorageClass *string
+	VolumeReclaim    v1alpha1.VolumeReclaimPolicy
 	// Backup is spec.etcd.backup resolved; nil takes no snapshots.
 	Backup *Backup
 	// RestoreFrom is spec.etcd.restoreFrom. The controller clears it once
@@ -236,6 +248,7 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 	if c.EtcdReplicas != 1 && c.EtcdReplicas != 3 {
 		errs = append(errs, field.NotSupported(sp.Child("etcd", "replicas"), c.EtcdReplicas, []string{"1", "3"}))
 	}
+	c.EtcdMembers, c.EtcdServers = c.EtcdReplicas, c.EtcdReplicas
 	if spec.Etcd.StorageSize != nil {
 		c.EtcdStorageSize = spec.Etcd.StorageSize.DeepCopy()
 	} else {

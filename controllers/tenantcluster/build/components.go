@@ -61,8 +61,10 @@ func EtcdService(c *Cluster) *corev1.Service {
 var etcdMounts = []secretMount{certOnly(RoleEtcdCA), certAndKey(RoleEtcdServer), certAndKey(RoleEtcdPeer)}
 
 // EtcdStatefulSet builds the etcd members; secrets feed the checksum. The
-// initial cluster state comes from the etcd state ConfigMap (see EtcdFlags),
-// read when a member's container starts.
+// initial cluster state and the initial cluster come from the etcd state
+// ConfigMap (see EtcdFlags), read when a member's container starts, so
+// that c.EtcdMembers changes the replicas and nothing else: a change of
+// the pod template would restart every running member.
 func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error) {
 	args, err := EtcdFlags(c)
 	if err != nil {
@@ -77,6 +79,12 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: c.EtcdStateConfigMapName()},
 				Key:                  EtcdStateKey,
+			},
+		}},
+		{Name: EtcdInitialClusterEnv, ValueFrom: &corev1.EnvVarSource{
+			ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: c.EtcdStateConfigMapName()},
+				Key:                  EtcdInitialClusterKey,
 			},
 		}},
 	}
@@ -131,7 +139,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 		TypeMeta:   statefulSetMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdServiceName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd)},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptrTo(c.EtcdReplicas),
+			Replicas:    ptrTo(c.EtcdMembers),
 			ServiceName: c.EtcdServiceName(),
 			Selector:    &metav1.LabelSelector{MatchLabels: c.selector(ComponentEtcd)},
 			// Parallel, not OrderedReady: member 0 is not ready until a
@@ -461,7 +469,9 @@ func PodDisruptionBudgets(c *Cluster) []*policyv1.PodDisruptionBudget {
 		}
 	}
 	var out []*policyv1.PodDisruptionBudget
-	if c.EtcdReplicas > 1 {
+	// The members running now: during a change from 3 to 1 a budget would
+	// block the drain of the last member's node once it is alone.
+	if c.EtcdMembers > 1 {
 		out = append(out, mk(c.EtcdServiceName(), ComponentEtcd))
 	}
 	if c.APIServerReplicas > 1 {

@@ -135,10 +135,19 @@ func TestEtcdStatefulSet(t *testing.T) {
 			}
 			// The initial cluster state is read from the state ConfigMap
 			// at start, so it can change without rolling the members.
-			if len(ctr.Env) != 2 || ctr.Env[1].Name != EtcdStateEnv || ctr.Env[1].ValueFrom == nil ||
-				ctr.Env[1].ValueFrom.ConfigMapKeyRef == nil || ctr.Env[1].ValueFrom.ConfigMapKeyRef.Name != c.EtcdStateConfigMapName() ||
-				ctr.Env[1].ValueFrom.ConfigMapKeyRef.Key != EtcdStateKey {
-				t.Errorf("%s env = %+v", EtcdStateEnv, ctr.Env)
+			// So is the initial cluster, which changes with the membership.
+			if len(ctr.Env) != 3 {
+				t.Fatalf("etcd env = %+v", ctr.Env)
+			}
+			for i, kv := range [][2]string{1: {EtcdStateEnv, EtcdStateKey}, 2: {EtcdInitialClusterEnv, EtcdInitialClusterKey}} {
+				if i == 0 {
+					continue
+				}
+				e := ctr.Env[i]
+				if e.Name != kv[0] || e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil ||
+					e.ValueFrom.ConfigMapKeyRef.Name != c.EtcdStateConfigMapName() || e.ValueFrom.ConfigMapKeyRef.Key != kv[1] {
+					t.Errorf("%s env = %+v", kv[0], e)
+				}
 			}
 			for _, p := range []*corev1.Probe{ctr.LivenessProbe, ctr.ReadinessProbe, ctr.StartupProbe} {
 				if p == nil || p.HTTPGet == nil || p.HTTPGet.Port.IntVal != EtcdMetricsPort {
@@ -521,18 +530,27 @@ func TestTenantRBAC(t *testing.T) {
 func TestPodDisruptionBudgets(t *testing.T) {
 	cases := []struct {
 		etcd, api int32
-		want      []string
+		// members is EtcdMembers during a membership change, 0: none.
+		members int32
+		want    []string
 	}{
-		{3, 2, []string{"alpha-etcd", "alpha-apiserver"}},
-		{1, 2, []string{"alpha-apiserver"}},
-		{1, 1, nil},
+		{3, 2, 0, []string{"alpha-etcd", "alpha-apiserver"}},
+		{1, 2, 0, []string{"alpha-apiserver"}},
+		{1, 1, 0, nil},
+		// The members running now decide, not the spec: the last member
+		// of a shrink gets no budget, the second of a grow gets one.
+		{1, 1, 2, []string{"alpha-etcd"}},
+		{3, 1, 1, nil},
 	}
 	for _, tt := range cases {
-		t.Run(fmt.Sprintf("etcd=%d api=%d", tt.etcd, tt.api), func(t *testing.T) {
+		t.Run(fmt.Sprintf("etcd=%d members=%d api=%d", tt.etcd, tt.members, tt.api), func(t *testing.T) {
 			c := resolveTC(t, func(tc *v1alpha1.TenantCluster) {
 				tc.Spec.Etcd.Replicas = tt.etcd
 				tc.Spec.APIServer.Replicas = ptrTo(tt.api)
 			})
+			if tt.members != 0 {
+				c.EtcdMembers = tt.members
+			}
 			var names []string
 			for _, p := range PodDisruptionBudgets(c) {
 				names = append(names, p.Name)

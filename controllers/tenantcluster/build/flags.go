@@ -409,22 +409,40 @@ func (c *Cluster) etcdMemberName(i int32) string {
 	return fmt.Sprintf("%s-%d", c.EtcdServiceName(), i)
 }
 
-// EtcdClientURLs are the client URLs of every member, in member order.
+// EtcdMemberName is the name of member i (its pod's).
+func (c *Cluster) EtcdMemberName(i int32) string { return c.etcdMemberName(i) }
+
+// EtcdClientURL is the client URL of member i.
+func (c *Cluster) EtcdClientURL(i int32) string {
+	return fmt.Sprintf("https://%s:%d", c.etcdMemberHost(c.etcdMemberName(i)), EtcdClientPort)
+}
+
+// EtcdPeerURL is the peer URL of member i, spelled as in the initial
+// cluster (etcd compares them).
+func (c *Cluster) EtcdPeerURL(i int32) string {
+	return fmt.Sprintf("https://%s:%d", c.etcdMemberHost(c.etcdMemberName(i)), EtcdPeerPort)
+}
+
+// EtcdClientURLs are the client URLs of the EtcdServers first members, in
+// member order: the API servers' --etcd-servers and the backup's endpoints.
 func (c *Cluster) EtcdClientURLs() []string {
-	out := make([]string, 0, c.EtcdReplicas)
-	for i := range c.EtcdReplicas {
-		out = append(out, fmt.Sprintf("https://%s:%d", c.etcdMemberHost(c.etcdMemberName(i)), EtcdClientPort))
+	out := make([]string, 0, c.EtcdServers)
+	for i := range c.EtcdServers {
+		out = append(out, c.EtcdClientURL(i))
 	}
 	return out
 }
 
-// EtcdInitialCluster is etcd's --initial-cluster: every member's name and
+// EtcdInitialCluster is etcd's --initial-cluster, the EtcdMembers first
+// members' names and peer URLs. It is in the etcd state ConfigMap, not a
+// flag: a member joining an existing cluster must list exactly its current
+// members (etcd checks), which change one at a time while the pods of the
+// running members must not.
 // peer URL, in member order.
 func (c *Cluster) EtcdInitialCluster() string {
-	parts := make([]string, 0, c.EtcdReplicas)
-	for i := range c.EtcdReplicas {
-		m := c.etcdMemberName(i)
-		parts = append(parts, fmt.Sprintf("%s=https://%s:%d", m, c.etcdMemberHost(m), EtcdPeerPort))
+	parts := make([]string, 0, c.EtcdMembers)
+	for i := range c.EtcdMembers {
+		parts = append(parts, c.etcdMemberName(i)+"="+c.EtcdPeerURL(i))
 	}
 	return strings.Join(parts, ",")
 }
@@ -458,6 +476,9 @@ const (
 // from the etcd state ConfigMap (EtcdStateConfigMap), so that it can turn
 // from new to existing without changing the pod template, which would
 // restart every member once for a value only a member without data reads.
+// The initial cluster is not a flag either, for the same reason: it is
+// ETCD_INITIAL_CLUSTER, from the same ConfigMap, and changes with every
+// membership change (EtcdInitialCluster).
 func EtcdFlags(c *Cluster) ([]string, error) {
 	self := c.etcdMemberHost("$(POD_NAME)")
 	d := map[string]string{
@@ -475,7 +496,6 @@ func EtcdFlags(c *Cluster) ([]string, error) {
 		"election-timeout":            strconv.Itoa(EtcdElectionTimeoutMillis),
 		"heartbeat-interval":          strconv.Itoa(EtcdHeartbeatMillis),
 		"initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
-		"initial-cluster":             c.EtcdInitialCluster(),
 		"initial-cluster-token":       c.etcdClusterToken(),
 		"key-file":                    pkiFile(RoleEtcdServer, secretPrivateKeyKey),
 		"listen-client-urls":          fmt.Sprintf("https://0.0.0.0:%d", EtcdClientPort),
@@ -530,10 +550,15 @@ func KonnectivityServerFlags(c *Cluster) ([]string, error) {
 const (
 	EtcdStateKey = "initial-cluster-state"
 	EtcdStateEnv = "ETCD_INITIAL_CLUSTER_STATE"
+	// EtcdInitialClusterKey and EtcdInitialClusterEnv carry
+	// --initial-cluster the same way (EtcdInitialCluster).
+	EtcdInitialClusterKey = "initial-cluster"
+	EtcdInitialClusterEnv = "ETCD_INITIAL_CLUSTER"
 )
 
-// EtcdStateConfigMap holds etcd's initial cluster state, which the members
-// read at start (see EtcdFlags). state is decided by the caller from
+// EtcdStateConfigMap holds etcd's initial cluster state and initial
+// cluster (EtcdInitialCluster, for c.EtcdMembers), which the members read
+// at start (see EtcdFlags). state is decided by the caller from
 // observed state (has this cluster ever been bootstrapped?), not from
 // whether this is an install or an upgrade: members with data ignore it,
 // and a member that lost its data must join as "existing".
@@ -544,6 +569,6 @@ func EtcdStateConfigMap(c *Cluster, state EtcdClusterState) (*corev1.ConfigMap, 
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdStateConfigMapName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd)},
-		Data:       map[string]string{EtcdStateKey: string(state)},
+		Data:       map[string]string{EtcdStateKey: string(state), EtcdInitialClusterKey: c.EtcdInitialCluster()},
 	}, nil
 }

@@ -365,7 +365,6 @@ func TestEtcdFlags(t *testing.T) {
 			got := flagMap(t, flags)
 			want := map[string]string{
 				"name":                        "$(POD_NAME)",
-				"initial-cluster":             tt.wantInitial,
 				"initial-advertise-peer-urls": "https://$(POD_NAME).alpha-etcd.tenants.svc.cluster.local:2380",
 				"advertise-client-urls":       "https://$(POD_NAME).alpha-etcd.tenants.svc.cluster.local:2379",
 				"client-cert-auth":            "true",
@@ -385,14 +384,18 @@ func TestEtcdFlags(t *testing.T) {
 				}
 			}
 			// The state is the ConfigMap's, read from the environment.
-			if v, ok := got["initial-cluster-state"]; ok {
-				t.Errorf("--initial-cluster-state=%s is a flag: changing it would roll every member", v)
+			// So is the initial cluster.
+			for _, f := range []string{"initial-cluster-state", "initial-cluster"} {
+				if v, ok := got[f]; ok {
+					t.Errorf("--%s=%s is a flag: changing it would roll every member", f, v)
+				}
 			}
 			cm, err := EtcdStateConfigMap(c, tt.state)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cm.Name != "alpha-etcd-state" || cm.Namespace != "tenants" || cm.Data[EtcdStateKey] != string(tt.state) {
+			if cm.Name != "alpha-etcd-state" || cm.Namespace != "tenants" || cm.Data[EtcdStateKey] != string(tt.state) ||
+				cm.Data[EtcdInitialClusterKey] != tt.wantInitial {
 				t.Errorf("etcd state ConfigMap %s/%s %v", cm.Namespace, cm.Name, cm.Data)
 			}
 			api, err := APIServerFlags(c)
