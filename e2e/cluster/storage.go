@@ -16,13 +16,16 @@ import (
 // Storage: the cluster has no provisioner, so Up pre-creates a few hostPath
 // PersistentVolumes under StateDir/volumes (removed with StateDir by Down)
 // and a default StorageClass, StorageClassName, that binds claims to them
-// when their pod is scheduled. Enough for the scenarios' etcd members. There
+// when their pod is scheduled. Enough for one run of the scenarios, which
+// use ten (etcd members of five tenants, two of them scaled to three, a
+// restored one, and a backup claim; deleted claims are only recycled at the
+// next bring-up) with room to spare. There
 // is no recycler either, so every bring-up (also a warm one, on a running
 // cluster) recycles the volumes whose claims were deleted: it empties their
 // directories and makes them Available again.
 const (
 	StorageClassName = "kubefarm-e2e"
-	StaticVolumes    = 10
+	StaticVolumes    = 14
 	staticVolumeSize = "2Gi"
 )
 
