@@ -3,17 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,84 +19,19 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
+	"github.com/kubefarm/kubefarm/internal/etcdtest"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
-// pki is a throw-away CA with a certificate for etcd (serving and peer, for
-// 127.0.0.1) and a client certificate, as PEM files.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-	// keyPEMs are the private keys' bytes, which no output may contain.
-	keyPEMs [][]byte
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	dir := t.TempDir()
-	p := &pki{}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test etcd CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		b := pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if typ == "PRIVATE KEY" {
-			p.keyPEMs = append(p.keyPEMs, b)
-		}
-		return path
-	}
-	p.ca = write("ca.crt", "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage []x509.ExtKeyUsage, ips []net.IP) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "PRIVATE KEY", keyDER)
-	}
-	p.serverCert, p.serverKey = leaf("etcd", 2, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, []net.IP{net.IPv4(127, 0, 0, 1)})
-	p.clientCert, p.clientKey = leaf("kubefarm-etcd-backup", 3, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
-	return p
-}
-
 // tlsFlags are the snapshot command's TLS flags.
-func (p *pki) tlsFlags() []string {
-	return []string{"--cacert", p.ca, "--cert", p.clientCert, "--key", p.clientKey}
+func tlsFlags(p *etcdtest.PKI) []string {
+	return []string{"--cacert", p.CA, "--cert", p.ClientCert, "--key", p.ClientKey}
 }
 
-// assertNoKeys fails if out contains any private key or a line of one.
-func (p *pki) assertNoKeys(t *testing.T, what string, out []byte) {
+// assertNoKeys fails if out contains any private key of p or a line of one.
+func assertNoKeys(t *testing.T, p *etcdtest.PKI, what string, out []byte) {
 	t.Helper()
-	for _, k := range p.keyPEMs {
+	for _, k := range p.KeyPEMs {
 		for line := range bytes.SplitSeq(k, []byte("\n")) {
 			if len(line) > 20 && !bytes.HasPrefix(line, []byte("-----")) && bytes.Contains(out, line) {
 				t.Errorf("%s contains private key material", what)
@@ -115,32 +42,6 @@ func (p *pki) assertNoKeys(t *testing.T, what string, out []byte) {
 	if bytes.Contains(out, []byte("PRIVATE KEY")) {
 		t.Errorf("%s contains a PEM private key", what)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// etcdBinary is the pinned etcd that `make envtest-tools` builds, as the
-// integration tests use it (internal/testenv): missing is a failure that
-// says how to build it, never a skip.
-func etcdBinary(t *testing.T) string {
-	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "etcd")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("etcd is missing from %s: run `make envtest-tools` (make test does it): %v", filepath.Dir(bin), err)
-	}
-	return bin
 }
 
 // member is one real etcd process with TLS client and peer authentication.
@@ -156,15 +57,15 @@ func (m *member) initialCluster() string { return m.name + "=" + m.peerURL }
 
 // start runs etcd on m's data directory and waits, polling with a
 // deadline, until it answers a read through TLS.
-func (m *member) start(t *testing.T, bin string, p *pki) {
+func (m *member) start(t *testing.T, bin string, p *etcdtest.PKI) {
 	t.Helper()
 	args := []string{
 		"--name", m.name, "--data-dir", m.dataDir,
 		"--listen-client-urls", m.clientURL, "--advertise-client-urls", m.clientURL,
 		"--listen-peer-urls", m.peerURL, "--initial-advertise-peer-urls", m.peerURL,
 		"--initial-cluster", m.initialCluster(), "--initial-cluster-token", m.token, "--initial-cluster-state", "new",
-		"--cert-file", p.serverCert, "--key-file", p.serverKey, "--trusted-ca-file", p.ca, "--client-cert-auth",
-		"--peer-cert-file", p.serverCert, "--peer-key-file", p.serverKey, "--peer-trusted-ca-file", p.ca, "--peer-client-cert-auth",
+		"--cert-file", p.ServerCert, "--key-file", p.ServerKey, "--trusted-ca-file", p.CA, "--client-cert-auth",
+		"--peer-cert-file", p.ServerCert, "--peer-key-file", p.ServerKey, "--peer-trusted-ca-file", p.CA, "--peer-client-cert-auth",
 		"--log-level", "warn",
 	}
 	logf, err := os.OpenFile(m.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -227,9 +128,9 @@ func (m *member) stop(t *testing.T) {
 	}
 }
 
-func newClient(t *testing.T, ep string, p *pki) *clientv3.Client {
+func newClient(t *testing.T, ep string, p *etcdtest.PKI) *clientv3.Client {
 	t.Helper()
-	tlsCfg, err := etcdsnapshot.TLSConfig(p.ca, p.clientCert, p.clientKey)
+	tlsCfg, err := etcdsnapshot.TLSConfig(p.CA, p.ClientCert, p.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +147,8 @@ func newMember(t *testing.T, name string) *member {
 	dir := t.TempDir()
 	return &member{
 		name: name, dataDir: filepath.Join(dir, "data"), token: "tenants-alpha",
-		clientURL: fmt.Sprintf("https://127.0.0.1:%d", freePort(t)),
-		peerURL:   fmt.Sprintf("https://127.0.0.1:%d", freePort(t)),
+		clientURL: fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)),
+		peerURL:   fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)),
 		log:       filepath.Join(dir, name+".log"),
 	}
 }
@@ -313,9 +214,9 @@ func touch(t *testing.T, path string, age time.Duration) {
 // a second etcd starts on and serves the keys from, and a second restore
 // that leaves the member's newer data alone.
 func TestSnapshotRestore(t *testing.T) {
-	etcdBin := etcdBinary(t)
+	etcdBin := etcdtest.Binary(t)
 	bin := testenv.BuildBinary(t, "kubefarm-etcd")
-	p := newPKI(t)
+	p := etcdtest.NewPKI(t)
 
 	src := newMember(t, "alpha-etcd-0")
 	src.start(t, etcdBin, p)
@@ -360,10 +261,10 @@ func TestSnapshotRestore(t *testing.T) {
 	tlog := filepath.Join(t.TempDir(), "termination-log")
 	touch(t, tlog, 0)
 
-	dead := fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	dead := fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t))
 	snapArgs := func(endpoints string, extra ...string) []string {
 		return append(append([]string{"snapshot", "--endpoints", endpoints, "--dial-timeout", "3s", "--timeout", "1m",
-			"--dir", dir, "--prefix", prefix, "--termination-log", tlog}, p.tlsFlags()...), extra...)
+			"--dir", dir, "--prefix", prefix, "--termination-log", tlog}, tlsFlags(p)...), extra...)
 	}
 
 	var snapFile string
@@ -375,8 +276,8 @@ func TestSnapshotRestore(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 		}
-		p.assertNoKeys(t, "stdout", r.stdout)
-		p.assertNoKeys(t, "stderr", r.stderr)
+		assertNoKeys(t, p, "stdout", r.stdout)
+		assertNoKeys(t, p, "stderr", r.stderr)
 		if bytes.Count(r.stdout, []byte("\n")) != 1 {
 			t.Fatalf("stdout is not one line: %q", r.stdout)
 		}

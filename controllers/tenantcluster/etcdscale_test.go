@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +28,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/etcdtest"
 )
 
 // testEtcds maps a member's client URL, as the controller dials it, to the
@@ -58,11 +57,7 @@ func dialTestEtcd(ctx context.Context, endpoint string, tlsConfig *tls.Config) (
 // has no peer). It returns a client of it.
 func startTenantEtcd(ctx context.Context, t *testing.T, ns, name string) *clientv3.Client {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "etcd")
+	bin := etcdtest.Binary(t)
 	dir := t.TempDir()
 	files := map[string]string{}
 	for _, s := range []struct{ secret, key, file string }{
@@ -79,15 +74,7 @@ func startTenantEtcd(ctx context.Context, t *testing.T, ns, name string) *client
 			t.Fatal(err)
 		}
 	}
-	port := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	clientURL, listenPeer := fmt.Sprintf("https://127.0.0.1:%d", port()), fmt.Sprintf("https://127.0.0.1:%d", port())
+	clientURL, listenPeer := fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)), fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t))
 	member := name + "-etcd-0"
 	peerURL := fmt.Sprintf("https://%s.%s-etcd.%s.svc.cluster.local:2380", member, name, ns)
 	logPath := filepath.Join(dir, "etcd.log")

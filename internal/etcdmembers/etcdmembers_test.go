@@ -2,16 +2,7 @@ package etcdmembers_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,77 +16,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubefarm/kubefarm/internal/etcdmembers"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/etcdtest"
 )
-
-// certs is a throw-away CA, one certificate for every member (serving,
-// peer and client, for 127.0.0.1) and the client's TLS configuration.
-type certs struct {
-	ca, cert, key string
-	client        *tls.Config
-}
-
-func newCerts(t *testing.T) *certs {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test etcd CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "etcd"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &certs{ca: filepath.Join(dir, "ca.crt"), cert: filepath.Join(dir, "etcd.crt"), key: filepath.Join(dir, "etcd.key")}
-	for path, b := range map[string][]byte{c.ca: pemBlock("CERTIFICATE", caDER), c.cert: pemBlock("CERTIFICATE", der), c.key: pemBlock("PRIVATE KEY", keyDER)} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pair, err := tls.X509KeyPair(pemBlock("CERTIFICATE", der), pemBlock("PRIVATE KEY", keyDER))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(caCert)
-	c.client = &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	return c
-}
 
 // cluster is up to three etcd processes numbered as a StatefulSet's pods.
 type cluster struct {
 	t       *testing.T
 	bin     string
 	dir     string
-	certs   *certs
+	certs   *etcdtest.PKI
 	client  []string
 	peer    []string
 	procs   []*exec.Cmd
@@ -103,29 +32,11 @@ type cluster struct {
 	running int32
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func newCluster(t *testing.T) *cluster {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "etcd")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("etcd is missing from %s: run `make envtest-tools` (make test does it): %v", filepath.Dir(bin), err)
-	}
-	c := &cluster{t: t, bin: bin, dir: t.TempDir(), certs: newCerts(t)}
+	c := &cluster{t: t, bin: etcdtest.Binary(t), dir: t.TempDir(), certs: etcdtest.NewPKI(t)}
 	for range 3 {
-		c.client = append(c.client, fmt.Sprintf("https://127.0.0.1:%d", freePort(t)))
-		c.peer = append(c.peer, fmt.Sprintf("https://127.0.0.1:%d", freePort(t)))
+		c.client = append(c.client, fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)))
+		c.peer = append(c.peer, fmt.Sprintf("https://127.0.0.1:%d", etcdtest.FreePort(t)))
 		c.procs = append(c.procs, nil)
 		c.exited = append(c.exited, nil)
 	}
@@ -169,8 +80,8 @@ func (c *cluster) start(i int32, state string, members int32) {
 		"--initial-cluster", c.initialCluster(members), "--initial-cluster-state", state,
 		"--initial-cluster-token", "tenants-alpha",
 		"--heartbeat-interval", "250", "--election-timeout", "2500",
-		"--cert-file", c.certs.cert, "--key-file", c.certs.key, "--trusted-ca-file", c.certs.ca, "--client-cert-auth",
-		"--peer-cert-file", c.certs.cert, "--peer-key-file", c.certs.key, "--peer-trusted-ca-file", c.certs.ca, "--peer-client-cert-auth",
+		"--cert-file", c.certs.ServerCert, "--key-file", c.certs.ServerKey, "--trusted-ca-file", c.certs.CA, "--client-cert-auth",
+		"--peer-cert-file", c.certs.ServerCert, "--peer-key-file", c.certs.ServerKey, "--peer-trusted-ca-file", c.certs.CA, "--peer-client-cert-auth",
 		"--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -218,7 +129,7 @@ func (c *cluster) ready(cli *clientv3.Client) int32 {
 func (c *cluster) dial(t *testing.T, endpoint string) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{endpoint}, TLS: c.certs.client, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: []string{endpoint}, TLS: c.certs.Client, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -468,8 +379,4 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-func pemBlock(typ string, der []byte) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
