@@ -63,22 +63,9 @@ func TestTenantBackupRestore(t *testing.T) {
 		t.Fatalf("creating the TenantCluster: %v", err)
 	}
 	key := client.ObjectKeyFromObject(tc)
-	describe := func() string { return describeTenant(c, cs, key) + describeBackups(ctx, cs, ns.Name) }
-	waitFor := func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
-			t.Fatalf("%s: %v%s", what, err, describe())
-		}
-	}
+	waitFor := tenantWaiter(ctx, func() string { return describeTenant(c, cs, key) + describeBackups(ctx, cs, ns.Name) })
 	got := &kubefarmv1.TenantCluster{}
-	ready := func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, key, got); err != nil {
-			return false, nil
-		}
-		return got.Status.ObservedGeneration == got.Generation &&
-			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady) &&
-			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
-	}
+	ready := tenantReady(c, key, got, "")
 	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, ready)
 	if cond := meta.FindStatusCondition(got.Status.Conditions, kubefarmv1.ConditionEtcdBackedUp); cond == nil ||
 		cond.Status != metav1.ConditionFalse || cond.Reason != kubefarmv1.ReasonNoSnapshotYet {

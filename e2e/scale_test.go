@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,22 +48,9 @@ func TestTenantEtcdScaling(t *testing.T) {
 		t.Fatalf("creating the TenantCluster: %v", err)
 	}
 	key := client.ObjectKeyFromObject(tc)
-	describe := func() string { return describeTenant(c, cs, key) }
-	waitFor := func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
-			t.Fatalf("%s: %v%s", what, err, describe())
-		}
-	}
+	waitFor := tenantWaiter(ctx, func() string { return describeTenant(c, cs, key) })
 	got := &kubefarmv1.TenantCluster{}
-	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, func(ctx context.Context) (bool, error) {
-		if err := c.Get(ctx, key, got); err != nil {
-			return false, nil
-		}
-		return got.Status.ObservedGeneration == got.Generation &&
-			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady) &&
-			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
-	})
+	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, tenantReady(c, key, got, ""))
 	tenantCfg := tenantConfig(t, ctx, cs, got)
 	tenant, err := kubernetes.NewForConfig(tenantCfg)
 	if err != nil {

@@ -71,23 +71,9 @@ func TestTenantCluster(t *testing.T) {
 	}
 	key := client.ObjectKeyFromObject(tc)
 	describe := func() string { return describeTenant(c, cs, key) }
-	waitFor := func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
-		t.Helper()
-		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
-			t.Fatalf("%s: %v%s", what, err, describe())
-		}
-	}
+	waitFor := tenantWaiter(ctx, describe)
 	got := &kubefarmv1.TenantCluster{}
-	readyAt := func(version string) func(context.Context) (bool, error) {
-		return func(ctx context.Context) (bool, error) {
-			if err := c.Get(ctx, key, got); err != nil {
-				return false, nil
-			}
-			return got.Status.ObservedGeneration == got.Generation && got.Status.ObservedVersion == version &&
-				meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady) &&
-				meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
-		}
-	}
+	readyAt := func(version string) func(context.Context) (bool, error) { return tenantReady(c, key, got, version) }
 	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, readyAt(cluster.PreviousKubernetesVersion))
 	t.Logf("TenantCluster Ready %.1fs after its creation; endpoint %s", time.Since(created).Seconds(), got.Status.Endpoint)
 
@@ -290,6 +276,31 @@ func TestTenantCluster(t *testing.T) {
 		})
 		t.Logf("everything gone %.1fs after the delete", time.Since(start).Seconds())
 	})
+}
+
+// tenantWaiter polls a condition every 0.5 s until timeout, failing the test
+// with what and, after it, describe's account of the tenant.
+func tenantWaiter(ctx context.Context, describe func() string) func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
+	return func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error)) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, cond); err != nil {
+			t.Fatalf("%s: %v%s", what, err, describe())
+		}
+	}
+}
+
+// tenantReady reads the TenantCluster key into got and says whether the
+// controller saw its current spec and finds it Ready with its add-ons, at
+// version when version is not empty.
+func tenantReady(c client.Client, key client.ObjectKey, got *kubefarmv1.TenantCluster, version string) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, nil
+		}
+		return got.Status.ObservedGeneration == got.Generation && (version == "" || got.Status.ObservedVersion == version) &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionReady) &&
+			meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionAddonsReady), nil
+	}
 }
 
 // tenantAddons are the add-ons the tenant must have (examples/tenantcluster.yaml
