@@ -63,7 +63,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 			// restore needs them.
 			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "EncryptionKeysRetained", "Delete",
 				"kept the encryption key Secret %s: the etcd snapshots on claim %s need it to be restored; delete both when they are no longer needed",
-				build.EncryptionKeySecretName(tc.Name), backupClaimName(tc))
+				build.EncryptionKeySecretName(tc.Name), build.EtcdBackupClaimName(tc.Name, tc.Spec.Etcd.Backup))
 		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
@@ -224,12 +224,4 @@ func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) 
 			"deleted %d certificate Secrets (volumeReclaimPolicy Delete)", len(list.Items))
 	}
 	return true, nil
-}
-
-// backupClaimName is the claim spec.etcd.backup writes to.
-func backupClaimName(tc *v1alpha1.TenantCluster) string {
-	if b := tc.Spec.Etcd.Backup; b != nil && b.Volume.ClaimName != "" {
-		return b.Volume.ClaimName
-	}
-	return tc.Name + "-etcd-backup"
 }

@@ -100,7 +100,7 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 		errs = append(errs, field.Invalid(fp.Child("retain"), out.Retain, "must be between 1 and 1000"))
 	}
 	if out.ClaimName == "" {
-		out.ClaimName, out.CreateClaim = c.prefixed("etcd-backup"), true
+		out.ClaimName, out.CreateClaim = EtcdBackupClaimName(c.Name, b), true
 		out.Size = resource.MustParse(defaultBackupSize)
 		if b.Volume.Size != nil {
 			out.Size = b.Volume.Size.DeepCopy()
@@ -145,6 +145,15 @@ func validSnapshotName(s string) bool {
 		}
 	}
 	return true
+}
+
+// EtcdBackupClaimName is the claim spec.etcd.backup writes to:
+// volume.claimName, or "<tenant>-etcd-backup", which kubefarm creates.
+func EtcdBackupClaimName(tenant string, b *v1alpha1.EtcdBackup) string {
+	if b != nil && b.Volume.ClaimName != "" {
+		return b.Volume.ClaimName
+	}
+	return tenant + "-" + ComponentEtcdBackup
 }
 
 // EtcdBackupName is the name of the backup CronJob.
