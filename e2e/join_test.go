@@ -361,38 +361,6 @@ func TestNodeJoin(t *testing.T) {
 		}
 	})
 
-	// kube-proxy's ipvs and nftables modes on the netbooted node's kernel
-	// (IPVS, which this host's kernel lacks, and nf_tables), each switched
-	// to through the release's values as an operator would, then back to
-	// iptables. In each mode kube-proxy must say which proxier it runs and
-	// route a Service created after the switch, which rules left by the
-	// previous mode cannot serve.
-	t.Run("kube-proxy in ipvs and nftables modes routes a new ClusterIP on the nodes", func(t *testing.T) {
-		for _, mode := range []string{"ipvs", "nftables", "iptables"} {
-			start := time.Now()
-			setKubeProxyMode(vals, mode)
-			if _, err := cluster.HelmUpgradeInstall(ctx, kubeconfig, release, ns.Name, chartPath("kubefarm"), vals); err != nil {
-				t.Fatalf("helm upgrade with kubeProxy.mode %s: %v", mode, err)
-			}
-			logs := waitKubeProxyMode(t, ctx, tenant, hostname, mode)
-			svc := &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: "web-" + mode, Namespace: "default"},
-				Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"},
-					Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-			}
-			s, err := tenant.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := getFromClient(ctx, tenantCfg, tenant, s.Spec.ClusterIP)
-			if err != nil {
-				t.Fatalf("mode %s: %v; kube-proxy said %q", mode, err, logs)
-			}
-			t.Logf("mode %s: kube-proxy rolled and a new ClusterIP %s answered %q, %.1fs after the upgrade", mode, s.Spec.ClusterIP,
-				lastLine(out), time.Since(start).Seconds())
-		}
-	})
-
 	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {
 		events := machineEvents(ctx, cs, machineKey)
 		seen := map[string]bool{}
@@ -593,63 +561,6 @@ func endpointHostPort(t *testing.T, endpoint string) (string, int32) {
 		t.Fatalf("status.endpoint %q: %v", endpoint, err)
 	}
 	return u.Hostname(), int32(port)
-}
-
-// setKubeProxyMode sets kubernetes.kubeProxy.mode in a release's values.
-func setKubeProxyMode(vals map[string]any, mode string) {
-	k, _ := vals["kubernetes"].(map[string]any)
-	k["kubeProxy"] = map[string]any{"mode": mode}
-}
-
-// waitKubeProxyMode waits until the tenant's kube-proxy DaemonSet has rolled
-// out everywhere and its pod on node logs that it runs the proxier of mode;
-// it returns that log line.
-func waitKubeProxyMode(t *testing.T, ctx context.Context, tenant kubernetes.Interface, node, mode string) string {
-	t.Helper()
-	want := "Using " + mode + " Proxier"
-	var last string
-	err := pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
-		ds, err := tenant.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		st := ds.Status
-		if st.ObservedGeneration != ds.Generation || st.UpdatedNumberScheduled != st.DesiredNumberScheduled ||
-			st.NumberAvailable != st.DesiredNumberScheduled || st.NumberUnavailable != 0 {
-			last = fmt.Sprintf("DaemonSet status %+v", st)
-			return false, nil
-		}
-		pods, err := tenant.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy",
-			FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			last = err.Error()
-			return false, nil
-		}
-		for _, p := range pods.Items {
-			if !p.DeletionTimestamp.IsZero() || !podReady(&p) {
-				continue
-			}
-			logs, err := tenant.CoreV1().Pods("kube-system").GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-			if err != nil {
-				last = err.Error()
-				return false, nil
-			}
-			for _, line := range strings.Split(string(logs), "\n") {
-				if strings.Contains(line, want) {
-					return true, nil
-				}
-				if strings.Contains(line, "Proxier") {
-					last = line
-				}
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("kube-proxy on %s never said %q: %v (last: %s)", node, want, err, last)
-	}
-	return want
 }
 
 // getFromClient GETs /index.html from ip:80 in the pod default/client until
