@@ -22,7 +22,8 @@ import (
 // TestTenantEtcdScaling grows a tenant's etcd from one member to three and
 // shrinks it back to one by editing spec.etcd.replicas, on real pods, while
 // a loop of tenant API calls (a read and a write every 100 ms, through the
-// tenant's endpoint) runs throughout and must see no failure. After each
+// tenant's endpoint) runs throughout and must see no failure but etcd's
+// own refusal of a write during a leader move (at most two). After each
 // change: EtcdScaling False MembersMatch, the StatefulSet at the count with
 // every member ready, the API servers rolled out listing every member, and
 // the Events of each membership step (learners added and promoted, members
@@ -140,8 +141,21 @@ func TestTenantEtcdScaling(t *testing.T) {
 	}
 	ok, failed, errs := load.stop()
 	t.Logf("%d tenant API calls succeeded, %d failed during 1 -> 3 -> 1", ok, failed)
-	if failed > 0 || ok == 0 {
-		t.Errorf("%d calls failed, %d succeeded: %s", failed, ok, strings.Join(errs, "\n"))
+	// etcd drops the writes its old leader receives while a leader move
+	// hands over (docs/etcd.md); the API server passes that on. One such
+	// refusal per move (two moves at most in 3 -> 1) is the documented
+	// cost; any other failure is not.
+	dropped := 0
+	for _, e := range errs {
+		if strings.Contains(e, "raft proposal dropped") || strings.Contains(e, "leader changed") {
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		t.Logf("%d writes refused by etcd during a leader move: %s", dropped, strings.Join(errs, "\n"))
+	}
+	if failed > dropped || dropped > 2 || ok == 0 {
+		t.Errorf("%d calls failed (%d of them etcd's leader-move refusals), %d succeeded: %s", failed, dropped, ok, strings.Join(errs, "\n"))
 	}
 	cm, err := tenant.CoreV1().ConfigMaps("default").Get(ctx, "before-scaling", metav1.GetOptions{})
 	if err != nil || cm.Data["members"] != "1" {
