@@ -186,7 +186,8 @@ test-argocd-health: ## ArgoCD health checks of every kubefarm kind, run by ArgoC
 # deadline race, and only then).
 FUZZ_TIME ?= 10s
 FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/tftp:FuzzValidateName \
-  ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster
+  ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster \
+  ./internal/s3target:FuzzValidatePrefix ./internal/s3target:FuzzValidateEndpoint
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZ_TIME (default 10s).

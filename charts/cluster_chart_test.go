@@ -313,6 +313,32 @@ func TestClusterChartMapsGeneric(t *testing.T) {
 	}
 }
 
+// TestClusterChartMapsS3Backup: an S3 backup target passes through whole.
+func TestClusterChartMapsS3Backup(t *testing.T) {
+	files := mustRenderCluster(t, values(t, `
+clusterName: lab
+kubernetes:
+  etcd:
+    backup:
+      retain: 3
+      s3: {endpoint: "https://s3.example.com:9000", bucket: etcd-backups, prefix: lab/, region: eu-central-1, credentialsSecret: s3-creds, caConfigMap: s3-ca}
+`))
+	tc, _ := clusterObjects(t, files)
+	want := &kubefarmv1.EtcdBackupS3{Endpoint: "https://s3.example.com:9000", Bucket: "etcd-backups", Prefix: "lab/", Region: "eu-central-1",
+		CredentialsSecret: "s3-creds", CAConfigMap: "s3-ca"}
+	if b := tc.Spec.Etcd.Backup; b == nil || *b.Retain != 3 || !reflect.DeepEqual(b.S3, want) {
+		t.Errorf("etcd backup %+v, want s3 %+v", b, want)
+	}
+	if _, err := renderCluster(t, values(t, `
+clusterName: lab
+kubernetes:
+  etcd:
+    backup: {s3: {endpoint: "https://s3.example.com", bucket: b01}}
+`)); err == nil || !strings.Contains(err.Error(), "credentialsSecret") {
+		t.Errorf("an S3 target without credentials rendered: %v", err)
+	}
+}
+
 // TestClusterChartMaps covers the mappings the examples do not use.
 func TestClusterChartMaps(t *testing.T) {
 	files := mustRenderCluster(t, values(t, `

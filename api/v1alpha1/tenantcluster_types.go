@@ -326,8 +326,9 @@ type EtcdSpec struct {
 
 // EtcdBackup configures scheduled etcd snapshots: a CronJob in the tenant's
 // namespace streams a snapshot from a healthy member with the etcd client
-// API, verifies it, writes it to a PersistentVolumeClaim and keeps the newest
-// Retain of them.
+// API, verifies it, writes it to a PersistentVolumeClaim (or uploads it to
+// an S3-compatible bucket) and keeps the newest Retain of them.
+// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !has(self.volume) || !has(self.volume.claimName)",message="volume.claimName and s3 are exclusive: snapshots go to one place"
 type EtcdBackup struct {
 	// Schedule in cron syntax (the CronJob's), in TimeZone.
 	// +optional
@@ -354,9 +355,59 @@ type EtcdBackup struct {
 	// +kubebuilder:validation:Maximum=1000
 	Retain *int32 `json:"retain,omitempty"`
 
-	// Volume is where snapshots are written.
+	// Volume is where snapshots are written (unless S3 is set).
 	// +optional
 	Volume EtcdBackupVolume `json:"volume,omitempty"`
+
+	// S3 uploads the snapshots to an S3-compatible bucket instead of a
+	// claim; each run stages its snapshot in an emptyDir and keeps the
+	// newest Retain objects of this tenant in the bucket.
+	// +optional
+	S3 *EtcdBackupS3 `json:"s3,omitempty"`
+}
+
+// EtcdBackupS3 is an S3-compatible bucket for etcd snapshots.
+type EtcdBackupS3 struct {
+	// Endpoint is the S3 API's URL, https://host[:port] (http:// only for
+	// a store reachable without TLS, such as one in the admin cluster;
+	// requests are signed, the snapshots travel in the clear).
+	// +required
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=263
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name; it must exist.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	Bucket string `json:"bucket"`
+
+	// Prefix starts the objects' keys, ending in "/": empty is
+	// "<namespace>/<tenant>/". Retention only ever deletes objects under
+	// it whose names are exactly what kubefarm writes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Prefix string `json:"prefix,omitempty"`
+
+	// Region of the bucket; empty lets the client find it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// CredentialsSecret names a Secret in the tenant's namespace with the
+	// keys accessKeyID and secretAccessKey. They reach the backup pod as
+	// environment variables only.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecret string `json:"credentialsSecret"`
+
+	// CAConfigMap names a ConfigMap in the tenant's namespace whose key
+	// ca.crt holds the CA certificates the endpoint's TLS certificate is
+	// checked against; empty uses the tools image's system roots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	CAConfigMap string `json:"caConfigMap,omitempty"`
 }
 
 // EtcdBackupVolume is the PersistentVolumeClaim snapshots are written to.
@@ -542,12 +593,20 @@ type EtcdBackupStatus struct {
 	LastRunJob string `json:"lastRunJob,omitempty"`
 }
 
-// EtcdSnapshot describes one snapshot file.
+// EtcdSnapshot describes one snapshot: a file on a claim, or an object in
+// a bucket.
 type EtcdSnapshot struct {
-	// ClaimName is the claim the file is on.
-	ClaimName string `json:"claimName"`
+	// ClaimName is the claim the file is on (empty for S3).
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+	// Bucket and Object locate the snapshot in S3 (spec.etcd.backup.s3).
+	// +optional
+	Bucket string `json:"bucket,omitempty"`
+	// +optional
+	Object string `json:"object,omitempty"`
 	// File is the snapshot's file name in the claim: what
-	// spec.etcd.restoreFrom.snapshot takes.
+	// spec.etcd.restoreFrom.snapshot takes. For S3, the object's name
+	// after the prefix.
 	File string `json:"file"`
 	// SizeBytes is the file's size.
 	SizeBytes int64 `json:"sizeBytes"`

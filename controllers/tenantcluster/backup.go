@@ -113,6 +113,8 @@ type snapshotResult struct {
 	Size     int64     `json:"size"`
 	Revision int64     `json:"revision"`
 	Time     time.Time `json:"time"`
+	Bucket   string    `json:"bucket"`
+	Object   string    `json:"object"`
 	Error    string    `json:"error"`
 }
 
@@ -159,8 +161,11 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	if good != nil && (st.LastSnapshot == nil || st.LastSnapshot.Job != good.job.Name) {
 		var res snapshotResult
 		if res, goodErr = r.runResult(ctx, good); goodErr == nil && res.Error == "" {
-			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, File: res.File, SizeBytes: res.Size,
-				Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
+			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, Bucket: res.Bucket, Object: res.Object,
+				File: res.File, SizeBytes: res.Size, Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
+			if res.Bucket != "" {
+				st.LastSnapshot.ClaimName = "" // a run of the S3 target: the file was only staged
+			}
 		} else if goodErr == nil {
 			goodErr = errors.New(res.Error)
 		}
@@ -183,8 +188,8 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	s.tc.Status.Backup = st
 	if run.ok && goodErr == nil && st.LastSnapshot != nil && st.LastSnapshot.Job == run.job.Name {
 		snap := st.LastSnapshot
-		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s on claim %s", snap.File,
-			float64(snap.SizeBytes)/(1<<20), snap.Revision, snap.Time.UTC().Format(time.RFC3339), snap.ClaimName)
+		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s %s", snap.File,
+			float64(snap.SizeBytes)/(1<<20), snap.Revision, snap.Time.UTC().Format(time.RFC3339), snapshotPlace(snap))
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, true, v1alpha1.ReasonSnapshotTaken, msg))
 		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EtcdSnapshotTaken", "Backup", "%s", msg)
 		return nil
@@ -273,4 +278,12 @@ func truncate(s string, n int) string {
 // isBackupJob selects the backup runs of every tenant, for the watch.
 func isBackupJob(o client.Object) bool {
 	return o.GetLabels()[build.LabelName] == build.ComponentEtcdBackup
+}
+
+// snapshotPlace says where a snapshot is, for messages.
+func snapshotPlace(snap *v1alpha1.EtcdSnapshot) string {
+	if snap.Bucket != "" {
+		return "in s3://" + snap.Bucket + "/" + snap.Object
+	}
+	return "on claim " + snap.ClaimName
 }

@@ -180,8 +180,49 @@ func TestEtcdBackupReported(t *testing.T) {
 	}
 	waitTenantEvent(ctx, t, ns, got.UID, "EtcdBackupFailed", corev1.EventTypeWarning)
 
-	// Backups off: the CronJob and the certificate go, the claim stays.
+	// The API server refuses a claim and a bucket at once (the CRD's rule).
+	both := got.DeepCopy()
+	both.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Volume: v1alpha1.EtcdBackupVolume{ClaimName: "nfs"},
+		S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}}
+	if err := env.Client.Update(ctx, both); err == nil || !strings.Contains(err.Error(), "volume.claimName and s3 are exclusive") {
+		t.Errorf("a claim and a bucket at once: %v, want the CRD's refusal", err)
+	}
+
+	// To a bucket: the CronJob stages in an emptyDir and takes the
+	// credentials from the Secret; a run's object is the last snapshot.
 	patch := client.MergeFrom(got.DeepCopy())
+	got.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Schedule: "15 3 * * *",
+		S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}}
+	if err := env.Client.Patch(ctx, got, patch); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "the CronJob of the S3 target", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, cj)
+		ctr := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+		return err == nil && slices.Contains(ctr.Args, "--s3-bucket=etcd-backups") && len(ctr.Env) == 2, strings.Join(ctr.Args, " "), err
+	})
+	takenS3 := taken.Add(24 * time.Hour)
+	run("bk-etcd-backup-3", true, fmt.Sprintf(`{"file":"bk-20261125T031502Z.db","size":2130000,"revision":500,"time":%q,"kept":2,"deleted":[],`+
+		`"bucket":"etcd-backups","object":"%s/bk/bk-20261125T031502Z.db"}`, takenS3.Format(time.RFC3339), ns))
+	poll(ctx, t, "the S3 snapshot reported", time.Minute, func(ctx context.Context) (bool, string, error) {
+		var err error
+		got, err = getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		s := got.Status.Backup.LastSnapshot
+		return s != nil && s.Job == "bk-etcd-backup-3" && hasCondition(got, v1alpha1.ConditionEtcdBackedUp, metav1.ConditionTrue, v1alpha1.ReasonSnapshotTaken),
+			conditionsString(got), nil
+	})
+	if s := got.Status.Backup.LastSnapshot; s.Bucket != "etcd-backups" || s.Object != ns+"/bk/bk-20261125T031502Z.db" || s.ClaimName != "" || s.Revision != 500 {
+		t.Errorf("lastSnapshot of the S3 run = %+v", s)
+	}
+	if c := condition(got, v1alpha1.ConditionEtcdBackedUp); !strings.Contains(c.Message, "in s3://etcd-backups/"+ns+"/bk/bk-20261125T031502Z.db") {
+		t.Errorf("EtcdBackedUp message %q does not say where in S3", c.Message)
+	}
+
+	// Backups off: the CronJob and the certificate go, the claim stays.
+	patch = client.MergeFrom(got.DeepCopy())
 	got.Spec.Etcd.Backup = nil
 	if err := env.Client.Patch(ctx, got, patch); err != nil {
 		t.Fatal(err)

@@ -62,8 +62,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 			// TenantCluster, hold Secrets encrypted with these keys: a
 			// restore needs them.
 			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "EncryptionKeysRetained", "Delete",
-				"kept the encryption key Secret %s: the etcd snapshots on claim %s need it to be restored; delete both when they are no longer needed",
-				build.EncryptionKeySecretName(tc.Name), build.EtcdBackupClaimName(tc.Name, tc.Spec.Etcd.Backup))
+				"kept the encryption key Secret %s: the etcd snapshots %s need it to be restored; delete both when they are no longer needed",
+				build.EncryptionKeySecretName(tc.Name), build.EtcdBackupPlace(tc))
 		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {

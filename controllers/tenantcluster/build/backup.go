@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/s3target"
 )
 
 // The etcd backup: a CronJob runs `kubefarm-etcd snapshot` (cmd/kubefarm-etcd)
@@ -71,7 +72,28 @@ type Backup struct {
 	CreateClaim  bool
 	Size         resource.Quantity
 	StorageClass *string
+	// S3 is the bucket snapshots are uploaded to instead (then ClaimName
+	// is empty and no claim is made).
+	S3 *BackupS3
 }
+
+// BackupS3 is spec.etcd.backup.s3 resolved: Prefix has its default.
+type BackupS3 struct {
+	Endpoint, Bucket, Prefix, Region string
+	CredentialsSecret, CAConfigMap   string
+}
+
+// The S3 credentials' keys in spec.etcd.backup.s3.credentialsSecret, and the
+// environment variables the tool reads them from (the AWS SDKs' names).
+const (
+	S3AccessKeyIDKey     = "accessKeyID"
+	S3SecretAccessKeyKey = "secretAccessKey"
+	S3CAKey              = "ca.crt"
+	envS3AccessKeyID     = "AWS_ACCESS_KEY_ID"
+	envS3SecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	s3CAMount            = "/etc/kubefarm/s3-ca"
+	volumeS3CA           = "s3-ca"
+)
 
 // resolveBackup validates spec.etcd.backup and fills its defaults.
 func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.ErrorList {
@@ -99,7 +121,16 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 	if out.Retain < 1 || out.Retain > 1000 {
 		errs = append(errs, field.Invalid(fp.Child("retain"), out.Retain, "must be between 1 and 1000"))
 	}
-	if out.ClaimName == "" {
+	if b.S3 != nil {
+		if out.ClaimName != "" {
+			errs = append(errs, field.Invalid(fp.Child("volume", "claimName"), out.ClaimName,
+				"volume.claimName and s3 are exclusive: snapshots go to one place"))
+		}
+		var s3errs field.ErrorList
+		out.S3, s3errs = c.resolveBackupS3(b.S3, fp.Child("s3"))
+		errs = append(errs, s3errs...)
+		out.ClaimName = ""
+	} else if out.ClaimName == "" {
 		out.ClaimName, out.CreateClaim = EtcdBackupClaimName(c.Name, b), true
 		out.Size = resource.MustParse(defaultBackupSize)
 		if b.Volume.Size != nil {
@@ -115,6 +146,39 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 	}
 	c.Backup = out
 	return errs
+}
+
+// resolveBackupS3 validates spec.etcd.backup.s3 with the tool's own rules
+// (so a bad value is refused here, naming the field, not by every run)
+// and fills the default prefix.
+func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*BackupS3, field.ErrorList) {
+	var errs field.ErrorList
+	out := &BackupS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
+		CredentialsSecret: s3.CredentialsSecret, CAConfigMap: s3.CAConfigMap}
+	out.Prefix = etcdBackupS3Prefix(c.Namespace, c.Name, s3)
+	if err := s3target.ValidateEndpoint(out.Endpoint); err != nil {
+		errs = append(errs, field.Invalid(fp.Child("endpoint"), out.Endpoint, err.Error()))
+	} else if out.CAConfigMap != "" && strings.HasPrefix(out.Endpoint, "http://") {
+		errs = append(errs, field.Invalid(fp.Child("caConfigMap"), out.CAConfigMap, "a CA needs an https:// endpoint"))
+	}
+	if err := s3target.ValidateBucket(out.Bucket); err != nil {
+		errs = append(errs, field.Invalid(fp.Child("bucket"), out.Bucket, err.Error()))
+	}
+	if err := s3target.ValidatePrefix(out.Prefix); err != nil {
+		errs = append(errs, field.Invalid(fp.Child("prefix"), s3.Prefix, err.Error()))
+	}
+	if strings.ContainsFunc(out.Region, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') }) {
+		errs = append(errs, field.Invalid(fp.Child("region"), out.Region, "must be lowercase letters, digits and '-', such as eu-central-1"))
+	}
+	for _, ref := range []struct{ name, value string }{{"credentialsSecret", out.CredentialsSecret}, {"caConfigMap", out.CAConfigMap}} {
+		if ref.value == "" && ref.name == "caConfigMap" {
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(ref.value) {
+			errs = append(errs, field.Invalid(fp.Child(ref.name), ref.value, msg))
+		}
+	}
+	return out, errs
 }
 
 // resolveRestore validates spec.etcd.restoreFrom.
@@ -154,6 +218,26 @@ func EtcdBackupClaimName(tenant string, b *v1alpha1.EtcdBackup) string {
 		return b.Volume.ClaimName
 	}
 	return tenant + "-" + ComponentEtcdBackup
+}
+
+// EtcdBackupPlace says where tc's snapshots go, for messages: "on claim
+// <name>" or "under s3://<bucket>/<prefix>".
+func EtcdBackupPlace(tc *v1alpha1.TenantCluster) string {
+	b := tc.Spec.Etcd.Backup
+	if b != nil && b.S3 != nil {
+		return "under s3://" + b.S3.Bucket + "/" + etcdBackupS3Prefix(tc.Namespace, tc.Name, b.S3)
+	}
+	return "on claim " + EtcdBackupClaimName(tc.Name, b)
+}
+
+// etcdBackupS3Prefix is spec.etcd.backup.s3.prefix, by default
+// "<namespace>/<tenant>/": tenants of one name in two namespaces can share
+// a bucket.
+func etcdBackupS3Prefix(namespace, tenant string, s3 *v1alpha1.EtcdBackupS3) string {
+	if s3.Prefix != "" {
+		return s3.Prefix
+	}
+	return namespace + "/" + tenant + "/"
 }
 
 // EtcdBackupName is the name of the backup CronJob.
@@ -205,6 +289,32 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 		"--prefix=" + c.Name,
 		"--retain=" + strconv.Itoa(int(c.Backup.Retain)),
 	}
+	// The snapshot lands on the claim, or (S3) is staged in an emptyDir
+	// and uploaded; the credentials come in as environment variables from
+	// the Secret, never as arguments.
+	backupSource := corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Backup.ClaimName}}
+	var env []corev1.EnvVar
+	var s3Volumes []corev1.Volume
+	var s3Mounts []corev1.VolumeMount
+	if s3 := c.Backup.S3; s3 != nil {
+		backupSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+		args = append(args, "--s3-endpoint="+s3.Endpoint, "--s3-bucket="+s3.Bucket, "--s3-prefix="+s3.Prefix)
+		if s3.Region != "" {
+			args = append(args, "--s3-region="+s3.Region)
+		}
+		env = []corev1.EnvVar{
+			envFromSecret(envS3AccessKeyID, s3.CredentialsSecret, S3AccessKeyIDKey),
+			envFromSecret(envS3SecretAccessKey, s3.CredentialsSecret, S3SecretAccessKeyKey),
+		}
+		if s3.CAConfigMap != "" {
+			args = append(args, "--s3-ca-file="+path.Join(s3CAMount, S3CAKey))
+			s3Mounts = []corev1.VolumeMount{{Name: volumeS3CA, MountPath: s3CAMount, ReadOnly: true}}
+			s3Volumes = []corev1.Volume{{Name: volumeS3CA, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: s3.CAConfigMap},
+				Items:                []corev1.KeyToPath{{Key: S3CAKey, Path: S3CAKey}},
+			}}}}
+		}
+	}
 	// The tool writes its JSON result to the termination message, which
 	// the controller reads back; a run that dies before writing it leaves
 	// its log's tail there instead (FallbackToLogsOnError).
@@ -217,12 +327,14 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 		{Name: volumeBackup, MountPath: backupMount},
 		{Name: volumeTmp, MountPath: tmpDir},
 	}
+	ctr.VolumeMounts = append(ctr.VolumeMounts, s3Mounts...)
+	ctr.Env = env
 	pod := c.basePodSpec(ComponentEtcdBackup)
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = []corev1.Volume{
 		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volumeBackup, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.Backup.ClaimName}}},
+		{Name: volumeBackup, VolumeSource: backupSource},
 		{Name: c.secretVolumeName(RoleEtcdBackupClient), VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  c.SecretName(RoleEtcdBackupClient),
 			DefaultMode: ptrTo(secretFileMode),
@@ -231,6 +343,7 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 			},
 		}}},
 	}
+	pod.Volumes = append(pod.Volumes, s3Volumes...)
 	labels := c.labels(ComponentEtcdBackup)
 	return &batchv1.CronJob{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
@@ -256,6 +369,14 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 			},
 		},
 	}, nil
+}
+
+// envFromSecret is an environment variable read from a Secret's key: the
+// value never appears in the pod spec.
+func envFromSecret(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key,
+	}}}
 }
 
 // restoreInitContainer restores c.RestoreFrom into an empty data directory

@@ -28,6 +28,17 @@ func withRestore(claim, file string) func(*v1alpha1.TenantCluster) {
 	}
 }
 
+func goodS3() *v1alpha1.EtcdBackupS3 {
+	return &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}
+}
+
+// withS3 is a backup to goodS3 changed by mod.
+func withS3(mod func(*v1alpha1.EtcdBackupS3)) func(*v1alpha1.TenantCluster) {
+	s3 := goodS3()
+	mod(s3)
+	return withBackup(v1alpha1.EtcdBackup{S3: s3})
+}
+
 func argValue(args []string, flag string) (string, bool) {
 	for _, a := range args {
 		if v, ok := strings.CutPrefix(a, flag+"="); ok {
@@ -164,6 +175,85 @@ func TestEtcdBackupCronJob(t *testing.T) {
 		}
 	})
 
+	t.Run("S3: no claim, an emptyDir to stage, the bucket flags, credentials from the Secret", func(t *testing.T) {
+		s3 := &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com:9000", Bucket: "etcd-backups", Region: "eu-central-1",
+			CredentialsSecret: "s3-creds", CAConfigMap: "s3-ca"}
+		c := mustResolve(t, newTC(withBackup(v1alpha1.EtcdBackup{S3: s3})), toolsOptions())
+		if EtcdBackupClaim(c) != nil {
+			t.Error("a claim for an S3 target")
+		}
+		cj, err := EtcdBackupCronJob(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := cj.Spec.JobTemplate.Spec.Template.Spec
+		ctr := pod.Containers[0]
+		for flag, want := range map[string]string{
+			"--s3-endpoint": s3.Endpoint, "--s3-bucket": "etcd-backups", "--s3-region": "eu-central-1",
+			"--s3-prefix": c.Namespace + "/" + c.Name + "/", "--s3-ca-file": "/etc/kubefarm/s3-ca/ca.crt", "--dir": "/backup",
+		} {
+			if got, ok := argValue(ctr.Args, flag); !ok || got != want {
+				t.Errorf("%s=%q (set %v), want %q", flag, got, ok, want)
+			}
+		}
+		env := map[string]corev1.EnvVar{}
+		for _, e := range ctr.Env {
+			env[e.Name] = e
+		}
+		for name, key := range map[string]string{"AWS_ACCESS_KEY_ID": "accessKeyID", "AWS_SECRET_ACCESS_KEY": "secretAccessKey"} {
+			e, ok := env[name]
+			if !ok || e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+				e.ValueFrom.SecretKeyRef.Name != "s3-creds" || e.ValueFrom.SecretKeyRef.Key != key {
+				t.Errorf("env %s = %+v, want Secret s3-creds key %s", name, e, key)
+			}
+		}
+		if len(ctr.Env) != 2 {
+			t.Errorf("env %+v, want exactly the two credentials", ctr.Env)
+		}
+		vols := map[string]corev1.Volume{}
+		for _, v := range pod.Volumes {
+			vols[v.Name] = v
+		}
+		if v := vols["backup"]; v.EmptyDir == nil || v.PersistentVolumeClaim != nil {
+			t.Errorf("backup volume %+v, want an emptyDir", v)
+		}
+		if v := vols["s3-ca"]; v.ConfigMap == nil || v.ConfigMap.Name != "s3-ca" || len(v.ConfigMap.Items) != 1 || v.ConfigMap.Items[0].Key != "ca.crt" {
+			t.Errorf("CA volume %+v", v)
+		}
+		mounted := false
+		for _, m := range ctr.VolumeMounts {
+			if m.Name == "s3-ca" {
+				mounted = m.ReadOnly && m.MountPath == "/etc/kubefarm/s3-ca"
+			}
+		}
+		if !mounted {
+			t.Errorf("CA not mounted read-only: %+v", ctr.VolumeMounts)
+		}
+		if got := EtcdBackupPlace(newTC(withBackup(v1alpha1.EtcdBackup{S3: s3}))); got != "under s3://etcd-backups/"+c.Namespace+"/"+c.Name+"/" {
+			t.Errorf("EtcdBackupPlace = %q", got)
+		}
+	})
+
+	t.Run("S3 without a CA or region, an explicit prefix", func(t *testing.T) {
+		c := mustResolve(t, newTC(withBackup(v1alpha1.EtcdBackup{S3: &v1alpha1.EtcdBackupS3{
+			Endpoint: "http://minio.storage.svc:9000", Bucket: "b01", Prefix: "prod/", CredentialsSecret: "creds"}})), toolsOptions())
+		cj, _ := EtcdBackupCronJob(c)
+		pod := cj.Spec.JobTemplate.Spec.Template.Spec
+		for _, flag := range []string{"--s3-ca-file", "--s3-region"} {
+			if v, ok := argValue(pod.Containers[0].Args, flag); ok {
+				t.Errorf("%s=%s set", flag, v)
+			}
+		}
+		if got, _ := argValue(pod.Containers[0].Args, "--s3-prefix"); got != "prod/" {
+			t.Errorf("--s3-prefix=%s", got)
+		}
+		for _, v := range pod.Volumes {
+			if v.Name == "s3-ca" {
+				t.Error("a CA volume without caConfigMap")
+			}
+		}
+	})
+
 	t.Run("placement applies to the backup pods", func(t *testing.T) {
 		c := mustResolve(t, newTC(withBackup(v1alpha1.EtcdBackup{}), func(tc *v1alpha1.TenantCluster) {
 			tc.Spec.Placement.NodeSelector = map[string]string{"role": "control-plane"}
@@ -192,6 +282,20 @@ func TestEtcdBackupAndRestoreRefused(t *testing.T) {
 		{"a zero size", withBackup(v1alpha1.EtcdBackup{Volume: v1alpha1.EtcdBackupVolume{Size: ptrTo(resource.MustParse("0"))}}), toolsOptions(),
 			"spec.etcd.backup.volume.size"},
 		{"backup without the tools image", withBackup(v1alpha1.EtcdBackup{}), testOptions(), "spec.etcd.backup: Forbidden"},
+		{"a claim and S3", withBackup(v1alpha1.EtcdBackup{Volume: v1alpha1.EtcdBackupVolume{ClaimName: "c"}, S3: goodS3()}), toolsOptions(),
+			"spec.etcd.backup.volume.claimName"},
+		{"an S3 endpoint with a path", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Endpoint = "https://s3.example.com/bucket" }), toolsOptions(),
+			"spec.etcd.backup.s3.endpoint"},
+		{"an S3 endpoint with credentials", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Endpoint = "https://k:s@s3.example.com" }), toolsOptions(),
+			"spec.etcd.backup.s3.endpoint"},
+		{"a bucket in capitals", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Bucket = "Backups" }), toolsOptions(), "spec.etcd.backup.s3.bucket"},
+		{"a prefix escaping", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Prefix = "../other/" }), toolsOptions(), "spec.etcd.backup.s3.prefix"},
+		{"a prefix without a slash", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Prefix = "tenants" }), toolsOptions(), "spec.etcd.backup.s3.prefix"},
+		{"a region with spaces", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Region = "eu central" }), toolsOptions(), "spec.etcd.backup.s3.region"},
+		{"no credentials Secret", withS3(func(s *v1alpha1.EtcdBackupS3) { s.CredentialsSecret = "" }), toolsOptions(),
+			"spec.etcd.backup.s3.credentialsSecret"},
+		{"a CA for plain HTTP", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Endpoint, s.CAConfigMap = "http://minio:9000", "ca" }), toolsOptions(),
+			"spec.etcd.backup.s3.caConfigMap"},
 		{"restore without the tools image", withRestore("b", "alpha-1.db"), testOptions(), "spec.etcd.restoreFrom: Forbidden"},
 		{"a snapshot path", withRestore("b", "../etc/passwd.db"), toolsOptions(), "spec.etcd.restoreFrom.snapshot"},
 		{"a hidden snapshot", withRestore("b", ".alpha.db"), toolsOptions(), "spec.etcd.restoreFrom.snapshot"},
