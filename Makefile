@@ -38,10 +38,11 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(KUBERNETES_VERSION))
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
-TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector) \
+TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector versitygw) \
   $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
 # The subset the integration tests (envtest) start.
-ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller)
+# versitygw is the S3 server kubefarm-etcd's upload tests run against.
+ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller versitygw)
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 STATICCHECK    := $(BIN)/staticcheck
@@ -68,6 +69,9 @@ $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)): $(BIN)/k8s-prev/%: hack/tool
 
 $(BIN)/etcd: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./etcd
+
+$(BIN)/versitygw: hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
+	cd hack/tools/versitygw && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/versity/versitygw/cmd/versitygw
 
 $(BIN)/konnectivity-server: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
