@@ -183,14 +183,15 @@ test-argocd-health: ## ArgoCD health checks of every kubefarm kind, run by ArgoC
 	cd examples/argocd/healthtest && $(GO) test $(GO_TEST_FLAGS) -v ./... 2>&1 | tee $(BUILD)/argocd-health.log
 
 # Every fuzz target over the network-facing parsers and routes (and
-# kubefarm-etcd's --initial-cluster parser), briefly: the
-# seed corpus always runs with the unit tests; this explores beyond it. A
-# finding is written under the package's testdata/fuzz and fails the run
-# (hack/fuzz.sh, which also runs a target once more after Go's fuzzing
-# deadline race, and only then).
+# kubefarm-etcd's --initial-cluster parser and --s3-prefix and --s3-bucket
+# validators), briefly: the seed corpus always runs with the unit tests;
+# this explores beyond it. A finding is written under the package's
+# testdata/fuzz and fails the run (hack/fuzz.sh, which also runs a target
+# once more after Go's fuzzing deadline race, and only then).
 FUZZ_TIME ?= 10s
 FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/tftp:FuzzValidateName \
-  ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster
+  ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster \
+  ./internal/etcdsnapshot:FuzzValidateS3Prefix ./internal/etcdsnapshot:FuzzValidateS3Bucket
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZ_TIME (default 10s).
