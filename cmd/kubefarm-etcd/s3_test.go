@@ -5,10 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,8 +70,12 @@ func putObject(t *testing.T, cli *minio.Client, bucket, key string) {
 // when downloaded; retention in the bucket leaves --retain snapshots of the
 // prefix and never touches another object; a wrong secret fails the
 // upload step and no output holds a credential; missing credentials fail
-// before anything is streamed; over TLS the endpoint is trusted through
-// --s3-ca-file and refused without it.
+// before anything is streamed; every object PUT carries Content-MD5 and a
+// body corrupted on the way is refused by the server (over http its
+// signed payload hash catches it first) with the bucket unchanged; a
+// snapshot above one 16 MiB part goes up as a multipart upload and
+// verifies; over TLS the endpoint is trusted through --s3-ca-file and
+// refused without it.
 func TestSnapshotS3(t *testing.T) {
 	etcdBin := etcdtest.Binary(t)
 	s3test.Binary(t) // a missing server fails here, before anything is started
@@ -241,6 +251,101 @@ func TestSnapshotS3(t *testing.T) {
 		}
 	})
 
+	t.Run("Content-MD5 and a corrupted body", func(t *testing.T) {
+		target, err := url.Parse(srv.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A reverse proxy in front of the real server: it records whether
+		// each object PUT carries Content-MD5 and, when asked, flips a
+		// byte of the body on the way.
+		var mu sync.Mutex
+		var puts, withMD5 int
+		corrupt := false
+		rp := httputil.NewSingleHostReverseProxy(target)
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.Method == http.MethodPut && strings.Count(strings.Trim(req.URL.Path, "/"), "/") > 0 {
+				mu.Lock()
+				puts++
+				if req.Header.Get("Content-Md5") != "" {
+					withMD5++
+				}
+				if corrupt {
+					req.Body = &flipByte{r: req.Body, at: 100}
+				}
+				mu.Unlock()
+			}
+			rp.ServeHTTP(w, req)
+		}))
+		defer proxy.Close()
+		const cbucket = "etcd-backups-md5"
+		srv.MakeBucket(t, cbucket)
+
+		dir, tlog := t.TempDir(), newTlog()
+		r := runTool(t, bin, creds, snapArgs(dir, tlog, "--s3-bucket", cbucket, "--s3-endpoint", proxy.URL)...)
+		if r.code != 0 {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		mu.Lock()
+		if puts == 0 || withMD5 != puts {
+			t.Errorf("%d of %d object PUTs carried Content-MD5, want all", withMD5, puts)
+		}
+		corrupt = true
+		mu.Unlock()
+		before := srv.Keys(t, cbucket)
+
+		dir, tlog = t.TempDir(), newTlog()
+		r = runTool(t, bin, creds, snapArgs(dir, tlog, "--s3-bucket", cbucket, "--s3-endpoint", proxy.URL)...)
+		t.Logf("result with a corrupted body: %s", r.stdout)
+		if r.code != exitFailed || !bytes.Contains(r.stdout, []byte("uploading to s3://"+cbucket+"/")) {
+			t.Errorf("exit %d, %s; want %d and an error of the upload step", r.code, r.stdout, exitFailed)
+		}
+		assertNoSecrets(t, outputs(r, tlog), srv.SecretKey, srv.AccessKey)
+		// The second run may have the first one's name (the same second);
+		// either way the bucket holds exactly what it held.
+		if after := srv.Keys(t, cbucket); !slices.Equal(after, before) {
+			t.Errorf("a refused upload changed the bucket: %q, was %q", after, before)
+		}
+	})
+
+	// Last, since it writes to etcd: a snapshot above minio-go's 16 MiB
+	// part size goes up as a multipart upload, Content-MD5 on each part.
+	t.Run("multipart", func(t *testing.T) {
+		const mbucket = "etcd-backups-large"
+		srv.MakeBucket(t, mbucket)
+		value := strings.Repeat("x", 256<<10)
+		for i := range 80 { // 20 MiB of values
+			if _, err := cli.Put(ctx, fmt.Sprintf("/registry/configmaps/ns/large-%03d", i), value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir, tlog := t.TempDir(), newTlog()
+		r := runTool(t, bin, creds, snapArgs(dir, tlog, "--s3-bucket", mbucket, "--s3-endpoint", srv.Endpoint)...)
+		if r.code != 0 {
+			t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		res := decodeResult(t, r.stdout)
+		if res.Size <= 16<<20 {
+			t.Fatalf("the snapshot has %d bytes, not more than one 16 MiB part", res.Size)
+		}
+		// A multipart upload's ETag is <md5 of the parts' md5s>-<parts>.
+		st, err := srv.Client.StatObject(ctx, mbucket, res.Object, minio.StatObjectOptions{})
+		if err != nil || st.Size != res.Size || !strings.Contains(st.ETag, "-") {
+			t.Errorf("object: %d bytes, ETag %q (%v); want %d bytes of a multipart upload", st.Size, st.ETag, err, res.Size)
+		}
+		got := filepath.Join(t.TempDir(), "downloaded.db")
+		if err := srv.Client.FGetObject(ctx, mbucket, res.Object, got, minio.GetObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		vs, err := etcdsnapshot.Verify(got, zap.NewNop())
+		if err != nil {
+			t.Fatalf("the downloaded object does not verify: %v", err)
+		}
+		if vs.Size != res.Size || vs.Revision != res.Revision {
+			t.Errorf("downloaded: %d bytes at revision %d; the result says %d at %d", vs.Size, vs.Revision, res.Size, res.Revision)
+		}
+	})
+
 	t.Run("TLS", func(t *testing.T) {
 		tsrv := s3test.Start(t, s3test.Options{CertFile: p.ServerCert, KeyFile: p.ServerKey, CAFile: p.CA})
 		tsrv.MakeBucket(t, bucket)
@@ -277,3 +382,21 @@ func TestSnapshotS3(t *testing.T) {
 		assertNoKeys(t, p, "stderr", r.stderr)
 	})
 }
+
+// flipByte reads r with the byte at offset at inverted.
+type flipByte struct {
+	r   io.ReadCloser
+	at  int64
+	off int64
+}
+
+func (f *flipByte) Read(p []byte) (int, error) {
+	n, err := f.r.Read(p)
+	if i := f.at - f.off; i >= 0 && i < int64(n) {
+		p[i] ^= 0xff
+	}
+	f.off += int64(n)
+	return n, err
+}
+
+func (f *flipByte) Close() error { return f.r.Close() }
