@@ -6,7 +6,9 @@
 //	kubefarm-etcd restore --snapshot /backup/ns-name-20260101T000000Z.db --initial-cluster ... ...
 //
 // snapshot is what the per-tenant CronJob runs: one verified snapshot into
-// --dir, then retention. restore is what each etcd member's init container
+// --dir, then retention; with --s3-bucket the snapshot is then uploaded to
+// an S3-compatible bucket (credentials from $AWS_ACCESS_KEY_ID and
+// $AWS_SECRET_ACCESS_KEY only) and retention applies there. restore is what each etcd member's init container
 // runs when a TenantCluster is created from a snapshot: it builds the data
 // directory once and never touches one that holds a member.
 //
@@ -34,7 +36,7 @@ import (
 const usage = `kubefarm-etcd backs up and restores the etcd of a kubefarm tenant control plane.
 
 Usage:
-  kubefarm-etcd snapshot [flags]   take a verified snapshot into --dir, then apply retention
+  kubefarm-etcd snapshot [flags]   take a verified snapshot into --dir (and an S3 bucket), then apply retention
   kubefarm-etcd restore [flags]    build an etcd member's data directory from a snapshot, once
 
 Run "kubefarm-etcd <command> -h" for a command's flags. Each run prints one
@@ -60,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	switch args[0] {
 	case "snapshot":
-		return runSnapshot(ctx, args[1:], stdout, stderr)
+		return runSnapshot(ctx, args[1:], stdout, stderr, getenv)
 	case "restore":
 		return runRestore(args[1:], stdout, stderr, getenv)
 	case "help", "-h", "-help", "--help":
@@ -72,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 }
 
-func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("kubefarm-etcd snapshot", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o etcdsnapshot.SnapshotOptions
@@ -98,11 +100,34 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.IntVar(&o.Retain, "retain", etcdsnapshot.DefaultRetain,
 		"how many snapshots of --prefix to keep, the new one included (at least 1): older ones are deleted, and only "+
 			"files named exactly <prefix>-<time>.db count; nothing else in --dir is touched")
+	fs.StringVar(&o.S3.Bucket, "s3-bucket", "",
+		"S3 bucket to upload each verified snapshot to (optional; the other --s3-* flags need it): S3 bucket name rules, "+
+			"3 to 63 lowercase letters, digits, '.' and '-'. The snapshot is first saved in --dir as without it, then "+
+			"uploaded (Content-MD5 checked by the server), its size checked, and retention applied in the bucket, which "+
+			"the result's kept and deleted then describe. Credentials come only from the environment: $"+
+			etcdsnapshot.EnvAccessKeyID+" and $"+etcdsnapshot.EnvSecretAccessKey+" (required), $"+etcdsnapshot.EnvSessionToken+
+			" (optional); they are never logged")
+	fs.StringVar(&o.S3.Endpoint, "s3-endpoint", "",
+		"S3 endpoint, https://host[:port] or http://host[:port] and nothing after it (required with --s3-bucket); "+
+			"path- or virtual-host-style bucket addressing is chosen as the endpoint supports")
+	fs.StringVar(&o.S3.Prefix, "s3-prefix", "",
+		"start of the object keys: the key is <s3-prefix><prefix>-<time>.db. Empty, or ending in '/', without a "+
+			"leading '/', \"//\", '.' or '..' segments; letters, digits, '.', '_', '-' and '/', at most 256 bytes. "+
+			"Retention counts only objects under it named exactly as the snapshots are")
+	fs.StringVar(&o.S3.Region, "s3-region", "", "the bucket's S3 region (optional; empty lets the client find it)")
+	fs.StringVar(&o.S3.CAFile, "s3-ca-file", "",
+		"PEM file of the CAs the https endpoint's certificate is checked against, instead of the system roots "+
+			"(optional; an error with an http endpoint)")
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
 		return code
+	}
+	o.S3.Credentials = etcdsnapshot.S3Credentials{
+		AccessKeyID:     getenv(etcdsnapshot.EnvAccessKeyID),
+		SecretAccessKey: getenv(etcdsnapshot.EnvSecretAccessKey),
+		SessionToken:    getenv(etcdsnapshot.EnvSessionToken),
 	}
 	var err error
 	if o.Endpoints, err = etcdsnapshot.ParseEndpoints(endpoints); err != nil {

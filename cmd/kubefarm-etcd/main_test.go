@@ -165,7 +165,9 @@ func runTool(t *testing.T, bin string, env []string, args ...string) result {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, etcdsnapshot.PodNameEnv+"=")
+		// Neither the pod name nor credentials of the machine running
+		// the tests: each test gives what it means to.
+		return strings.HasPrefix(kv, etcdsnapshot.PodNameEnv+"=") || strings.HasPrefix(kv, "AWS_")
 	}), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -515,7 +517,8 @@ func TestSnapshotRestore(t *testing.T) {
 func TestUsage(t *testing.T) {
 	bin := testenv.BuildBinary(t, "kubefarm-etcd")
 	for cmd, flags := range map[string][]string{
-		"snapshot": {"endpoints", "cacert", "cert", "key", "dial-timeout", "timeout", "dir", "prefix", "retain", "termination-log"},
+		"snapshot": {"endpoints", "cacert", "cert", "key", "dial-timeout", "timeout", "dir", "prefix", "retain", "termination-log",
+			"s3-bucket", "s3-endpoint", "s3-prefix", "s3-region", "s3-ca-file"},
 		"restore": {"snapshot", "data-dir", "name", "initial-cluster", "initial-advertise-peer-urls", "initial-cluster-token",
 			"initial-cluster-state", "termination-log"},
 	} {

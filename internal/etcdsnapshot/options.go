@@ -44,6 +44,9 @@ type SnapshotOptions struct {
 	Dir, Prefix string
 	// Retain is how many snapshots of Prefix are left after a run.
 	Retain int
+	// S3 uploads the snapshot to a bucket after it is saved in Dir, and
+	// applies retention there (S3Options.Enabled).
+	S3 S3Options
 }
 
 // Validate checks the options before anything is dialled or written.
@@ -71,6 +74,9 @@ func (o SnapshotOptions) Validate() error {
 	}
 	if o.Retain < 1 {
 		errs = append(errs, fmt.Errorf("--retain must be at least 1 (the snapshot just taken), not %d", o.Retain))
+	}
+	if err := o.S3.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -25,9 +25,17 @@ type SnapshotResult struct {
 	Revision int64 `json:"revision"`
 	// Time is the time in the file's name, RFC 3339.
 	Time string `json:"time"`
-	// Kept is how many snapshots of the prefix are left, this one included.
+	// Bucket and Object are where the snapshot was uploaded (--s3-bucket,
+	// and the object's full key: --s3-prefix and File); empty without
+	// --s3-bucket.
+	Bucket string `json:"bucket,omitempty"`
+	Object string `json:"object,omitempty"`
+	// Kept is how many snapshots of the prefix are left, this one included:
+	// in the bucket when one is used (under --s3-prefix), in --dir
+	// otherwise.
 	Kept int `json:"kept"`
-	// Deleted are the snapshots retention removed, oldest first.
+	// Deleted are the snapshots retention removed, oldest first: names
+	// after --s3-prefix in the bucket when one is used, in --dir otherwise.
 	Deleted []string `json:"deleted"`
 	// DeletedOmitted counts names left out of Deleted in the termination
 	// log's copy, when the whole list would not fit; only ever set there.

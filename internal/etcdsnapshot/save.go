@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minio/minio-go/v7"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -66,6 +67,13 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 	tlsCfg, err := TLSConfig(o.CACert, o.Cert, o.Key)
 	if err != nil {
 		return SnapshotResult{}, &StepError{Step: "tls", Err: err}
+	}
+	var s3cli *minio.Client
+	if o.S3.Enabled() {
+		// Before the stream, so that a wrong --s3-ca-file costs no snapshot.
+		if s3cli, err = NewS3Client(o.S3); err != nil {
+			return SnapshotResult{}, &StepError{Step: "s3 client", Err: err}
+		}
 	}
 	// Before any member is asked for a snapshot: a missing volume is the
 	// likelier mistake, and the stream would be wasted on it.
@@ -139,9 +147,27 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 	lg.Info("snapshot saved", zap.String("file", final), zap.Int64("revision", st.Revision), zap.Int("keys", st.TotalKey))
 
 	res := SnapshotResult{File: name, Size: st.Size, Revision: st.Revision, Time: now.Format(time.RFC3339)}
-	res.Kept, res.Deleted, err = applyRetention(o, name, lg)
-	if err != nil {
-		return res, &StepError{Step: "retention (snapshot " + name + " was saved)", Err: err}
+	dirKept, dirDeleted, rerr := applyRetention(o, name, lg)
+	if !o.S3.Enabled() {
+		res.Kept, res.Deleted = dirKept, dirDeleted
+		if rerr != nil {
+			return res, &StepError{Step: "retention (snapshot " + name + " was saved)", Err: rerr}
+		}
+		return res, nil
+	}
+	// With a bucket the result describes the bucket; --dir's retention
+	// is logged, and its failure reported only after the upload, which
+	// matters more.
+	if rerr != nil {
+		lg.Error("retention in --dir failed; uploading anyway", zap.Error(rerr))
+	} else {
+		lg.Info("retention in --dir", zap.Int("kept", dirKept), zap.Strings("deleted", dirDeleted))
+	}
+	if err := uploadSnapshot(ctx, o, s3cli, final, name, &res, lg); err != nil {
+		return res, err
+	}
+	if rerr != nil {
+		return res, &StepError{Step: "retention in --dir (snapshot " + name + " was saved and uploaded)", Err: rerr}
 	}
 	return res, nil
 }

@@ -1,8 +1,11 @@
 package s3target
 
 import (
+	"path"
 	"strings"
 	"testing"
+
+	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
 func TestValidateEndpoint(t *testing.T) {
@@ -12,18 +15,18 @@ func TestValidateEndpoint(t *testing.T) {
 		{"https://s3.example.com", ""},
 		{"https://s3.example.com:9000", ""},
 		{"http://minio.storage.svc:9000", ""},
-		{"https://10.0.0.5:443/", ""},
+		{"https://10.0.0.5:443/", "nothing after the host and port"},
 		{"https://[fd00::1]:9000", ""},
 		{"", "required"},
-		{"s3.example.com", "https://"},
-		{"ftp://s3.example.com", "https://"},
-		{"https://key:secret@s3.example.com", "credentials"},
-		{"https://s3.example.com/bucket", "nothing after the port"},
-		{"https://s3.example.com?x=1", "nothing after the port"},
-		{"https://s3.example.com#f", "nothing after the port"},
+		{"s3.example.com", "scheme must be https"},
+		{"ftp://s3.example.com", "scheme must be https"},
+		{"https://key:secret@s3.example.com", "no user information"},
+		{"https://s3.example.com/bucket", "nothing after the host and port"},
+		{"https://s3.example.com?x=1", "nothing after the host and port"},
+		{"https://s3.example.com#f", "nothing after the host and port"},
 		{"https://:9000", "no host"},
-		{"https://s3.example.com:0", "1 to 65535"},
-		{"https://s3.example.com:99999", "1 to 65535"},
+		{"https://s3.example.com:0", "not 1 to 65535"},
+		{"https://s3.example.com:99999", "not 1 to 65535"},
 		{"https://s3.example.com:http", "not a URL"},
 	} {
 		err := ValidateEndpoint(tc.in)
@@ -40,11 +43,11 @@ func TestValidateBucket(t *testing.T) {
 		{"abc", ""},
 		{"ab", "3 to 63"},
 		{strings.Repeat("a", 64), "3 to 63"},
-		{"Backups", "lowercase"},
-		{"etcd_backups", "lowercase"},
-		{"-backups", "start and end"},
-		{"backups.", "start and end"},
-		{"a..b", `".."`},
+		{"Backups", "use lowercase"},
+		{"etcd_backups", "use lowercase"},
+		{"-backups", "starting and ending"},
+		{"backups.", "starting and ending"},
+		{"a..b", "two dots"},
 		{"192.168.1.1", "IP address"},
 	} {
 		check(t, "ValidateBucket", tc.in, ValidateBucket(tc.in), tc.wantErr)
@@ -65,10 +68,10 @@ func TestValidatePrefix(t *testing.T) {
 		{"a/./b/", `"."`},
 		{"a/../b/", `".."`},
 		{"../", `".."`},
-		{"a b/", "only letters"},
-		{"ä/", "only letters"},
-		{"a\x00/", "only letters"},
-		{strings.Repeat("a", MaxPrefix) + "/", "at most"},
+		{"a b/", "use letters"},
+		{"ä/", "use letters"},
+		{"a\x00/", "use letters"},
+		{strings.Repeat("a", MaxPrefix) + "/", "at most 256"},
 	} {
 		check(t, "ValidatePrefix", tc.in, ValidatePrefix(tc.in), tc.wantErr)
 	}
@@ -86,44 +89,42 @@ func check(t *testing.T, fn, in string, err error, wantErr string) {
 	}
 }
 
-// FuzzValidatePrefix: whatever is accepted is a key prefix no store can
-// take out of the bucket or read two ways.
+// FuzzValidatePrefix: whatever ValidatePrefix accepts is already in
+// its clean form as a path (no empty, "." or ".." segment, relative, a
+// trailing '/'), so the keys it starts read the same to every server and
+// to every tool that maps keys to files.
 func FuzzValidatePrefix(f *testing.F) {
-	for _, s := range []string{"", "a/", "a/b/", "../", "a//", "/a/", "a/./", strings.Repeat("x/", 200)} {
+	for _, s := range []string{"", "/", "a/", "a/b/", "a//", "./", "a/../", "/a/", "a", "a/.b/", "..a/", "a\x00/", "é/"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if ValidatePrefix(s) != nil {
+	f.Fuzz(func(t *testing.T, p string) {
+		if ValidatePrefix(p) != nil {
 			return
 		}
-		if s == "" {
+		if p == "" {
 			return
 		}
-		if len(s) > MaxPrefix || !strings.HasSuffix(s, "/") || strings.HasPrefix(s, "/") || strings.Contains(s, "//") {
-			t.Fatalf("accepted %q", s)
+		if len(p) > MaxPrefix || !strings.HasSuffix(p, "/") || path.Clean("/"+p)+"/" != "/"+p {
+			t.Fatalf("ValidatePrefix(%q) accepted a prefix that is not a clean relative folder", p)
 		}
-		for _, seg := range strings.Split(strings.TrimSuffix(s, "/"), "/") {
-			if seg == "." || seg == ".." {
-				t.Fatalf("accepted %q with segment %q", s, seg)
-			}
+		if err := s3utils.CheckValidObjectName(p + "ns-name-20260101T000000Z.db"); err != nil {
+			t.Fatalf("ValidatePrefix(%q) accepted it; minio-go refuses the key: %v", p, err)
 		}
 	})
 }
 
-// FuzzValidateEndpoint: whatever is accepted is scheme://host[:port].
-func FuzzValidateEndpoint(f *testing.F) {
-	for _, s := range []string{"https://a", "http://a:1", "https://a/b", "https://u@a", "https://[::1]:9000", "https://a:0"} {
+// FuzzValidateBucket: whatever ValidateBucket accepts, minio-go's
+// strict bucket name check accepts too.
+func FuzzValidateBucket(f *testing.F) {
+	for _, s := range []string{"etcd-backups", "a.b.c", "ab", "a..b", "10.0.0.1", "-ab", "ab-", "Ab1", "a_b", strings.Repeat("a", 63)} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if ValidateEndpoint(s) != nil {
+	f.Fuzz(func(t *testing.T, b string) {
+		if ValidateBucket(b) != nil {
 			return
 		}
-		if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
-			t.Fatalf("accepted %q", s)
-		}
-		if strings.ContainsAny(s, "@?#") {
-			t.Fatalf("accepted %q", s)
+		if err := s3utils.CheckValidBucketNameStrict(b); err != nil {
+			t.Fatalf("ValidateBucket(%q) accepted it; minio-go refuses it: %v", b, err)
 		}
 	})
 }

@@ -157,7 +157,11 @@ func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*B
 		CredentialsSecret: s3.CredentialsSecret, CAConfigMap: s3.CAConfigMap}
 	out.Prefix = etcdBackupS3Prefix(c.Namespace, c.Name, s3)
 	if err := s3target.ValidateEndpoint(out.Endpoint); err != nil {
-		errs = append(errs, field.Invalid(fp.Child("endpoint"), out.Endpoint, err.Error()))
+		shown := out.Endpoint
+		if strings.Contains(shown, "@") {
+			shown = "(not shown: it may hold a credential)"
+		}
+		errs = append(errs, field.Invalid(fp.Child("endpoint"), shown, err.Error()))
 	} else if out.CAConfigMap != "" && strings.HasPrefix(out.Endpoint, "http://") {
 		errs = append(errs, field.Invalid(fp.Child("caConfigMap"), out.CAConfigMap, "a CA needs an https:// endpoint"))
 	}
@@ -167,8 +171,8 @@ func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*B
 	if err := s3target.ValidatePrefix(out.Prefix); err != nil {
 		errs = append(errs, field.Invalid(fp.Child("prefix"), s3.Prefix, err.Error()))
 	}
-	if strings.ContainsFunc(out.Region, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') }) {
-		errs = append(errs, field.Invalid(fp.Child("region"), out.Region, "must be lowercase letters, digits and '-', such as eu-central-1"))
+	if err := s3target.ValidateRegion(out.Region); err != nil {
+		errs = append(errs, field.Invalid(fp.Child("region"), out.Region, err.Error()))
 	}
 	for _, ref := range []struct{ name, value string }{{"credentialsSecret", out.CredentialsSecret}, {"caConfigMap", out.CAConfigMap}} {
 		if ref.value == "" && ref.name == "caConfigMap" {

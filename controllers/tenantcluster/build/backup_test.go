@@ -287,7 +287,7 @@ func TestEtcdBackupAndRestoreRefused(t *testing.T) {
 		{"an S3 endpoint with a path", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Endpoint = "https://s3.example.com/bucket" }), toolsOptions(),
 			"spec.etcd.backup.s3.endpoint"},
 		{"an S3 endpoint with credentials", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Endpoint = "https://k:s@s3.example.com" }), toolsOptions(),
-			"spec.etcd.backup.s3.endpoint"},
+			"spec.etcd.backup.s3.endpoint: Invalid value: \"(not shown: it may hold a credential)\""},
 		{"a bucket in capitals", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Bucket = "Backups" }), toolsOptions(), "spec.etcd.backup.s3.bucket"},
 		{"a prefix escaping", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Prefix = "../other/" }), toolsOptions(), "spec.etcd.backup.s3.prefix"},
 		{"a prefix without a slash", withS3(func(s *v1alpha1.EtcdBackupS3) { s.Prefix = "tenants" }), toolsOptions(), "spec.etcd.backup.s3.prefix"},
