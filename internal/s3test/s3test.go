@@ -10,11 +10,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,11 +47,14 @@ func Binary(t testing.TB) string {
 // that signed CertFile, which the test's client trusts.
 type Options struct {
 	CertFile, KeyFile, CAFile string
+	// Host is the address to listen on; empty is 127.0.0.1. The e2e
+	// tests give the node's address, which pods reach.
+	Host string
 }
 
 // Server is one running versitygw.
 type Server struct {
-	// Endpoint is http://127.0.0.1:<port> or, with TLS, https://...
+	// Endpoint is http://<host>:<port> or, with TLS, https://...
 	Endpoint string
 	// AccessKey and SecretKey are the root user's credentials, random
 	// per server.
@@ -61,7 +65,7 @@ type Server struct {
 	Log string
 }
 
-// Start runs versitygw on a free loopback port over a new temporary
+// Start runs versitygw on a free port (of loopback unless opts.Host) over a new temporary
 // directory (objects under root, metadata in a sidecar directory, so no
 // extended attributes are needed), waits with a deadline until it answers
 // a ListBuckets call, and stops it when t ends.
@@ -76,7 +80,11 @@ func Start(t testing.TB, opts Options) *Server {
 		}
 	}
 	s := &Server{AccessKey: "test" + randomHex(t, 8), SecretKey: randomHex(t, 20), Log: filepath.Join(dir, "versitygw.log")}
-	addr := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(etcdtest.FreePort(t)))
 	args := []string{"--port", addr, "--access", s.AccessKey, "--secret", s.SecretKey, "--quiet"}
 	scheme := "http"
 	if opts.CertFile != "" {

@@ -1,0 +1,152 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
+	"github.com/kubefarm/kubefarm/internal/s3test"
+)
+
+// TestTenantBackupS3: a tenant whose spec.etcd.backup.s3 names a bucket on
+// a real S3 server (versitygw, listening on the node's address, which pods
+// reach) gets its snapshot uploaded by a run of its CronJob, executed by
+// the real kubelet with kubefarm-etcd from the manager image. The object is
+// in the bucket under the default prefix <namespace>/<tenant>/, its size is
+// the one the status reports, and it is a whole etcd snapshot of the
+// reported revision; no claim is made; the credentials reach the pod only
+// through the Secret.
+func TestTenantBackupS3(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	_, cs, c := adminClients(t)
+
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("listing nodes: %v (%d)", err, len(nodes.Items))
+	}
+	var nodeIP string
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			nodeIP = a.Address
+		}
+	}
+	if nodeIP == "" {
+		t.Fatalf("node %s has no InternalIP", nodes.Items[0].Name)
+	}
+	srv := s3test.Start(t, s3test.Options{Host: nodeIP})
+	const bucket = "etcd-backups"
+	srv.MakeBucket(t, bucket)
+
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "backup-s3-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	if _, err := cs.CoreV1().Secrets(ns.Name).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds"},
+		StringData: map[string]string{"accessKeyID": srv.AccessKey, "secretAccessKey": srv.SecretKey}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	small := resource.MustParse("1Gi")
+	tc := exampleTenantCluster(t)
+	tc.Namespace = ns.Name
+	tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
+	tc.Spec.APIServer.Replicas = ptr.To[int32](1)
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.StorageSize = &small
+	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
+	// A schedule that never fires during the test: the run is started by
+	// hand.
+	tc.Spec.Etcd.Backup = &kubefarmv1.EtcdBackup{Schedule: "0 0 1 1 *", Retain: ptr.To[int32](2),
+		S3: &kubefarmv1.EtcdBackupS3{Endpoint: srv.Endpoint, Bucket: bucket, CredentialsSecret: "s3-creds"}}
+	if err := c.Create(ctx, tc); err != nil {
+		t.Fatalf("creating the TenantCluster: %v", err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	waitFor := tenantWaiter(ctx, func() string { return describeTenant(c, cs, key) + describeBackups(ctx, cs, ns.Name) })
+	got := &kubefarmv1.TenantCluster{}
+	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, tenantReady(c, key, got, ""))
+
+	cj, err := cs.BatchV1().CronJobs(ns.Name).Get(ctx, tc.Name+"-etcd-backup", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The credentials are references, never values, in the objects.
+	for _, ctr := range cj.Spec.JobTemplate.Spec.Template.Spec.Containers {
+		for _, e := range ctr.Env {
+			if e.Value != "" && strings.Contains(e.Value, srv.SecretKey) {
+				t.Errorf("the CronJob's container %s has the secret key in %s", ctr.Name, e.Name)
+			}
+		}
+		if strings.Contains(strings.Join(ctr.Args, " "), srv.SecretKey) {
+			t.Errorf("the CronJob's container %s has the secret key in its arguments", ctr.Name)
+		}
+	}
+	start := time.Now()
+	if _, err := cs.BatchV1().Jobs(ns.Name).Create(ctx, jobFromCronJob(cj, "manual-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the upload was never reported", 5*time.Minute, func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, nil
+		}
+		return meta.IsStatusConditionTrue(got.Status.Conditions, kubefarmv1.ConditionEtcdBackedUp), nil
+	})
+	snap := got.Status.Backup.LastSnapshot
+	wantObject := ns.Name + "/" + tc.Name + "/" + snap.File
+	if snap.Bucket != bucket || snap.Object != wantObject || snap.ClaimName != "" || snap.SizeBytes < 1<<10 || snap.Revision <= 0 {
+		t.Fatalf("status.backup.lastSnapshot = %+v, want object %s in bucket %s, no claim", snap, wantObject, bucket)
+	}
+	t.Logf("snapshot %s: %d bytes, revision %d, reported %.1fs after the Job was created", snap.Object, snap.SizeBytes, snap.Revision,
+		time.Since(start).Seconds())
+	if cond := meta.FindStatusCondition(got.Status.Conditions, kubefarmv1.ConditionEtcdBackedUp); !strings.Contains(cond.Message, "s3://"+bucket+"/"+wantObject) {
+		t.Errorf("EtcdBackedUp message %q does not say where the snapshot is", cond.Message)
+	}
+
+	info, err := srv.Client.StatObject(ctx, bucket, snap.Object, minio.StatObjectOptions{})
+	if err != nil || info.Size != snap.SizeBytes {
+		t.Fatalf("the object %s: size %d, %v; the status says %d bytes", snap.Object, info.Size, err, snap.SizeBytes)
+	}
+	file := filepath.Join(t.TempDir(), snap.File)
+	if err := srv.Client.FGetObject(ctx, bucket, snap.Object, file, minio.GetObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := etcdsnapshot.Verify(file, zap.NewNop())
+	if err != nil || st.Revision != snap.Revision {
+		t.Errorf("the downloaded object: revision %d, %v; want a whole snapshot of revision %d", st.Revision, err, snap.Revision)
+	}
+	if keys := srv.Keys(t, bucket); len(keys) != 1 || keys[0] != wantObject {
+		t.Errorf("bucket holds %v, want only %s", keys, wantObject)
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims(ns.Name).Get(ctx, tc.Name+"-etcd-backup", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a backup claim for an S3 target: %v", err)
+	}
+	waitEventFor(t, ctx, cs, ns.Name, tc.Name, "EtcdSnapshotTaken")
+
+	if err := c.Delete(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the TenantCluster was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
+	})
+	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
+	_ = os.Remove(file)
+}
