@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -65,18 +63,8 @@ func TestTenantBackupS3(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	small := resource.MustParse("1Gi")
-	tc := exampleTenantCluster(t)
-	tc.Namespace = ns.Name
-	tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
-	tc.Spec.APIServer.Replicas = ptr.To[int32](1)
-	tc.Spec.Etcd.Replicas = 1
-	tc.Spec.Etcd.StorageSize = &small
-	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
-	// A schedule that never fires during the test: the run is started by
-	// hand.
-	tc.Spec.Etcd.Backup = &kubefarmv1.EtcdBackup{Schedule: "0 0 1 1 *", Retain: ptr.To[int32](2),
-		S3: &kubefarmv1.EtcdBackupS3{Endpoint: srv.Endpoint, Bucket: bucket, CredentialsSecret: "s3-creds"}}
+	tc := backupTenant(t, ns.Name, kubefarmv1.EtcdBackup{
+		S3: &kubefarmv1.EtcdBackupS3{Endpoint: srv.Endpoint, Bucket: bucket, CredentialsSecret: "s3-creds"}})
 	if err := c.Create(ctx, tc); err != nil {
 		t.Fatalf("creating the TenantCluster: %v", err)
 	}

@@ -45,18 +45,7 @@ func TestTenantBackupRestore(t *testing.T) {
 
 	small := resource.MustParse("1Gi")
 	newTenant := func() *kubefarmv1.TenantCluster {
-		tc := exampleTenantCluster(t)
-		tc.Namespace = ns.Name
-		tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
-		tc.Spec.APIServer.Replicas = ptr.To[int32](1)
-		tc.Spec.Etcd.Replicas = 1
-		tc.Spec.Etcd.StorageSize = &small
-		tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
-		// A schedule that never fires during the test: the run is started
-		// by hand, as an operator would before a risky change.
-		tc.Spec.Etcd.Backup = &kubefarmv1.EtcdBackup{Schedule: "0 0 1 1 *", Retain: ptr.To[int32](2),
-			Volume: kubefarmv1.EtcdBackupVolume{Size: &small}}
-		return tc
+		return backupTenant(t, ns.Name, kubefarmv1.EtcdBackup{Volume: kubefarmv1.EtcdBackupVolume{Size: &small}})
 	}
 	tc := newTenant()
 	if err := c.Create(ctx, tc); err != nil {
@@ -184,6 +173,24 @@ func TestTenantBackupRestore(t *testing.T) {
 	})
 	_ = cs.CoreV1().PersistentVolumeClaims(ns.Name).Delete(ctx, tc.Name+"-etcd-backup", metav1.DeleteOptions{})
 	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
+}
+
+// backupTenant is the backup scenarios' tenant: one API server, one etcd
+// member on a small volume, volumes deleted with it, and backup b with a
+// schedule that never fires during a test (runs are started by hand, as an
+// operator would before a risky change) and two snapshots kept.
+func backupTenant(t *testing.T, ns string, b kubefarmv1.EtcdBackup) *kubefarmv1.TenantCluster {
+	small := resource.MustParse("1Gi")
+	tc := exampleTenantCluster(t)
+	tc.Namespace = ns
+	tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeNodePort}
+	tc.Spec.APIServer.Replicas = ptr.To[int32](1)
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.StorageSize = &small
+	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
+	b.Schedule, b.Retain = "0 0 1 1 *", ptr.To[int32](2)
+	tc.Spec.Etcd.Backup = &b
+	return tc
 }
 
 // waitEventFor waits for an Event of reason about the TenantCluster name.

@@ -26,15 +26,7 @@ import (
 // says how to build it, never a skip.
 func Binary(t testing.TB) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "etcd")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("etcd is missing from %s: run `make envtest-tools` (make test does it): %v", filepath.Dir(bin), err)
-	}
-	return bin
+	return testenv.PinnedBinary(t, "etcd")
 }
 
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago.

@@ -32,15 +32,7 @@ import (
 // is a failure that says how to build it, never a skip.
 func Binary(t testing.TB) string {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(root, "bin", "versitygw")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("versitygw is missing from %s: run `make envtest-tools` (make test does it): %v", filepath.Dir(bin), err)
-	}
-	return bin
+	return testenv.PinnedBinary(t, "versitygw")
 }
 
 // Options of Start. CertFile and KeyFile turn TLS on; CAFile is the CA

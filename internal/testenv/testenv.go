@@ -56,6 +56,22 @@ type Env struct {
 	cmExited    chan error
 }
 
+// PinnedBinary is bin/<name>, a pinned upstream binary that `make
+// envtest-tools` builds: missing is a test failure that says how to build
+// it, never a skip.
+func PinnedBinary(t testing.TB, name string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s is missing from %s: run `make envtest-tools` (make test does it): %v", name, filepath.Dir(bin), err)
+	}
+	return bin
+}
+
 // RepoRoot is the directory of the project's go.mod.
 func RepoRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
