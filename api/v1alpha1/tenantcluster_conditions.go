@@ -89,6 +89,10 @@ const (
 	// ReasonNoSnapshotYet: no run has finished since backups were
 	// configured.
 	ReasonNoSnapshotYet = "NoSnapshotYet"
+	// ReasonBackupCredentialsMissing: spec.etcd.backup.s3.credentialsSecret
+	// does not exist or lacks a key, so no run could upload; the message
+	// names the Secret and the key.
+	ReasonBackupCredentialsMissing = "BackupCredentialsMissing"
 
 	// EtcdScaling. While True the reason is the last step made
 	// (MemberAdded, MemberPromoted, LeaderMoved, MemberRemoved), what the

@@ -11,6 +11,7 @@ import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +44,54 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result
 	if err := r.apply(ctx, s.tc, cj, nil); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.observeBackups(ctx, s)
+	wasMissing := credentialsWereMissing(s.tc)
+	if err := r.observeBackups(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.checkBackupCredentials(ctx, s, wasMissing)
+}
+
+// checkBackupCredentials turns EtcdBackedUp False while the S3 credentials
+// Secret is missing or lacks a key: every run would sit in
+// CreateContainerConfigError until its deadline, which says it half an
+// hour late and only on the pod. The Secret is read uncached, its values
+// only tested for presence, never kept, logged or reported.
+func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMissing bool) error {
+	s3 := s.cluster.Backup.S3
+	if s3 == nil {
+		return nil
+	}
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
+	var msg string
+	switch {
+	case apierrors.IsNotFound(err):
+		msg = fmt.Sprintf("the S3 credentials Secret %s/%s (spec.etcd.backup.s3.credentialsSecret) does not exist", s.cluster.Namespace, s3.CredentialsSecret)
+	case err != nil:
+		return fmt.Errorf("reading the S3 credentials Secret %s: %w", s3.CredentialsSecret, err)
+	default:
+		for _, key := range []string{build.S3AccessKeyIDKey, build.S3SecretAccessKeyKey} {
+			if len(secret.Data[key]) == 0 {
+				msg = fmt.Sprintf("the S3 credentials Secret %s/%s (spec.etcd.backup.s3.credentialsSecret) has no key %s",
+					s.cluster.Namespace, s3.CredentialsSecret, key)
+				break
+			}
+		}
+	}
+	if msg != "" {
+		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonBackupCredentialsMissing, msg))
+		if !wasMissing {
+			r.Recorder.Eventf(s.tc, nil, corev1.EventTypeWarning, "EtcdBackupCredentialsMissing", "Backup", "%s", msg)
+		}
+	}
+	return nil
+}
+
+// credentialsWereMissing says EtcdBackedUp reports missing credentials: a
+// pass with them back reports the runs again instead of keeping it.
+func credentialsWereMissing(tc *v1alpha1.TenantCluster) bool {
+	c := meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp)
+	return c != nil && c.Reason == v1alpha1.ReasonBackupCredentialsMissing
 }
 
 // removeBackup deletes what backups alone needed. The claim and its
@@ -175,13 +223,13 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	}
 	run := newestFinishedRun(jobs.Items, false)
 	if run == nil {
-		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil {
+		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil || credentialsWereMissing(s.tc) {
 			r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonNoSnapshotYet,
 				fmt.Sprintf("no backup run has finished yet (schedule %q, CronJob %s)", c.Backup.Schedule, c.EtcdBackupName())))
 		}
 		return nil
 	}
-	if st.LastRunJob == run.job.Name {
+	if st.LastRunJob == run.job.Name && !credentialsWereMissing(s.tc) {
 		return nil // reported already: a Job finishes once
 	}
 	st.LastRunTime, st.LastRunJob = &metav1.Time{Time: run.finished}, run.job.Name

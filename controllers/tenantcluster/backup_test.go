@@ -32,7 +32,7 @@ import (
 // error and keeps the last snapshot; removing spec.etcd.backup deletes the
 // CronJob and the certificate and keeps the claim.
 func TestEtcdBackupReported(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	ns := newNamespace(t)
 	tc := exampleTenantCluster(t, ns)
@@ -196,6 +196,35 @@ func TestEtcdBackupReported(t *testing.T) {
 	if err := env.Client.Patch(ctx, got, patch); err != nil {
 		t.Fatal(err)
 	}
+	// Without the credentials Secret no run can upload: said at once.
+	poll(ctx, t, "EtcdBackedUp False BackupCredentialsMissing", time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		c := condition(got, v1alpha1.ConditionEtcdBackedUp)
+		return hasCondition(got, v1alpha1.ConditionEtcdBackedUp, metav1.ConditionFalse, v1alpha1.ReasonBackupCredentialsMissing) &&
+			strings.Contains(c.Message, ns+"/s3-creds") && strings.Contains(c.Message, "does not exist"), conditionsString(got), nil
+	})
+	waitTenantEvent(ctx, t, ns, got.UID, "EtcdBackupCredentialsMissing", corev1.EventTypeWarning)
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: ns}, Data: map[string][]byte{"accessKeyID": []byte("AKIA0")}}
+	if err := env.Client.Create(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	// A Secret's change does not start a pass: the next one (an event or
+	// the periodic resync) notices.
+	poll(ctx, t, "the missing key named", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		c := condition(got, v1alpha1.ConditionEtcdBackedUp)
+		return c != nil && c.Reason == v1alpha1.ReasonBackupCredentialsMissing && strings.Contains(c.Message, "has no key secretAccessKey"), conditionsString(got), nil
+	})
+	creds.Data["secretAccessKey"] = []byte("never-shown")
+	if err := env.Client.Update(ctx, creds); err != nil {
+		t.Fatal(err)
+	}
 	poll(ctx, t, "the CronJob of the S3 target", time.Minute, func(ctx context.Context) (bool, string, error) {
 		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, cj)
 		ctr := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
@@ -204,7 +233,7 @@ func TestEtcdBackupReported(t *testing.T) {
 	takenS3 := taken.Add(24 * time.Hour)
 	run("bk-etcd-backup-3", true, fmt.Sprintf(`{"file":"bk-20261125T031502Z.db","size":2130000,"revision":500,"time":%q,"kept":2,"deleted":[],`+
 		`"bucket":"etcd-backups","object":"%s/bk/bk-20261125T031502Z.db"}`, takenS3.Format(time.RFC3339), ns))
-	poll(ctx, t, "the S3 snapshot reported", time.Minute, func(ctx context.Context) (bool, string, error) {
+	poll(ctx, t, "the S3 snapshot reported", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
 		var err error
 		got, err = getTC(ctx, key)
 		if err != nil {
