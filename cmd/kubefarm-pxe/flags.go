@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -193,6 +194,12 @@ func trimCached(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *kubefarmv1.Machine:
 		trimMeta(&o.ObjectMeta)
+		// The strings most Machines share, once: each decoded object
+		// otherwise holds its own copy of its namespace, pool, cluster,
+		// image, kind and API version.
+		o.Namespace, o.Kind, o.APIVersion = cachedStrings.of(o.Namespace), cachedStrings.of(o.Kind), cachedStrings.of(o.APIVersion)
+		o.Spec.Pool, o.Spec.Cluster = cachedStrings.of(o.Spec.Pool), cachedStrings.of(o.Spec.Cluster)
+		o.Spec.DesiredImage = cachedStrings.of(o.Spec.DesiredImage)
 		o.Spec.Power = nil
 		o.Status.History = nil
 		if r := o.Status.Rollout; r != nil {
@@ -203,6 +210,29 @@ func trimCached(obj any) (any, error) {
 		o.Spec.Machines = nil
 	}
 	return obj, nil
+}
+
+// cachedStrings are the shared copies of trimCached.
+var cachedStrings = &stringSet{m: map[string]string{}}
+
+// stringSet hands out one copy of each string it is given. It only grows:
+// it holds namespace, pool, cluster and image names, a few per pool.
+type stringSet struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (s *stringSet) of(v string) string {
+	if v == "" {
+		return v
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.m[v]; ok {
+		return c
+	}
+	s.m[v] = v
+	return v
 }
 
 func trimMeta(m *metav1.ObjectMeta) {

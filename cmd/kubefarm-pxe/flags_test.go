@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -346,5 +348,36 @@ func TestTrimmedMachineWritesTheSamePatch(t *testing.T) {
 	}
 	if a, b := patchOf(full), patchOf(trimmed); a != b {
 		t.Errorf("the boot report's patch differs when computed from the cached copy:\nwhole:   %s\ntrimmed: %s", a, b)
+	}
+}
+
+// TestCachedMachinesShareStrings: two Machines of one pool, decoded apart,
+// hold one copy of their namespace, pool, cluster and image once cached.
+func TestCachedMachinesShareStrings(t *testing.T) {
+	var o options
+	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform
+	decode := func(name string) *kubefarmv1.Machine {
+		t.Helper()
+		var m kubefarmv1.Machine
+		raw := `{"kind":"Machine","apiVersion":"kubefarm.io/v1alpha1","metadata":{"namespace":"tenant-1","name":"` + name + `"},` +
+			`"spec":{"pool":"workers","cluster":"c1","hostname":"` + name + `","macs":["02:00:00:00:00:01"],"ip":"10.0.0.1","desiredImage":"img-1"}}`
+		if err := json.Unmarshal([]byte(raw), &m); err != nil {
+			t.Fatal(err)
+		}
+		out, err := trim(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.(*kubefarmv1.Machine)
+	}
+	a, b := decode("m1"), decode("m2")
+	for _, s := range [][2]string{{a.Namespace, b.Namespace}, {a.Spec.Pool, b.Spec.Pool}, {a.Spec.Cluster, b.Spec.Cluster},
+		{a.Spec.DesiredImage, b.Spec.DesiredImage}, {a.Kind, b.Kind}, {a.APIVersion, b.APIVersion}} {
+		if s[0] != s[1] || unsafe.StringData(s[0]) != unsafe.StringData(s[1]) {
+			t.Errorf("%q: two copies", s[0])
+		}
+	}
+	if a.Name == b.Name || a.Spec.Hostname != "m1" {
+		t.Errorf("names mixed up: %s %s", a.Name, b.Spec.Hostname)
 	}
 }
