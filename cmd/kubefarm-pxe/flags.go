@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -172,6 +173,20 @@ func (o *options) cacheOptions(scheme *k8sruntime.Scheme) cache.Options {
 // the Machines this server reads instead (250 per pool, copied whenever a
 // pool is read from the cache). No Machine or NodePool is ever written back
 // from the cache: their status is patched.
+//
+// Of a Machine's spec and status it drops what only kubefarm-manager reads:
+// spec.power (the rollout controller's power driver), status.history (up
+// to ten finished updates, each with an image digest and a message) and,
+// of status.rollout, everything but the phase and the previous boot ID the
+// heartbeat's reboot signal compares (rebootRequested in pxe/httpboot). The
+// two status writes stay whole: the boot report's merge patch is the
+// difference between the cached Machine and a copy of it with lastBoot and
+// conditions set, so a field trimmed from both is in neither the patch nor
+// its null of removal, and the RebootRequired apply carries one condition.
+// That is also why status.lastBoot and every condition are kept whole: the
+// patch replaces the conditions list with the cached one plus the boot's, so
+// a condition missing here would be deleted on the server.
+// TestTrimmedMachineWritesTheSamePatch holds the two to it.
 func trimCached(obj any) (any, error) {
 	if o, ok := obj.(metav1.Object); ok {
 		o.SetManagedFields(nil)
@@ -179,11 +194,45 @@ func trimCached(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *kubefarmv1.Machine:
 		trimMeta(&o.ObjectMeta)
+		// The strings most Machines share, once: each decoded object
+		// otherwise holds its own copy of its namespace, pool, cluster,
+		// image, kind and API version.
+		o.Namespace, o.Kind, o.APIVersion = cachedStrings.of(o.Namespace), cachedStrings.of(o.Kind), cachedStrings.of(o.APIVersion)
+		o.Spec.Pool, o.Spec.Cluster = cachedStrings.of(o.Spec.Pool), cachedStrings.of(o.Spec.Cluster)
+		o.Spec.DesiredImage = cachedStrings.of(o.Spec.DesiredImage)
+		o.Spec.Power = nil
+		o.Status.History = nil
+		if r := o.Status.Rollout; r != nil {
+			*r = kubefarmv1.MachineRollout{Phase: r.Phase, PreviousBootID: r.PreviousBootID}
+		}
 	case *kubefarmv1.NodePool:
 		trimMeta(&o.ObjectMeta)
 		o.Spec.Machines = nil
 	}
 	return obj, nil
+}
+
+// cachedStrings are the shared copies of trimCached.
+var cachedStrings = &stringSet{m: map[string]string{}}
+
+// stringSet hands out one copy of each string it is given. It only grows:
+// it holds namespace, pool, cluster and image names, a few per pool.
+type stringSet struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+func (s *stringSet) of(v string) string {
+	if v == "" {
+		return v
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.m[v]; ok {
+		return c
+	}
+	s.m[v] = v
+	return v
 }
 
 func trimMeta(m *metav1.ObjectMeta) {

@@ -29,20 +29,18 @@ func ipKeyOf(ip net.IP) (ipKey, bool) {
 }
 
 // Table is the lease index: MAC -> lease and IP -> lease, plus machine -> its
-// MACs and IPs so that a machine's leases are replaced or removed as a whole.
-// Safe for concurrent use.
+// leases so that a machine's leases are replaced or removed as a whole (its
+// MACs and IPs are the leases'). Safe for concurrent use.
 type Table struct {
 	mu        sync.RWMutex
 	byMAC     map[macKey]*Lease
 	byIP      map[ipKey]*Lease
-	byMachine map[string][]macKey
-	ipsOf     map[string][]ipKey
+	byMachine map[string][]*Lease
 }
 
 // NewTable returns an empty table.
 func NewTable() *Table {
-	return &Table{byMAC: map[macKey]*Lease{}, byIP: map[ipKey]*Lease{},
-		byMachine: map[string][]macKey{}, ipsOf: map[string][]ipKey{}}
+	return &Table{byMAC: map[macKey]*Lease{}, byIP: map[ipKey]*Lease{}, byMachine: map[string][]*Lease{}}
 }
 
 // LookupIP returns a lease of the machine that holds a static IP (of its
@@ -86,47 +84,41 @@ func (t *Table) Upsert(machine string, leases []Lease) {
 		t.Delete(machine)
 		return
 	}
-	keys := make([]macKey, 0, len(leases))
 	stored := make([]*Lease, 0, len(leases))
 	for i := range leases {
-		k, ok := keyOf(leases[i].MAC)
-		if !ok {
+		if _, ok := keyOf(leases[i].MAC); !ok {
 			continue
 		}
 		l := leases[i] // copy: the table owns its leases
 		l.Machine = machine
-		keys = append(keys, k)
 		stored = append(stored, &l)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.removeLocked(machine)
-	for i, k := range keys {
+	for _, l := range stored {
+		k, _ := keyOf(l.MAC)
 		if prev, ok := t.byMAC[k]; ok && prev.Machine != machine {
 			t.dropKeyLocked(prev.Machine, k)
 		}
-		t.byMAC[k] = stored[i]
+		t.byMAC[k] = l
 	}
-	if len(keys) > 0 {
-		t.byMachine[machine] = keys
+	if len(stored) > 0 {
+		t.byMachine[machine] = stored
 	}
-	var ips []ipKey
-	for _, l := range stored {
+	for i, l := range stored {
 		k, ok := ipKeyOf(l.IP)
-		if !ok || containsIP(ips, k) {
+		if !ok || hasIP(stored[:i], k) {
 			continue
 		}
-		ips = append(ips, k)
 		t.byIP[k] = l
-	}
-	if len(ips) > 0 {
-		t.ipsOf[machine] = ips
 	}
 }
 
-func containsIP(ips []ipKey, k ipKey) bool {
-	for _, o := range ips {
-		if o == k {
+// hasIP says whether one of leases has the IP k.
+func hasIP(leases []*Lease, k ipKey) bool {
+	for _, l := range leases {
+		if o, ok := ipKeyOf(l.IP); ok && o == k {
 			return true
 		}
 	}
@@ -151,58 +143,63 @@ func (t *Table) Len() int {
 func (t *Table) MachineMACs(machine string) []net.HardwareAddr {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	keys := t.byMachine[machine]
-	out := make([]net.HardwareAddr, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, net.HardwareAddr(append([]byte(nil), k[:]...)))
+	held := t.byMachine[machine]
+	out := make([]net.HardwareAddr, 0, len(held))
+	for _, l := range held {
+		out = append(out, net.HardwareAddr(append([]byte(nil), l.MAC...)))
 	}
 	return out
 }
 
 func (t *Table) removeLocked(machine string) {
-	for _, k := range t.byMachine[machine] {
+	held := t.byMachine[machine]
+	for _, l := range held {
 		// Only remove keys still owned by this machine: another machine
 		// may have taken the MAC over since.
-		if l, ok := t.byMAC[k]; ok && l.Machine == machine {
+		k, _ := keyOf(l.MAC)
+		if cur, ok := t.byMAC[k]; ok && cur.Machine == machine {
 			delete(t.byMAC, k)
 		}
 	}
 	delete(t.byMachine, machine)
-	t.dropIPsLocked(machine)
+	t.dropIPsLocked(machine, held)
 }
 
-// dropIPsLocked removes the IP entries machine still owns.
-func (t *Table) dropIPsLocked(machine string) {
-	for _, k := range t.ipsOf[machine] {
-		if l, ok := t.byIP[k]; ok && l.Machine == machine {
-			delete(t.byIP, k)
+// dropIPsLocked removes the IP entries of held, the leases machine had,
+// that machine still owns.
+func (t *Table) dropIPsLocked(machine string, held []*Lease) {
+	for _, l := range held {
+		if k, ok := ipKeyOf(l.IP); ok {
+			if cur, ok := t.byIP[k]; ok && cur.Machine == machine {
+				delete(t.byIP, k)
+			}
 		}
 	}
-	delete(t.ipsOf, machine)
 }
 
 // dropKeyLocked forgets that owner holds k, after another machine took it.
 func (t *Table) dropKeyLocked(owner string, k macKey) {
-	keys := t.byMachine[owner]
-	for i, o := range keys {
-		if o == k {
-			keys = append(keys[:i:i], keys[i+1:]...)
+	held := t.byMachine[owner]
+	var moved *Lease
+	rest := held
+	for i, l := range held {
+		if o, _ := keyOf(l.MAC); o == k {
+			moved = l
+			rest = append(held[:i:i], held[i+1:]...)
 			break
 		}
 	}
-	if len(keys) == 0 {
+	if len(rest) == 0 {
 		delete(t.byMachine, owner)
-		t.dropIPsLocked(owner)
+		t.dropIPsLocked(owner, held)
 		return
 	}
-	t.byMachine[owner] = keys
+	t.byMachine[owner] = rest
 	// The IP entries may point at the lease of the MAC that moved: point
 	// them at a lease the owner still has.
-	for _, ik := range t.ipsOf[owner] {
-		if l, ok := t.byIP[ik]; ok && l.Machine == owner && l.MAC != nil {
-			if mk, _ := keyOf(l.MAC); mk == k {
-				t.byIP[ik] = t.byMAC[keys[0]]
-			}
+	for _, l := range held {
+		if ik, ok := ipKeyOf(l.IP); ok && t.byIP[ik] == moved && moved != nil {
+			t.byIP[ik] = rest[0]
 		}
 	}
 }
