@@ -6,8 +6,8 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"sync"
 	"time"
+	"unique"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -197,9 +197,9 @@ func trimCached(obj any) (any, error) {
 		// The strings most Machines share, once: each decoded object
 		// otherwise holds its own copy of its namespace, pool, cluster,
 		// image, kind and API version.
-		o.Namespace, o.Kind, o.APIVersion = cachedStrings.of(o.Namespace), cachedStrings.of(o.Kind), cachedStrings.of(o.APIVersion)
-		o.Spec.Pool, o.Spec.Cluster = cachedStrings.of(o.Spec.Pool), cachedStrings.of(o.Spec.Cluster)
-		o.Spec.DesiredImage = cachedStrings.of(o.Spec.DesiredImage)
+		o.Namespace, o.Kind, o.APIVersion = shared(o.Namespace), shared(o.Kind), shared(o.APIVersion)
+		o.Spec.Pool, o.Spec.Cluster = shared(o.Spec.Pool), shared(o.Spec.Cluster)
+		o.Spec.DesiredImage = shared(o.Spec.DesiredImage)
 		o.Spec.Power = nil
 		o.Status.History = nil
 		if r := o.Status.Rollout; r != nil {
@@ -212,27 +212,14 @@ func trimCached(obj any) (any, error) {
 	return obj, nil
 }
 
-// cachedStrings are the shared copies of trimCached.
-var cachedStrings = &stringSet{m: map[string]string{}}
-
-// stringSet hands out one copy of each string it is given. It only grows:
-// it holds namespace, pool, cluster and image names, a few per pool.
-type stringSet struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (s *stringSet) of(v string) string {
+// shared returns one canonical copy of v (unique.Make: the copies are
+// dropped once no Machine holds them, so images of past rollouts do not
+// accumulate).
+func shared(v string) string {
 	if v == "" {
 		return v
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if c, ok := s.m[v]; ok {
-		return c
-	}
-	s.m[v] = v
-	return v
+	return unique.Make(v).Value()
 }
 
 func trimMeta(m *metav1.ObjectMeta) {
