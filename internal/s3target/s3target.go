@@ -26,6 +26,10 @@ var (
 	// length and ".." are checked apart).
 	bucketRE = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`)
 	regionRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	// dottedQuadRE is what S3 takes for an IP address in a bucket name:
+	// four groups of digits, leading zeros included ("00.00.0.0"), which
+	// net.ParseIP would not call an address.
+	dottedQuadRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$`)
 	// prefixRE is the alphabet of a prefix: object keys S3 and every
 	// compatible server take as they are, without escaping.
 	prefixRE = regexp.MustCompile(`^[A-Za-z0-9._/-]*$`)
@@ -72,7 +76,7 @@ func ValidateEndpoint(s string) error {
 
 // ValidateBucket applies S3's bucket naming rules: 3 to 63 characters,
 // lowercase letters, digits, '.' and '-', starting and ending with a letter
-// or digit, no "..", and not an IP address.
+// or digit, no "..", no '-' beside a '.', and not an IP address.
 func ValidateBucket(b string) error {
 	switch {
 	case len(b) < 3 || len(b) > 63:
@@ -81,7 +85,9 @@ func ValidateBucket(b string) error {
 		return fmt.Errorf("%q: use lowercase letters, digits, '.' and '-', starting and ending with a letter or digit", b)
 	case strings.Contains(b, ".."):
 		return fmt.Errorf("%q: two dots in a row", b)
-	case net.ParseIP(b) != nil:
+	case strings.Contains(b, ".-") || strings.Contains(b, "-."):
+		return fmt.Errorf("%q: a '-' next to a '.' (each label must start and end with a letter or digit)", b)
+	case net.ParseIP(b) != nil || dottedQuadRE.MatchString(b):
 		return fmt.Errorf("%q: a bucket name is not an IP address", b)
 	}
 	return nil

@@ -49,6 +49,10 @@ func TestValidateBucket(t *testing.T) {
 		{"backups.", "starting and ending"},
 		{"a..b", "two dots"},
 		{"192.168.1.1", "IP address"},
+		{"00.00.0.0", "IP address"},
+		{"a.-b", "next to a '.'"},
+		{"a-.b", "next to a '.'"},
+		{"1.2.3.4.5", ""},
 	} {
 		check(t, "ValidateBucket", tc.in, ValidateBucket(tc.in), tc.wantErr)
 	}
