@@ -162,5 +162,25 @@ func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *build.Cluste
 	if !rolledOut(d) {
 		return false, "waiting until every API server uses etcd member 0 only (rollout in progress)"
 	}
+	// A rolled-out Deployment does not count its terminating pods, and a
+	// terminating API server still serves the requests on its open
+	// connections, with its own connections to the other members: removing
+	// one of those resets a tenant's request (CI saw it). So every pod,
+	// terminating ones included, must be of the new template. Read
+	// uncached: only while a change waits here.
+	if d.Spec.Selector == nil {
+		return false, "the API server Deployment has no selector"
+	}
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+		return false, "listing the API server pods: " + err.Error()
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		j := slices.IndexFunc(p.Spec.Containers, func(ctr corev1.Container) bool { return ctr.Name == build.ComponentAPIServer })
+		if j < 0 || !slices.Contains(p.Spec.Containers[j].Args, want) {
+			return false, fmt.Sprintf("waiting until API server pod %s, which may still use the other etcd members, is gone", p.Name)
+		}
+	}
 	return true, ""
 }
