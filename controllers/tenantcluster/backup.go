@@ -54,15 +54,17 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result
 // checkBackupCredentials turns EtcdBackedUp False while the S3 credentials
 // Secret is missing or lacks a key: every run would sit in
 // CreateContainerConfigError until its deadline, which says it half an
-// hour late and only on the pod. The Secret is read uncached, its values
-// only tested for presence, never kept, logged or reported.
+// hour late and only on the pod. The Secret comes from the cache (the
+// controller watches Secrets, and a change of this one starts a pass, see
+// tenantsOfCredentials); its values are only tested for presence, never
+// kept, logged or reported.
 func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMissing bool) error {
 	s3 := s.cluster.Backup.S3
 	if s3 == nil {
 		return nil
 	}
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
 	var msg string
 	switch {
 	case apierrors.IsNotFound(err):
@@ -209,11 +211,12 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	if good != nil && (st.LastSnapshot == nil || st.LastSnapshot.Job != good.job.Name) {
 		var res snapshotResult
 		if res, goodErr = r.runResult(ctx, good); goodErr == nil && res.Error == "" {
-			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: c.Backup.ClaimName, Bucket: res.Bucket, Object: res.Object,
-				File: res.File, SizeBytes: res.Size, Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
+			claim := c.Backup.ClaimName
 			if res.Bucket != "" {
-				st.LastSnapshot.ClaimName = "" // a run of the S3 target: the file was only staged
+				claim = "" // a run of the S3 target: the file was only staged
 			}
+			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: claim, Bucket: res.Bucket, Object: res.Object,
+				File: res.File, SizeBytes: res.Size, Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
 		} else if goodErr == nil {
 			goodErr = errors.New(res.Error)
 		}

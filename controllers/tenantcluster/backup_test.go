@@ -211,9 +211,8 @@ func TestEtcdBackupReported(t *testing.T) {
 	if err := env.Client.Create(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	// A Secret's change does not start a pass: the next one (an event or
-	// the periodic resync) notices.
-	poll(ctx, t, "the missing key named", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
+	// The Secret's events start a pass of the tenants that name it.
+	poll(ctx, t, "the missing key named", 30*time.Second, func(ctx context.Context) (bool, string, error) {
 		got, err := getTC(ctx, key)
 		if err != nil {
 			return false, "", err
@@ -225,7 +224,7 @@ func TestEtcdBackupReported(t *testing.T) {
 	if err := env.Client.Update(ctx, creds); err != nil {
 		t.Fatal(err)
 	}
-	poll(ctx, t, "the CronJob of the S3 target", time.Minute, func(ctx context.Context) (bool, string, error) {
+	poll(ctx, t, "the CronJob of the S3 target", 30*time.Second, func(ctx context.Context) (bool, string, error) {
 		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, cj)
 		ctr := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
 		return err == nil && slices.Contains(ctr.Args, "--s3-bucket=etcd-backups") && len(ctr.Env) == 2, strings.Join(ctr.Args, " "), err

@@ -128,6 +128,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		_, keys := o.GetAnnotations()[build.AnnotationEncryptionWriteKey]
 		return pki || keys
 	})
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupCredentialsIndex, backupCredentialsOf); err != nil {
+		return fmt.Errorf("indexing TenantClusters by %s: %w", backupCredentialsIndex, err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TenantCluster{}).
 		Owns(&cmapi.Certificate{}).
@@ -136,11 +139,42 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret)).
+		// The S3 credentials Secret is the operator's: created, fixed or
+		// removed after the TenantCluster, it decides EtcdBackedUp at once.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfCredentials)).
 		// The backup runs are owned by the CronJob, not the TenantCluster.
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(predicate.NewPredicateFuncs(isBackupJob))).
 		Owns(&batchv1.CronJob{}).
 		Named("tenantcluster").
 		Complete(r)
+}
+
+// backupCredentialsIndex indexes TenantClusters by the S3 credentials
+// Secret their backups name, so that a Secret's event wakes exactly the
+// tenants that use it, from the cache.
+const backupCredentialsIndex = "spec.etcd.backup.s3.credentialsSecret"
+
+func backupCredentialsOf(o client.Object) []string {
+	b := o.(*v1alpha1.TenantCluster).Spec.Etcd.Backup
+	if b == nil || b.S3 == nil || b.S3.CredentialsSecret == "" {
+		return nil
+	}
+	return []string{b.S3.CredentialsSecret}
+}
+
+// tenantsOfCredentials maps a Secret to the TenantClusters of its
+// namespace whose backups read it.
+func (r *Reconciler) tenantsOfCredentials(ctx context.Context, o client.Object) []reconcile.Request {
+	list := &v1alpha1.TenantClusterList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{backupCredentialsIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the TenantClusters whose backups use a Secret", "secret", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, tc := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&tc)})
+	}
+	return reqs
 }
 
 func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
