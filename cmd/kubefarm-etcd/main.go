@@ -31,6 +31,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
+	"github.com/kubefarm/kubefarm/internal/s3target"
 )
 
 const usage = `kubefarm-etcd backs up and restores the etcd of a kubefarm tenant control plane.
@@ -105,7 +106,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, g
 			"3 to 63 lowercase letters, digits, '.' and '-'. The snapshot is first saved in --dir as without it, then "+
 			"uploaded (Content-MD5 checked by the server), its size checked, and retention applied in the bucket, which "+
 			"the result's kept and deleted then describe. Credentials come only from the environment: $"+
-			etcdsnapshot.EnvAccessKeyID+" and $"+etcdsnapshot.EnvSecretAccessKey+" (required), $"+etcdsnapshot.EnvSessionToken+
+			s3target.EnvAccessKeyID+" and $"+s3target.EnvSecretAccessKey+" (required), $"+s3target.EnvSessionToken+
 			" (optional); they are never logged")
 	fs.StringVar(&o.S3.Endpoint, "s3-endpoint", "",
 		"S3 endpoint, https://host[:port] or http://host[:port] and nothing after it (required with --s3-bucket); "+
@@ -125,9 +126,9 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		return code
 	}
 	o.S3.Credentials = etcdsnapshot.S3Credentials{
-		AccessKeyID:     getenv(etcdsnapshot.EnvAccessKeyID),
-		SecretAccessKey: getenv(etcdsnapshot.EnvSecretAccessKey),
-		SessionToken:    getenv(etcdsnapshot.EnvSessionToken),
+		AccessKeyID:     getenv(s3target.EnvAccessKeyID),
+		SecretAccessKey: getenv(s3target.EnvSecretAccessKey),
+		SessionToken:    getenv(s3target.EnvSessionToken),
 	}
 	var err error
 	if o.Endpoints, err = etcdsnapshot.ParseEndpoints(endpoints); err != nil {

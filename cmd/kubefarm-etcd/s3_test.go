@@ -23,6 +23,7 @@ import (
 
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
 	"github.com/kubefarm/kubefarm/internal/etcdtest"
+	"github.com/kubefarm/kubefarm/internal/s3target"
 	"github.com/kubefarm/kubefarm/internal/s3test"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -103,7 +104,7 @@ func TestSnapshotS3(t *testing.T) {
 	)
 	srv := s3test.Start(t, s3test.Options{})
 	srv.MakeBucket(t, bucket)
-	creds := []string{etcdsnapshot.EnvAccessKeyID + "=" + srv.AccessKey, etcdsnapshot.EnvSecretAccessKey + "=" + srv.SecretKey}
+	creds := []string{s3target.EnvAccessKeyID + "=" + srv.AccessKey, s3target.EnvSecretAccessKey + "=" + srv.SecretKey}
 
 	old := func(day int) string { return fmt.Sprintf("%s-202001%02dT000000Z.db", prefix, day) }
 	for _, name := range []string{old(1), old(2), old(3)} {
@@ -203,7 +204,7 @@ func TestSnapshotS3(t *testing.T) {
 		before := srv.Keys(t, bucket)
 		wrong := "wrong-" + srv.SecretKey[:16]
 		dir, tlog := t.TempDir(), newTlog()
-		env := []string{etcdsnapshot.EnvAccessKeyID + "=" + srv.AccessKey, etcdsnapshot.EnvSecretAccessKey + "=" + wrong}
+		env := []string{s3target.EnvAccessKeyID + "=" + srv.AccessKey, s3target.EnvSecretAccessKey + "=" + wrong}
 		r := runTool(t, bin, env, snapArgs(dir, tlog, "--s3-bucket", bucket, "--s3-endpoint", srv.Endpoint, "--s3-prefix", s3Prefix)...)
 		if r.code != exitFailed {
 			t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", r.code, exitFailed, r.stdout, r.stderr)
@@ -223,7 +224,7 @@ func TestSnapshotS3(t *testing.T) {
 		// and is not printed either.
 		const token = "session-token-that-must-not-print"
 		dir, tlog = t.TempDir(), newTlog()
-		r = runTool(t, bin, append(creds, etcdsnapshot.EnvSessionToken+"="+token),
+		r = runTool(t, bin, append(creds, s3target.EnvSessionToken+"="+token),
 			snapArgs(dir, tlog, "--s3-bucket", bucket, "--s3-endpoint", srv.Endpoint, "--s3-prefix", s3Prefix)...)
 		t.Logf("result with a session token: %s", r.stdout)
 		if r.code != exitFailed || !bytes.Contains(r.stdout, []byte("uploading to s3://")) {
@@ -240,7 +241,7 @@ func TestSnapshotS3(t *testing.T) {
 
 	t.Run("no credentials", func(t *testing.T) {
 		dir, tlog := t.TempDir(), newTlog()
-		r := runTool(t, bin, []string{etcdsnapshot.EnvSecretAccessKey + "=" + srv.SecretKey},
+		r := runTool(t, bin, []string{s3target.EnvSecretAccessKey + "=" + srv.SecretKey},
 			snapArgs(dir, tlog, "--s3-bucket", bucket, "--s3-endpoint", srv.Endpoint)...)
 		if r.code != exitFailed || !bytes.Contains(r.stdout, []byte("$AWS_ACCESS_KEY_ID is required")) {
 			t.Errorf("exit %d, %s; want %d and an error naming $AWS_ACCESS_KEY_ID", r.code, r.stdout, exitFailed)
@@ -349,7 +350,7 @@ func TestSnapshotS3(t *testing.T) {
 	t.Run("TLS", func(t *testing.T) {
 		tsrv := s3test.Start(t, s3test.Options{CertFile: p.ServerCert, KeyFile: p.ServerKey, CAFile: p.CA})
 		tsrv.MakeBucket(t, bucket)
-		tcreds := []string{etcdsnapshot.EnvAccessKeyID + "=" + tsrv.AccessKey, etcdsnapshot.EnvSecretAccessKey + "=" + tsrv.SecretKey}
+		tcreds := []string{s3target.EnvAccessKeyID + "=" + tsrv.AccessKey, s3target.EnvSecretAccessKey + "=" + tsrv.SecretKey}
 
 		dir, tlog := t.TempDir(), newTlog()
 		r := runTool(t, bin, tcreds, snapArgs(dir, tlog, "--s3-bucket", bucket, "--s3-endpoint", tsrv.Endpoint, "--s3-ca-file", p.CA)...)

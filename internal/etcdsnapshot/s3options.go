@@ -8,14 +8,6 @@ import (
 	"github.com/kubefarm/kubefarm/internal/s3target"
 )
 
-// The environment variables the S3 credentials come from, and only from:
-// never a flag, which the pod spec, ps and the CronJob's object would show.
-const (
-	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
-	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
-	EnvSessionToken    = "AWS_SESSION_TOKEN"
-)
-
 // S3Options are the --s3-* flags of `kubefarm-etcd snapshot` and the
 // credentials from the environment. The zero value uploads nothing.
 type S3Options struct {
@@ -30,8 +22,8 @@ type S3Options struct {
 	// CAFile is a PEM bundle the endpoint's certificate is checked
 	// against instead of the system roots (https only).
 	CAFile string
-	// Credentials are read from EnvAccessKeyID, EnvSecretAccessKey and
-	// EnvSessionToken.
+	// Credentials are read from s3target.EnvAccessKeyID,
+	// EnvSecretAccessKey and EnvSessionToken.
 	Credentials S3Credentials
 }
 
@@ -89,10 +81,10 @@ func (o S3Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--s3-ca-file is set but --s3-endpoint %s is not https", o.Endpoint))
 	}
 	if o.Credentials.AccessKeyID == "" {
-		errs = append(errs, fmt.Errorf("$%s is required with --s3-bucket (credentials come from the environment only)", EnvAccessKeyID))
+		errs = append(errs, fmt.Errorf("$%s is required with --s3-bucket (credentials come from the environment only)", s3target.EnvAccessKeyID))
 	}
 	if o.Credentials.SecretAccessKey == "" {
-		errs = append(errs, fmt.Errorf("$%s is required with --s3-bucket (credentials come from the environment only)", EnvSecretAccessKey))
+		errs = append(errs, fmt.Errorf("$%s is required with --s3-bucket (credentials come from the environment only)", s3target.EnvSecretAccessKey))
 	}
 	return errors.Join(errs...)
 }

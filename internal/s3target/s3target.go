@@ -16,6 +16,16 @@ import (
 	"strings"
 )
 
+// The environment variables kubefarm-etcd reads the S3 credentials from,
+// and only from (the AWS SDKs' names): never a flag, which the pod spec, ps
+// and the CronJob's object would show. The backup CronJob sets the first two
+// from the credentials Secret.
+const (
+	EnvAccessKeyID     = "AWS_ACCESS_KEY_ID"
+	EnvSecretAccessKey = "AWS_SECRET_ACCESS_KEY"
+	EnvSessionToken    = "AWS_SESSION_TOKEN"
+)
+
 // MaxPrefix bounds a key prefix: with the longest snapshot name after it
 // the object key stays far below S3's 1024 bytes.
 const MaxPrefix = 256

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -83,14 +82,13 @@ type BackupS3 struct {
 	CredentialsSecret, CAConfigMap   string
 }
 
-// The S3 credentials' keys in spec.etcd.backup.s3.credentialsSecret, and the
-// environment variables the tool reads them from (the AWS SDKs' names).
+// The S3 credentials' keys in spec.etcd.backup.s3.credentialsSecret; the
+// run gets them in the environment variables of s3target, which the tool
+// reads.
 const (
 	S3AccessKeyIDKey     = "accessKeyID"
 	S3SecretAccessKeyKey = "secretAccessKey"
 	S3CAKey              = "ca.crt"
-	envS3AccessKeyID     = "AWS_ACCESS_KEY_ID"
-	envS3SecretAccessKey = "AWS_SECRET_ACCESS_KEY"
 	s3CAMount            = "/etc/kubefarm/s3-ca"
 	volumeS3CA           = "s3-ca"
 )
@@ -140,9 +138,7 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 			errs = append(errs, field.Invalid(fp.Child("volume", "size"), out.Size.String(), "must be positive"))
 		}
 	} else {
-		for _, msg := range validation.IsDNS1123Subdomain(out.ClaimName) {
-			errs = append(errs, field.Invalid(fp.Child("volume", "claimName"), out.ClaimName, msg))
-		}
+		errs = append(errs, objectName(fp.Child("volume", "claimName"), out.ClaimName)...)
 	}
 	c.Backup = out
 	return errs
@@ -153,9 +149,8 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 // and fills the default prefix.
 func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*BackupS3, field.ErrorList) {
 	var errs field.ErrorList
-	out := &BackupS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: s3.Prefix, Region: s3.Region,
-		CredentialsSecret: s3.CredentialsSecret, CAConfigMap: s3.CAConfigMap}
-	out.Prefix = etcdBackupS3Prefix(c.Namespace, c.Name, s3)
+	out := &BackupS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: etcdBackupS3Prefix(c.Namespace, c.Name, s3),
+		Region: s3.Region, CredentialsSecret: s3.CredentialsSecret, CAConfigMap: s3.CAConfigMap}
 	if err := s3target.ValidateEndpoint(out.Endpoint); err != nil {
 		shown := out.Endpoint
 		if strings.Contains(shown, "@") {
@@ -174,13 +169,9 @@ func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*B
 	if err := s3target.ValidateRegion(out.Region); err != nil {
 		errs = append(errs, field.Invalid(fp.Child("region"), out.Region, err.Error()))
 	}
-	for _, ref := range []struct{ name, value string }{{"credentialsSecret", out.CredentialsSecret}, {"caConfigMap", out.CAConfigMap}} {
-		if ref.value == "" && ref.name == "caConfigMap" {
-			continue
-		}
-		for _, msg := range validation.IsDNS1123Subdomain(ref.value) {
-			errs = append(errs, field.Invalid(fp.Child(ref.name), ref.value, msg))
-		}
+	errs = append(errs, objectName(fp.Child("credentialsSecret"), out.CredentialsSecret)...)
+	if out.CAConfigMap != "" { // optional: without it, the system roots
+		errs = append(errs, objectName(fp.Child("caConfigMap"), out.CAConfigMap)...)
 	}
 	return out, errs
 }
@@ -191,9 +182,7 @@ func (c *Cluster) resolveRestore(r *v1alpha1.EtcdRestoreSource, fp *field.Path) 
 		return nil
 	}
 	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(r.ClaimName) {
-		errs = append(errs, field.Invalid(fp.Child("claimName"), r.ClaimName, msg))
-	}
+	errs = append(errs, objectName(fp.Child("claimName"), r.ClaimName)...)
 	if !validSnapshotName(r.Snapshot) {
 		errs = append(errs, field.Invalid(fp.Child("snapshot"), r.Snapshot,
 			"must be a file name in the claim's top directory ending in .db, such as <tenant>-20261124T030000Z.db"))
@@ -307,8 +296,8 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 			args = append(args, "--s3-region="+s3.Region)
 		}
 		env = []corev1.EnvVar{
-			envFromSecret(envS3AccessKeyID, s3.CredentialsSecret, S3AccessKeyIDKey),
-			envFromSecret(envS3SecretAccessKey, s3.CredentialsSecret, S3SecretAccessKeyKey),
+			envFromSecret(s3target.EnvAccessKeyID, s3.CredentialsSecret, S3AccessKeyIDKey),
+			envFromSecret(s3target.EnvSecretAccessKey, s3.CredentialsSecret, S3SecretAccessKeyKey),
 		}
 		if s3.CAConfigMap != "" {
 			args = append(args, "--s3-ca-file="+path.Join(s3CAMount, S3CAKey))

@@ -413,3 +413,13 @@ func cloneStringPtr(p *string) *string {
 	}
 	return ptrTo(*p)
 }
+
+// objectName refuses value at fp unless it can name a Kubernetes object
+// (a DNS-1123 subdomain), with one error per broken rule.
+func objectName(fp *field.Path, value string) field.ErrorList {
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(value) {
+		errs = append(errs, field.Invalid(fp, value, msg))
+	}
+	return errs
+}

@@ -57,9 +57,7 @@ func resolvePlacement(c *Cluster, spec *v1alpha1.TenantClusterSpec, sp *field.Pa
 	}
 	errs = append(errs, metav1validation.ValidateLabels(pl.NodeSelector, pp.Child("nodeSelector"))...)
 	if n := pl.PriorityClassName; n != "" {
-		for _, msg := range validation.IsDNS1123Subdomain(n) {
-			errs = append(errs, field.Invalid(pp.Child("priorityClassName"), n, msg))
-		}
+		errs = append(errs, objectName(pp.Child("priorityClassName"), n)...)
 	}
 
 	c.Resources = map[string]corev1.ResourceRequirements{}
