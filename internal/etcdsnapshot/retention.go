@@ -81,3 +81,20 @@ func PlanRetention(prefix string, entries []Entry, current string, retain int, n
 	sort.Strings(plan.StaleTemps)
 	return plan
 }
+
+// DeleteSnapshots removes the plan's Delete snapshots, oldest first, with
+// remove, stopping at the first error. kept counts the snapshots of the
+// prefix still there (those removal has not reached included); deleted
+// names the removed ones, empty rather than nil.
+func (p RetentionPlan) DeleteSnapshots(remove func(name string) error) (kept int, deleted []string, err error) {
+	kept = len(p.Kept) + len(p.Delete)
+	deleted = []string{}
+	for _, name := range p.Delete {
+		if err := remove(name); err != nil {
+			return kept, deleted, err
+		}
+		kept--
+		deleted = append(deleted, name)
+	}
+	return kept, deleted, nil
+}

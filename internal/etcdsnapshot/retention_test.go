@@ -1,6 +1,7 @@
 package etcdsnapshot
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -109,5 +110,30 @@ func TestPlanRetention(t *testing.T) {
 				t.Errorf("stale temps %q, want %q", p.StaleTemps, tt.wantStale)
 			}
 		})
+	}
+}
+
+// TestDeleteSnapshots: the count of what is left is right whether removal
+// finishes or stops at a failure, and the failure is returned.
+func TestDeleteSnapshots(t *testing.T) {
+	plan := RetentionPlan{Kept: []string{"c", "d"}, Delete: []string{"a", "b"}}
+	var removed []string
+	kept, deleted, err := plan.DeleteSnapshots(func(name string) error { removed = append(removed, name); return nil })
+	if err != nil || kept != 2 || !slices.Equal(deleted, []string{"a", "b"}) || !slices.Equal(removed, []string{"a", "b"}) {
+		t.Errorf("all removed: kept %d, deleted %v, removed %v, err %v", kept, deleted, removed, err)
+	}
+	boom := errors.New("access denied")
+	kept, deleted, err = plan.DeleteSnapshots(func(name string) error {
+		if name == "b" {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || kept != 3 || !slices.Equal(deleted, []string{"a"}) {
+		t.Errorf("second removal failed: kept %d, deleted %v, err %v; want 3, [a], %v", kept, deleted, err, boom)
+	}
+	kept, deleted, err = RetentionPlan{Kept: []string{"c"}}.DeleteSnapshots(func(string) error { t.Error("nothing to remove"); return nil })
+	if err != nil || kept != 1 || deleted == nil || len(deleted) != 0 {
+		t.Errorf("nothing planned: kept %d, deleted %#v, err %v; want 1 and an empty list", kept, deleted, err)
 	}
 }

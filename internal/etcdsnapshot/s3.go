@@ -3,12 +3,9 @@ package etcdsnapshot
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -34,15 +31,9 @@ func NewS3Client(o S3Options) (*minio.Client, error) {
 	if secure {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("--s3-ca-file: %w", err)
+			if cfg.RootCAs, err = caPool("--s3-ca-file", o.CAFile); err != nil {
+				return nil, err
 			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("--s3-ca-file %s: no PEM certificate in it", o.CAFile)
-			}
-			cfg.RootCAs = pool
 		}
 		tr.TLSClientConfig = cfg
 	}
@@ -157,19 +148,11 @@ func s3Retention(ctx context.Context, o SnapshotOptions, cli *minio.Client, curr
 		entries = append(entries, Entry{Name: name, Regular: !strings.HasSuffix(name, "/"), ModTime: obj.LastModified})
 	}
 	plan := PlanRetention(o.Prefix, entries, current, o.Retain, time.Now(), o.Timeout)
-	if slices.Contains(plan.Delete, current) {
-		// PlanRetention never plans this; a bucket is no place to find out.
-		return len(plan.Kept) + len(plan.Delete), []string{}, errors.New("retention planned to delete the snapshot just uploaded")
-	}
-	kept = len(plan.Kept) + len(plan.Delete)
-	deleted = []string{}
-	for _, name := range plan.Delete {
+	return plan.DeleteSnapshots(func(name string) error {
 		if err := cli.RemoveObject(ctx, s3o.Bucket, s3o.Key(name), minio.RemoveObjectOptions{}); err != nil {
-			return kept, deleted, err
+			return err
 		}
-		kept--
-		deleted = append(deleted, name)
 		lg.Info("retention deleted a snapshot in the bucket", zap.String("object", "s3://"+s3o.Bucket+"/"+s3o.Key(name)))
-	}
-	return kept, deleted, nil
+		return nil
+	})
 }

@@ -20,13 +20,9 @@ import (
 // TLSConfig is the client's TLS: TLS 1.2 or later, etcd's CA, the client
 // certificate. Errors name the flag and file, never their contents.
 func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
-	caPEM, err := os.ReadFile(caFile)
+	pool, err := caPool("--cacert", caFile)
 	if err != nil {
-		return nil, fmt.Errorf("--cacert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("--cacert %s: no PEM certificate in it", caFile)
+		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -34,6 +30,20 @@ func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("--cert %s / --key %s: %w", certFile, keyFile, err)
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// caPool reads the PEM bundle file that flag names; errors name the flag
+// and the file, never their contents.
+func caPool(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it", flag, file)
+	}
+	return pool, nil
 }
 
 // StepError is a failed run's error: the endpoint (if one was picked) and
@@ -232,15 +242,15 @@ func applyRetention(o SnapshotOptions, current string, lg *zap.Logger) (kept int
 		entries = append(entries, e)
 	}
 	plan := PlanRetention(o.Prefix, entries, current, o.Retain, time.Now(), o.Timeout)
-	kept = len(plan.Kept) + len(plan.Delete)
-	deleted = []string{}
-	for _, name := range plan.Delete {
+	kept, deleted, err = plan.DeleteSnapshots(func(name string) error {
 		if err := os.Remove(filepath.Join(o.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return kept, deleted, err
+			return err
 		}
-		kept--
-		deleted = append(deleted, name)
 		lg.Info("retention deleted a snapshot", zap.String("file", name))
+		return nil
+	})
+	if err != nil {
+		return kept, deleted, err
 	}
 	for _, name := range plan.StaleTemps {
 		if err := os.Remove(filepath.Join(o.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
