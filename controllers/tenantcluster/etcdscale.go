@@ -52,16 +52,19 @@ func dialEtcd(ctx context.Context, endpoint string, tlsConfig *tls.Config) (*cli
 }
 
 // etcdScaling says whether a membership change is under way: the live
-// StatefulSet runs another count than the spec's, or the last pass left
-// EtcdScaling True (a change whose StatefulSet already has the spec's
-// count but whose last learner is not promoted yet, or one interrupted).
+// StatefulSet runs another count than the spec's, or a step marked it
+// (build.AnnotationEtcdScaling) or the last pass left EtcdScaling True: a
+// change whose StatefulSet already has the spec's count but whose last
+// learner is not promoted yet, or one interrupted. The mark is what
+// survives a lost status write.
 // Nothing changes before etcd was bootstrapped: a first bootstrap, or a
 // restore, creates the spec's members at once.
 func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state build.EtcdClusterState, want int32) bool {
 	if live == nil || state != build.EtcdClusterExisting || live.Spec.Replicas == nil {
 		return false
 	}
-	return *live.Spec.Replicas != want || meta.IsStatusConditionTrue(tc.Status.Conditions, v1alpha1.ConditionEtcdScaling)
+	_, marked := live.Annotations[build.AnnotationEtcdScaling]
+	return *live.Spec.Replicas != want || marked || meta.IsStatusConditionTrue(tc.Status.Conditions, v1alpha1.ConditionEtcdScaling)
 }
 
 // reconcileEtcdMembers makes at most one membership step and sets
@@ -83,7 +86,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *a
 	if !etcdScaling(s.tc, live, state, c.EtcdReplicas) {
 		return ctrl.Result{}, nil
 	}
-	c.EtcdMembers, c.EtcdServers = *live.Spec.Replicas, 1
+	c.EtcdMembers, c.EtcdServers, c.EtcdScaling = *live.Spec.Replicas, 1, true
 	scaling := func(reason, format string, args ...any) {
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdScaling, true, reason, fmt.Sprintf(format, args...)))
 	}
@@ -111,7 +114,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *a
 	if res.Done {
 		// The API servers go back to listing every member: their second
 		// rollout of the change.
-		c.EtcdMembers, c.EtcdServers = c.EtcdReplicas, c.EtcdReplicas
+		c.EtcdMembers, c.EtcdServers, c.EtcdScaling = c.EtcdReplicas, c.EtcdReplicas, false
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdScaling, false, v1alpha1.ReasonMembersMatch, res.Message))
 		return ctrl.Result{}, nil
 	}

@@ -331,6 +331,9 @@ func TestEtcdScaleController(t *testing.T) {
 	if s := sts(ctx); !equality.Semantic.DeepEqual(s.Spec.Template, template) {
 		t.Error("the etcd pod template changed during the change: the running members would restart")
 	}
+	if got := sts(ctx).Annotations[build.AnnotationEtcdScaling]; got != "3" {
+		t.Errorf("StatefulSet mark %s=%q during the change towards 3 members, want \"3\"", build.AnnotationEtcdScaling, got)
+	}
 	if servers, _ := etcdServers(ctx); servers != member(0, 2379) {
 		t.Errorf("API servers on %q during the change, want member 0 only", servers)
 	}
@@ -369,5 +372,8 @@ func TestEtcdScaleController(t *testing.T) {
 	}
 	if len(members.Members) != 1 {
 		t.Errorf("etcd members %v, want member 0 alone", members.Members)
+	}
+	if a, ok := sts(ctx).Annotations[build.AnnotationEtcdScaling]; ok {
+		t.Errorf("the StatefulSet is still marked %s=%s after the change", build.AnnotationEtcdScaling, a)
 	}
 }

@@ -106,8 +106,11 @@ type Cluster struct {
 	// one member at a time (docs/etcd.md, Scaling), during which the API
 	// servers use member 0 only: it is never removed, and a learner, which
 	// refuses most requests, must never be an endpoint.
-	EtcdMembers      int32
-	EtcdServers      int32
+	EtcdMembers int32
+	EtcdServers int32
+	// EtcdScaling marks the StatefulSet with AnnotationEtcdScaling: a
+	// membership change is under way.
+	EtcdScaling      bool
 	EtcdStorageSize  resource.Quantity
 	EtcdStorageClass *string
 	VolumeReclaim    v1alpha1.VolumeReclaimPolicy

@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -135,9 +136,14 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 		// ask for no class at all.
 		pvc.Spec.StorageClassName = nil
 	}
+	var annotations map[string]string
+	if c.EtcdScaling {
+		annotations = map[string]string{AnnotationEtcdScaling: strconv.Itoa(int(c.EtcdReplicas))}
+	}
 	return &appsv1.StatefulSet{
-		TypeMeta:   statefulSetMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdServiceName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd)},
+		TypeMeta: statefulSetMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdServiceName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd),
+			Annotations: annotations},
 		Spec: appsv1.StatefulSetSpec{
 			Replicas:    ptrTo(c.EtcdMembers),
 			ServiceName: c.EtcdServiceName(),

@@ -96,3 +96,29 @@ func TestEtcdMembershipCounts(t *testing.T) {
 		}
 	}
 }
+
+// The mark of a change under way is on the StatefulSet's own metadata,
+// never in its pod template (which would restart every member), and
+// absent outside a change.
+func TestEtcdScalingMark(t *testing.T) {
+	c := mustResolve(t, newTC(func(tc *v1alpha1.TenantCluster) { tc.Spec.Etcd.Replicas = 3 }), toolsOptions())
+	quiet, err := EtcdStatefulSet(c, sampleSecrets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := quiet.Annotations[AnnotationEtcdScaling]; ok {
+		t.Errorf("a StatefulSet outside a change is marked: %v", quiet.Annotations)
+	}
+	changing := *c
+	changing.EtcdMembers, changing.EtcdServers, changing.EtcdScaling = 3, 1, true
+	sts, err := EtcdStatefulSet(&changing, sampleSecrets())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sts.Annotations[AnnotationEtcdScaling]; got != "3" {
+		t.Errorf("%s = %q during a change towards 3 members, want \"3\"", AnnotationEtcdScaling, got)
+	}
+	if !reflect.DeepEqual(sts.Spec, quiet.Spec) {
+		t.Errorf("the mark changed the StatefulSet's spec:\n%s\nvs\n%s", toYAML(t, sts), toYAML(t, quiet))
+	}
+}

@@ -19,6 +19,14 @@ const (
 	// renews a certificate, which rolls the pods onto the new files.
 	AnnotationChecksum = "kubefarm.io/checksum"
 
+	// AnnotationEtcdScaling on the etcd StatefulSet marks a membership
+	// change under way (its value: the member count it goes to). It is
+	// written with the replicas a step sets, in the same apply, so a
+	// change whose last status write was lost (the manager stopped right
+	// after it added the last learner, say) is still seen as one and
+	// finished: the StatefulSet alone would already show the spec's count.
+	AnnotationEtcdScaling = "kubefarm.io/etcd-scaling"
+
 	managedBy = "kubefarm"
 )
 
