@@ -112,6 +112,11 @@ func (c *Cluster) Images() ([]Image, error) {
 		return nil, fmt.Errorf("the tenants' kube-proxy image (apt-get install ipset nftables): %w", err)
 	}
 	kubeProxy.Files = append(kubeProxy.Files, dedupeFiles(kubeProxy.Files, tools)...)
+	// ipset parses the protocol of every "ip,proto:port" entry through
+	// /etc/protocols: without it each Service's entry is refused ("cannot
+	// parse 'tcp' as a protocol"), the ipvs mode's KUBE-CLUSTER-IP set stays
+	// empty and no ClusterIP answers. The upstream image carries the file.
+	kubeProxy.Files = append(kubeProxy.Files, ImageFile{Path: "/etc/protocols", Source: "/etc/protocols", Mode: 0o644, HashContent: true})
 	images = append(images, kubeProxy)
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
