@@ -158,8 +158,7 @@ func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *build.Cluste
 		return true, ""
 	}
 	want := "--etcd-servers=" + c.EtcdClientURL(0)
-	i := slices.IndexFunc(d.Spec.Template.Spec.Containers, func(ctr corev1.Container) bool { return ctr.Name == build.ComponentAPIServer })
-	if i < 0 || !slices.Contains(d.Spec.Template.Spec.Containers[i].Args, want) {
+	if !apiServerHasArg(&d.Spec.Template.Spec, want) {
 		return false, "the API servers are being moved to etcd member 0 only"
 	}
 	if !rolledOut(d) {
@@ -170,20 +169,22 @@ func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *build.Cluste
 	// connections, with its own connections to the other members: removing
 	// one of those resets a tenant's request (CI saw it). So every pod,
 	// terminating ones included, must be of the new template. Read
-	// uncached: only while a change waits here.
-	if d.Spec.Selector == nil {
-		return false, "the API server Deployment has no selector"
-	}
+	// uncached: only while a change waits here. (apps/v1 requires the
+	// selector.)
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
 		return false, "listing the API server pods: " + err.Error()
 	}
 	for i := range pods.Items {
-		p := &pods.Items[i]
-		j := slices.IndexFunc(p.Spec.Containers, func(ctr corev1.Container) bool { return ctr.Name == build.ComponentAPIServer })
-		if j < 0 || !slices.Contains(p.Spec.Containers[j].Args, want) {
+		if p := &pods.Items[i]; !apiServerHasArg(&p.Spec, want) {
 			return false, fmt.Sprintf("waiting until API server pod %s, which may still use the other etcd members, is gone", p.Name)
 		}
 	}
 	return true, ""
+}
+
+// apiServerHasArg says whether pod's kube-apiserver container has arg.
+func apiServerHasArg(pod *corev1.PodSpec, arg string) bool {
+	i := slices.IndexFunc(pod.Containers, func(ctr corev1.Container) bool { return ctr.Name == build.ComponentAPIServer })
+	return i >= 0 && slices.Contains(pod.Containers[i].Args, arg)
 }
