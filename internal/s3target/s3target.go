@@ -1,6 +1,7 @@
 // Package s3target holds the rules for where an etcd snapshot goes in an
 // S3-compatible store: the endpoint URL, the bucket name, the key prefix
-// and the region. Both the TenantCluster builder (which refuses a bad
+// and the region; and the names of the environment variables the
+// credentials travel in. Both the TenantCluster builder (which refuses a bad
 // spec.etcd.backup.s3 naming the field) and kubefarm-etcd (which refuses a
 // bad flag naming the flag) apply them, so the two can never disagree.
 // Messages never repeat what may be a credential. Pure: no I/O.
