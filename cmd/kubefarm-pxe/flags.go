@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"time"
-	"unique"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -163,67 +162,24 @@ func (o *options) cacheOptions(scheme *k8sruntime.Scheme) cache.Options {
 }
 
 // trimCached drops from every cached object what kubefarm-pxe never reads,
-// before it is stored, because a farm has thousands of Machines and each
-// replica holds all of them: managed fields everywhere (an update from a
-// cached object without them leaves the server's as they are); the
-// annotations, labels, owner references and finalizers of Machines and
-// NodePools (an ArgoCD or kubectl last-applied annotation alone is as large
-// as the spec; nothing here selects by label or follows an owner); and a
-// NodePool's spec.machines, the entries the NodePool controller turns into
-// the Machines this server reads instead (250 per pool, copied whenever a
-// pool is read from the cache). No Machine or NodePool is ever written back
-// from the cache: their status is patched.
-//
-// Of a Machine's spec and status it drops what only kubefarm-manager reads:
-// spec.power (the rollout controller's power driver), status.history (up
-// to ten finished updates, each with an image digest and a message) and,
-// of status.rollout, everything but the phase and the previous boot ID the
-// heartbeat's reboot signal compares (rebootRequested in pxe/httpboot). The
-// two status writes stay whole: the boot report's merge patch is the
-// difference between the cached Machine and a copy of it with lastBoot and
-// conditions set, so a field trimmed from both is in neither the patch nor
-// its null of removal, and the RebootRequired apply carries one condition.
-// That is also why status.lastBoot and every condition are kept whole: the
-// patch replaces the conditions list with the cached one plus the boot's, so
-// a condition missing here would be deleted on the server.
-// TestTrimmedMachineWritesTheSamePatch holds the two to it.
+// before it is stored: managed fields everywhere (an update from a cached
+// object without them leaves the server's as they are); and of NodePools
+// the annotations, labels, owner references and finalizers (an ArgoCD or
+// kubectl last-applied annotation alone is as large as the spec; nothing
+// here selects by label or follows an owner) and spec.machines, the entries
+// the NodePool controller turns into the Machines this server reads
+// instead (250 per pool, copied whenever a pool is read from the cache). No
+// NodePool is ever written back from the cache. Machines are not cached at
+// all: pxe/inventory keeps a compact record of each.
 func trimCached(obj any) (any, error) {
 	if o, ok := obj.(metav1.Object); ok {
 		o.SetManagedFields(nil)
 	}
-	switch o := obj.(type) {
-	case *kubefarmv1.Machine:
-		trimMeta(&o.ObjectMeta)
-		// The strings most Machines share, once: each decoded object
-		// otherwise holds its own copy of its namespace, pool, cluster,
-		// image, kind and API version.
-		o.Namespace, o.Kind, o.APIVersion = shared(o.Namespace), shared(o.Kind), shared(o.APIVersion)
-		o.Spec.Pool, o.Spec.Cluster = shared(o.Spec.Pool), shared(o.Spec.Cluster)
-		o.Spec.DesiredImage = shared(o.Spec.DesiredImage)
-		o.Spec.Power = nil
-		o.Status.History = nil
-		if r := o.Status.Rollout; r != nil {
-			*r = kubefarmv1.MachineRollout{Phase: r.Phase, PreviousBootID: r.PreviousBootID}
-		}
-	case *kubefarmv1.NodePool:
-		trimMeta(&o.ObjectMeta)
-		o.Spec.Machines = nil
+	if p, ok := obj.(*kubefarmv1.NodePool); ok {
+		p.Annotations, p.Labels, p.OwnerReferences, p.Finalizers = nil, nil, nil, nil
+		p.Spec.Machines = nil
 	}
 	return obj, nil
-}
-
-// shared returns one canonical copy of v (unique.Make: the copies are
-// dropped once no Machine holds them, so images of past rollouts do not
-// accumulate).
-func shared(v string) string {
-	if v == "" {
-		return v
-	}
-	return unique.Make(v).Value()
-}
-
-func trimMeta(m *metav1.ObjectMeta) {
-	m.Annotations, m.Labels, m.OwnerReferences, m.Finalizers = nil, nil, nil, nil
 }
 
 // storeConfig is the artifact cache's.

@@ -1,28 +1,20 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
 func newFlagSet(t *testing.T, o *options) *flag.FlagSet {
@@ -196,24 +188,24 @@ func TestEventBudgetMustBePositive(t *testing.T) {
 		{eventInterval: time.Minute, eventQPS: 0, eventBurst: 50},
 		{eventInterval: time.Minute, eventQPS: 5, eventBurst: -1},
 	} {
-		_, err := machineEvents(context.Background(), nil, nil, o, prometheus.NewRegistry(), logr.Discard())
+		_, err := machineEvents(nil, nil, o, prometheus.NewRegistry(), logr.Discard())
 		if err == nil || !strings.Contains(err.Error(), "--event-qps") || !strings.Contains(err.Error(), "--event-burst") {
 			t.Errorf("qps %g burst %d: err %v, want both flags named", o.eventQPS, o.eventBurst, err)
 		}
 	}
-	sink, err := machineEvents(context.Background(), nil, nil, options{eventInterval: 0, eventQPS: 0}, prometheus.NewRegistry(), logr.Discard())
+	sink, err := machineEvents(nil, nil, options{eventInterval: 0, eventQPS: 0}, prometheus.NewRegistry(), logr.Discard())
 	if err != nil || sink != nil {
 		t.Errorf("events off: sink %v, err %v; want none and no error", sink, err)
 	}
 }
 
 // TestCacheTrimsWhatIsNeverRead: the cache's transform (the one
-// cacheOptions installs) keeps no managed fields of any object; Machines
-// and NodePools (thousands of them, never written back) also lose their
-// annotations, labels, owner references and finalizers, and a NodePool its
-// spec.machines, while what kubefarm-pxe reads stays (UID for Events,
-// resourceVersion for the informer, the spec fields leases and scripts
-// use). Other kinds keep annotations and labels: a DHCPLease is updated
+// cacheOptions installs) keeps no managed fields of any object; NodePools
+// (never written back) also lose their annotations, labels, owner
+// references and finalizers, and their spec.machines, while what
+// kubefarm-pxe reads stays (resourceVersion for the informer, the spec
+// fields leases and scripts use). Machines are not in the cache at all
+// (pxe/inventory). Other kinds keep annotations and labels: a DHCPLease is updated
 // from what was read, and the join token issuer matches Secrets' labels.
 func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 	var o options
@@ -228,7 +220,6 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 			OwnerReferences: []metav1.OwnerReference{{Kind: "NodePool", Name: "p", UID: "u0", Controller: &yes}},
 			Finalizers:      []string{"kubefarm.io/x"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "argocd-controller"}}}
 	}
-	m := &kubefarmv1.Machine{ObjectMeta: meta(), Spec: kubefarmv1.MachineSpec{Pool: "p", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1"}}
 	p := &kubefarmv1.NodePool{ObjectMeta: meta(), Spec: kubefarmv1.NodePoolSpec{Cluster: "c", BootImage: "i",
 		Network:  kubefarmv1.BootNetwork{Subnet: "10.0.0.0/24"},
 		Labels:   map[string]string{"node": "label"},
@@ -237,7 +228,6 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 		obj     metav1.Object
 		trimmed bool // annotations, labels, owners and finalizers go
 	}{
-		{m, true},
 		{p, true},
 		{&kubefarmv1.DHCPLease{ObjectMeta: meta()}, false},
 		{&kubefarmv1.BootImage{ObjectMeta: meta()}, false},
@@ -267,117 +257,7 @@ func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 	if p.Spec.Machines != nil {
 		t.Errorf("NodePool spec.machines kept: %v", p.Spec.Machines)
 	}
-	if p.Spec.Labels["node"] != "label" || p.Spec.Network.Subnet != "10.0.0.0/24" || m.Spec.IP != "10.0.0.1" || len(m.Spec.MACs) != 1 {
-		t.Errorf("trimmed a spec field kubefarm-pxe reads: pool %+v, machine %+v", p.Spec, m.Spec)
-	}
-}
-
-// TestTrimmedMachineWritesTheSamePatch: a Machine with everything
-// kubefarm-manager writes (spec.power, a rollout, ten history entries, the
-// conditions of both controllers) keeps through the cache's transform every
-// field kubefarm-pxe reads, and the boot report's status patch computed
-// from the trimmed copy is byte for byte the one computed from the whole
-// object: a trimmed field is neither written nor deleted.
-func TestTrimmedMachineWritesTheSamePatch(t *testing.T) {
-	var o options
-	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform
-	at := metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
-	start := at
-	digest := "sha256:" + strings.Repeat("ab", 32)
-	full := &kubefarmv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "t1", Name: "workers-m1", UID: "u1", ResourceVersion: "42"},
-		Spec: kubefarmv1.MachineSpec{Pool: "workers", Cluster: "c1", Hostname: "m1", MACs: []string{"02:00:00:00:00:01"}, IP: "10.0.0.1",
-			Tags: []string{"gpu"}, DesiredImage: "img-2", Power: &kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerQMP, Address: "tcp://10.0.0.100:4444"}},
-		Status: kubefarmv1.MachineStatus{
-			Conditions: []metav1.Condition{
-				{Type: "NodeReady", Status: metav1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastTransitionTime: at},
-				{Type: kubefarmv1.ConditionRebootRequired, Status: metav1.ConditionTrue, Reason: "KernelUpdated", Message: "boot b1: new kernel", LastTransitionTime: at},
-			},
-			ServedImage: &kubefarmv1.ImageRef{Name: "img-2", Digest: digest},
-			LastBoot:    &kubefarmv1.BootRecord{BootID: "b1", ImageDigest: digest, Time: at},
-			Rollout: &kubefarmv1.MachineRollout{Phase: kubefarmv1.RolloutRebooting, Reason: "ImageChanged", TargetImage: kubefarmv1.ImageRef{Name: "img-2", Digest: digest},
-				PhaseStartTime: at, StartTime: &start, PreviousBootID: "b1", Message: "waiting for kubefarm-agent to reboot"},
-		},
-	}
-	for i := 0; i < 10; i++ {
-		full.Status.History = append(full.Status.History, kubefarmv1.RolloutHistoryEntry{Image: kubefarmv1.ImageRef{Name: "img-1", Digest: digest},
-			Result: kubefarmv1.RolloutDone, FinishTime: at, Message: "updated in 4m"})
-	}
-	out, err := trim(full.DeepCopy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	trimmed := out.(*kubefarmv1.Machine)
-	if trimmed.Spec.Power != nil || trimmed.Status.History != nil {
-		t.Errorf("kept what only kubefarm-manager reads: power %+v, %d history entries", trimmed.Spec.Power, len(trimmed.Status.History))
-	}
-	if want := (kubefarmv1.MachineRollout{Phase: kubefarmv1.RolloutRebooting, PreviousBootID: "b1"}); trimmed.Status.Rollout == nil || *trimmed.Status.Rollout != want {
-		t.Errorf("rollout %+v, want %+v", trimmed.Status.Rollout, want)
-	}
-	// What kubefarm-pxe reads stays as it was.
-	wantSpec := full.Spec
-	wantSpec.Power = nil
-	if !equality.Semantic.DeepEqual(trimmed.Spec, wantSpec) ||
-		!equality.Semantic.DeepEqual(trimmed.Status.Conditions, full.Status.Conditions) ||
-		!equality.Semantic.DeepEqual(trimmed.Status.LastBoot, full.Status.LastBoot) ||
-		!equality.Semantic.DeepEqual(trimmed.Status.ServedImage, full.Status.ServedImage) ||
-		trimmed.UID != full.UID || trimmed.ResourceVersion != full.ResourceVersion {
-		t.Errorf("trimmed what kubefarm-pxe reads:\n%+v\nfrom\n%+v", trimmed, full)
-	}
-
-	// The boot report's patch, as StatusRecorder sends it.
-	patchOf := func(m *kubefarmv1.Machine) string {
-		t.Helper()
-		var data []byte
-		c := interceptor.NewClient(fake.NewClientBuilder().Build(), interceptor.Funcs{
-			SubResourcePatch: func(_ context.Context, _ client.Client, sub string, obj client.Object, p client.Patch, _ ...client.SubResourcePatchOption) error {
-				if sub != "status" {
-					t.Errorf("patched %s, not status", sub)
-				}
-				var err error
-				data, err = p.Data(obj)
-				return err
-			}})
-		rec := kubefarmv1.BootRecord{BootID: "b2", ImageDigest: digest, Time: metav1.NewTime(at.Add(time.Hour))}
-		network := metav1.Condition{Type: kubefarmv1.ConditionNetworkVerified, Status: metav1.ConditionTrue, Reason: "Verified", Message: "boot b2", LastTransitionTime: at}
-		reboot := metav1.Condition{Type: kubefarmv1.ConditionRebootRequired, Status: metav1.ConditionFalse, Reason: "NewBoot", Message: "boot b2"}
-		if err := (httpboot.StatusRecorder{Client: c}).RecordBoot(context.Background(), m, rec, network, reboot); err != nil {
-			t.Fatal(err)
-		}
-		return string(data)
-	}
-	if a, b := patchOf(full), patchOf(trimmed); a != b {
-		t.Errorf("the boot report's patch differs when computed from the cached copy:\nwhole:   %s\ntrimmed: %s", a, b)
-	}
-}
-
-// TestCachedMachinesShareStrings: two Machines of one pool, decoded apart,
-// hold one copy of their namespace, pool, cluster and image once cached.
-func TestCachedMachinesShareStrings(t *testing.T) {
-	var o options
-	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform
-	decode := func(name string) *kubefarmv1.Machine {
-		t.Helper()
-		var m kubefarmv1.Machine
-		raw := `{"kind":"Machine","apiVersion":"kubefarm.io/v1alpha1","metadata":{"namespace":"tenant-1","name":"` + name + `"},` +
-			`"spec":{"pool":"workers","cluster":"c1","hostname":"` + name + `","macs":["02:00:00:00:00:01"],"ip":"10.0.0.1","desiredImage":"img-1"}}`
-		if err := json.Unmarshal([]byte(raw), &m); err != nil {
-			t.Fatal(err)
-		}
-		out, err := trim(&m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out.(*kubefarmv1.Machine)
-	}
-	a, b := decode("m1"), decode("m2")
-	for _, s := range [][2]string{{a.Namespace, b.Namespace}, {a.Spec.Pool, b.Spec.Pool}, {a.Spec.Cluster, b.Spec.Cluster},
-		{a.Spec.DesiredImage, b.Spec.DesiredImage}, {a.Kind, b.Kind}, {a.APIVersion, b.APIVersion}} {
-		if s[0] != s[1] || unsafe.StringData(s[0]) != unsafe.StringData(s[1]) {
-			t.Errorf("%q: two copies", s[0])
-		}
-	}
-	if a.Name == b.Name || a.Spec.Hostname != "m1" {
-		t.Errorf("names mixed up: %s %s", a.Name, b.Spec.Hostname)
+	if p.Spec.Labels["node"] != "label" || p.Spec.Network.Subnet != "10.0.0.0/24" {
+		t.Errorf("trimmed a spec field kubefarm-pxe reads: pool %+v", p.Spec)
 	}
 }

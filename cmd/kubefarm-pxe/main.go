@@ -27,7 +27,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	corev1 "k8s.io/api/core/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,8 +42,8 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/imagecheck"
+	"github.com/kubefarm/kubefarm/pxe/inventory"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
-	"github.com/kubefarm/kubefarm/pxe/leases"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
@@ -99,15 +98,20 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return fmt.Errorf("creating the cache: %w", err)
 	}
 
-	// Indexes and informers are registered before the cache starts.
-	table := leases.NewTable()
-	syncer, err := leases.NewSyncer(ctx, c, table, log.WithName("leases"))
+	// Informers are registered before the cache starts. The Machines,
+	// thousands of them on every replica, are not in the cache: the
+	// inventory keeps one compact record of each, fed by its own reflector.
+	inv, err := inventory.New(ctx, c, log.WithName("inventory"))
 	if err != nil {
 		return err
 	}
-	machines, err := httpboot.NewCacheMachines(ctx, c, log.WithName("machines"))
+	machines, err := httpboot.NewCacheMachines(ctx, c, inv, log.WithName("machines"))
 	if err != nil {
 		return err
+	}
+	watcher, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating the Machines' watch client: %w", err)
 	}
 	issuer, err := joinTokens(ctx, c, o, log)
 	if err != nil {
@@ -131,7 +135,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if o.dynamicRanges {
 		// Registered before the cache starts (its indexes), so the
 		// DHCPLeases are part of the sync that makes the replica ready.
-		if allocator, err = dynamic.New(ctx, dynamic.Config{Cache: c, Client: writer, APIReader: writer, Static: table}); err != nil {
+		if allocator, err = dynamic.New(ctx, dynamic.Config{Cache: c, Client: writer, APIReader: writer, Static: inv}); err != nil {
 			return err
 		}
 	}
@@ -153,7 +157,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		defer stopEvents()
 		recorder = rec
 	}
-	eventSink, err := machineEvents(ctx, recorder, c, o, reg, log.WithName("events"))
+	eventSink, err := machineEvents(recorder, inv, o, reg, log.WithName("events"))
 	if err != nil {
 		return err
 	}
@@ -236,7 +240,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		if err != nil {
 			return err
 		}
-		if dhcpSrv, err = dhcp.NewServer(dcfg, table, dm, log.WithName("dhcp")); err != nil {
+		if dhcpSrv, err = dhcp.NewServer(dcfg, inv, dm, log.WithName("dhcp")); err != nil {
 			return err
 		}
 		if dhcpConns, err = dhcp.Listen(o.iface, dcfg); err != nil {
@@ -265,18 +269,25 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 
 	start("cache", func() error { return c.Start(ctx) })
+	start("machines", func() error {
+		inv.Run(ctx, inventory.ListWatch(watcher, o.namespace))
+		return nil
+	})
 	start("cache sync", func() error {
 		if !c.WaitForCacheSync(ctx) {
 			return errors.New("cache did not sync")
 		}
-		// Ready only once the lease table and the boot scripts' address
-		// index hold every machine known at start, not merely once the
-		// cache does.
-		if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced, machines.HasSynced) {
-			return errors.New("lease table and address index did not sync")
+		// Ready only once the inventory holds every Machine known at start
+		// with its lease, not merely once the cache has the pools.
+		if !toolscache.WaitForCacheSync(ctx.Done(), inv.HasSynced) {
+			return errors.New("the inventory of Machines did not sync")
 		}
+		// The first list's decoded Machines are garbage once compacted:
+		// give their pages back now rather than over the scavenger's
+		// minutes, so the replica's resident memory is what it keeps.
+		debug.FreeOSMemory()
 		synced.Do(func() { close(ready) })
-		log.Info("cache synced", "leases", table.Len())
+		log.Info("cache synced", "machines", inv.Machines(), "leases", inv.Len())
 		return nil
 	})
 
@@ -298,12 +309,12 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	if dhcpSrv != nil {
 		start("dhcp", func() error {
-			// Not before the lease table holds every machine known at start:
+			// Not before the inventory holds every machine known at start:
 			// read earlier, a known machine's DISCOVER would be taken for an
 			// unknown MAC and ignored (or leased a dynamic address). The
 			// sockets are open already, so what arrives meanwhile waits in
 			// their receive buffers (bounded by the kernel, like any burst)
-			// and is answered once the table is whole.
+			// and is answered once the inventory is whole.
 			select {
 			case <-ready:
 			case <-ctx.Done():
@@ -400,22 +411,13 @@ func bootImageCheck(rec record.EventRecorder, c cache.Cache, writer client.Clien
 // machine and bounded for the replica (--event-qps, --event-burst) before,
 // queued and aggregated after, so a boot storm or a slow API server never
 // delays an answer and never floods the API server.
-func machineEvents(ctx context.Context, rec record.EventRecorder, c cache.Cache, o options, reg prometheus.Registerer, log logr.Logger) (events.Sink, error) {
+func machineEvents(rec record.EventRecorder, inv *inventory.Inventory, o options, reg prometheus.Registerer, log logr.Logger) (events.Sink, error) {
 	if o.eventInterval <= 0 {
 		return nil, nil
 	}
 	if o.eventQPS <= 0 || o.eventBurst <= 0 {
 		return nil, fmt.Errorf("--event-qps (%g) and --event-burst (%d) must be positive; --event-interval 0 turns events off", o.eventQPS, o.eventBurst)
 	}
-	r := events.New(rec, events.Config{Interval: o.eventInterval, Rate: o.eventQPS, Burst: o.eventBurst, Log: log,
-		UID: func(ns, name string) (types.UID, bool) {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			var m kubefarmv1.Machine
-			if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &m); err != nil {
-				return "", false
-			}
-			return m.UID, true
-		}})
+	r := events.New(rec, events.Config{Interval: o.eventInterval, Rate: o.eventQPS, Burst: o.eventBurst, Log: log, UID: inv.UID})
 	return r, r.Register(reg)
 }

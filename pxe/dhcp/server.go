@@ -16,7 +16,8 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )
 
-// Leases is the lookup the server needs; *leases.Table implements it.
+// Leases is the lookup the server needs: pxe/inventory in kubefarm-pxe,
+// a *leases.Table in tests and the in-process benchmark.
 type Leases interface {
 	Lookup(mac net.HardwareAddr) (*leases.Lease, bool)
 }

@@ -70,9 +70,9 @@ type Config struct {
 	// plain client): after an AlreadyExists, the claim decision must see
 	// what the API server holds, not what this replica has been told.
 	APIReader client.Reader
-	// Static is the lease table of known machines: their IPs are never
-	// handed out.
-	Static *leases.Table
+	// Static are the static leases of known machines (pxe/inventory's, or a
+	// leases.Table): their IPs are never handed out.
+	Static StaticLeases
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 	// OfferHold is how long an offered, not yet requested address stays
@@ -81,6 +81,11 @@ type Config struct {
 	// MaxAttempts bounds the claims (API writes) one call tries before it
 	// gives up with ErrRangeFull. Default 32.
 	MaxAttempts int
+}
+
+// StaticLeases finds the static lease of an address.
+type StaticLeases interface {
+	LookupIP(ip net.IP) (*leases.Lease, bool)
 }
 
 // Allocator hands out addresses of the pools' dynamic ranges to unknown
@@ -92,7 +97,7 @@ type Allocator struct {
 	cache       cache.Cache
 	client      client.Client
 	api         client.Reader
-	static      *leases.Table
+	static      StaticLeases
 	now         func() time.Time
 	hold        time.Duration
 	maxAttempts int

@@ -18,8 +18,8 @@
 //     was first: next address); anything else: next address.
 //   - Same order everywhere. A MAC's search starts at FNV-1a(MAC) modulo
 //     the range size and probes upwards, skipping the subnet's network and
-//     broadcast addresses and every static machine IP (leases.Table's
-//     LookupIP). Two replicas serving one DISCOVER therefore try the same
+//     broadcast addresses and every static machine IP (Config.Static's
+//     LookupIP: pxe/inventory in kubefarm-pxe). Two replicas serving one DISCOVER therefore try the same
 //     addresses in the same order and meet on the same object, so a MAC
 //     ends up with one lease and one address.
 //   - The cache only saves work. A MAC's existing lease is found through a

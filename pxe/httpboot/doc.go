@@ -50,7 +50,8 @@
 // download. Artifacts come from an OCI repository's blobs (by digest) or
 // from plain HTTP(S) URLs.
 //
-// Machines abstracts the lookups; CacheMachines implements it on a
-// controller-runtime cache with a field index on spec.macs, so a lookup is
-// one index read whatever the number of machines.
+// Machines abstracts the lookups; CacheMachines implements it with
+// Machines from pxe/inventory (one map read by MAC or IP whatever the
+// number of machines) and NodePools and BootImages from a
+// controller-runtime cache.
 package httpboot

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,87 +42,35 @@ const readTimeout = 5 * time.Second
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines;nodepools;bootimages,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 
-// CacheMachines implements Machines over a controller-runtime cache, with
-// its own index of Machines by MAC and IP (addressIndex) instead of cache
-// field indexes: those keep a set per value, twice (per namespace and for
-// all), which for a farm's unique addresses cost more memory than the
-// Machines themselves.
-type CacheMachines struct {
-	cache   cache.Cache
-	log     logr.Logger
-	addrs   *addressIndex
-	handler toolscache.ResourceEventHandlerRegistration
+// MachineSource finds Machines by boot MAC and by static IP: pxe/inventory's
+// compact table, which holds every Machine of the farm in a fraction of
+// what an informer cache of them would take. Either lookup answers no
+// Machine for an address two Machines claim (which admission should
+// prevent): booting either could hand a node the wrong identity.
+type MachineSource interface {
+	ByMAC(mac string) (*kubefarmv1.Machine, bool)
+	ByIP(ip string) (*kubefarmv1.Machine, bool)
 }
 
-// NewCacheMachines registers the informers it reads and the address index's
-// handler on c. Call it before c.Start, so that the first boot request
-// reads a synced cache instead of lazily starting a watch and blocking on
-// its first list.
-func NewCacheMachines(ctx context.Context, c cache.Cache, log logr.Logger) (*CacheMachines, error) {
+// CacheMachines implements Machines: Machines from a MachineSource,
+// NodePools and BootImages (a few per tenant) from a controller-runtime
+// cache.
+type CacheMachines struct {
+	MachineSource
+	cache cache.Cache
+	log   logr.Logger
+}
+
+// NewCacheMachines registers the informers it reads on c. Call it before
+// c.Start, so that the first boot request reads a synced cache instead of
+// lazily starting a watch and blocking on its first list.
+func NewCacheMachines(ctx context.Context, c cache.Cache, machines MachineSource, log logr.Logger) (*CacheMachines, error) {
 	for _, o := range []client.Object{&kubefarmv1.NodePool{}, &kubefarmv1.BootImage{}} {
 		if _, err := c.GetInformer(ctx, o, cache.BlockUntilSynced(false)); err != nil {
 			return nil, fmt.Errorf("informer for %T: %w", o, err)
 		}
 	}
-	mi, err := c.GetInformer(ctx, &kubefarmv1.Machine{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return nil, fmt.Errorf("machine informer: %w", err)
-	}
-	cm := &CacheMachines{cache: c, log: log, addrs: newAddressIndex()}
-	machineOf := func(obj any) *kubefarmv1.Machine {
-		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		m, _ := obj.(*kubefarmv1.Machine)
-		return m
-	}
-	cm.handler, err = mi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { cm.addrs.add(machineOf(obj)) },
-		UpdateFunc: func(old, obj any) {
-			// Most updates are status (boot reports, heartbeats): they
-			// leave the index, and its lock, alone.
-			if o, n := machineOf(old), machineOf(obj); !sameAddresses(o, n) {
-				cm.addrs.remove(o)
-				cm.addrs.add(n)
-			}
-		},
-		DeleteFunc: func(obj any) { cm.addrs.remove(machineOf(obj)) },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("indexing machines by address: %w", err)
-	}
-	return cm, nil
-}
-
-// HasSynced says whether every Machine of the informer's initial list is in
-// the address index.
-func (c *CacheMachines) HasSynced() bool { return c.handler.HasSynced() }
-
-// ByMAC is a lookup in the address index, O(1) in the number of machines.
-// Two machines claiming one MAC (which admission should prevent) is
-// treated as unknown: booting either could hand a node the wrong identity.
-func (c *CacheMachines) ByMAC(mac string) (*kubefarmv1.Machine, bool) {
-	return c.unique("mac", mac, c.addrs.ownersOfMAC(mac))
-}
-
-// ByIP is a lookup in the address index. Pools in different namespaces may
-// reuse an address on separate networks; an address that is not unique
-// names no machine.
-func (c *CacheMachines) ByIP(ip string) (*kubefarmv1.Machine, bool) {
-	return c.unique("ip", ip, c.addrs.ownersOfIP(ip))
-}
-
-func (c *CacheMachines) unique(kind, addr string, owners []types.NamespacedName) (*kubefarmv1.Machine, bool) {
-	switch len(owners) {
-	case 1:
-		var m kubefarmv1.Machine
-		return &m, c.get(owners[0], &m)
-	case 0:
-		return nil, false
-	default:
-		c.log.Info("several machines claim one address; not serving it as any of them", kind, addr, "machines", len(owners))
-		return nil, false
-	}
+	return &CacheMachines{MachineSource: machines, cache: c, log: log}, nil
 }
 
 // BootImage reads one BootImage from the cache.

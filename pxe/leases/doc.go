@@ -12,9 +12,10 @@
 // behind.
 //
 // FromObjects is the pure builder (Machine + NodePool -> leases); NetworkOf
-// parses a pool's spec.network once for both builders. Syncer keeps a Table
-// in step with a controller-runtime cache; when the API server goes away,
-// the informers stop delivering events and the Table keeps serving what it
-// last knew, which is the point: machines must keep booting while the admin
-// cluster is down.
+// parses a pool's spec.network once for both builders, and TagOptions
+// resolves a machine's tags into DHCP options. kubefarm-pxe itself serves
+// its static leases from pxe/inventory, which builds each on lookup from a
+// compact record of the Machine (FromObjects is its reference:
+// TestLeaseIsThePureBuilders); the Table holds leases given to it, for
+// tests, the in-process benchmark and any caller with leases in hand.
 package leases

@@ -143,7 +143,7 @@ func FromObjectsOn(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool, netw 
 	if !netw.Subnet.Contains(ip) {
 		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, netw.Subnet)
 	}
-	extra, err := tagOptions(pool, machine.Spec.Tags)
+	extra, err := TagOptions(pool, machine.Spec.Tags)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s/%s: %w", machine.Namespace, machine.Name, err)
 	}
@@ -162,11 +162,11 @@ func FromObjectsOn(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool, netw 
 	return out, nil
 }
 
-// tagOptions are the DHCP options of the machine's tags, resolved as every
+// TagOptions are the DHCP options of the machine's tags, resolved as every
 // part of kubefarm resolves tags (internal/machineconfig: the pool's `all`
 // tag first, a later tag overriding an earlier one for the same code), and
 // turned into wire bytes here, where the wire's limits are known.
-func tagOptions(pool *kubefarmv1.NodePool, machineTags []string) ([]Option, error) {
+func TagOptions(pool *kubefarmv1.NodePool, machineTags []string) ([]Option, error) {
 	resolved, err := machineconfig.Resolve(pool, machineTags)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package leases
+package inventory
 
 import (
 	"bytes"
@@ -28,10 +28,10 @@ import (
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
-// TestSyncerAgainstAPIServer drives the Syncer through a real etcd +
-// kube-apiserver: the steps share one control plane and run in order, the
-// last one stopping it.
-func TestSyncerAgainstAPIServer(t *testing.T) {
+// TestInventoryAgainstAPIServer drives the Inventory, its reflector and the
+// pools' informer through a real etcd + kube-apiserver: the steps share one
+// control plane and run in order, the last one stopping it.
+func TestInventoryAgainstAPIServer(t *testing.T) {
 	// client-go's watch code logs through controller-runtime's root logger.
 	ctrllog.SetLogger(logr.Discard())
 	env, err := testenv.Start(testenv.Options{})
@@ -49,20 +49,12 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl := env.Client
-	const ns = "leases-sync"
+	const ns = "inventory-sync"
 	must(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
-	must(t, err)
-	table := NewTable()
-	syncer, err := NewSyncer(ctx, c, table, testr.New(t))
-	must(t, err)
-	cacheCtx, stopCache := context.WithCancel(ctx)
-	cacheDone := make(chan error, 1)
-	go func() { cacheDone <- c.Start(cacheCtx) }()
-	t.Cleanup(func() { stopCache(); <-cacheDone })
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
+	table := start(t, ctx, env, cache.Options{Scheme: env.Scheme}, "")
+	if !toolscache.WaitForCacheSync(ctx.Done(), table.HasSynced) {
+		t.Fatal("the inventory did not sync")
 	}
 
 	pool := &kubefarmv1.NodePool{
@@ -83,7 +75,7 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 	m1 := machine("m1", "10.28.0.11", "52:54:00:00:01:01", "52:54:00:00:01:02")
 	m2 := machine("m2", "10.28.0.12", "52:54:00:00:02:01")
 	// Machines first: their events find no pool, and the pool's add event
-	// must pick them up through the index.
+	// must derive their leases.
 	must(t, cl.Create(ctx, m1))
 	must(t, cl.Create(ctx, m2))
 	must(t, cl.Create(ctx, pool))
@@ -135,8 +127,8 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 			_, ok := table.Lookup(hw("52:54:00:00:02:01"))
 			return !ok
 		})
-		if table.Len() != 2 {
-			t.Fatalf("Len = %d, want 2 (m1's two MACs)", table.Len())
+		if table.Len() != 2 || table.Machines() != 1 {
+			t.Fatalf("Len = %d, want 2 (m1's two MACs); Machines = %d, want 1", table.Len(), table.Machines())
 		}
 	})
 
@@ -163,11 +155,11 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 		// The parsed networks are kept per pool: rack2's goes with it,
 		// rack1's stays (one entry per pool, however many machines).
 		waitFor(ctx, t, "rack2's parsed network forgotten", func() bool {
-			syncer.mu.Lock()
-			defer syncer.mu.Unlock()
-			_, rack2 := syncer.networks[types.NamespacedName{Namespace: ns, Name: "rack2"}]
-			_, rack1 := syncer.networks[types.NamespacedName{Namespace: ns, Name: "rack1"}]
-			return !rack2 && rack1 && len(syncer.networks) == 1
+			table.mu.RLock()
+			defer table.mu.RUnlock()
+			_, rack2 := table.pools[types.NamespacedName{Namespace: ns, Name: "rack2"}]
+			_, rack1 := table.pools[types.NamespacedName{Namespace: ns, Name: "rack1"}]
+			return !rack2 && rack1 && len(table.pools) == 1
 		})
 	})
 
@@ -180,8 +172,8 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 		must(t, syscall.Kill(pid, syscall.SIGKILL))
 		stopped = true
 		must(t, env.Stop())
-		// The informers are now failing to reach the API; the table must not
-		// notice. Prove the API is really gone first.
+		// The reflector and the informer are now failing to reach the API;
+		// the inventory must not notice. Prove the API is really gone first.
 		if err := cl.Get(ctx, client.ObjectKeyFromObject(m1), &kubefarmv1.Machine{}); err == nil {
 			t.Fatal("API server still answers after Stop")
 		}
@@ -192,8 +184,8 @@ func TestSyncerAgainstAPIServer(t *testing.T) {
 			}
 		}
 	})
-	if n := syncer.Errors(); n != 0 {
-		t.Errorf("syncer reported %d errors", n)
+	if n := table.Errors(); n != 0 {
+		t.Errorf("the inventory reported %d errors", n)
 	}
 }
 
@@ -233,14 +225,6 @@ func childProcess(name string) (int, error) {
 	return 0, fmt.Errorf("no child process runs %s", want)
 }
 
-func hw(s string) net.HardwareAddr {
-	m, err := net.ParseMAC(s)
-	if err != nil {
-		panic(err)
-	}
-	return m
-}
-
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -260,15 +244,15 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// TestSyncerHasSyncedMeansTableFull: machines that exist before the syncer
-// starts are all in the table once HasSynced says so, with no further wait.
+// TestHasSyncedMeansInventoryFull: machines that exist before the inventory
+// starts all have their lease once HasSynced says so, with no further wait.
 // That is what kubefarm-pxe's readiness waits for.
-func TestSyncerHasSyncedMeansTableFull(t *testing.T) {
+func TestHasSyncedMeansInventoryFull(t *testing.T) {
 	env := testenv.StartT(t, testenv.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cl := env.Client
-	const ns = "leases-initial"
+	const ns = "inventory-initial"
 	must(t, cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	must(t, cl.Create(ctx, &kubefarmv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rack1"},
@@ -286,22 +270,33 @@ func TestSyncerHasSyncedMeansTableFull(t *testing.T) {
 		}))
 	}
 
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
-	must(t, err)
-	table := NewTable()
-	syncer, err := NewSyncer(ctx, c, table, testr.New(t))
-	must(t, err)
-	if syncer.HasSynced() {
-		t.Fatal("HasSynced before the cache started")
-	}
-	cacheCtx, stopCache := context.WithCancel(ctx)
-	cacheDone := make(chan error, 1)
-	go func() { cacheDone <- c.Start(cacheCtx) }()
-	t.Cleanup(func() { stopCache(); <-cacheDone })
-	if !toolscache.WaitForCacheSync(ctx.Done(), syncer.HasSynced) {
-		t.Fatal("the syncer never synced")
+	table := start(t, ctx, env, cache.Options{Scheme: env.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}}, ns)
+	if !toolscache.WaitForCacheSync(ctx.Done(), table.HasSynced) {
+		t.Fatal("the inventory never synced")
 	}
 	if got := table.Len(); got != n {
-		t.Fatalf("table holds %d leases once synced, want %d", got, n)
+		t.Fatalf("the inventory holds %d leases once synced, want %d", got, n)
 	}
+}
+
+// start runs an Inventory over env as kubefarm-pxe does: the pools from a
+// controller-runtime cache with opts, the Machines of namespace (all when
+// empty) through its reflector, both until the test ends.
+func start(t *testing.T, ctx context.Context, env *testenv.Env, opts cache.Options, namespace string) *Inventory {
+	t.Helper()
+	c, err := cache.New(env.Config, opts)
+	must(t, err)
+	inv, err := New(ctx, c, testr.New(t))
+	must(t, err)
+	if inv.HasSynced() {
+		t.Fatal("HasSynced before anything started")
+	}
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	must(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	go func() { _ = c.Start(runCtx); done <- struct{}{} }()
+	go func() { inv.Run(runCtx, ListWatch(wc, namespace)); done <- struct{}{} }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+	return inv
 }
