@@ -87,17 +87,44 @@ func newInventory(log logr.Logger) *Inventory {
 }
 
 // ListWatch lists and watches the Machines of namespace (all when empty)
-// through c, for Run.
+// through c, for Run. Each Machine is slimmed as it arrives: at start the
+// reflector holds the whole first list (or the stream of its initial
+// events) before the inventory sees any of it, and a Machine's managed
+// fields and annotations alone can outweigh the rest of it.
 func ListWatch(c client.WithWatch, namespace string) toolscache.ListerWatcher {
 	return &toolscache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			l := &kubefarmv1.MachineList{}
-			return l, c.List(ctx, l, client.InNamespace(namespace), &client.ListOptions{Raw: &o})
+			if err := c.List(ctx, l, client.InNamespace(namespace), &client.ListOptions{Raw: &o}); err != nil {
+				return nil, err
+			}
+			for i := range l.Items {
+				slim(&l.Items[i])
+			}
+			return l, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Watch(ctx, &kubefarmv1.MachineList{}, client.InNamespace(namespace), &client.ListOptions{Raw: &o})
+			w, err := c.Watch(ctx, &kubefarmv1.MachineList{}, client.InNamespace(namespace), &client.ListOptions{Raw: &o})
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				// A bookmark is left whole: the one that ends the initial
+				// events says so in an annotation the reflector reads.
+				if m, ok := e.Object.(*kubefarmv1.Machine); ok && e.Type != watch.Bookmark {
+					slim(m)
+				}
+				return e, true
+			}), nil
 		},
 	}
+}
+
+// slim drops in place what newRecord does not read of a Machine.
+func slim(m *kubefarmv1.Machine) {
+	m.ManagedFields, m.Annotations, m.Labels, m.OwnerReferences, m.Finalizers = nil, nil, nil, nil, nil
+	m.Spec.Power = nil
+	m.Status.History = nil
 }
 
 // Run keeps the inventory in step with the Machines lw lists and watches

@@ -27,9 +27,9 @@
 // the UDP socket drops on each side; for kubefarm-pxe also the CPU
 // kube-apiserver and etcd used, the Events it wrote and the ones its
 // per-replica bound dropped. Memory: each server's resident set once it
-// serves every machine and its peak (VmHWM) at the end. Then the ratio of
-// kubefarm-pxe to dnsmasq. By default the server runs on CPU 0 and
-// perfdhcp, kube-apiserver and etcd on CPU 1 (taskset), so that neither the
+// serves every machine, at the end of its ladder, and its peak (VmHWM).
+// Then the ratio of kubefarm-pxe to dnsmasq. By default the server runs on
+// CPU 0 and perfdhcp, kube-apiserver and etcd on CPU 1 (taskset), so that neither the
 // load generator nor the API server is counted as, or takes, the server's
 // core. It needs root, perfdhcp (kea-admin), dnsmasq and the envtest
 // binaries (make envtest-tools); it creates and removes namespace kfb-cli
@@ -135,9 +135,9 @@ type result struct {
 	eventObjects, eventsDropped int
 }
 
-// memory is a server's resident set: once it serves every machine, and its
-// peak (VmHWM) at the end of its ladder.
-type memory struct{ serving, peak int64 }
+// memory is a server's resident set: once it serves every machine, at the
+// end of its ladder, and its peak (VmHWM) over the run.
+type memory struct{ serving, after, peak int64 }
 
 func run(o options) error {
 	for _, bin := range []string{"perfdhcp", "dnsmasq", "ip", "taskset"} {
@@ -212,9 +212,9 @@ func run(o options) error {
 			}
 			fmt.Println()
 		}
-		m.peak = procRSS(s.pid(), "VmHWM")
+		m.after, m.peak = procRSS(s.pid(), "VmRSS"), procRSS(s.pid(), "VmHWM")
 		mem[name] = m
-		fmt.Printf("  %s resident: %.1f MiB serving, peak %.1f MiB\n", name, mib(m.serving), mib(m.peak))
+		fmt.Printf("  %s resident: %.1f MiB serving, %.1f MiB after the ladder, peak %.1f MiB\n", name, mib(m.serving), mib(m.after), mib(m.peak))
 		s.stop()
 	}
 	if o.only != "" {
@@ -225,8 +225,9 @@ func run(o options) error {
 		k, d := find(results, "kubefarm-pxe", rate), find(results, "dnsmasq", rate)
 		fmt.Printf("  offered %6d/s: %8.0f vs %8.0f = %s; %4.0f vs %4.0f µs/DORA\n", rate, k.perSecond, d.perSecond, ratio(k.perSecond, d.perSecond), perDORA(k), perDORA(d))
 	}
-	fmt.Printf("  resident with %d machines: %.1f vs %.1f MiB serving, peak %.1f vs %.1f MiB\n", o.machines,
-		mib(mem["kubefarm-pxe"].serving), mib(mem["dnsmasq"].serving), mib(mem["kubefarm-pxe"].peak), mib(mem["dnsmasq"].peak))
+	fmt.Printf("  resident with %d machines: %.1f vs %.1f MiB serving, %.1f vs %.1f MiB after the ladder, peak %.1f vs %.1f MiB\n", o.machines,
+		mib(mem["kubefarm-pxe"].serving), mib(mem["dnsmasq"].serving), mib(mem["kubefarm-pxe"].after), mib(mem["dnsmasq"].after),
+		mib(mem["kubefarm-pxe"].peak), mib(mem["dnsmasq"].peak))
 	return nil
 }
 
