@@ -56,7 +56,11 @@ import (
 //     ClusterIP Service answers from both (make demo's check, CheckSpread);
 //   - the Machine's Events tell the boot story, and the test prints the
 //     seconds from power-on to each stage;
-//   - a rolling reboot-to-update moves both machines to a new image.
+//   - kube-proxy is switched to ipvs (helm upgrade) and rolls, then a
+//     rolling reboot-to-update moves both machines to a new image, so they
+//     boot with the ipvs proxier alone; a new Service's ClusterIP answers
+//     from both nodes in ipvs mode, and again after a live switch to
+//     nftables (docs/kube-proxy.md).
 //
 // KUBEFARM_NODE_IMAGE names the built image's folder (make e2e sets it).
 func TestNodeJoin(t *testing.T) {
@@ -91,6 +95,10 @@ func TestNodeJoin(t *testing.T) {
 		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-2", MAC: "52:54:00:7b:00:3e", IP: "10.123.0.62", Index: 1, UEFI: true}},
 	}
 	mac, ip, hostname := vms[0].MAC, vms[0].IP, vms[0].Name
+	var nodes []string
+	for _, vm := range vms {
+		nodes = append(nodes, vm.Name)
+	}
 
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "join-"}}, metav1.CreateOptions{})
 	if err != nil {
@@ -352,10 +360,6 @@ func TestNodeJoin(t *testing.T) {
 	// make demo's own check of its workload, so that the demo cannot rot
 	// unseen: the same code, on these two machines, one BIOS and one UEFI.
 	t.Run("a pod on each node reaches the other over the pod network; a ClusterIP Service answers from both (make demo's check)", func(t *testing.T) {
-		var nodes []string
-		for _, vm := range vms {
-			nodes = append(nodes, vm.Name)
-		}
 		if err := cluster.CheckSpread(ctx, tenantCfg, tenant, "spread", nodes, t.Logf); err != nil {
 			t.Fatal(err)
 		}
@@ -378,11 +382,25 @@ func TestNodeJoin(t *testing.T) {
 		}
 	})
 
+	// kube-proxy's ipvs mode on nodes that boot with it: switched before
+	// the rollout (the pool loads the IPVS modules at boot), so that the
+	// rolled nodes start with no other mode's rules (docs/kube-proxy.md).
+	t.Run("kube-proxy switches to ipvs ahead of the reboot-to-update", func(t *testing.T) {
+		switchKubeProxyMode(t, ctx, kubeconfig, release, ns.Name, vals, tenantCfg, tenant, nodes, "ipvs")
+	})
+
 	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
 		testRollout(t, ctx, rolloutScenario{
 			c: c, cs: cs, tenant: tenant, tenantCfg: tenantCfg, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
 			switchImage: func(ctx context.Context, bootImage string) error {
-				return upgradeChangesOnly(ctx, t, c, kubeconfig, release, ns.Name, vals, bootImage)
+				if err := upgradeChangesOnly(ctx, t, c, kubeconfig, release, ns.Name, vals, bootImage); err != nil {
+					return err
+				}
+				// Later upgrades (kube-proxy's mode) keep the pool on it:
+				// values that still named the old image would roll the
+				// pool back, as they would for an operator.
+				vals["bootImage"] = bootImage
+				return nil
 			},
 		})
 	})
@@ -392,6 +410,14 @@ func TestNodeJoin(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+
+	t.Run("in ipvs mode a new Service's ClusterIP answers from both rebooted nodes", func(t *testing.T) {
+		checkProxyMode(t, ctx, tenantCfg, tenant, nodes, "ipvs")
+	})
+	t.Run("switched live to nftables, a new Service's ClusterIP answers from both nodes", func(t *testing.T) {
+		switchKubeProxyMode(t, ctx, kubeconfig, release, ns.Name, vals, tenantCfg, tenant, nodes, "nftables")
+		checkProxyMode(t, ctx, tenantCfg, tenant, nodes, "nftables")
+	})
 
 	// The join credential is handed out once, to the machine's leased IP,
 	// for its MAC, inside its boot window: from anywhere else, or again,
