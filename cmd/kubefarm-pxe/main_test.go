@@ -396,6 +396,8 @@ func TestBinary(t *testing.T) {
 		`kubefarm_pxe_http_requests_total{code="200",route="boot"}`,
 		`kubefarm_pxe_tftp_transfers_total{result="ok"}`,
 		`kubefarm_pxe_dhcp_packets_total`,
+		"kubefarm_pxe_inventory_machines 1\n",
+		"kubefarm_pxe_inventory_errors_total 0\n",
 	} {
 		if code != 200 || !bytes.Contains(metrics, []byte(s)) {
 			t.Errorf("/metrics lacks %s", s)
