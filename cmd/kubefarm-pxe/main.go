@@ -265,7 +265,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, 8) // more than the services, so no sender ever blocks
+	errs := make(chan error, 16) // more than the services, so no sender ever blocks
 	start := func(what string, f func() error) {
 		wg.Add(1)
 		go func() {
@@ -277,6 +277,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 
 	start("cache", func() error { return c.Start(ctx) })
+	if r, ok := eventSink.(*events.Recorder); ok {
+		// The Events' per-machine throttle forgets a storm's machines
+		// an interval later, also on a replica gone quiet.
+		start("events throttle", func() error { r.Run(ctx); return nil })
+	}
 	start("machines", func() error {
 		inv.Run(ctx, inventory.ListWatch(watcher, o.namespace))
 		return nil

@@ -18,6 +18,7 @@
 package events
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"sync"
@@ -106,6 +107,9 @@ type Recorder struct {
 
 	mu   sync.Mutex
 	last map[key]time.Time
+	// sweptAt is when last was last swept of the entries past the
+	// interval (Sweep).
+	sweptAt time.Time
 	// unreported counts the bucket's refusals by reason since the last
 	// log line, written at reportedAt.
 	unreported map[string]int
@@ -158,7 +162,52 @@ func New(rec record.EventRecorder, cfg Config) *Recorder {
 			Namespace: "kubefarm", Subsystem: "pxe_events", Name: "dropped_total",
 			Help: "Events on Machines not written because the replica's event budget (--event-qps, --event-burst) was spent, by reason.",
 		}, []string{"reason"}),
-		last: map[key]time.Time{}, unreported: map[string]int{}, reportedAt: cfg.Now()}
+		last: map[key]time.Time{}, sweptAt: cfg.Now(), unreported: map[string]int{}, reportedAt: cfg.Now()}
+}
+
+// Sweep forgets the throttle's entries older than the interval, which no
+// longer hold anything back. A storm stamps an entry for every machine and
+// reason; without a sweep they would stay until maxTracked. The map is
+// built anew when most of it went, since a Go map keeps its size after
+// deletes. claim sweeps once an interval as it goes; kubefarm-pxe also
+// calls Sweep every interval (Run), for a replica gone quiet after a storm.
+func (r *Recorder) Sweep() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked(r.now())
+}
+
+func (r *Recorder) sweepLocked(now time.Time) {
+	before := len(r.last)
+	for k, t := range r.last {
+		if now.Sub(t) >= r.interval {
+			delete(r.last, k)
+		}
+	}
+	if len(r.last) < before/2 {
+		r.last = maps.Clone(r.last)
+	}
+	r.sweptAt = now
+}
+
+// Run sweeps the throttle every interval until ctx is done.
+func (r *Recorder) Run(ctx context.Context) {
+	if r == nil {
+		return
+	}
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Sweep()
+		}
+	}
 }
 
 // Register registers kubefarm_pxe_events_dropped_total{reason} on reg.
@@ -239,12 +288,8 @@ func (r *Recorder) claim(k key) bool {
 	if t, ok := r.last[k]; ok && now.Sub(t) < r.interval {
 		return false
 	}
-	if len(r.last) >= maxTracked {
-		for old, t := range r.last {
-			if now.Sub(t) >= r.interval {
-				delete(r.last, old)
-			}
-		}
+	if len(r.last) >= maxTracked || now.Sub(r.sweptAt) >= r.interval {
+		r.sweepLocked(now)
 		if len(r.last) >= maxTracked {
 			clear(r.last)
 		}

@@ -251,3 +251,41 @@ func TestBucket(t *testing.T) {
 		t.Errorf("after 30 s the bucket holds its burst again: %d Events written, want 3", got)
 	}
 }
+
+// TestStormEntriesAreSwept: a storm stamps an entry for each machine; one
+// interval later the next event, or Sweep on a quiet replica, forgets them
+// all, so the throttle's memory follows the last interval's machines
+// instead of growing to maxTracked.
+func TestStormEntriesAreSwept(t *testing.T) {
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	r := New(record.NewFakeRecorder(100), Config{Now: c.now, Rate: 1, Burst: 1})
+	const storm = 20_000
+	for i := 0; i < storm; i++ {
+		r.Due("ns/m"+itoa(i), ReasonOffered, "")
+		r.Normal("ns/m"+itoa(i), ReasonAcked, "", "acked")
+	}
+	// Every machine's two reasons but the first Due, which found a token
+	// and left the stamp to the record that would follow it.
+	if n := len(r.last); n != 2*storm-1 {
+		t.Fatalf("the storm left %d entries, want %d", n, 2*storm-1)
+	}
+	c.add(DefaultInterval / 2)
+	r.Normal("ns/late", ReasonAcked, "", "acked")
+	if n := len(r.last); n != 2*storm {
+		t.Fatalf("swept before the interval: %d entries", n)
+	}
+	c.add(DefaultInterval / 2)
+	r.Normal("ns/next", ReasonAcked, "", "acked")
+	if n := len(r.last); n != 2 {
+		t.Fatalf("one interval after the storm the throttle tracks %d entries, want 2 (ns/late, ns/next)", n)
+	}
+	c.add(DefaultInterval)
+	r.Sweep()
+	if n := len(r.last); n != 0 {
+		t.Fatalf("Sweep on a quiet replica left %d entries", n)
+	}
+	// Swept entries no longer throttle: the machine is recorded again.
+	if !r.Due("ns/m1", ReasonOffered, "") {
+		t.Error("a swept machine's event is held back")
+	}
+}
