@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -271,11 +272,9 @@ func (p *poolState) derive(r *record) (facts, error) {
 	if r.text != nil && len(r.text.macs) != len(r.macs) {
 		return facts{}, fmt.Errorf("a MAC of %v is not an Ethernet address", r.text.macs)
 	}
-	if !r.ip.ok {
-		return facts{}, fmt.Errorf("machine IP %q is not IPv4", r.ipString())
-	}
-	if ip := net.IP(r.ip.addr[:]); !p.network.Subnet.Contains(ip) {
-		return facts{}, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, p.network.Subnet)
+	ip, err := p.network.StaticIP(r.ipString())
+	if err != nil {
+		return facts{}, err
 	}
 	key := strings.Join(r.tags, "\x00")
 	t, ok := p.options[key]
@@ -286,7 +285,7 @@ func (p *poolState) derive(r *record) (facts, error) {
 	if t.err != nil {
 		return facts{}, t.err
 	}
-	return facts{valid: true, ip: r.ip.addr, hostname: r.hostname, options: t.options, pool: p}, nil
+	return facts{valid: true, ip: [4]byte(ip), hostname: r.hostname, options: t.options, pool: p}, nil
 }
 
 // setPool takes a NodePool's new version and derives its machines' leases
@@ -381,23 +380,19 @@ func (inv *Inventory) LookupIP(ip net.IP) (*leases.Lease, bool) {
 	return nil, false
 }
 
-// lease builds the static lease of r's MAC m. Its MAC and IP slices point
-// into the immutable record.
+// lease builds the static lease of r's MAC m with the pool network's own
+// builder, as leases.FromObjectsOn does. Its MAC and IP slices point into
+// the immutable record.
 func (r *record) lease(m mac) *leases.Lease {
 	f := &r.dhcp
-	n := &f.pool.network
-	l := &leases.Lease{
-		IP: net.IP(f.ip[:]), Mask: n.Subnet.Mask, Router: n.Router, DNS: n.DNS, Domain: n.Domain,
-		Hostname: f.hostname, LeaseTime: n.LeaseTime, ExtraOptions: f.options, Pool: n.Pool,
-		Machine: leases.MachineKey(r.key.Namespace, r.key.Name),
+	var hw net.HardwareAddr
+	if i := slices.Index(r.macs, m); i >= 0 {
+		hw = r.macs[i][:]
 	}
-	for i := range r.macs {
-		if r.macs[i] == m {
-			l.MAC = net.HardwareAddr(r.macs[i][:])
-			break
-		}
-	}
-	return l
+	l := f.pool.network.Lease(hw, f.ip[:], f.hostname)
+	l.ExtraOptions = f.options
+	l.Machine = leases.MachineKey(r.key.Namespace, r.key.Name)
+	return &l
 }
 
 // Len is the number of boot MACs with a lease.

@@ -129,6 +129,19 @@ func belongs(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool) error {
 	return nil
 }
 
+// StaticIP is a machine's static address (spec.ip) in its 4-byte form,
+// once it is known to be IPv4 and inside the network's subnet.
+func (n Network) StaticIP(s string) (net.IP, error) {
+	ip := net.ParseIP(s).To4()
+	if ip == nil {
+		return nil, fmt.Errorf("machine IP %q is not IPv4", s)
+	}
+	if !n.Subnet.Contains(ip) {
+		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, n.Subnet)
+	}
+	return ip, nil
+}
+
 // FromObjectsOn is FromObjects with the pool's network already parsed
 // (NetworkOf(pool)): the leases share its mask, router and DNS slices, so
 // a caller that keeps leases of many machines of one pool keeps them once.
@@ -136,12 +149,9 @@ func FromObjectsOn(machine *kubefarmv1.Machine, pool *kubefarmv1.NodePool, netw 
 	if err := belongs(machine, pool); err != nil {
 		return nil, err
 	}
-	ip := net.ParseIP(machine.Spec.IP).To4()
-	if ip == nil {
-		return nil, fmt.Errorf("machine IP %q is not IPv4", machine.Spec.IP)
-	}
-	if !netw.Subnet.Contains(ip) {
-		return nil, fmt.Errorf("machine IP %s is outside the pool subnet %s", ip, netw.Subnet)
+	ip, err := netw.StaticIP(machine.Spec.IP)
+	if err != nil {
+		return nil, err
 	}
 	extra, err := TagOptions(pool, machine.Spec.Tags)
 	if err != nil {
