@@ -106,13 +106,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kubefarm_pxe_inventory_machines",
-			Help: "Machines the replica holds."}, func() float64 { return float64(inv.Machines()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefarm_pxe_inventory_errors_total",
-			Help: "Machines and NodePools whose static lease could not be derived (the last good one is kept; the log names the object)."},
-			func() float64 { return float64(inv.Errors()) }),
-	)
+	if err := inv.Register(reg); err != nil {
+		return err
+	}
 	machines, err := httpboot.NewCacheMachines(ctx, c, inv, log.WithName("machines"))
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,6 +148,23 @@ func (inv *Inventory) HasSynced() bool {
 // Errors counts the Machines and NodePools whose lease could not be derived
 // (the last good one is kept) since start.
 func (inv *Inventory) Errors() uint64 { return inv.errors.Load() }
+
+// Register registers kubefarm_pxe_inventory_machines and
+// kubefarm_pxe_inventory_errors_total (Machines and Errors) on reg.
+func (inv *Inventory) Register(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kubefarm_pxe_inventory_machines",
+			Help: "Machines the replica holds."}, func() float64 { return float64(inv.Machines()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kubefarm_pxe_inventory_errors_total",
+			Help: "Machines and NodePools whose static lease could not be derived (the last good one is kept; the log names the object)."},
+			func() float64 { return float64(inv.Errors()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Add, Update, Delete, Replace and Resync make the Inventory the
 // Reflector's store (toolscache.ReflectorStore).
