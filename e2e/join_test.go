@@ -412,6 +412,7 @@ func TestNodeJoin(t *testing.T) {
 	}
 
 	t.Run("in ipvs mode a new Service's ClusterIP answers from both rebooted nodes", func(t *testing.T) {
+		waitKubeProxyMode(t, ctx, tenantCfg, tenant, nodes, "ipvs")
 		checkProxyMode(t, ctx, tenantCfg, tenant, nodes, "ipvs")
 	})
 	t.Run("switched live to nftables, a new Service's ClusterIP answers from both nodes", func(t *testing.T) {

@@ -98,12 +98,12 @@ func kubeProxyPod(ctx context.Context, tenant kubernetes.Interface, node string)
 
 // checkProxyMode checks that a new Service's ClusterIP, asked from a pod on
 // the first node, answers from every node (CheckSpread in its own
-// namespace). On failure it appends what kube-proxy left on each node: its
-// warnings and errors, its ipsets, iptables and nftables rules: what
-// found the missing /etc/protocols.
+// namespace), once kube-proxy runs mode (switchKubeProxyMode or
+// waitKubeProxyMode). On failure it appends what kube-proxy left on each
+// node: its warnings and errors, its ipsets, iptables and nftables rules:
+// what found the missing /etc/protocols.
 func checkProxyMode(t *testing.T, ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, nodes []string, mode string) {
 	t.Helper()
-	waitKubeProxyMode(t, ctx, cfg, tenant, nodes, mode)
 	if err := cluster.CheckSpread(ctx, cfg, tenant, "proxy-"+mode, nodes, t.Logf); err != nil {
 		t.Fatalf("in %s mode: %v\n%s", mode, err, kubeProxyState(ctx, cfg, tenant, nodes))
 	}
