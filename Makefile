@@ -148,8 +148,9 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 # dhclient (DHCP clients in network namespaces), iproute2 (namespaces),
 # tftp-hpa, atftp and curl (TFTP and HTTP clients), kea-admin (perfdhcp, a
 # relay agent's traffic), and ipxe, whose binaries kubefarm-pxe serves
-# (found at /usr/lib/ipxe, never committed); ipset and nftables (with netbase's /etc/protocols, which ipset reads), which the
-# e2e tenants' kube-proxy image carries for its ipvs and nftables modes.
+# (found at /usr/lib/ipxe, never committed); ipset and nftables, with
+# netbase's /etc/protocols, which ipset reads, that the e2e tenants'
+# kube-proxy image carries for its ipvs and nftables modes.
 APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp kea-admin ipxe curl qemu-system-x86 ipxe-qemu ovmf ipset nftables netbase
 
 .PHONY: deps

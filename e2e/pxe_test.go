@@ -35,8 +35,8 @@ import (
 // TestPXE boots a machine's first steps against the kubefarm-pxe pod of the
 // admin cluster, with real clients on the boot network (the host bridge
 // cluster.BootBridge that `up` creates):
-//   - the kubefarm-pxe DaemonSet's pod is Ready (its cache and lease table
-//     synced);
+//   - the kubefarm-pxe DaemonSet's pod is Ready (its cache and inventory
+//     of Machines synced);
 //   - a NodePool and a Machine created in the API make busybox udhcpc, in a
 //     network namespace joined to the bridge with the Machine's MAC, get the
 //     Machine's static address, router, DNS servers, domain, hostname and

@@ -205,8 +205,9 @@ func TestEventBudgetMustBePositive(t *testing.T) {
 // references and finalizers, and their spec.machines, while what
 // kubefarm-pxe reads stays (resourceVersion for the informer, the spec
 // fields leases and scripts use). Machines are not in the cache at all
-// (pxe/inventory). Other kinds keep annotations and labels: a DHCPLease is updated
-// from what was read, and the join token issuer matches Secrets' labels.
+// (pxe/inventory). Other kinds keep annotations and labels: a DHCPLease is
+// updated from what was read, and the join token issuer matches Secrets'
+// labels.
 func TestCacheTrimsWhatIsNeverRead(t *testing.T) {
 	var o options
 	trim := o.cacheOptions(k8sruntime.NewScheme()).DefaultTransform

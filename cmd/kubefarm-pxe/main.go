@@ -52,9 +52,9 @@ import (
 // of Go's default 100%. Every replica holds every Machine, and allocation per
 // packet is small, so the trade is cheap: with 20,000 Machines `make bench`
 // measured 90 MiB resident instead of 121 MiB (with the Machines then still
-// in the informer cache), at the same CPU per DHCP
-// exchange (86 against 89 µs at 5,000/s). GOGC in the environment overrides
-// it, as for any Go program.
+// in the informer cache), at the same CPU per DHCP exchange (86 against 89
+// µs at 5,000/s). GOGC in the environment overrides it, as for any Go
+// program.
 const gcPercent = 50
 
 func main() {

@@ -217,7 +217,7 @@ func TestBinary(t *testing.T) {
 	}
 	defer conn.Close()
 	// discover sends one DISCOVER and returns the OFFER, or nil when none
-	// came within the read deadline (the lease table may not be filled yet).
+	// came within the read deadline (the inventory may not be filled yet).
 	discover := func(mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
 		req, err := dhcpv4.NewDiscovery(hw, append([]dhcpv4.Modifier{dhcpv4.WithClientIP(net.IPv4(127, 0, 0, 1))}, mods...)...)
 		if err != nil {

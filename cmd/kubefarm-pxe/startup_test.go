@@ -88,7 +88,7 @@ func (g *gatedAPI) kubeconfig(t *testing.T) string {
 
 // TestNoAnswerLostAtStart: kubefarm-pxe opens its DHCP socket at start (a
 // bad interface fails the start), but a known machine that asks before
-// the lease table holds it must still get its answer: the DISCOVER waits
+// the inventory holds it must still get its answer: the DISCOVER waits
 // in the socket, not taken for an unknown MAC. The API server is held
 // from listing Machines (a gated proxy) until the machine has asked, so the
 // request always comes before the table is whole; it is the only one the

@@ -19,9 +19,9 @@
 //   - Same order everywhere. A MAC's search starts at FNV-1a(MAC) modulo
 //     the range size and probes upwards, skipping the subnet's network and
 //     broadcast addresses and every static machine IP (Config.Static's
-//     LookupIP: pxe/inventory in kubefarm-pxe). Two replicas serving one DISCOVER therefore try the same
-//     addresses in the same order and meet on the same object, so a MAC
-//     ends up with one lease and one address.
+//     LookupIP: pxe/inventory in kubefarm-pxe). Two replicas serving one
+//     DISCOVER therefore try the same addresses in the same order and meet
+//     on the same object, so a MAC ends up with one lease and one address.
 //   - The cache only saves work. A MAC's existing lease is found through a
 //     cache index (spec.mac), and addresses the cache knows to be held by
 //     another MAC are skipped (spec.ip) without an API call; a stale cache

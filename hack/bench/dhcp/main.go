@@ -29,9 +29,9 @@
 // per-replica bound dropped. Memory: each server's resident set once it
 // serves every machine, at the end of its ladder, and its peak (VmHWM).
 // Then the ratio of kubefarm-pxe to dnsmasq. By default the server runs on
-// CPU 0 and perfdhcp, kube-apiserver and etcd on CPU 1 (taskset), so that neither the
-// load generator nor the API server is counted as, or takes, the server's
-// core. It needs root, perfdhcp (kea-admin), dnsmasq and the envtest
+// CPU 0 and perfdhcp, kube-apiserver and etcd on CPU 1 (taskset), so that
+// neither the load generator nor the API server is counted as, or takes,
+// the server's core. It needs root, perfdhcp (kea-admin), dnsmasq and the envtest
 // binaries (make envtest-tools); it creates and removes namespace kfb-cli
 // and link kfb0.
 package main
