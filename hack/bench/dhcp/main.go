@@ -94,6 +94,8 @@ func main() {
 		"run pxe/dhcp in a child process with its lease table in memory instead of the kubefarm-pxe binary with an API server (no cache, no Events)")
 	flag.StringVar(&o.serverEnv, "server-env", "", "comma-separated VAR=value added to the environment of the server under test only (e.g. GOGC=50), for experiments")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "with -in-process: write a CPU profile of the DHCP server over all its rates here")
+	flag.DurationVar(&o.settle, "settle", 0,
+		"after the ladder, leave each server idle this long and print its resident set every 30 s (the heap a storm grew is handed back after the runtime's periodic collection, two to three minutes)")
 	flag.Parse()
 	if !*pin {
 		serverCPU, clientCPU = -1, -1
@@ -109,6 +111,7 @@ type options struct {
 	rates, out, only          string
 	inProcess                 bool
 	cpuProfile, serverEnv     string
+	settle                    time.Duration
 }
 
 // result is one perfdhcp run.
@@ -213,6 +216,11 @@ func run(o options) error {
 			fmt.Println()
 		}
 		m.after, m.peak = procRSS(s.pid(), "VmRSS"), procRSS(s.pid(), "VmHWM")
+		for idle := 30 * time.Second; idle <= o.settle; idle += 30 * time.Second {
+			time.Sleep(30 * time.Second)
+			fmt.Printf("  %s idle %.0f s after the ladder: resident %.1f MiB (anonymous %.1f)\n",
+				name, idle.Seconds(), mib(procRSS(s.pid(), "VmRSS")), mib(procRSS(s.pid(), "RssAnon")))
+		}
 		mem[name] = m
 		fmt.Printf("  %s resident: %.1f MiB serving, %.1f MiB after the ladder, peak %.1f MiB\n", name, mib(m.serving), mib(m.after), mib(m.peak))
 		s.stop()
