@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	pintftp "github.com/pin/tftp/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/ipv4"
 
@@ -94,6 +95,10 @@ type Config struct {
 	MaxBlockSize int
 	// MaxTransfers bounds concurrent transfers (default 64).
 	MaxTransfers int
+	// MaxWindowSize caps the RFC 7440 window a client may ask for: blocks
+	// sent before an ACK is awaited (default 16; EDK2 asks for 4). 1 turns
+	// windowsize off: every transfer is lockstep.
+	MaxWindowSize int
 }
 
 func (c *Config) defaults() error {
@@ -121,18 +126,35 @@ func (c *Config) defaults() error {
 	if c.MaxTransfers <= 0 {
 		c.MaxTransfers = 64
 	}
+	if c.MaxWindowSize <= 0 {
+		c.MaxWindowSize = DefaultMaxWindowSize
+	}
+	if c.MaxBlockSize < minBlockSize || c.MaxBlockSize > maxBlockSizeRFC {
+		return fmt.Errorf("MaxBlockSize %d: want %d to %d", c.MaxBlockSize, minBlockSize, maxBlockSizeRFC)
+	}
+	if c.MaxWindowSize > maxWindowSizeRFC {
+		return fmt.Errorf("MaxWindowSize %d: want 1 to %d", c.MaxWindowSize, maxWindowSizeRFC)
+	}
 	return nil
 }
 
 // Transfer results, the label values of the transfers metric.
 const (
-	ResultOK       = "ok"
-	ResultRefused  = "refused"   // name failed ValidateName
-	ResultNotFound = "not_found" // allow-listed but absent from Dir
-	ResultBusy     = "busy"      // over MaxTransfers
-	ResultFailed   = "failed"    // started but did not complete
-	ResultWrite    = "write_refused"
+	ResultOK        = "ok"
+	ResultRefused   = "refused"   // name failed ValidateName
+	ResultNotFound  = "not_found" // allow-listed but absent from Dir
+	ResultBusy      = "busy"      // over MaxTransfers
+	ResultFailed    = "failed"    // started but did not complete
+	ResultWrite     = "write_refused"
+	ResultMalformed = "malformed" // not a request, or one that does not parse: dropped unanswered
+	// ResultAborted: the client ended the transfer with an error packet.
+	// EDK2 does so after the OACK of its first request, which asks only
+	// for the size (tsize) before the real one.
+	ResultAborted = "aborted"
 )
+
+// DefaultMaxWindowSize is Config.MaxWindowSize's default.
+const DefaultMaxWindowSize = 16
 
 // Metrics of the TFTP service.
 type Metrics struct {
@@ -158,7 +180,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	// Pre-create every label so dashboards see zeros instead of gaps.
-	for _, r := range []string{ResultOK, ResultRefused, ResultNotFound, ResultBusy, ResultFailed, ResultWrite} {
+	for _, r := range []string{ResultOK, ResultRefused, ResultNotFound, ResultBusy, ResultFailed, ResultWrite, ResultMalformed, ResultAborted} {
 		m.transfers.WithLabelValues(r)
 	}
 	return m, nil
@@ -180,7 +202,10 @@ type Server struct {
 	metrics *Metrics
 	log     logr.Logger
 	slots   chan struct{}
-	srv     *pintftp.Server
+	// blocking counts the transfers on blocking sockets, at most
+	// blockingLimit() (dial).
+	blocking      atomic.Int32
+	blockingLimit func() int
 }
 
 // NewServer checks cfg and fills its defaults. metrics may be nil.
@@ -188,21 +213,17 @@ func NewServer(cfg Config, m *Metrics, log logr.Logger) (*Server, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: m, log: log, slots: make(chan struct{}, cfg.MaxTransfers)}
-	s.srv = pintftp.NewServer(s.read, s.write)
-	s.srv.SetTimeout(cfg.Timeout)
-	s.srv.SetRetries(cfg.Retries)
-	s.srv.SetBlockSize(cfg.MaxBlockSize)
-	return s, nil
+	return &Server{cfg: cfg, metrics: m, log: log, slots: make(chan struct{}, cfg.MaxTransfers),
+		blockingLimit: func() int { return runtime.GOMAXPROCS(0) }}, nil
 }
 
 // Listen opens the UDP socket for Serve on addr (IPv4), with the
 // destination address and interface of each packet (IP_PKTINFO) reported
-// from the start. pin/tftp turns that on only when Serve begins, and a read
-// request that reached the socket before (kubefarm-pxe opens its sockets
-// before it serves; a client may be retrying meanwhile) carries neither:
-// pin/tftp then caps the transfer's blksize at 512, whatever the client
-// asked, and answers from the default source address.
+// from the start: a transfer answers from the address its request came to,
+// and caps blksize at what fits the interface's MTU. The kernel records
+// the packet info only for packets that arrive after the option is on, so
+// it is on before the socket is handed out (kubefarm-pxe opens its sockets
+// before it serves; a client may be retrying meanwhile).
 func Listen(addr string) (net.PacketConn, error) {
 	c, err := net.ListenPacket("udp4", addr)
 	if err != nil {
@@ -217,85 +238,185 @@ func Listen(addr string) (net.PacketConn, error) {
 
 // Serve answers on conn until ctx ends, then stops taking requests and
 // waits for the transfers under way (each bounded by Timeout x Retries).
-// conn should come from Listen.
+// conn should come from Listen; Serve closes it.
 func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-			// Shutdown closes conn, which ends pin/tftp's Serve at once,
-			// then waits for the transfers.
-			s.srv.Shutdown()
-		case <-done:
+	defer conn.Close()
+	pc := ipv4.NewPacketConn(conn)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	var transfers sync.WaitGroup
+	defer transfers.Wait()
+	buf := make([]byte, requestReadSize)
+	for {
+		n, cm, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// An unconnected UDP socket reports no ICMP errors, so an
+			// error here is the socket's own: the service stops (and
+			// kubefarm-pxe with it) rather than spin on it.
+			return fmt.Errorf("tftp: read: %w", err)
 		}
-	}()
-	err := s.srv.Serve(conn)
-	close(done)
-	<-stopped
-	return err
+		peer, ok := from.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		var dst net.IP
+		ifIndex := 0
+		if cm != nil {
+			dst, ifIndex = cm.Dst, cm.IfIndex
+		}
+		if t, ok := s.accept(pc, buf[:n], peer, dst); ok {
+			transfers.Go(func() {
+				defer func() { <-s.slots }()
+				s.send(pc, t, peer, dst, ifIndex)
+			})
+		}
+	}
 }
 
-// read is pin/tftp's read handler. It runs on its own goroutine per
-// request; an error it returns is sent to the client as an error packet.
-func (s *Server) read(name string, rf io.ReaderFrom) error {
-	peer := ""
-	if ot, ok := rf.(pintftp.OutgoingTransfer); ok {
-		a := ot.RemoteAddr()
-		peer = a.String()
+// accept decides on one packet read on the service's port: a read request
+// that passes every check and gets a transfer slot is returned; anything
+// else is answered with an error packet (a well-formed request refused) or
+// dropped (not a request: answering garbage would make the service a
+// reflector for forged sources).
+func (s *Server) accept(pc *ipv4.PacketConn, p []byte, peer *net.UDPAddr, dst net.IP) (request, bool) {
+	req, err := parseRequest(p)
+	if err != nil {
+		s.metrics.observe(ResultMalformed, 0)
+		s.log.V(1).Info("tftp packet dropped", "peer", peer.String(), "bytes", len(p), "reason", err.Error())
+		return req, false
 	}
-	if err := validateName(name, s.cfg.Files); err != nil {
+	if req.write {
+		s.metrics.observe(ResultWrite, 0)
+		s.log.V(1).Info("tftp write refused", "peer", peer.String(), "file", fmt.Sprintf("%q", truncate(req.name)))
+		s.refuse(pc, peer, dst, errCodeAccessViolation, "access violation: read-only server")
+		return req, false
+	}
+	if req.mode != "octet" {
+		// netascii would rewrite line ends in a binary; "mail" is gone
+		// since RFC 1350. Every firmware asks for octet.
+		s.metrics.observe(ResultRefused, 0)
+		s.log.V(1).Info("tftp request refused", "peer", peer.String(), "file", fmt.Sprintf("%q", truncate(req.name)), "reason", "mode "+fmt.Sprintf("%q", truncate(req.mode)))
+		s.refuse(pc, peer, dst, errCodeIllegalOp, "only octet mode is served")
+		return req, false
+	}
+	if err := validateName(req.name, s.cfg.Files); err != nil {
 		s.metrics.observe(ResultRefused, 0)
 		// %q: the name is attacker-controlled and may hold control bytes.
-		s.log.V(1).Info("tftp request refused", "peer", peer, "file", fmt.Sprintf("%q", truncate(name)), "reason", err.Error())
-		return err
+		s.log.V(1).Info("tftp request refused", "peer", peer.String(), "file", fmt.Sprintf("%q", truncate(req.name)), "reason", err.Error())
+		s.refuse(pc, peer, dst, errCodeAccessViolation, err.Error())
+		return req, false
 	}
 	select {
 	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
+		return req, true
 	default:
 		s.metrics.observe(ResultBusy, 0)
-		s.log.Info("tftp request refused: too many transfers", "peer", peer, "file", name)
-		return errors.New("server busy")
+		s.log.Info("tftp request refused: too many transfers", "peer", peer.String(), "file", req.name)
+		s.refuse(pc, peer, dst, errCodeUndefined, "server busy")
+		return req, false
 	}
+}
+
+// refuse answers a request with an error packet from the service's port,
+// from the address the request came to.
+func (s *Server) refuse(pc *ipv4.PacketConn, peer *net.UDPAddr, dst net.IP, code uint16, msg string) {
+	var cm *ipv4.ControlMessage
+	if d := dst.To4(); d != nil && (d.IsGlobalUnicast() || d.IsLoopback()) {
+		cm = &ipv4.ControlMessage{Src: d}
+	}
+	if _, err := pc.WriteTo(appendError(nil, code, msg), cm, peer); err != nil {
+		s.log.V(1).Info("tftp error packet not sent", "peer", peer.String(), "error", err.Error())
+	}
+}
+
+// transferSocket is a transfer's own socket.
+type transferSocket interface {
+	packetConn
+	close()
+}
+
+// dial opens a transfer's socket: a blocking one (transferConn, the
+// fastest turn-around per block) while transfers on such sockets are no
+// more than the Ps that can run them, a netpoller one (polledConn) beyond,
+// where one thread per waiting transfer would cost more in hand-offs than
+// it saves (50 transfers at once: 0.75x tftpd-hpa's fetches per second
+// with blocking sockets only, docs/tftp.md).
+func (s *Server) dial(dst net.IP, peer *net.UDPAddr) (transferSocket, error) {
+	if s.blocking.Add(1) <= int32(s.blockingLimit()) {
+		c, err := dialTransfer(dst, peer)
+		if err != nil {
+			s.blocking.Add(-1)
+			return nil, err
+		}
+		return &countedConn{transferConn: c, n: &s.blocking}, nil
+	}
+	s.blocking.Add(-1)
+	return dialPolled(dst, peer)
+}
+
+// countedConn gives its place among the blocking transfers back on close.
+type countedConn struct {
+	*transferConn
+	n *atomic.Int32
+}
+
+func (c *countedConn) close() {
+	c.transferConn.close()
+	c.n.Add(-1)
+}
+
+// send runs one accepted read request on a socket of its own.
+func (s *Server) send(pc *ipv4.PacketConn, req request, peer *net.UDPAddr, dst net.IP, ifIndex int) {
 	// The name passed validateName, so it is one path element.
-	f, err := os.Open(filepath.Join(s.cfg.Dir, name))
+	f, err := os.Open(filepath.Join(s.cfg.Dir, req.name))
 	if err != nil {
 		s.metrics.observe(ResultNotFound, 0)
-		s.log.Info("tftp file unavailable", "peer", peer, "file", name, "error", err.Error())
-		return errors.New("file not found")
+		s.log.Info("tftp file unavailable", "peer", peer.String(), "file", req.name, "error", err.Error())
+		s.refuse(pc, peer, dst, errCodeNotFound, "file not found")
+		return
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		s.metrics.observe(ResultNotFound, 0)
-		return errors.New("file not found")
+		s.refuse(pc, peer, dst, errCodeNotFound, "file not found")
+		return
 	}
-	if ot, ok := rf.(pintftp.OutgoingTransfer); ok {
-		// Set tsize explicitly from the open file rather than relying on
-		// pin/tftp's seek probe, so that it is right for any reader.
-		ot.SetSize(fi.Size())
-	}
-	start := time.Now()
-	n, err := rf.ReadFrom(f)
+	conn, err := s.dial(dst, peer)
 	if err != nil {
+		s.metrics.observe(ResultFailed, 0)
+		s.log.Info("tftp transfer failed", "peer", peer.String(), "file", req.name, "error", err.Error())
+		return
+	}
+	defer conn.close()
+	lim := limits{maxBlockSize: s.cfg.MaxBlockSize, maxWindowSize: s.cfg.MaxWindowSize}
+	if ifIndex > 0 {
+		if ifi, err := net.InterfaceByIndex(ifIndex); err == nil && ifi.MTU > 0 {
+			lim.maxBlockSize = min(lim.maxBlockSize, mtuBlockSize(ifi.MTU))
+		}
+	}
+	t := negotiate(req.options, fi.Size(), lim)
+	start := time.Now()
+	n, err := newTransfer(conn, f, fi.Size(), t, s.cfg.Timeout, s.cfg.Retries).run()
+	switch {
+	case errors.Is(err, errClientAbort):
+		s.metrics.observe(ResultAborted, n)
+		s.log.V(1).Info("tftp transfer ended by the client", "peer", peer.String(), "file", req.name, "bytes", n, "error", err.Error())
+		return
+	case err != nil:
 		s.metrics.observe(ResultFailed, n)
-		s.log.Info("tftp transfer failed", "peer", peer, "file", name, "bytes", n, "error", err.Error())
-		// pin/tftp has already aborted the transfer; returning nil avoids a
-		// second error packet.
-		return nil
+		s.log.Info("tftp transfer failed", "peer", peer.String(), "file", req.name, "bytes", n, "error", err.Error())
+		// Tell the client, so that it need not wait out its own timeouts.
+		// Best effort: the client may be gone.
+		_ = conn.send(appendError(nil, errCodeUndefined, "transfer abandoned"))
+		return
 	}
 	s.metrics.observe(ResultOK, n)
-	s.log.V(1).Info("tftp transfer done", "peer", peer, "file", name, "bytes", n, "duration", time.Since(start).String())
-	return nil
-}
-
-// write refuses every write request: the service is read-only.
-func (s *Server) write(name string, _ io.WriterTo) error {
-	s.metrics.observe(ResultWrite, 0)
-	s.log.V(1).Info("tftp write refused", "file", fmt.Sprintf("%q", truncate(name)))
-	return errors.New("access violation: read-only server")
+	s.log.V(1).Info("tftp transfer done", "peer", peer.String(), "file", req.name, "bytes", n,
+		"blksize", t.blockSize, "windowsize", t.windowSize, "duration", time.Since(start).String())
 }
 
 func truncate(s string) string {

@@ -98,6 +98,52 @@ type fixture struct {
 // startServer serves dir on 127.0.0.1:<free port> until the test ends.
 func startServer(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return startServerWith(t, cfg, nil)
+}
+
+// startPolledServer is startServer with every transfer on the netpoller's
+// sockets (polledConn), as when more transfers run than GOMAXPROCS.
+func startPolledServer(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	return startServerWith(t, cfg, func(s *Server) { s.blockingLimit = func() int { return 0 } })
+}
+
+type startFunc func(*testing.T, Config) *fixture
+
+// forEachSocket runs test against a server on each kind of transfer
+// socket: blocking (transferConn) and netpoller (polledConn).
+func forEachSocket(t *testing.T, test func(*testing.T, startFunc)) {
+	t.Run("blocking", func(t *testing.T) { test(t, startServer) })
+	t.Run("netpoller", func(t *testing.T) { test(t, startPolledServer) })
+}
+
+// TestClientsOnPolledSockets: curl and atftp (with a window) fetch from a
+// server whose transfers all run on the netpoller's sockets.
+func TestClientsOnPolledSockets(t *testing.T) {
+	dir := testDir(t)
+	f := startPolledServer(t, Config{Dir: dir})
+	t.Run("curl", func(t *testing.T) {
+		bin := need(t, "curl", "curl")
+		out := filepath.Join(t.TempDir(), "ipxe.efi")
+		run(t, bin, "-sS", "--max-time", "60", "--tftp-blksize", "1468", "-o", out, "tftp://127.0.0.1:"+f.port+"/ipxe.efi")
+		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
+	})
+	t.Run("atftp windowsize", func(t *testing.T) {
+		bin := need(t, "atftp", "atftp")
+		out := filepath.Join(t.TempDir(), "ipxe.efi")
+		log := run(t, bin, "--trace", "--option", "blksize 1468", "--option", "windowsize 8", "-g", "-r", "ipxe.efi", "-l", out, "127.0.0.1", f.port)
+		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
+		if !strings.Contains(log, "windowsize: 8") {
+			t.Errorf("OACK without windowsize 8:\n%s", log)
+		}
+	})
+	if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(ResultOK)); got != 2 {
+		t.Errorf("ok transfers = %v, want 2", got)
+	}
+}
+
+func startServerWith(t *testing.T, cfg Config, tune func(*Server)) *fixture {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	m, err := NewMetrics(reg)
 	if err != nil {
@@ -106,6 +152,9 @@ func startServer(t *testing.T, cfg Config) *fixture {
 	s, err := NewServer(cfg, m, testr.New(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(s)
 	}
 	conn, err := Listen("127.0.0.1:0")
 	if err != nil {
@@ -231,21 +280,21 @@ func TestClients(t *testing.T) {
 		}
 	})
 	t.Run("atftp windowsize", func(t *testing.T) {
-		// atftp asks for an RFC 7440 window of 8; pin/tftp does not grant
-		// it, so atftp falls back to one ACK per block.
+		// atftp asks for an RFC 7440 window of 8 and gets it: one ACK per
+		// 8 blocks (and one for the OACK).
 		bin := need(t, "atftp", "atftp")
 		out := filepath.Join(t.TempDir(), "ipxe.efi")
 		log := run(t, bin, "--trace", "--option", "blksize 1468", "--option", "windowsize 8", "-g", "-r", "ipxe.efi", "-l", out, "127.0.0.1", f.port)
 		sameFile(t, filepath.Join(dir, "ipxe.efi"), out)
 		oack := log[strings.Index(log, "received OACK"):]
 		oack = oack[:strings.IndexByte(oack, '\n')]
-		if !strings.Contains(oack, "blksize: 1468") || strings.Contains(oack, "windowsize") {
-			t.Errorf("OACK %q: want blksize 1468 and no windowsize", oack)
+		if !strings.Contains(oack, "blksize: 1468") || !strings.Contains(oack, "windowsize: 8") {
+			t.Errorf("OACK %q: want blksize 1468 and windowsize 8", oack)
 		}
 		fi, _ := os.Stat(out)
 		blocks := int(fi.Size()/1468 + 1)
-		if acks := strings.Count(log, "sent ACK"); acks != blocks+1 {
-			t.Errorf("atftp sent %d ACKs for %d blocks and the OACK, want one each", acks, blocks)
+		if acks, want := strings.Count(log, "sent ACK"), (blocks+7)/8+1; acks != want {
+			t.Errorf("atftp sent %d ACKs for %d blocks in windows of 8 and the OACK, want %d", acks, blocks, want)
 		}
 	})
 	t.Run("curl", func(t *testing.T) {
@@ -384,10 +433,11 @@ func TestBusy(t *testing.T) {
 }
 
 // TestRequestBeforeServe: a read request that reaches the socket before
-// Serve runs still gets the blksize it asked for. Sent on a socket from
-// net.ListenPacket instead of Listen, it got 512 (pin/tftp reads the
-// interface MTU from the packet's IP_PKTINFO, which the kernel records
-// only for packets that arrive after the option is on).
+// Serve runs still gets the blksize it asked for, answered from the address
+// it came to. Both come from the packet's IP_PKTINFO (the interface, for
+// its MTU), which the kernel records only for packets that arrive after
+// the option is on; pin/tftp, which kubefarm-pxe used before, turned it on
+// in Serve and answered such a request with blksize 512.
 func TestRequestBeforeServe(t *testing.T) {
 	dir := testDir(t)
 	s, err := NewServer(Config{Dir: dir}, nil, testr.New(t))
@@ -541,29 +591,100 @@ func dataBlock(t *testing.T, p []byte) (uint16, []byte) {
 	return uint16(p[2])<<8 | uint16(p[3]), p[4:]
 }
 
-// TestWindowsizeIgnored: a client asking for an RFC 7440 window (EDK2's
-// PXE driver asks for 4, PcdPxeTftpWindowSize; atftp for any) gets an OACK
-// without windowsize, which under RFC 7440 means a window of 1, and the
-// transfer runs to the end of the file in order. That the server waits for
-// each ACK before the next block is TestLostACK's.
-func TestWindowsizeIgnored(t *testing.T) {
+// TestWindowsize: a client asking for an RFC 7440 window (EDK2's PXE
+// driver asks for 4, PcdPxeTftpWindowSize) gets it in the OACK, and the
+// server sends that many blocks before it waits for an ACK, never more.
+// A block lost inside a window is sent again after the ACK of the block
+// before it; the file arrives intact either way.
+func TestWindowsize(t *testing.T) {
+	forEachSocket(t, testWindowsize)
+}
+
+func testWindowsize(t *testing.T, start startFunc) {
 	dir := testDir(t)
-	f := startServer(t, Config{Dir: dir})
+	f := start(t, Config{Dir: dir, Timeout: 200 * time.Millisecond})
 	want, err := os.ReadFile(filepath.Join(dir, "ipxe.efi"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, p, srv := rawRRQ(t, f, "ipxe.efi", "blksize", "1468", "tsize", "0", "windowsize", "8")
-	opts := oackOptions(t, p)
-	if _, ok := opts["windowsize"]; ok {
-		t.Errorf("OACK grants windowsize: %v", opts)
+	for _, lose := range []uint16{0, 10, 9} {
+		c, p, srv := rawRRQ(t, f, "ipxe.efi", "blksize", "1468", "tsize", "0", "windowsize", "4")
+		opts := oackOptions(t, p)
+		if opts["windowsize"] != "4" || opts["blksize"] != "1468" || opts["tsize"] != strconv.Itoa(len(want)) {
+			t.Fatalf("OACK %v, want windowsize 4, blksize 1468 and tsize %d", opts, len(want))
+		}
+		rawACK(t, c, srv, 0)
+		got, acks := readWindowed(t, c, srv, 4, lose)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("block %d lost: received %d bytes, not identical to the %d-byte file", lose, len(got), len(want))
+		}
+		if blocks := len(want)/1468 + 1; lose == 0 && acks != (blocks+3)/4 {
+			t.Errorf("%d ACKs for %d blocks in windows of 4, want %d", acks, blocks, (blocks+3)/4)
+		}
 	}
-	if opts["blksize"] != "1468" || opts["tsize"] != strconv.Itoa(len(want)) {
-		t.Errorf("OACK %v, want blksize 1468 and tsize %d", opts, len(want))
+}
+
+// TestWindowsizeOff: with MaxWindowSize 1 the OACK leaves windowsize out,
+// which RFC 7440 reads as a window of one, and the transfer is lockstep.
+func TestWindowsizeOff(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir, MaxWindowSize: 1})
+	want, err := os.ReadFile(filepath.Join(dir, "ipxe.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, p, srv := rawRRQ(t, f, "ipxe.efi", "blksize", "1468", "windowsize", "8")
+	if opts := oackOptions(t, p); opts["windowsize"] != "" || opts["blksize"] != "1468" {
+		t.Fatalf("OACK %v, want blksize 1468 and no windowsize", opts)
 	}
 	rawACK(t, c, srv, 0)
 	if got := readLockstep(t, c, srv, 0); !bytes.Equal(got, want) {
 		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
+	}
+}
+
+// readWindowed receives a transfer whose OACK has been acknowledged, as an
+// RFC 7440 client with the given window: it takes blocks in order,
+// acknowledges after window blocks since its last ACK and at the end,
+// answers a block it did not expect with the ACK of the last it holds, and
+// drops the first arrival of block lose (0: none). Without a loss, more
+// than window blocks between two of its ACKs fails the test. It returns
+// the data and the ACKs it sent.
+func readWindowed(t *testing.T, c *net.UDPConn, srv *net.UDPAddr, window int, lose uint16) ([]byte, int) {
+	t.Helper()
+	var got []byte
+	expect, since, acks, lost := uint16(1), 0, 0, false
+	ack := func(b uint16) {
+		rawACK(t, c, srv, b)
+		acks++
+		since = 0
+	}
+	for {
+		p, from := rawRead(t, c)
+		if from.String() != srv.String() {
+			t.Fatalf("block from %v, the transfer is on %v", from, srv)
+		}
+		n, data := dataBlock(t, p)
+		if n == lose && !lost {
+			lost = true
+			continue
+		}
+		if n != expect {
+			ack(expect - 1)
+			continue
+		}
+		if since++; since > window && lose == 0 {
+			t.Fatalf("block %d is the %dth since the last ACK, window %d", n, since, window)
+		}
+		got = append(got, data...)
+		expect++
+		if len(data) < 1468 {
+			ack(n)
+			return got, acks
+		}
+		if since == window {
+			ack(n)
+		}
 	}
 }
 
@@ -598,20 +719,22 @@ func readLockstep(t *testing.T, c *net.UDPConn, srv *net.UDPAddr, withhold uint1
 	}
 }
 
-// TestLostACK: the server sends block n+1 only after the ACK of block n. A
-// client whose ACK of block 3 is lost receives block 3 again after Timeout,
-// not block 4, and completes the transfer by acknowledging it. This is
-// what makes the server safe for lockstep clients that accept only the
-// next block and re-acknowledge only the last one (curl; iPXE acknowledges
-// the last block it holds without a gap, EDK2 answers an unexpected block
-// with the ACK of its last one): pin/tftp's SetAnticipate sends several
-// blocks before the first ACK, so the packet after block 3 would be block
-// 4, and after a lost ACK inside a window it resends the whole window and
-// waits for that window's first ACK, which such a client never sends
-// again.
+// TestLostACK: without a negotiated window the server sends block n+1 only
+// after the ACK of block n. A client whose ACK of block 3 is lost receives
+// block 3 again after Timeout, not block 4, and completes the transfer by
+// acknowledging it. This is what makes the server safe for lockstep
+// clients that accept only the next block and re-acknowledge only the last
+// one (curl; iPXE acknowledges the last block it holds without a gap, EDK2
+// answers an unexpected block with the ACK of its last one). Sending
+// ahead unasked (pin/tftp's SetAnticipate) fails such clients after a
+// loss: docs/tftp.md.
 func TestLostACK(t *testing.T) {
+	forEachSocket(t, testLostACK)
+}
+
+func testLostACK(t *testing.T, start startFunc) {
 	dir := testDir(t)
-	f := startServer(t, Config{Dir: dir, Timeout: 200 * time.Millisecond})
+	f := start(t, Config{Dir: dir, Timeout: 200 * time.Millisecond})
 	want, err := os.ReadFile(filepath.Join(dir, "snponly.efi"))
 	if err != nil {
 		t.Fatal(err)
@@ -624,5 +747,78 @@ func TestLostACK(t *testing.T) {
 	// The ACK of block 3 is lost: the next packet must be block 3 again.
 	if got := readLockstep(t, c, srv, 3); !bytes.Equal(got, want) {
 		t.Fatalf("received %d bytes, not identical to the %d-byte file", len(got), len(want))
+	}
+}
+
+// TestDialBlockingUpToLimit: transfers get blocking sockets while no more
+// than blockingLimit of them hold one, netpoller sockets beyond, and a
+// closed blocking socket frees its place.
+func TestDialBlockingUpToLimit(t *testing.T) {
+	s, err := NewServer(Config{Dir: t.TempDir()}, nil, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.blockingLimit = func() int { return 1 }
+	peer := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9}
+	kind := func(c transferSocket) string {
+		switch c.(type) {
+		case *countedConn:
+			return "blocking"
+		case *polledConn:
+			return "netpoller"
+		}
+		return "?"
+	}
+	first, err := s.dial(net.IPv4(127, 0, 0, 1), peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.dial(net.IPv4(127, 0, 0, 1), peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind(first) != "blocking" || kind(second) != "netpoller" {
+		t.Fatalf("sockets %s and %s, want blocking then netpoller", kind(first), kind(second))
+	}
+	first.close()
+	second.close()
+	third, err := s.dial(net.IPv4(255, 255, 255, 255), peer)
+	if err != nil {
+		t.Fatalf("dial from a broadcast destination: %v", err)
+	}
+	defer third.close()
+	if kind(third) != "blocking" {
+		t.Fatalf("after close: %s, want blocking", kind(third))
+	}
+}
+
+// TestSizeProbe: EDK2 first asks for the file's size alone and ends that
+// transfer with an error packet after the OACK. It is counted as aborted
+// by the client, not as a failed transfer, and costs no DATA packet.
+func TestSizeProbe(t *testing.T) {
+	dir := testDir(t)
+	f := startServer(t, Config{Dir: dir})
+	fi, err := os.Stat(filepath.Join(dir, "ipxe.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, p, srv := rawRRQ(t, f, "ipxe.efi", "tsize", "0", "blksize", "1468", "windowsize", "4")
+	if opts := oackOptions(t, p); opts["tsize"] != strconv.FormatInt(fi.Size(), 10) {
+		t.Fatalf("OACK %v, want tsize %d", opts, fi.Size())
+	}
+	if _, err := c.WriteTo([]byte("\x00\x05\x00\x08size known\x00"), srv); err != nil {
+		t.Fatal(err)
+	}
+	// Serve returns once the transfer has ended.
+	if err := f.stop(); err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	for result, want := range map[string]float64{ResultAborted: 1, ResultFailed: 0, ResultOK: 0} {
+		if got := testutil.ToFloat64(f.metrics.transfers.WithLabelValues(result)); got != want {
+			t.Errorf("%s transfers = %v, want %v", result, got, want)
+		}
+	}
+	if got := testutil.ToFloat64(f.metrics.bytes); got != 0 {
+		t.Errorf("bytes = %v, want 0", got)
 	}
 }

@@ -1,0 +1,155 @@
+package tftp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// errTimeout is a receive that waited its whole timeout.
+var errTimeout = errors.New("timed out waiting for the client")
+
+// transferConn is a transfer's own UDP socket: bound to the address the
+// request came to, connected to the client, and blocking. A lockstep
+// transfer is a ping-pong of one DATA and one ACK; tftpd-hpa waits for each
+// ACK in the kernel, and so does this socket (a plain blocking read with
+// SO_RCVTIMEO). Going through Go's netpoller instead (net.UDPConn) parks
+// the goroutine on every ACK, and its wake-up, scheduler round and the
+// sysmon thread it rouses cost about 10 µs a block: 0.83x tftpd-hpa's
+// speed for curl (docs/tftp.md). Connected, the kernel routes each packet
+// once and drops packets from any other source, and an ICMP port
+// unreachable from a client that went away ends the transfer at once.
+// Each such transfer holds a thread while it waits, so the server uses it
+// for as many transfers at once as there are Ps (GOMAXPROCS) and
+// polledConn beyond.
+type transferConn struct {
+	fd int
+	// rcvTimeout is the SO_RCVTIMEO in force, so that it is set only when
+	// it changes (not once per block).
+	rcvTimeout time.Duration
+}
+
+// dialTransfer opens a transfer's socket from local (port chosen by the
+// kernel; any local address when local is nil or not a unicast address)
+// to peer.
+func dialTransfer(local net.IP, peer *net.UDPAddr) (*transferConn, error) {
+	p4 := peer.IP.To4()
+	if p4 == nil {
+		return nil, fmt.Errorf("tftp: peer %s is not IPv4", peer)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, fmt.Errorf("tftp: socket: %w", err)
+	}
+	c := &transferConn{fd: fd}
+	var sa unix.SockaddrInet4
+	if l4 := local.To4(); l4 != nil && (l4.IsGlobalUnicast() || l4.IsLoopback()) {
+		copy(sa.Addr[:], l4)
+	}
+	if err := unix.Bind(fd, &sa); err != nil {
+		// The request's destination may be a (subnet) broadcast address,
+		// which a socket cannot be bound to: answer from any address.
+		sa = unix.SockaddrInet4{}
+		if err := unix.Bind(fd, &sa); err != nil {
+			c.close()
+			return nil, fmt.Errorf("tftp: bind: %w", err)
+		}
+	}
+	to := unix.SockaddrInet4{Port: peer.Port}
+	copy(to.Addr[:], p4)
+	if err := unix.Connect(fd, &to); err != nil {
+		c.close()
+		return nil, fmt.Errorf("tftp: connect to %s: %w", peer, err)
+	}
+	return c, nil
+}
+
+// send writes one packet.
+func (c *transferConn) send(b []byte) error {
+	for {
+		_, err := unix.Write(c.fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		return err
+	}
+}
+
+// recv reads one packet into b, waiting at most timeout (at least a
+// millisecond: SO_RCVTIMEO's zero means forever).
+func (c *transferConn) recv(b []byte, timeout time.Duration) (int, error) {
+	timeout = max(timeout, time.Millisecond)
+	if timeout != c.rcvTimeout {
+		tv := unix.NsecToTimeval(timeout.Nanoseconds())
+		if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return 0, fmt.Errorf("tftp: SO_RCVTIMEO: %w", err)
+		}
+		c.rcvTimeout = timeout
+	}
+	for {
+		n, err := unix.Read(c.fd, b)
+		switch err {
+		case nil:
+			return n, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, errTimeout
+		}
+		return 0, err
+	}
+}
+
+func (c *transferConn) close() {
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// polledConn is a transfer's socket on Go's netpoller: bound and connected
+// as transferConn, but a wait for an ACK parks the goroutine, not a
+// thread. It is slower per block and cheaper per transfer: with more
+// transfers than Ps, thread hand-offs of blocked transferConns cost more
+// than the netpoller's wake-ups (docs/tftp.md).
+type polledConn struct {
+	c *net.UDPConn
+}
+
+func dialPolled(local net.IP, peer *net.UDPAddr) (*polledConn, error) {
+	var laddr *net.UDPAddr
+	if l4 := local.To4(); l4 != nil && (l4.IsGlobalUnicast() || l4.IsLoopback()) {
+		laddr = &net.UDPAddr{IP: l4}
+	}
+	c, err := net.DialUDP("udp4", laddr, peer)
+	if err != nil && laddr != nil {
+		// A (subnet) broadcast destination: answer from any address.
+		c, err = net.DialUDP("udp4", nil, peer)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tftp: %w", err)
+	}
+	return &polledConn{c: c}, nil
+}
+
+func (c *polledConn) send(b []byte) error {
+	_, err := c.c.Write(b)
+	return err
+}
+
+func (c *polledConn) recv(b []byte, timeout time.Duration) (int, error) {
+	if err := c.c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return 0, err
+	}
+	n, err := c.c.Read(b)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, errTimeout
+	}
+	return n, err
+}
+
+func (c *polledConn) close() { c.c.Close() }
