@@ -42,6 +42,7 @@ type options struct {
 	tftpTimeout     time.Duration
 	tftpRetries     int
 	tftpTransfers   int
+	tftpWindow      int
 	maxArtifact     int64
 	ensureTimeout   time.Duration
 	insecureReg     bool
@@ -81,6 +82,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.tftpTimeout, "tftp-timeout", 2*time.Second, "how long TFTP waits for each acknowledgement before resending")
 	fs.IntVar(&o.tftpRetries, "tftp-retries", 5, "TFTP resends of one block before a transfer is abandoned")
 	fs.IntVar(&o.tftpTransfers, "tftp-max-transfers", 64, "concurrent TFTP transfers; requests beyond are refused at once")
+	fs.IntVar(&o.tftpWindow, "tftp-max-windowsize", tftp.DefaultMaxWindowSize, "largest RFC 7440 window granted to a TFTP client that asks for one (blocks sent before an ACK is awaited); 1 turns windowsize off")
 	fs.Int64Var(&o.maxArtifact, "max-artifact-size", 4<<30, "largest artifact (kernel, initrd, rootfs) the cache downloads, in bytes")
 	fs.DurationVar(&o.ensureTimeout, "artifact-wait", 2*time.Minute,
 		"how long a script request waits for its artifacts to be cached before answering 503 (iPXE retries)")
@@ -203,5 +205,5 @@ func nameOptions(insecure bool) []name.Option {
 
 // tftpConfig is the TFTP service's.
 func (o *options) tftpConfig() tftp.Config {
-	return tftp.Config{Dir: o.ipxeDir, Timeout: o.tftpTimeout, Retries: o.tftpRetries, MaxTransfers: o.tftpTransfers}
+	return tftp.Config{Dir: o.ipxeDir, Timeout: o.tftpTimeout, Retries: o.tftpRetries, MaxTransfers: o.tftpTransfers, MaxWindowSize: o.tftpWindow}
 }

@@ -33,36 +33,37 @@ func TestFlagDefaults(t *testing.T) {
 	var o options
 	fs := newFlagSet(t, &o)
 	want := map[string]string{
-		"interface":          "",
-		"dhcp-listen":        "",
-		"server-ip":          "",
-		"http-addr":          ":8080",
-		"http-port":          "0",
-		"tftp-addr":          ":69",
-		"ipxe-dir":           "/usr/lib/ipxe",
-		"uefi-binary":        "ipxe.efi",
-		"cache-dir":          "/var/cache/kubefarm-pxe",
-		"proxy-dhcp":         "false",
-		"workers":            "0",
-		"queue":              "1024",
-		"tftp-timeout":       "2s",
-		"tftp-retries":       "5",
-		"tftp-max-transfers": "64",
-		"max-artifact-size":  "4294967296",
-		"artifact-wait":      "2m0s",
-		"insecure-registry":  "false",
-		"verify-images":      "true",
-		"namespace":          "",
-		"boot-window":        "10m0s",
-		"pod-namespace":      "kubefarm-system",
-		"join-token-ttl":     "15m0s",
-		"dynamic-ranges":     "true",
-		"dynamic-workers":    "4",
-		"event-interval":     "1m0s",
-		"event-qps":          "5",
-		"event-burst":        "50",
-		"node-name":          "node-1",
-		"shutdown-timeout":   "30s",
+		"interface":           "",
+		"dhcp-listen":         "",
+		"server-ip":           "",
+		"http-addr":           ":8080",
+		"http-port":           "0",
+		"tftp-addr":           ":69",
+		"ipxe-dir":            "/usr/lib/ipxe",
+		"uefi-binary":         "ipxe.efi",
+		"cache-dir":           "/var/cache/kubefarm-pxe",
+		"proxy-dhcp":          "false",
+		"workers":             "0",
+		"queue":               "1024",
+		"tftp-timeout":        "2s",
+		"tftp-retries":        "5",
+		"tftp-max-transfers":  "64",
+		"tftp-max-windowsize": "16",
+		"max-artifact-size":   "4294967296",
+		"artifact-wait":       "2m0s",
+		"insecure-registry":   "false",
+		"verify-images":       "true",
+		"namespace":           "",
+		"boot-window":         "10m0s",
+		"pod-namespace":       "kubefarm-system",
+		"join-token-ttl":      "15m0s",
+		"dynamic-ranges":      "true",
+		"dynamic-workers":     "4",
+		"event-interval":      "1m0s",
+		"event-qps":           "5",
+		"event-burst":         "50",
+		"node-name":           "node-1",
+		"shutdown-timeout":    "30s",
 	}
 	seen := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) {
@@ -153,8 +154,8 @@ func TestBootServer(t *testing.T) {
 }
 
 func TestComponentConfigs(t *testing.T) {
-	o := options{ipxeDir: "/srv/ipxe", tftpTimeout: time.Second, tftpRetries: 3, tftpTransfers: 7, cacheDir: "/c", maxArtifact: 42}
-	if c := o.tftpConfig(); c.Dir != "/srv/ipxe" || c.Timeout != time.Second || c.Retries != 3 || c.MaxTransfers != 7 || c.Files != nil {
+	o := options{ipxeDir: "/srv/ipxe", tftpTimeout: time.Second, tftpRetries: 3, tftpTransfers: 7, tftpWindow: 4, cacheDir: "/c", maxArtifact: 42}
+	if c := o.tftpConfig(); c.Dir != "/srv/ipxe" || c.Timeout != time.Second || c.Retries != 3 || c.MaxTransfers != 7 || c.MaxWindowSize != 4 || c.Files != nil {
 		t.Errorf("tftp config %+v", c)
 	}
 	if c := o.storeConfig(); c.Dir != "/c" || c.MaxSize != 42 || len(c.NameOptions) != 0 || len(c.RemoteOptions) != 1 {
