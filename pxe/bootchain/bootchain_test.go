@@ -438,6 +438,18 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 		if !contains(tr.TFTPReads, "ipxe.efi") {
 			t.Errorf("the firmware's PXE did not read ipxe.efi over TFTP (reads: %q)", tr.TFTPReads)
 		}
+		// EDK2 asks for an RFC 7440 window (PcdPxeTftpWindowSize, 4 by
+		// default); kubefarm-pxe grants it and the firmware then sends
+		// one ACK per window, not one per block.
+		if w := tr.TFTPAsked["windowsize"]; w != "" {
+			if tr.TFTPGranted["windowsize"] != w {
+				t.Errorf("the firmware asked for windowsize %s; OACK %v", w, tr.TFTPGranted)
+			}
+			if n, _ := strconv.Atoi(w); n > 1 && tr.TFTPAcks > tr.TFTPData/n+2 {
+				t.Errorf("the firmware sent %d ACKs for %d DATA packets with a window of %s", tr.TFTPAcks, tr.TFTPData, w)
+			}
+		}
+		t.Logf("firmware TFTP: asked %v, granted %v, %d DATA, %d ACKs", tr.TFTPAsked, tr.TFTPGranted, tr.TFTPData, tr.TFTPAcks)
 		if hasRequest(tr, "GET /ipxe/") {
 			t.Errorf("the firmware fell back to UEFI HTTP boot")
 		}

@@ -23,6 +23,11 @@ type wireTrace struct {
 	Replies []dhcpReply
 	// TFTPReads are the file names of TFTP read requests.
 	TFTPReads []string
+	// TFTPAsked and TFTPGranted are the options of the (last) read request
+	// and of the server's option acknowledgement; TFTPData and TFTPAcks
+	// count the DATA packets the machine received and the ACKs it sent.
+	TFTPAsked, TFTPGranted map[string]string
+	TFTPData, TFTPAcks     int
 	// HTTPRequests are the request lines ("GET /boot/... HTTP/1.1").
 	HTTPRequests []string
 	// BootServerRequests counts UDP packets to port 4011 (PXE boot server
@@ -133,12 +138,28 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 			case dport == 69 && len(payload) > 2 && binary.BigEndian.Uint16(payload) == 1:
 				name, _, _ := bytes.Cut(payload[2:], []byte{0})
 				tr.TFTPReads = append(tr.TFTPReads, string(name))
-				tr.Lines = append(tr.Lines, fmt.Sprintf("%s TFTP RRQ %q from %s to %s", at, name, src, dst))
+				tr.TFTPAsked = tftpOptions(payload[2:], 2)
+				tr.Lines = append(tr.Lines, fmt.Sprintf("%s TFTP RRQ %q from %s to %s, options %v", at, name, src, dst, tr.TFTPAsked))
 			case dport == 4011:
 				tr.BootServerRequests++
 				tr.Lines = append(tr.Lines, fmt.Sprintf("%s UDP %s:%d -> %s:4011 (PXE boot server request), %d bytes", at, src, sport, dst, len(payload)))
 			case sport == 69 || dport == 69 || sport > 1023 && dport > 1023:
-				// TFTP data and acknowledgements: too many to list.
+				// TFTP data and acknowledgements: too many to list, so
+				// counted; the option acknowledgement is listed.
+				if len(payload) < 2 {
+					continue
+				}
+				switch binary.BigEndian.Uint16(payload) {
+				case 3:
+					// The capture is the machine's NIC, and the machine
+					// serves no TFTP: DATA comes to it, ACKs from it.
+					tr.TFTPData++
+				case 4:
+					tr.TFTPAcks++
+				case 6:
+					tr.TFTPGranted = tftpOptions(payload[2:], 0)
+					tr.Lines = append(tr.Lines, fmt.Sprintf("%s TFTP OACK from %s:%d: %v", at, src, sport, tr.TFTPGranted))
+				}
 			default:
 				tr.Lines = append(tr.Lines, fmt.Sprintf("%s UDP %s:%d -> %s:%d, %d bytes", at, src, sport, dst, dport, len(payload)))
 			}
@@ -180,4 +201,19 @@ func archOf(m *dhcpv4.DHCPv4) int {
 		return -1
 	}
 	return int(binary.BigEndian.Uint16(raw))
+}
+
+// tftpOptions reads the NUL-separated name and value pairs of a TFTP
+// request or option acknowledgement, after skip leading fields (a
+// request's file name and mode), names lower-cased.
+func tftpOptions(b []byte, skip int) map[string]string {
+	f := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	if len(f) < skip {
+		return nil
+	}
+	opts := map[string]string{}
+	for i := skip; i+1 < len(f); i += 2 {
+		opts[strings.ToLower(f[i])] = f[i+1]
+	}
+	return opts
 }
