@@ -70,8 +70,8 @@ func curlFetch(ctx context.Context, addr, file string, size int64) (time.Duratio
 }
 
 // atftpClient fetches with atftp asking for blksize, tsize and an RFC 7440
-// windowsize. Neither server grants windowsize (atftpProbe records what
-// each answers), so atftp falls back to one ACK per block. atftp reports
+// windowsize. kubefarm-pxe grants it, tftpd-hpa does not and atftp falls
+// back to one ACK per block (atftpProbe records what each answers). atftp reports
 // no timing: the duration is the process's wall time, start-up included
 // (about the same few milliseconds for both servers).
 func atftpClient(windowsize int) (cClient, error) {

@@ -12,8 +12,8 @@
 // serves the Store's cache file itself, so both read one page-cached inode.
 //
 // TFTP runs with the server under test on CPU 0 and every client on CPU 1
-// (-pin; why in pin.go), with three clients, all lockstep (one ACK per
-// block, as firmware):
+// (-pin; why in pin.go), with three clients, two lockstep (one ACK per
+// block, as most firmware) and one windowed:
 //
 //   - Go (pin/tftp): the iPXE BIOS binary (undionly.kpxe) with blksize 1468
 //     and tsize: single-fetch latency over sequential fetches (p50, p99),
@@ -24,10 +24,10 @@
 //     p99 over sequential fetches. Its median carries the target:
 //     kubefarm-pxe's at most 1.0x tftpd-hpa's.
 //   - atftp: ipxe.efi asking blksize 1468, tsize and an RFC 7440 windowsize
-//     (8). One traced fetch per server records the OACK it answered and the
-//     DATA and ACK counts (neither server grants windowsize, so atftp falls
-//     back to lockstep), then timed fetches: process wall time, start-up
-//     included.
+//     (8), as EDK2 asks for 4. One traced fetch per server records the OACK
+//     it answered and the DATA and ACK counts (kubefarm-pxe grants the
+//     window; tftpd-hpa does not, so with it atftp falls back to
+//     lockstep), then timed fetches: process wall time, start-up included.
 //
 // HTTP: full downloads of a random image (256 MiB) by 1, 10 and 100
 // concurrent clients, aggregate MiB/s. Each measurement is repeated in
@@ -223,7 +223,7 @@ type report struct {
 	Ratios      []Ratio            `json:"ratios"`
 }
 
-const codePath = "kubefarm-pxe: pxe/tftp.Server (pin/tftp v3) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
+const codePath = "kubefarm-pxe: pxe/tftp.Server (its own sender: blocking sockets up to GOMAXPROCS transfers, netpoller beyond) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
 	"(Store.Open, http.ServeContent, sendfile) in a child process, configured as cmd/kubefarm-pxe; " +
 	"peers: tftpd-hpa in.tftpd -L, nginx with sendfile and tcp_nopush"
 
