@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"strings"
 )
 
 // TFTP opcodes (RFC 1350, OACK from RFC 2347).
@@ -96,7 +95,7 @@ func parseRequest(p []byte) (request, error) {
 	if !ok {
 		return r, errUnterminated
 	}
-	r.mode = strings.ToLower(mode)
+	r.mode = asciiLower(mode)
 	// Options: name and value pairs. Some firmware pads its request with
 	// NULs, so an empty name ends the list; so does a name without value.
 	for len(rest) > 0 {
@@ -111,7 +110,7 @@ func parseRequest(p []byte) (request, error) {
 		if len(r.options) == maxOptions || len(name) > maxOptionLen || len(value) > maxOptionLen {
 			continue
 		}
-		name = strings.ToLower(name)
+		name = asciiLower(name)
 		seen := false
 		for _, o := range r.options {
 			seen = seen || o.name == name
@@ -121,6 +120,24 @@ func parseRequest(p []byte) (request, error) {
 		}
 	}
 	return r, nil
+}
+
+// asciiLower lower-cases the ASCII letters of s and leaves every other byte
+// as it is: option names and modes are ASCII, and strings.ToLower would
+// turn a byte that is not UTF-8 into a 3-byte replacement character.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
 }
 
 // appendOACK appends an option acknowledgement carrying opts in order.

@@ -49,6 +49,14 @@ func TestParseRequest(t *testing.T) {
 	}
 }
 
+func TestASCIILower(t *testing.T) {
+	for in, want := range map[string]string{"": "", "octet": "octet", "OcTeT": "octet", "BLKSIZE": "blksize", "\xffA\xc3": "\xffa\xc3"} {
+		if got := asciiLower(in); got != want {
+			t.Errorf("asciiLower(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestParseRequestKeepsAtMostMaxOptions(t *testing.T) {
 	p := []byte("\x00\x01a\x00octet\x00")
 	for i := range maxOptions + 3 {
@@ -64,8 +72,8 @@ func TestParseRequestKeepsAtMostMaxOptions(t *testing.T) {
 }
 
 // FuzzParseRequest: whatever arrives on port 69, the parser neither panics
-// nor keeps more than its bounds, and what it accepts is a request whose
-// name and mode came from the packet.
+// nor keeps more than its bounds, what it accepts is a request whose name
+// came from the packet, and its options negotiate to terms within the caps.
 func FuzzParseRequest(f *testing.F) {
 	for _, s := range []string{
 		"\x00\x01ipxe.efi\x00octet\x00blksize\x001468\x00tsize\x000\x00windowsize\x004\x00",
@@ -88,12 +96,17 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("%d options", len(r.options))
 		}
 		for _, o := range r.options {
-			if len(o.name) == 0 || len(o.name) > maxOptionLen || len(o.value) > maxOptionLen || o.name != strings.ToLower(o.name) {
+			if len(o.name) == 0 || len(o.name) > maxOptionLen || len(o.value) > maxOptionLen || o.name != asciiLower(o.name) {
 				t.Fatalf("option %+v out of bounds", o)
 			}
 		}
 		if !bytes.Contains(p, []byte(r.name+"\x00")) {
 			t.Fatalf("name %q not in the packet", r.name)
+		}
+		// Whatever the options, the terms stay within the server's caps.
+		tm := negotiate(r.options, 850528, limits{maxBlockSize: 1468, maxWindowSize: 16})
+		if tm.blockSize < minBlockSize || tm.blockSize > 1468 || tm.windowSize < 1 || tm.windowSize > 16 || len(tm.oack) > len(r.options) {
+			t.Fatalf("options %+v negotiated to %+v", r.options, tm)
 		}
 	})
 }
