@@ -206,6 +206,32 @@ type Server struct {
 	// blockingLimit() (dial).
 	blocking      atomic.Int32
 	blockingLimit func() int
+	// busyLog spaces the log lines of busy refusals; only Serve's loop
+	// uses it.
+	busyLog intervalLog
+}
+
+// busyLogInterval is the least time between two log lines of busy
+// refusals.
+const busyLogInterval = 10 * time.Second
+
+// intervalLog lets a line through at most once per busyLogInterval and
+// counts the events in between.
+type intervalLog struct {
+	last  time.Time
+	count int
+}
+
+// tick records one event at now and tells whether to log it, with the
+// events since the last line (this one included).
+func (l *intervalLog) tick(now time.Time) (int, bool) {
+	l.count++
+	if !l.last.IsZero() && now.Sub(l.last) < busyLogInterval {
+		return 0, false
+	}
+	n := l.count
+	l.last, l.count = now, 0
+	return n, true
 }
 
 // NewServer checks cfg and fills its defaults. metrics may be nil.
@@ -314,7 +340,12 @@ func (s *Server) accept(pc *ipv4.PacketConn, p []byte, peer *net.UDPAddr, dst ne
 		return req, true
 	default:
 		s.metrics.observe(ResultBusy, 0)
-		s.log.Info("tftp request refused: too many transfers", "peer", peer.String(), "file", req.name)
+		if n, ok := s.busyLog.tick(time.Now()); ok {
+			// In a boot storm every machine past the limit is refused:
+			// one line per interval, with the count, not one per request.
+			s.log.Info("tftp requests refused: too many transfers", "peer", peer.String(), "file", req.name,
+				"refusedSinceLastLine", n, "maxTransfers", s.cfg.MaxTransfers)
+		}
 		s.refuse(pc, peer, dst, errCodeUndefined, "server busy")
 		return req, false
 	}

@@ -822,3 +822,21 @@ func TestSizeProbe(t *testing.T) {
 		t.Errorf("bytes = %v, want 0", got)
 	}
 }
+
+// TestBusyLogSpaced: busy refusals log their first line at once, then at
+// most one line per busyLogInterval carrying the count since the last.
+func TestBusyLogSpaced(t *testing.T) {
+	var l intervalLog
+	t0 := time.Unix(1000, 0)
+	if n, ok := l.tick(t0); !ok || n != 1 {
+		t.Fatalf("first refusal: %d, %v; want logged with 1", n, ok)
+	}
+	for i := 1; i <= 500; i++ {
+		if _, ok := l.tick(t0.Add(time.Duration(i) * time.Millisecond)); ok {
+			t.Fatalf("refusal %d within the interval logged", i)
+		}
+	}
+	if n, ok := l.tick(t0.Add(busyLogInterval)); !ok || n != 501 {
+		t.Fatalf("after the interval: %d, %v; want logged with 501", n, ok)
+	}
+}
