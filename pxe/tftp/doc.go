@@ -39,8 +39,10 @@
 // windowsize, and its wait for each ACK through the netpoller made a
 // lockstep fetch 0.83x as fast as tftpd-hpa's. A transfer here waits in a
 // blocking read on a socket connected to its client, as tftpd-hpa does,
-// while there are no more such transfers than Ps, and on the netpoller
-// beyond (socket.go). Measurements and what was tried: docs/tftp.md.
+// after polling it briefly (Config.SpinWait) while the client answers that
+// fast, while there are no more such transfers than Ps, and on the
+// netpoller beyond (socket.go). Measurements and what was tried:
+// docs/tftp.md.
 //
 // Metrics: kubefarm_pxe_tftp_transfers_total{result} and
 // kubefarm_pxe_tftp_bytes_total.

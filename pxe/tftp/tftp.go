@@ -99,6 +99,12 @@ type Config struct {
 	// sent before an ACK is awaited (default 16; EDK2 asks for 4). 1 turns
 	// windowsize off: every transfer is lockstep.
 	MaxWindowSize int
+	// SpinWait is how long a transfer on a blocking socket polls for the
+	// client's reply before it blocks, while replies come that fast
+	// (default 50µs; negative: never, as zero is the default). Up to
+	// GOMAXPROCS transfers at once can poll, each at most SpinWait a
+	// block.
+	SpinWait time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -125,6 +131,14 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxTransfers <= 0 {
 		c.MaxTransfers = 64
+	}
+	switch {
+	case c.SpinWait == 0:
+		c.SpinWait = DefaultSpinWait
+	case c.SpinWait < 0:
+		c.SpinWait = 0
+	case c.SpinWait > maxSpinWait:
+		return fmt.Errorf("SpinWait %s: want at most %s", c.SpinWait, maxSpinWait)
 	}
 	if c.MaxWindowSize <= 0 {
 		c.MaxWindowSize = DefaultMaxWindowSize
@@ -155,6 +169,13 @@ const (
 
 // DefaultMaxWindowSize is Config.MaxWindowSize's default.
 const DefaultMaxWindowSize = 16
+
+// DefaultSpinWait is Config.SpinWait's default, and maxSpinWait its bound:
+// longer polls stop paying for themselves (a LAN ACK takes tens of µs).
+const (
+	DefaultSpinWait = 50 * time.Microsecond
+	maxSpinWait     = time.Millisecond
+)
 
 // Metrics of the TFTP service.
 type Metrics struct {
@@ -377,7 +398,7 @@ type transferSocket interface {
 // with blocking sockets only, docs/tftp.md).
 func (s *Server) dial(dst net.IP, peer *net.UDPAddr) (transferSocket, error) {
 	if s.blocking.Add(1) <= int32(s.blockingLimit()) {
-		c, err := dialTransfer(dst, peer)
+		c, err := dialTransfer(dst, peer, s.cfg.SpinWait)
 		if err != nil {
 			s.blocking.Add(-1)
 			return nil, err

@@ -84,6 +84,71 @@ func TestConfigRejectsBadAllowList(t *testing.T) {
 	}
 }
 
+func TestConfigSpinWait(t *testing.T) {
+	for _, tc := range []struct {
+		in, want time.Duration
+		err      bool
+	}{
+		{0, DefaultSpinWait, false},
+		{-1, 0, false},
+		{20 * time.Microsecond, 20 * time.Microsecond, false},
+		{2 * time.Millisecond, 0, true},
+	} {
+		s, err := NewServer(Config{SpinWait: tc.in}, nil, testr.New(t))
+		if tc.err {
+			if err == nil {
+				t.Errorf("SpinWait %s accepted", tc.in)
+			}
+			continue
+		}
+		if err != nil || s.cfg.SpinWait != tc.want {
+			t.Errorf("SpinWait %s: %v, err %v; want %s", tc.in, s.cfg.SpinWait, err, tc.want)
+		}
+	}
+}
+
+// TestSpinStopsForSlowClients: a wait that found no reply within the spin
+// turns polling off; a reply already queued is read either way.
+func TestSpinStopsForSlowClients(t *testing.T) {
+	client, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := dialTransfer(net.IPv4(127, 0, 0, 1), client.LocalAddr().(*net.UDPAddr), 50*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.send([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	n, srv, err := client.ReadFromUDP(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("client got %q, %v", buf[:n], err)
+	}
+	ack := []byte{0, opACK, 0, 1}
+	if _, err := client.WriteToUDP(ack, srv); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.recv(buf, time.Second); err != nil || !bytes.Equal(buf[:n], ack) {
+		t.Fatalf("queued reply while polling: %q, %v", buf[:n], err)
+	}
+	if _, err := c.recv(buf, time.Millisecond); !errors.Is(err, errTimeout) {
+		t.Fatalf("no reply: err %v, want %v", err, errTimeout)
+	}
+	if c.spinning {
+		t.Fatal("still polling after a wait longer than the spin")
+	}
+	if _, err := client.WriteToUDP(ack, srv); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.recv(buf, time.Second); err != nil || !bytes.Equal(buf[:n], ack) {
+		t.Fatalf("queued reply while blocking: %q, %v", buf[:n], err)
+	}
+}
+
 // fixture is a running server on loopback.
 type fixture struct {
 	addr    string
@@ -111,9 +176,16 @@ func startPolledServer(t *testing.T, cfg Config) *fixture {
 type startFunc func(*testing.T, Config) *fixture
 
 // forEachSocket runs test against a server on each kind of transfer
-// socket: blocking (transferConn) and netpoller (polledConn).
+// socket: blocking (transferConn) polling first as by default, blocking
+// without polling, and netpoller (polledConn).
 func forEachSocket(t *testing.T, test func(*testing.T, startFunc)) {
 	t.Run("blocking", func(t *testing.T) { test(t, startServer) })
+	t.Run("blocking without spin", func(t *testing.T) {
+		test(t, func(t *testing.T, cfg Config) *fixture {
+			cfg.SpinWait = -1
+			return startServer(t, cfg)
+		})
+	})
 	t.Run("netpoller", func(t *testing.T) { test(t, startPolledServer) })
 }
 
