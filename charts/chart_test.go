@@ -998,7 +998,7 @@ pxe:
   httpAddr: ":8081"
   httpPort: 80
   dhcp: {interface: eth1, mode: proxy, workers: 8, queue: 256}
-  tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32, maxWindowSize: 4}
+  tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32, maxWindowSize: 4, spinWait: 0s}
   events: {interval: 30s, qps: 0.5, burst: 20}
   ipxe: {dir: /opt/ipxe, uefiBinary: snponly.efi, hostPath: /usr/lib/ipxe}
   cache: {type: emptyDir, sizeLimit: 30Gi}
@@ -1093,6 +1093,7 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--tftp-retries=7",
 		"--tftp-max-transfers=32",
 		"--tftp-max-windowsize=4",
+		"--tftp-spin-wait=0s",
 		"--event-interval=30s",
 		"--event-qps=0.5",
 		"--event-burst=20",

@@ -43,6 +43,7 @@ type options struct {
 	tftpRetries     int
 	tftpTransfers   int
 	tftpWindow      int
+	tftpSpin        time.Duration
 	maxArtifact     int64
 	ensureTimeout   time.Duration
 	insecureReg     bool
@@ -82,6 +83,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.tftpTimeout, "tftp-timeout", 2*time.Second, "how long TFTP waits for each acknowledgement before resending")
 	fs.IntVar(&o.tftpRetries, "tftp-retries", 5, "TFTP resends of one block before a transfer is abandoned")
 	fs.IntVar(&o.tftpTransfers, "tftp-max-transfers", 64, "concurrent TFTP transfers; requests beyond are refused at once")
+	fs.DurationVar(&o.tftpSpin, "tftp-spin-wait", tftp.DefaultSpinWait, "how long a TFTP transfer polls for the client's ACK before it blocks, while ACKs come that fast (at most 1ms); 0 never polls")
 	fs.IntVar(&o.tftpWindow, "tftp-max-windowsize", tftp.DefaultMaxWindowSize, "largest RFC 7440 window granted to a TFTP client that asks for one (blocks sent before an ACK is awaited); 1 turns windowsize off")
 	fs.Int64Var(&o.maxArtifact, "max-artifact-size", 4<<30, "largest artifact (kernel, initrd, rootfs) the cache downloads, in bytes")
 	fs.DurationVar(&o.ensureTimeout, "artifact-wait", 2*time.Minute,
@@ -205,5 +207,10 @@ func nameOptions(insecure bool) []name.Option {
 
 // tftpConfig is the TFTP service's.
 func (o *options) tftpConfig() tftp.Config {
-	return tftp.Config{Dir: o.ipxeDir, Timeout: o.tftpTimeout, Retries: o.tftpRetries, MaxTransfers: o.tftpTransfers, MaxWindowSize: o.tftpWindow}
+	spin := o.tftpSpin
+	if spin == 0 {
+		spin = -1 // the flag's 0 is "never"; the Config's zero is the default
+	}
+	return tftp.Config{Dir: o.ipxeDir, Timeout: o.tftpTimeout, Retries: o.tftpRetries, MaxTransfers: o.tftpTransfers,
+		MaxWindowSize: o.tftpWindow, SpinWait: spin}
 }

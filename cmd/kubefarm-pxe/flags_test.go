@@ -49,6 +49,7 @@ func TestFlagDefaults(t *testing.T) {
 		"tftp-retries":        "5",
 		"tftp-max-transfers":  "64",
 		"tftp-max-windowsize": "16",
+		"tftp-spin-wait":      "50µs",
 		"max-artifact-size":   "4294967296",
 		"artifact-wait":       "2m0s",
 		"insecure-registry":   "false",
@@ -154,9 +155,13 @@ func TestBootServer(t *testing.T) {
 }
 
 func TestComponentConfigs(t *testing.T) {
-	o := options{ipxeDir: "/srv/ipxe", tftpTimeout: time.Second, tftpRetries: 3, tftpTransfers: 7, tftpWindow: 4, cacheDir: "/c", maxArtifact: 42}
-	if c := o.tftpConfig(); c.Dir != "/srv/ipxe" || c.Timeout != time.Second || c.Retries != 3 || c.MaxTransfers != 7 || c.MaxWindowSize != 4 || c.Files != nil {
+	o := options{ipxeDir: "/srv/ipxe", tftpTimeout: time.Second, tftpRetries: 3, tftpTransfers: 7, tftpWindow: 4, tftpSpin: 20 * time.Microsecond, cacheDir: "/c", maxArtifact: 42}
+	if c := o.tftpConfig(); c.Dir != "/srv/ipxe" || c.Timeout != time.Second || c.Retries != 3 || c.MaxTransfers != 7 || c.MaxWindowSize != 4 || c.SpinWait != 20*time.Microsecond || c.Files != nil {
 		t.Errorf("tftp config %+v", c)
+	}
+	o.tftpSpin = 0
+	if c := o.tftpConfig(); c.SpinWait >= 0 {
+		t.Errorf("--tftp-spin-wait=0: SpinWait %s, want negative (never poll)", c.SpinWait)
 	}
 	if c := o.storeConfig(); c.Dir != "/c" || c.MaxSize != 42 || len(c.NameOptions) != 0 || len(c.RemoteOptions) != 1 {
 		t.Errorf("store config %+v", c)
