@@ -223,7 +223,7 @@ type report struct {
 	Ratios      []Ratio            `json:"ratios"`
 }
 
-const codePath = "kubefarm-pxe: pxe/tftp.Server (its own sender: blocking sockets up to GOMAXPROCS transfers, netpoller beyond) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
+const codePath = "kubefarm-pxe: pxe/tftp.Server (its own sender: blocking sockets polled 50µs first, up to GOMAXPROCS transfers; netpoller beyond) and pxe/httpboot.Handler GET /artifacts/sha256:<hex> " +
 	"(Store.Open, http.ServeContent, sendfile) in a child process, configured as cmd/kubefarm-pxe; " +
 	"peers: tftpd-hpa in.tftpd -L, nginx with sendfile and tcp_nopush"
 
