@@ -53,7 +53,7 @@ func dialTransfer(local net.IP, peer *net.UDPAddr, spin time.Duration) (*transfe
 	}
 	c := &transferConn{fd: fd, spin: spin, spinning: spin > 0}
 	var sa unix.SockaddrInet4
-	if l4 := local.To4(); l4 != nil && (l4.IsGlobalUnicast() || l4.IsLoopback()) {
+	if l4 := answerFrom(local); l4 != nil {
 		copy(sa.Addr[:], l4)
 	}
 	if err := unix.Bind(fd, &sa); err != nil {
@@ -95,25 +95,31 @@ func (c *transferConn) send(b []byte) error {
 // costs less CPU than that round (docs/tftp.md). A reply later than spin
 // turns polling off until one comes within it again.
 func (c *transferConn) recv(b []byte, timeout time.Duration) (int, error) {
-	var start time.Time
-	if c.spin > 0 {
-		start = time.Now()
-		if c.spinning {
-			for {
-				n, err := recvNoWait(c.fd, b)
-				if err == nil {
-					return n, nil
-				}
-				if err != unix.EAGAIN && err != unix.EINTR {
-					return 0, err
-				}
-				if time.Since(start) >= c.spin {
-					break
-				}
+	if c.spin <= 0 {
+		return c.block(b, timeout)
+	}
+	start := time.Now()
+	if c.spinning {
+		for {
+			n, err := recvNoWait(c.fd, b)
+			if err == nil {
+				return n, nil
+			}
+			if err != unix.EAGAIN && err != unix.EINTR {
+				return 0, err
+			}
+			if time.Since(start) >= c.spin {
+				break
 			}
 		}
-		defer func() { c.spinning = time.Since(start) <= c.spin }()
 	}
+	n, err := c.block(b, timeout)
+	c.spinning = time.Since(start) <= c.spin
+	return n, err
+}
+
+// block reads one packet into b in a blocking read of at most timeout.
+func (c *transferConn) block(b []byte, timeout time.Duration) (int, error) {
 	timeout = max(timeout, time.Millisecond)
 	if timeout != c.rcvTimeout {
 		tv := unix.NsecToTimeval(timeout.Nanoseconds())
@@ -168,7 +174,7 @@ type polledConn struct {
 
 func dialPolled(local net.IP, peer *net.UDPAddr) (*polledConn, error) {
 	var laddr *net.UDPAddr
-	if l4 := local.To4(); l4 != nil && (l4.IsGlobalUnicast() || l4.IsLoopback()) {
+	if l4 := answerFrom(local); l4 != nil {
 		laddr = &net.UDPAddr{IP: l4}
 	}
 	c, err := net.DialUDP("udp4", laddr, peer)
@@ -199,3 +205,13 @@ func (c *polledConn) recv(b []byte, timeout time.Duration) (int, error) {
 }
 
 func (c *polledConn) close() { c.c.Close() }
+
+// answerFrom is the IPv4 address a transfer answers from: the request's
+// destination when it is one a socket can be bound to (unicast or
+// loopback), nil otherwise (a broadcast destination: the kernel picks).
+func answerFrom(dst net.IP) net.IP {
+	if d := dst.To4(); d != nil && (d.IsGlobalUnicast() || d.IsLoopback()) {
+		return d
+	}
+	return nil
+}

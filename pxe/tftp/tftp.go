@@ -284,7 +284,8 @@ func Listen(addr string) (net.PacketConn, error) {
 }
 
 // Serve answers on conn until ctx ends, then stops taking requests and
-// waits for the transfers under way (each bounded by Timeout x Retries).
+// waits for the transfers under way (each bounded by Timeout x (Retries+1)
+// per block, or window, without progress).
 // conn should come from Listen; Serve closes it.
 func (s *Server) Serve(ctx context.Context, conn net.PacketConn) error {
 	defer conn.Close()
@@ -376,7 +377,7 @@ func (s *Server) accept(pc *ipv4.PacketConn, p []byte, peer *net.UDPAddr, dst ne
 // from the address the request came to.
 func (s *Server) refuse(pc *ipv4.PacketConn, peer *net.UDPAddr, dst net.IP, code uint16, msg string) {
 	var cm *ipv4.ControlMessage
-	if d := dst.To4(); d != nil && (d.IsGlobalUnicast() || d.IsLoopback()) {
+	if d := answerFrom(dst); d != nil {
 		cm = &ipv4.ControlMessage{Src: d}
 	}
 	if _, err := pc.WriteTo(appendError(nil, code, msg), cm, peer); err != nil {
