@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -100,7 +102,9 @@ func TestPushThenServe(t *testing.T) {
 	if bi.Spec.KubeletVersion != "v1.34.4" || bi.Spec.CNI.ConflistDigest != "sha256:"+strings.Repeat("c", 64) {
 		t.Fatalf("BootImage spec: %+v", bi.Spec)
 	}
-	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: t.TempDir(), NameOptions: []name.Option{name.Insecure}})
+	// The registry listens on 127.0.0.1, which the store refuses unless allowed.
+	guard := fetchguard.New(fetchguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: t.TempDir(), NameOptions: []name.Option{name.Insecure}, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}

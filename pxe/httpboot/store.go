@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 // ErrNotCached is returned by Open for a digest the cache does not hold.
@@ -28,8 +31,48 @@ var ErrNotCached = errors.New("artifact not in cache")
 // ErrDigestMismatch is wrapped by Ensure's error when the source delivered
 // content whose sha256 is not the artifact's digest: the source is wrong,
 // not merely unreachable. It covers both sources, the URL (checked here)
-// and the OCI blob (checked by go-containerregistry while reading).
-var ErrDigestMismatch = errors.New("content does not match the digest")
+// and the OCI blob (checked by go-containerregistry while reading). The
+// error names the expected digest only: the digest of what was received
+// would tell a BootImage's author the content of whatever the source made
+// kubefarm-pxe fetch (and a second BootImage naming that digest would get
+// it cached and served).
+var ErrDigestMismatch = errors.New("the content does not match the digest")
+
+// StatusError is Ensure's error when a source answered with another HTTP
+// status than success. It carries the code alone: the status line's text
+// and the body are the server's to choose, and a condition or event must
+// not carry what a source was made to say.
+type StatusError struct {
+	Code int
+}
+
+func (e *StatusError) Error() string {
+	if t := http.StatusText(e.Code); t != "" {
+		return fmt.Sprintf("the source answered HTTP %d (%s)", e.Code, t)
+	}
+	return fmt.Sprintf("the source answered HTTP %d", e.Code)
+}
+
+// sourceError is err as Ensure returns it: what failed, never what the
+// server sent. go-containerregistry's transport.Error prints the response
+// body, and a url.Error the URL, which after a redirect is the server's
+// (a pre-signed blob URL, or any text it likes); both are cut down here. A
+// guard's refusal is returned as it is, for errors.As.
+func sourceError(err error) error {
+	var refused *fetchguard.RefusedError
+	if errors.As(err, &refused) {
+		return refused
+	}
+	var te *transport.Error
+	if errors.As(err, &te) {
+		return &StatusError{Code: te.StatusCode}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
 
 // ggcrVerifyPkg is the package of go-containerregistry's digest check error
 // (internal, so it is recognised by its type's package and name; pinned by
@@ -73,11 +116,16 @@ type StoreConfig struct {
 	MaxSize int64
 	// Timeout bounds one download (default 30 minutes).
 	Timeout time.Duration
-	// HTTPClient fetches URL artifacts (default: a client without a total
-	// timeout, since Timeout already bounds the download).
-	HTTPClient *http.Client
+	// Guard decides which addresses downloads may connect to (default:
+	// fetchguard.New with no options, which refuses loopback, link-local,
+	// unspecified, multicast and cloud metadata addresses). Every
+	// connection of both sources goes through its dialer: the URL's, each
+	// redirect's, the registry's, its token realm's and its blob
+	// redirects'.
+	Guard *fetchguard.Guard
 	// RemoteOptions are passed to go-containerregistry for OCI blobs, e.g.
-	// remote.WithAuthFromKeychain.
+	// remote.WithAuthFromKeychain. A remote.WithTransport among them is
+	// overridden by the guarded transport.
 	RemoteOptions []remote.Option
 	// NameOptions parse repository references, e.g. name.Insecure for a
 	// registry served over plain HTTP.
@@ -88,6 +136,11 @@ type StoreConfig struct {
 type Store struct {
 	cfg  StoreConfig
 	root *os.Root // Dir/sha256: opened once, so reads cannot leave it
+
+	// transport is the guarded transport of both sources; client, over
+	// it, fetches URLs (no total timeout: Timeout bounds the download).
+	transport http.RoundTripper
+	client    *http.Client
 
 	mu       sync.Mutex
 	inflight map[string]*download
@@ -110,8 +163,8 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Minute
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+	if cfg.Guard == nil {
+		cfg.Guard = fetchguard.New(fetchguard.Options{})
 	}
 	for _, d := range []string{"sha256", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
@@ -126,7 +179,8 @@ func NewStore(cfg StoreConfig) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{cfg: cfg, root: root, inflight: map[string]*download{}}, nil
+	tr := cfg.Guard.Transport()
+	return &Store{cfg: cfg, root: root, transport: tr, client: fetchguard.Client(tr), inflight: map[string]*download{}}, nil
 }
 
 // Close releases the cache directory.
@@ -236,15 +290,16 @@ func (s *Store) fetch(a kubefarmv1.Artifact, h, repository string) error {
 	n, err := io.Copy(io.MultiWriter(tmp, sum), io.LimitReader(body, s.cfg.MaxSize+1))
 	if err != nil {
 		if isRegistryDigestMismatch(err) {
-			return fmt.Errorf("downloading %s: %w (%v)", a.Digest, ErrDigestMismatch, err)
+			// Its text has the received content's digest: dropped.
+			return fmt.Errorf("%w %s", ErrDigestMismatch, a.Digest)
 		}
-		return fmt.Errorf("downloading %s: %w", a.Digest, err)
+		return fmt.Errorf("downloading %s: %w", a.Digest, sourceError(err))
 	}
 	if n > s.cfg.MaxSize {
 		return fmt.Errorf("downloading %s: larger than %d bytes", a.Digest, s.cfg.MaxSize)
 	}
-	if got := hex.EncodeToString(sum.Sum(nil)); got != h {
-		return fmt.Errorf("downloading %s: %w: content has digest sha256:%s", a.Digest, ErrDigestMismatch, got)
+	if hex.EncodeToString(sum.Sum(nil)) != h {
+		return fmt.Errorf("%w %s", ErrDigestMismatch, a.Digest)
 	}
 	if err := tmp.Chmod(0o444); err != nil {
 		return err
@@ -269,15 +324,17 @@ func (s *Store) source(ctx context.Context, a kubefarmv1.Artifact, repository st
 		if err != nil {
 			return nil, fmt.Errorf("repository %q: %w", repository, err)
 		}
-		layer, err := remote.Layer(ref, append([]remote.Option{remote.WithContext(ctx)}, s.cfg.RemoteOptions...)...)
+		// The guarded transport last, so that no option replaces it.
+		opts := append(append([]remote.Option{remote.WithContext(ctx)}, s.cfg.RemoteOptions...), remote.WithTransport(s.transport))
+		layer, err := remote.Layer(ref, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("blob %s: %w", ref, err)
+			return nil, fmt.Errorf("blob %s: %w", ref, sourceError(err))
 		}
 		// Compressed is the blob exactly as stored, which is what the
 		// digest names; Uncompressed would gunzip it.
 		rc, err := layer.Compressed()
 		if err != nil {
-			return nil, fmt.Errorf("blob %s: %w", ref, err)
+			return nil, fmt.Errorf("blob %s: %w", ref, sourceError(err))
 		}
 		return rc, nil
 	}
@@ -291,13 +348,13 @@ func (s *Store) source(ctx context.Context, a kubefarmv1.Artifact, repository st
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.cfg.HTTPClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("artifact %s: %w", a.Digest, err)
+		return nil, fmt.Errorf("artifact %s: %w", a.Digest, sourceError(err))
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		return nil, fmt.Errorf("artifact %s: %s answered %s", a.Digest, a.URL, resp.Status)
+		return nil, fmt.Errorf("artifact %s: %w", a.Digest, &StatusError{Code: resp.StatusCode})
 	}
 	return resp.Body, nil
 }

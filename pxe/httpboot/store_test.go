@@ -12,6 +12,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 func sha(b []byte) string {
@@ -79,10 +81,19 @@ func (b *blobServer) count(p string) int {
 	return b.hits[p]
 }
 
+// loopbackSources is a guard that lets the store reach this test's
+// servers, which listen on 127.0.0.1 (refused by default).
+func loopbackSources() *fetchguard.Guard {
+	return fetchguard.New(fetchguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+}
+
 func newStore(t *testing.T, cfg StoreConfig) *Store {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
+	}
+	if cfg.Guard == nil {
+		cfg.Guard = loopbackSources()
 	}
 	s, err := NewStore(cfg)
 	if err != nil {
@@ -146,8 +157,12 @@ func TestStoreHTTP(t *testing.T) {
 	t.Run("digest mismatch leaves nothing", func(t *testing.T) {
 		want := sha([]byte("the real kernel"))
 		err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: want, URL: srv.URL + "/evil"}, "")
-		if err == nil || !strings.Contains(err.Error(), "content has digest") || !errors.Is(err, ErrDigestMismatch) {
+		if err == nil || !strings.Contains(err.Error(), "the content does not match the digest "+want) || !errors.Is(err, ErrDigestMismatch) {
 			t.Fatalf("err = %v, want a digest mismatch (ErrDigestMismatch)", err)
+		}
+		// What was received is not described, not even by its digest.
+		if got := sha([]byte("not what was promised")); strings.Contains(err.Error(), strings.TrimPrefix(got, "sha256:")) {
+			t.Fatalf("err = %v names the received content's digest", err)
 		}
 		if s.Has(want) {
 			t.Fatal("mismatched content is in the cache")
@@ -159,8 +174,12 @@ func TestStoreHTTP(t *testing.T) {
 	t.Run("404", func(t *testing.T) {
 		d := sha([]byte("x"))
 		err := s.Ensure(ctx, kubefarmv1.Artifact{Digest: d, URL: srv.URL + "/missing"}, "")
-		if err == nil || !strings.Contains(err.Error(), "404") || errors.Is(err, ErrDigestMismatch) {
+		var se *StatusError
+		if !errors.As(err, &se) || se.Code != http.StatusNotFound || errors.Is(err, ErrDigestMismatch) {
 			t.Fatalf("err = %v, want a 404 that is no digest mismatch", err)
+		}
+		if !strings.Contains(err.Error(), "HTTP 404 (Not Found)") || strings.Contains(err.Error(), "page not found") {
+			t.Fatalf("err = %v, want the status code and not the body", err)
 		}
 	})
 	t.Run("size bound", func(t *testing.T) {
@@ -330,6 +349,9 @@ func TestStoreOCIDigestMismatch(t *testing.T) {
 	err := s.Ensure(context.Background(), kubefarmv1.Artifact{Digest: d}, repoName)
 	if !errors.Is(err, ErrDigestMismatch) {
 		t.Fatalf("err = %v, want ErrDigestMismatch", err)
+	}
+	if got := sha([]byte("not the blob that was asked for")); err.Error() != "the content does not match the digest "+d || strings.Contains(err.Error(), strings.TrimPrefix(got, "sha256:")) {
+		t.Fatalf("err = %q, want only the expected digest named", err)
 	}
 	if s.Has(d) || len(leftovers(t, s.cfg.Dir)) != 0 {
 		t.Fatal("mismatched blob left files behind")

@@ -55,6 +55,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -546,7 +548,10 @@ func prewarm(dir, cacheDir string, size int64) (string, error) {
 	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.ServeFile(w, r, origin) }))
 	defer srv.Close()
-	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: cacheDir, MaxSize: 4 << 30})
+	// The origin is this process's own server on 127.0.0.1, which the
+	// store refuses unless allowed.
+	guard := fetchguard.New(fetchguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	store, err := httpboot.NewStore(httpboot.StoreConfig{Dir: cacheDir, MaxSize: 4 << 30, Guard: guard})
 	if err != nil {
 		return "", err
 	}
