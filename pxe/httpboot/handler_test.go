@@ -71,48 +71,6 @@ type handlerFixture struct {
 	machines *fakeMachines
 }
 
-// bootSecret walks mac's boot up to its secret as the booting machine
-// does: this replica answers its iPXE's DHCP request (Arm), then iPXE
-// fetches /secret/<mac> from the machine's address from. The handler needs
-// Windows and a Recorder.
-func (f *handlerFixture) bootSecret(t testing.TB, mac, from string) bootsecret.Secret {
-	t.Helper()
-	f.h.cfg.Windows.Arm(mac)
-	r := httptest.NewRequest("GET", "http://10.0.0.2:8080/secret/"+mac, nil)
-	r.RemoteAddr = from
-	w := httptest.NewRecorder()
-	f.h.ServeHTTP(w, r)
-	if w.Code != 200 || w.Header().Get("Cache-Control") != "no-store" {
-		t.Fatalf("GET /secret/%s: %d %v %s", mac, w.Code, w.Header(), w.Body.String())
-	}
-	return secretOf(t, w.Body.Bytes())
-}
-
-// secretOf reads the secret out of /secret's archive.
-func secretOf(t testing.TB, archive []byte) bootsecret.Secret {
-	t.Helper()
-	i := bytes.Index(archive, []byte(bootsecret.ArchivePath+"\x00"))
-	if i < 0 {
-		t.Fatalf("no %s in the archive", bootsecret.ArchivePath)
-	}
-	rest := archive[i+len(bootsecret.ArchivePath)+1:]
-	rest = bytes.TrimLeft(rest, "\x00")
-	s, err := bootsecret.Parse(string(rest[:2*bootsecret.Size]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func mustSecret(t testing.TB) bootsecret.Secret {
-	t.Helper()
-	s, err := bootsecret.Generate(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func newHandlerFixture(t testing.TB, log logr.Logger) *handlerFixture {
 	f := &handlerFixture{
 		kernel: randomBytes(t, 300_000),
