@@ -114,7 +114,10 @@ func Fetch(ctx context.Context, s Store, bi *kubefarmv1.BootImage) []Result {
 	}{{"kernel", bi.Spec.Kernel}, {"initrd", bi.Spec.Initrd}, {"rootfs", bi.Spec.Rootfs}}
 	out := make([]Result, 0, len(arts))
 	for _, x := range arts {
-		res := Result{Name: x.name, Digest: x.a.Digest}
+		res := Result{Name: x.name, Field: "spec." + x.name + ".url", Digest: x.a.Digest}
+		if bi.Spec.Repository != "" {
+			res.Field = "spec.repository"
+		}
 		if res.Err = s.Ensure(ctx, x.a, bi.Spec.Repository); res.Err == nil {
 			res.Size, res.Err = s.Size(x.a.Digest)
 		}

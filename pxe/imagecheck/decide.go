@@ -4,6 +4,9 @@
 // for the download) and records in the ArtifactsVerified and Ready
 // conditions whether they could be fetched and match their digests.
 //
+// The messages say what kubefarm-pxe did, never what a source answered:
+// the BootImage's author reads them, and chose the source.
+//
 // Decide is the pure verdict; the Reconciler only fetches, calls it and
 // writes the status.
 package imagecheck
@@ -17,6 +20,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/conditions"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -24,6 +28,9 @@ import (
 type Result struct {
 	// Name is kernel, initrd or rootfs.
 	Name string
+	// Field is the spec field the artifact is fetched from:
+	// spec.repository, or spec.<name>.url without one.
+	Field string
 	// Digest is the artifact's spec digest.
 	Digest string
 	// Size is the cached file's size in bytes, when Err is nil.
@@ -37,21 +44,33 @@ type Result struct {
 const maxErrorLen = 512
 
 // Decide is the ArtifactsVerified condition for results, in spec order, and
-// Ready mirroring it. A digest mismatch decides over a fetch failure: it is
-// a fact about the image, not about this replica's network.
+// Ready mirroring it. A refused address decides over a digest mismatch,
+// and both over a fetch failure: they are facts about the image (its
+// source is somewhere kubefarm-pxe does not fetch from; its content is
+// not what it claims), not about this replica's network. Every failed
+// artifact is named, with the spec field it came from.
 func Decide(results []Result) (verified, ready metav1.Condition) {
-	var mismatched, failed, ok []string
+	var refused, mismatched, failed, ok []string
 	for _, r := range results {
+		var ref *fetchguard.RefusedError
 		switch {
 		case r.Err == nil:
 			ok = append(ok, fmt.Sprintf("%s %s (%s)", r.Name, shortDigest(r.Digest), humanBytes(r.Size)))
+		case errors.As(r.Err, &ref):
+			// The refusal's own text: the address and its class.
+			refused = append(refused, fmt.Sprintf("%s %s (%s): %s", r.Name, r.Digest, r.Field, ref.Error()))
 		case errors.Is(r.Err, httpboot.ErrDigestMismatch):
-			mismatched = append(mismatched, fmt.Sprintf("%s %s: %s", r.Name, r.Digest, truncate(r.Err.Error())))
+			// Written here rather than the error's text: the expected
+			// digest only, never anything about what was received.
+			mismatched = append(mismatched, fmt.Sprintf("%s (%s): %s %s", r.Name, r.Field, httpboot.ErrDigestMismatch, r.Digest))
 		default:
-			failed = append(failed, fmt.Sprintf("%s %s: %s", r.Name, r.Digest, truncate(r.Err.Error())))
+			failed = append(failed, fmt.Sprintf("%s %s (%s): %s", r.Name, r.Digest, r.Field, truncate(r.Err.Error())))
 		}
 	}
 	switch {
+	case len(refused) > 0:
+		verified = conditions.New(kubefarmv1.ConditionArtifactsVerified, false, kubefarmv1.ReasonArtifactAddressRefused,
+			"source address refused: "+strings.Join(append(append(refused, mismatched...), failed...), "; "))
 	case len(mismatched) > 0:
 		verified = conditions.New(kubefarmv1.ConditionArtifactsVerified, false, kubefarmv1.ReasonDigestMismatch,
 			"content does not match its digest: "+strings.Join(append(mismatched, failed...), "; "))
@@ -68,7 +87,7 @@ func Decide(results []Result) (verified, ready metav1.Condition) {
 }
 
 // WarningReasons are the reasons whose events are Warnings.
-var WarningReasons = []string{kubefarmv1.ReasonDigestMismatch, kubefarmv1.ReasonArtifactFetchFailed}
+var WarningReasons = []string{kubefarmv1.ReasonArtifactAddressRefused, kubefarmv1.ReasonDigestMismatch, kubefarmv1.ReasonArtifactFetchFailed}
 
 // shortDigest is sha256: and the first 12 hex digits, as container tools
 // print image IDs.

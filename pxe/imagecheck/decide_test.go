@@ -3,23 +3,31 @@ package imagecheck
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
 func digest(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
 
 func TestDecide(t *testing.T) {
-	kernel := Result{Name: "kernel", Digest: digest('a'), Size: 12 << 20}
-	initrd := Result{Name: "initrd", Digest: digest('b'), Size: 3<<20 + 1<<19}
-	rootfs := Result{Name: "rootfs", Digest: digest('c'), Size: 700}
+	kernel := Result{Name: "kernel", Field: "spec.kernel.url", Digest: digest('a'), Size: 12 << 20}
+	initrd := Result{Name: "initrd", Field: "spec.initrd.url", Digest: digest('b'), Size: 3<<20 + 1<<19}
+	rootfs := Result{Name: "rootfs", Field: "spec.rootfs.url", Digest: digest('c'), Size: 700}
+	// An error that carries more than the store's does (the received
+	// content's digest): Decide must not show it.
 	mismatch := fmt.Errorf("downloading %s: %w: content has digest %s", digest('c'), httpboot.ErrDigestMismatch, digest('f'))
 	unreachable := errors.New("artifact " + digest('b') + ": dial tcp 10.0.0.1:80: connection refused")
+	guard := fetchguard.New(fetchguard.Options{APIServer: []netip.Addr{netip.MustParseAddr("10.96.0.1")}})
+	loopback := fmt.Errorf("artifact %s: %w", digest('a'), guard.Check(netip.MustParseAddr("127.0.0.1")))
+	apiServer := fmt.Errorf("blob x: %w", guard.Check(netip.MustParseAddr("10.96.0.1")))
+	fromRepo := func(r Result) Result { r.Field = "spec.repository"; return r }
 	with := func(r Result, err error) Result { r.Err, r.Size = err, 0; return r }
 
 	for _, tc := range []struct {
@@ -38,23 +46,39 @@ func TestDecide(t *testing.T) {
 		{
 			name: "rootfs digest mismatch", results: []Result{kernel, initrd, with(rootfs, mismatch)},
 			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonDigestMismatch,
-			msgHas: []string{"rootfs " + digest('c'), "content has digest " + digest('f')},
-			msgNot: []string{"kernel", "initrd"},
+			msgHas: []string{"rootfs (spec.rootfs.url): the content does not match the digest " + digest('c')},
+			msgNot: []string{"kernel", "initrd", digest('f'), "content has digest"},
+		},
+		{
+			name: "loopback URL refused", results: []Result{with(kernel, loopback), initrd, rootfs},
+			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonArtifactAddressRefused,
+			msgHas: []string{"source address refused: kernel " + digest('a') + " (spec.kernel.url): refused to connect: 127.0.0.1 is a loopback address (127.0.0.0/8)"},
+			msgNot: []string{"initrd", "rootfs"},
+		},
+		{
+			name: "API server behind the repository refused", results: []Result{fromRepo(kernel), fromRepo(initrd), with(fromRepo(rootfs), apiServer)},
+			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonArtifactAddressRefused,
+			msgHas: []string{"rootfs " + digest('c') + " (spec.repository): refused to connect: 10.96.0.1 is the admin cluster's API server"},
+		},
+		{
+			name: "a refusal decides over a mismatch and a failure, all named", results: []Result{with(kernel, mismatch), with(initrd, unreachable), with(rootfs, loopback)},
+			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonArtifactAddressRefused,
+			msgHas: []string{"rootfs " + digest('c') + " (spec.rootfs.url): refused", "kernel (spec.kernel.url): the content does not match", "initrd " + digest('b') + " (spec.initrd.url): artifact"},
 		},
 		{
 			name: "fetch failure", results: []Result{kernel, with(initrd, unreachable), rootfs},
 			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonArtifactFetchFailed,
-			msgHas: []string{"cannot fetch: initrd " + digest('b'), "connection refused"},
+			msgHas: []string{"cannot fetch: initrd " + digest('b') + " (spec.initrd.url): ", "connection refused"},
 			msgNot: []string{"kernel", "rootfs"},
 		},
 		{
 			name: "mismatch decides over a fetch failure, both named", results: []Result{kernel, with(initrd, unreachable), with(rootfs, mismatch)},
 			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonDigestMismatch,
-			msgHas: []string{"rootfs " + digest('c'), "initrd " + digest('b')},
+			msgHas: []string{"rootfs (spec.rootfs.url): the content does not match the digest " + digest('c'), "initrd " + digest('b')},
 		},
 		{
 			name: "a registry mismatch wrapped once more is still a mismatch", results: []Result{with(kernel, fmt.Errorf("kernel: %w", mismatch)), initrd, rootfs},
-			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonDigestMismatch, msgHas: []string{"kernel " + digest('a')},
+			status: metav1.ConditionFalse, reason: kubefarmv1.ReasonDigestMismatch, msgHas: []string{"kernel (spec.kernel.url): the content does not match the digest " + digest('a')},
 		},
 		{
 			name: "not cached after Ensure", results: []Result{kernel, initrd, with(rootfs, httpboot.ErrNotCached)},
