@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/events"
+	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
@@ -59,6 +61,8 @@ type options struct {
 	dynamicRanges   bool
 	dynamicWorkers  int
 	verifyImages    bool
+	fetchDenied     string
+	fetchAllowed    string
 }
 
 // register defines every flag on fs, with its default and help text.
@@ -89,6 +93,13 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ensureTimeout, "artifact-wait", 2*time.Minute,
 		"how long a script request waits for its artifacts to be cached before answering 503 (iPXE retries)")
 	fs.BoolVar(&o.insecureReg, "insecure-registry", false, "reach OCI registries over plain HTTP")
+	fs.StringVar(&o.fetchDenied, "fetch-denied-cidrs", "",
+		"comma-separated CIDR prefixes (or addresses) that artifact fetches never connect to, on top of loopback, link-local, "+
+			"unspecified, multicast, cloud metadata and the API server's own addresses: the admin cluster's Service and Pod ranges. "+
+			"Checked on every connection, after DNS and redirects")
+	fs.StringVar(&o.fetchAllowed, "fetch-allowed-cidrs", "",
+		"comma-separated CIDR prefixes (or addresses) artifact fetches may connect to although denied, e.g. a registry on a denied "+
+			"private range; never the API server's addresses")
 	fs.BoolVar(&o.verifyImages, "verify-images", true,
 		"fetch every BootImage's kernel, initrd and rootfs into the cache when the image appears (and at start), so first boots do not wait, "+
 			"and write its ArtifactsVerified and Ready conditions; failures are retried with backoff. "+
@@ -186,16 +197,32 @@ func trimCached(obj any) (any, error) {
 	return obj, nil
 }
 
-// storeConfig is the artifact cache's.
-func (o *options) storeConfig() httpboot.StoreConfig {
+// storeConfig is the artifact cache's. Its guard refuses the defaults,
+// --fetch-denied-cidrs but --fetch-allowed-cidrs, and the addresses of
+// apiHost, the API server of kubefarm-pxe's rest.Config (in a pod, the
+// kubernetes Service's address), resolved now.
+func (o *options) storeConfig(ctx context.Context, apiHost string) (httpboot.StoreConfig, error) {
+	denied, err := fetchguard.ParsePrefixes("--fetch-denied-cidrs", o.fetchDenied)
+	if err != nil {
+		return httpboot.StoreConfig{}, err
+	}
+	allowed, err := fetchguard.ParsePrefixes("--fetch-allowed-cidrs", o.fetchAllowed)
+	if err != nil {
+		return httpboot.StoreConfig{}, err
+	}
+	api, err := fetchguard.HostAddrs(ctx, nil, apiHost)
+	if err != nil {
+		return httpboot.StoreConfig{}, fmt.Errorf("the API server's addresses, which artifact fetches refuse: %w", err)
+	}
 	return httpboot.StoreConfig{
 		Dir:     o.cacheDir,
 		MaxSize: o.maxArtifact,
+		Guard:   fetchguard.New(fetchguard.Options{Denied: denied, Allowed: allowed, APIServer: api}),
 		// Registry credentials come from the pod's docker config, if any;
 		// anonymous otherwise.
 		RemoteOptions: []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain)},
 		NameOptions:   nameOptions(o.insecureReg),
-	}
+	}, nil
 }
 
 func nameOptions(insecure bool) []name.Option {

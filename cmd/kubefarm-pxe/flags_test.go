@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +55,8 @@ func TestFlagDefaults(t *testing.T) {
 		"max-artifact-size":   "4294967296",
 		"artifact-wait":       "2m0s",
 		"insecure-registry":   "false",
+		"fetch-denied-cidrs":  "",
+		"fetch-allowed-cidrs": "",
 		"verify-images":       "true",
 		"namespace":           "",
 		"boot-window":         "10m0s",
@@ -163,11 +167,11 @@ func TestComponentConfigs(t *testing.T) {
 	if c := o.tftpConfig(); c.SpinWait >= 0 {
 		t.Errorf("--tftp-spin-wait=0: SpinWait %s, want negative (never poll)", c.SpinWait)
 	}
-	if c := o.storeConfig(); c.Dir != "/c" || c.MaxSize != 42 || len(c.NameOptions) != 0 || len(c.RemoteOptions) != 1 {
-		t.Errorf("store config %+v", c)
+	if c, err := o.storeConfig(context.Background(), "https://10.96.0.1:443"); err != nil || c.Dir != "/c" || c.MaxSize != 42 || len(c.NameOptions) != 0 || len(c.RemoteOptions) != 1 || c.Guard == nil {
+		t.Errorf("store config %+v, %v", c, err)
 	}
 	o.insecureReg = true
-	if c := o.storeConfig(); len(c.NameOptions) != 1 {
+	if c, _ := o.storeConfig(context.Background(), "https://10.96.0.1:443"); len(c.NameOptions) != 1 {
 		t.Errorf("--insecure-registry: name options %v", c.NameOptions)
 	}
 
@@ -182,6 +186,53 @@ func TestComponentConfigs(t *testing.T) {
 	}
 	if len(c.ByObject) == 0 {
 		t.Error("--pod-namespace: no per-object cache options for the credentials")
+	}
+}
+
+// TestStoreGuard: the store's guard refuses the built-in classes,
+// --fetch-denied-cidrs but --fetch-allowed-cidrs, and the rest.Config's
+// API server whatever is allowed; a bad prefix is refused at start with
+// its flag named. Decisions only: nothing is dialed.
+func TestStoreGuard(t *testing.T) {
+	var o options
+	if err := newFlagSet(t, &o).Parse([]string{
+		"--fetch-denied-cidrs", "10.96.0.0/12, 10.244.0.0/16",
+		"--fetch-allowed-cidrs", "10.96.0.0/16,127.0.0.1",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.storeConfig(context.Background(), "https://10.96.0.1:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr, allowed := range map[string]bool{
+		"10.96.0.1":       false, // the API server, although 10.96.0.0/16 is allowed
+		"10.96.0.10":      true,  // allowed over the deny list
+		"10.97.0.1":       false, // --fetch-denied-cidrs
+		"10.244.1.5":      false,
+		"127.0.0.1":       true, // allowed over the built-in loopback
+		"127.0.0.2":       false,
+		"169.254.169.254": false,
+		"192.0.2.10":      true,
+	} {
+		if err := c.Guard.Check(netip.MustParseAddr(addr)); (err == nil) != allowed {
+			t.Errorf("%s: %v, want allowed %t", addr, err, allowed)
+		}
+	}
+	for _, tc := range []struct{ flag, value string }{
+		{"fetch-denied-cidrs", "10.96.0.0/33"},
+		{"fetch-allowed-cidrs", "registry.example.com"},
+	} {
+		var o options
+		if err := newFlagSet(t, &o).Parse([]string{"--" + tc.flag, tc.value}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.storeConfig(context.Background(), "https://10.96.0.1:443"); err == nil || !strings.Contains(err.Error(), "--"+tc.flag) {
+			t.Errorf("--%s=%s: %v, want an error naming the flag", tc.flag, tc.value, err)
+		}
+	}
+	if _, err := o.storeConfig(context.Background(), "https://:443"); err == nil || !strings.Contains(err.Error(), "API server") {
+		t.Errorf("an API server host without a name: %v", err)
 	}
 }
 

@@ -144,7 +144,11 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		}
 	}
 
-	store, err := httpboot.NewStore(o.storeConfig())
+	storeCfg, err := o.storeConfig(ctx, cfg.Host)
+	if err != nil {
+		return err
+	}
+	store, err := httpboot.NewStore(storeCfg)
 	if err != nil {
 		return fmt.Errorf("artifact cache: %w", err)
 	}

@@ -105,15 +105,23 @@ func TestBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Artifacts come from a plain HTTP server on loopback.
+	// Artifacts come from a plain HTTP server on loopback: on 127.0.0.2,
+	// which --fetch-allowed-cidrs opens (127.0.0.1 is the API server's,
+	// which artifact fetches never reach).
 	blobs := map[string][]byte{}
-	blobSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	blobSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if b, ok := blobs[r.URL.Path]; ok {
 			_, _ = w.Write(b)
 			return
 		}
 		http.NotFound(w, r)
 	}))
+	blobLn, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobSrv.Listener = blobLn
+	blobSrv.Start()
 	t.Cleanup(blobSrv.Close)
 	oldImg := newBootImage(t, "node-old", blobSrv.URL, blobs)
 	newImg := newBootImage(t, "node-new", blobSrv.URL, blobs)
@@ -173,6 +181,7 @@ func TestBinary(t *testing.T) {
 		"--workers", "2", "--queue", "16",
 		// The test's namespace plays kubefarm-pxe's own.
 		"--pod-namespace", ns.Name,
+		"--fetch-allowed-cidrs", "127.0.0.2/32",
 	)
 
 	get := func(url string) (int, []byte) {
