@@ -1003,6 +1003,7 @@ pxe:
   ipxe: {dir: /opt/ipxe, uefiBinary: snponly.efi, hostPath: /usr/lib/ipxe}
   cache: {type: emptyDir, sizeLimit: 30Gi}
   artifacts: {maxSize: 8589934592, wait: 90s, insecureRegistry: true, verify: false}
+  fetch: {deniedCIDRs: [10.0.0.0/16, "fd00::/8"], allowedCIDRs: [10.0.5.7/32, 127.0.0.1]}
   watchNamespace: farm
   bootWindow: 5m
   joinTokenTTL: 20m
@@ -1108,6 +1109,8 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--artifact-wait=90s",
 		"--insecure-registry=true",
 		"--verify-images=false",
+		"--fetch-denied-cidrs=10.0.0.0/16,fd00::/8",
+		"--fetch-allowed-cidrs=10.0.5.7/32,127.0.0.1",
 		"--namespace=farm",
 		"--boot-window=5m",
 		"--join-token-ttl=20m",
@@ -1205,6 +1208,7 @@ func TestPXEDefaults(t *testing.T) {
 		"--proxy-dhcp=false", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
 		"--max-artifact-size=4294967296", "--join-token-ttl=15m", "--namespace=",
 		"--event-interval=1m", "--event-qps=5", "--event-burst=50",
+		"--fetch-denied-cidrs=10.96.0.0/12,10.244.0.0/16", "--fetch-allowed-cidrs=",
 	} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("default args %q lack %q", c.Args, want)
@@ -1325,6 +1329,8 @@ func TestPXEValuesRejected(t *testing.T) {
 		{"event qps", "pxe: {enabled: true, events: {qps: 0}}", "qps"},
 		{"event burst", "pxe: {enabled: true, events: {burst: 0}}", "burst"},
 		{"event interval", "pxe: {enabled: true, events: {interval: 0}}", "interval"},
+		{"fetch cidr", "pxe: {enabled: true, fetch: {deniedCIDRs: [cluster.local]}}", "deniedCIDRs"},
+		{"fetch cidr list", "pxe: {enabled: true, fetch: {allowedCIDRs: 10.0.0.0/8}}", "allowedCIDRs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tryRender(t, values(t, tc.values))
@@ -1333,7 +1339,7 @@ func TestPXEValuesRejected(t *testing.T) {
 			}
 		})
 	}
-	for _, flag := range []string{"server-ip", "pod-namespace", "interface", "dhcp-listen", "proxy-dhcp", "cache-dir", "event-qps"} {
+	for _, flag := range []string{"server-ip", "pod-namespace", "interface", "dhcp-listen", "proxy-dhcp", "cache-dir", "event-qps", "fetch-denied-cidrs", "fetch-allowed-cidrs"} {
 		_, err := tryRender(t, values(t, "pxe: {enabled: true, extraArgs: {"+flag+": x}}"))
 		if err == nil || !strings.Contains(err.Error(), "pxe.extraArgs."+flag) {
 			t.Errorf("pxe.extraArgs.%s: error %v, want one naming it", flag, err)

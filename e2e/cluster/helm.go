@@ -121,8 +121,11 @@ func (c *Cluster) ChartValues(digests map[string]string) map[string]any {
 			"dhcp":     map[string]any{"interface": c.BootBridge, "mode": "authoritative"},
 			"tftp":     map[string]any{"enabled": true, "addr": fmt.Sprintf("%s:%d", ip, PXETFTPPort)},
 			"ipxe":     map[string]any{"dir": IPXEDir},
-			// Node images are pushed to the local registry, plain HTTP.
+			// Node images are pushed to the local registry, plain HTTP,
+			// on the host's loopback, which artifact fetches refuse
+			// unless allowed.
 			"artifacts": map[string]any{"insecureRegistry": true},
+			"fetch":     map[string]any{"allowedCIDRs": []any{strings.Split(RegistryAddr, ":")[0] + "/32"}},
 			// The e2e node is small; the defaults fit a real one.
 			"resources": map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "64Mi"}},
 		},

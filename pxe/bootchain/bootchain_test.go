@@ -147,9 +147,11 @@ func TestBootChain(t *testing.T) {
 	c := &chain{ns: ns, env: env, kernelLen: len(kernel), initrdLen: len(initrd), http: netnstest.HTTPClient(ns)}
 
 	// The artifact origin, listening inside the namespace where
-	// kubefarm-pxe can reach it.
+	// kubefarm-pxe can reach it: on 127.0.0.2, which --fetch-allowed-cidrs
+	// opens (127.0.0.1 is where it reaches the API server, which artifact
+	// fetches never connect to).
 	blobs := map[string][]byte{"/" + sha(kernel): kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
-	originLn := netnstest.Listen(t, ns, "127.0.0.1:0")
+	originLn := netnstest.Listen(t, ns, "127.0.0.2:0")
 	netnstest.ServeBlobs(t, originLn, blobs)
 	originURL := "http://" + originLn.Addr().String()
 
@@ -223,6 +225,7 @@ func TestBootChain(t *testing.T) {
 		"--tftp-addr", net.JoinHostPort(serverIP, "69"),
 		"--ipxe-dir", ipxeDir,
 		"--cache-dir", t.TempDir(),
+		"--fetch-allowed-cidrs", "127.0.0.2/32",
 		"--zap-log-level", "debug",
 	)
 	c.serverLog = pxe.Log
