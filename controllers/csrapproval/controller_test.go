@@ -32,6 +32,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -134,6 +135,8 @@ func TestApprovalPerTenant(t *testing.T) {
 		}
 	})
 
+	t.Run("joins", func(t *testing.T) { f.checkJoins(t) })
+
 	t.Run("a new credential restarts the watch", func(t *testing.T) {
 		f.writeCredential(t, "tenant-admin-2")
 		f.waitRunning(t, first)
@@ -161,12 +164,19 @@ func TestApprovalPerTenant(t *testing.T) {
 		if len(got.Status.Conditions) != 0 {
 			t.Fatalf("CSR decided with no watch running: %+v", got.Status.Conditions)
 		}
+		// A join approved while the manager was away from the tenant (as
+		// if it stopped between approving and deleting the token): the
+		// token is still there, and must go once the watch is back.
+		token := f.createToken(t, "workers-m1", nil)
+		join := f.createJoinCSR(t, tokenID(token), []string{bootstraptoken.DefaultGroup}, nil, nil)
+		f.approve(t, join, csrapproval.ReasonJoinApproved)
 		// The credential back: the new watch lists what it missed.
 		f.writeCredential(t, "tenant-admin-3")
 		f.waitRunning(t, "")
 		if c := f.waitDecided(t, pending); c.Type != certificatesv1.CertificateApproved {
 			t.Fatalf("condition %s/%s (%s), want Approved", c.Type, c.Reason, c.Message)
 		}
+		f.waitTokenGone(t, token)
 	})
 
 	t.Run("a deleted TenantCluster is no longer watched", func(t *testing.T) {
@@ -199,6 +209,20 @@ func start(t *testing.T) *fixture {
 		ObjectMeta: metav1.ObjectMeta{Name: "test:nodes-create-csrs"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-bootstrapper"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// ...and kubefarm's bootstrappers may create their first CSR (the
+	// kubefarm:kubelet-bootstrap add-on); so may every bootstrapper, as
+	// if the tenant admin had bound kubeadm's default, so that a token
+	// that is not kubefarm's can ask, and be denied.
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "test:bootstrappers-create-csrs"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:node-bootstrapper"},
+		Subjects: []rbacv1.Subject{
+			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: bootstraptoken.DefaultGroup},
+			{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:bootstrappers"},
+		},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 // Package csrapproval decides the kubelet serving-certificate requests of a
-// tenant cluster's nodes.
+// tenant cluster's nodes, and the client-certificate requests of machines
+// joining it with a bootstrap token (decide_join.go).
 //
 // A kubelet asks for its serving certificate through a CSR for the
 // kubernetes.io/kubelet-serving signer, and Kubernetes leaves its approval to
@@ -160,14 +161,8 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, lookup func(nodeName 
 	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
 		return Decision{Ignore, ReasonOtherSigner, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeletServingSignerName)}
 	}
-	for _, c := range csr.Status.Conditions {
-		switch c.Type {
-		case certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
-			return Decision{Ignore, ReasonAlreadyDecided, fmt.Sprintf("request already has condition %s", c.Type)}
-		}
-	}
-	if len(csr.Status.Certificate) > 0 {
-		return Decision{Ignore, ReasonAlreadyDecided, "request already has a certificate"}
+	if d, decided := alreadyDecided(csr); decided {
+		return d
 	}
 
 	user := csr.Spec.Username
@@ -300,30 +295,53 @@ func weakKey(k any) string {
 // would be copied into the certificate by the signer, and some consumers
 // read identity from such fields.
 func checkSubject(req *x509.CertificateRequest, user string) *Decision {
-	var cn, o int
+	if _, msg := subjectProblem(req, user); msg != "" {
+		d := deny(ReasonSubject, "%s", msg)
+		return &d
+	}
+	return nil
+}
+
+// subjectFault is which part of a subject is wrong.
+type subjectFault int
+
+const (
+	subjectOK subjectFault = iota
+	subjectCN
+	subjectO
+	subjectExtra
+)
+
+// subjectProblem checks that the subject is exactly CN=<cn>, O=system:nodes
+// and says what is wrong when it is not: the first attribute that is
+// neither CN nor O, or is one with the wrong value, else a CN or O missing
+// or repeated. The serving decision reports every fault under one reason,
+// the join decision under one reason each.
+func subjectProblem(req *x509.CertificateRequest, cn string) (subjectFault, string) {
+	var cns, orgs int
 	for _, atv := range req.Subject.Names {
 		v, isString := atv.Value.(string)
 		switch {
 		case atv.Type.Equal(oidCommonName):
-			cn++
-			if !isString || v != user {
-				d := deny(ReasonSubject, "subject CN is %s, want %q", short(fmt.Sprint(atv.Value)), user)
-				return &d
+			cns++
+			if !isString || v != cn {
+				return subjectCN, fmt.Sprintf("subject CN is %s, want %q", short(fmt.Sprint(atv.Value)), cn)
 			}
 		case atv.Type.Equal(oidOrganization):
-			o++
+			orgs++
 			if !isString || v != nodesGroup {
-				d := deny(ReasonSubject, "subject O %s is not %q", short(fmt.Sprint(atv.Value)), nodesGroup)
-				return &d
+				return subjectO, fmt.Sprintf("subject O %s is not %q", short(fmt.Sprint(atv.Value)), nodesGroup)
 			}
 		default:
-			d := deny(ReasonSubject, "subject has attribute %v; only CN and O are allowed", atv.Type)
-			return &d
+			return subjectExtra, fmt.Sprintf("subject has attribute %v; only CN and O are allowed", atv.Type)
 		}
 	}
-	if cn != 1 || o != 1 {
-		d := deny(ReasonSubject, "subject must be exactly CN=%s, O=%s; it has %d CN and %d O", user, nodesGroup, cn, o)
-		return &d
+	msg := fmt.Sprintf("subject must be exactly CN=%s, O=%s; it has %d CN and %d O", cn, nodesGroup, cns, orgs)
+	switch {
+	case cns != 1:
+		return subjectCN, msg
+	case orgs != 1:
+		return subjectO, msg
 	}
-	return nil
+	return subjectOK, ""
 }

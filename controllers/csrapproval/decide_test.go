@@ -295,8 +295,10 @@ func oracle(req []byte) string {
 }
 
 // FuzzDecide feeds arbitrary bytes as spec.request, both as given and as the
-// DER inside a PEM block (mutating base64 rarely reaches the ASN.1 parser).
-// Decide must not panic, and must never approve what the oracle rejects.
+// DER inside a PEM block (mutating base64 rarely reaches the ASN.1 parser),
+// to both decisions: as a node's serving request to Decide, and as a join
+// request with a valid kubefarm token to DecideJoin. Neither must panic or
+// ignore the request, nor approve what its oracle rejects.
 func FuzzDecide(f *testing.F) {
 	d := der(f, template(), "p256")
 	f.Add(pemOf(d))
@@ -305,7 +307,12 @@ func FuzzDecide(f *testing.F) {
 	tmpl.DNSNames = []string{"m3"}
 	f.Add(der(f, tmpl, "p256"))
 	f.Add(der(f, template(), "ed25519"))
+	f.Add(der(f, joinTemplate(), "p256"))
+	jt := joinTemplate()
+	jt.Subject.OrganizationalUnit = []string{"ops"}
+	f.Add(der(f, jt, "p256"))
 	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n"))
+	token := joinToken(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, req := range [][]byte{data, pemOf(data)} {
 			got := Decide(request(req), lookup)
@@ -315,6 +322,15 @@ func FuzzDecide(f *testing.F) {
 			if got.Verdict == Approve {
 				if why := oracle(req); why != "" {
 					t.Fatalf("approved a request the oracle rejects (%s): %q", why, req)
+				}
+			}
+			got = DecideJoin(joinRequest(req), joinTenant, joinNow, joinLookup(token))
+			if got.Verdict == Ignore {
+				t.Fatalf("a join request was ignored: %+v", got)
+			}
+			if got.Verdict == Approve {
+				if why := joinOracle(req); why != "" {
+					t.Fatalf("approved a join request the oracle rejects (%s): %q", why, req)
 				}
 			}
 		}

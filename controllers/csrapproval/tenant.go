@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/tenantwatch"
 )
 
@@ -34,18 +38,23 @@ const FieldOwner = "kubefarm-csrapproval"
 // never anyone else's).
 const approvalTimeout = 30 * time.Second
 
-// kubeletServingSelector is the only kind of request the watch asks for:
-// the tenant's API server filters the rest out, so the manager neither
-// receives nor keeps client-certificate requests, which are most of them.
-var kubeletServingSelector = "spec.signerName=" + certificatesv1.KubeletServingSignerName
+// The watches ask for two kinds of request only, each by its own field
+// selector (a field selector cannot say "either"): kubelet serving
+// requests, and kubelet client requests, among which the joins. The
+// tenant's API server filters the rest out, so the manager neither receives
+// nor keeps other signers' requests.
+var (
+	kubeletServingSelector = "spec.signerName=" + certificatesv1.KubeletServingSignerName
+	kubeletClientSelector  = "spec.signerName=" + certificatesv1.KubeAPIServerClientKubeletSignerName
+)
 
-// tenantWatch is the CSR watch of one tenant: an informer of the tenant's
-// kubelet-serving CSRs feeding a queue of CSR names, and one worker that
+// tenantWatch is the CSR watch of one tenant: two informers (serving and
+// client requests) feeding one queue of CSR names, and one worker that
 // decides them in turn. One worker is enough (a tenant's nodes ask for a
-// certificate about once a year each) and keeps a tenant's load on the
-// manager, and the manager's on the tenant, at one request at a time. The
-// queue is the tenant's own, so a tenant that is slow or unreachable holds
-// up only its own requests.
+// certificate about once a year each, and join once per boot) and keeps a
+// tenant's load on the manager, and the manager's on the tenant, at one
+// request at a time. The queue is the tenant's own, so a tenant that is
+// slow or unreachable holds up only its own requests.
 type tenantWatch struct {
 	tenant types.NamespacedName
 	cancel context.CancelFunc
@@ -68,8 +77,44 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	if err != nil {
 		return nil, fmt.Errorf("making the client of tenant %s/%s: %w", tc.Namespace, tc.Name, err)
 	}
+	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
+	logger := log.Log.WithName("csrapproval").WithValues("tenantCluster", key.String())
+	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	serving, err := csrInformer(cs, kubeletServingSelector, queue, logger, "kubelet serving CertificateSigningRequests")
+	if err != nil {
+		queue.ShutDown()
+		return nil, err
+	}
+	clients, err := csrInformer(cs, kubeletClientSelector, queue, logger, "kubelet client CertificateSigningRequests")
+	if err != nil {
+		queue.ShutDown()
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
+	w := &tenantWatch{tenant: key, cancel: cancel, done: make(chan struct{})}
+	worker := &tenantWorker{approver: a, tenant: tc.DeepCopy(), client: cs,
+		serving: serving.GetStore(), clients: clients.GetStore(), queue: queue}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); serving.RunWithContext(ctx) }()
+	go func() { defer wg.Done(); clients.RunWithContext(ctx) }()
+	go func() { defer wg.Done(); worker.run(ctx) }()
+	go func() {
+		<-ctx.Done()
+		queue.ShutDown()
+		wg.Wait()
+		close(w.done)
+	}()
+	return w, nil
+}
+
+// csrInformer is an informer of the tenant's CSRs that match selector,
+// adding the name of every one it sees to queue.
+func csrInformer(cs kubernetes.Interface, selector string, queue workqueue.TypedInterface[string],
+	logger logr.Logger, what string) (cache.SharedIndexInformer, error) {
 	informer := certinformers.NewFilteredCertificateSigningRequestInformer(cs, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = kubeletServingSelector })
+		func(o *metav1.ListOptions) { o.FieldSelector = selector })
 	// Managed fields are most of a CSR after its request; nothing here
 	// reads them.
 	if err := informer.SetTransform(func(o any) (any, error) {
@@ -80,12 +125,9 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	}); err != nil {
 		return nil, err
 	}
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
-	logger := log.Log.WithName("csrapproval").WithValues("tenantCluster", key.String())
-	if err := tenantwatch.LogWatchErrors(informer, logger, "CertificateSigningRequests"); err != nil {
+	if err := tenantwatch.LogWatchErrors(informer, logger, what); err != nil {
 		return nil, err
 	}
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	enqueue := func(o any) {
 		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok {
 			queue.Add(csr.Name)
@@ -97,21 +139,7 @@ func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Conf
 	}); err != nil {
 		return nil, err
 	}
-
-	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
-	w := &tenantWatch{tenant: key, cancel: cancel, done: make(chan struct{})}
-	worker := &tenantWorker{approver: a, tenant: tc.DeepCopy(), client: cs, store: informer.GetStore(), queue: queue}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); informer.RunWithContext(ctx) }()
-	go func() { defer wg.Done(); worker.run(ctx) }()
-	go func() {
-		<-ctx.Done()
-		queue.ShutDown()
-		wg.Wait()
-		close(w.done)
-	}()
-	return w, nil
+	return informer, nil
 }
 
 // Stop stops the watch and waits until its goroutines have returned, so
@@ -127,24 +155,35 @@ type tenantWorker struct {
 	// its identity (name, namespace, UID) is used, for lookups and events.
 	tenant *kubefarmv1.TenantCluster
 	client kubernetes.Interface
-	store  cache.Store
-	queue  workqueue.TypedRateLimitingInterface[string]
+	// serving and clients are the two informers' stores; a CSR name is in
+	// one of them (a CSR's signer is immutable).
+	serving, clients cache.Store
+	queue            workqueue.TypedRateLimitingInterface[string]
 }
 
 func (w *tenantWorker) run(ctx context.Context) {
 	tenantwatch.Drain(ctx, w.queue, "a CertificateSigningRequest", w.handle)
 }
 
-// handle decides the CSR called name as the watch last saw it and writes
+// handle decides the CSR called name as the watches last saw it and writes
 // the decision. It logs and records the CSR's name, requester, verdict and
 // reason, never its request: the PEM is the node's, and of no use to a
 // reader of logs or events.
 func (w *tenantWorker) handle(ctx context.Context, name string) error {
-	o, ok, err := w.store.GetByKey(name)
+	if o, ok, err := w.serving.GetByKey(name); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return w.handleServing(ctx, o.(*certificatesv1.CertificateSigningRequest))
+	}
+	o, ok, err := w.clients.GetByKey(name)
 	if err != nil || !ok {
 		return err
 	}
-	csr := o.(*certificatesv1.CertificateSigningRequest)
+	return w.handleJoin(ctx, o.(*certificatesv1.CertificateSigningRequest))
+}
+
+func (w *tenantWorker) handleServing(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	var machine *kubefarmv1.Machine
 	var lookupErr error
 	tenant := types.NamespacedName{Namespace: w.tenant.Namespace, Name: w.tenant.Name}
@@ -157,6 +196,113 @@ func (w *tenantWorker) handle(ctx context.Context, name string) error {
 		// No answer is not "no Machine": deny nothing on a cache error.
 		return lookupErr
 	}
+	return w.apply(ctx, csr, machine, d, "kubelet serving")
+}
+
+// handleJoin decides a kubelet client CSR (DecideJoin), and deletes the
+// bootstrap token of every join it approved: on approval, and again
+// whenever the watch sees the approved request while its token is still
+// there (the deletion failed, or the manager stopped in between), so that
+// a token gets one certificate however the manager fares.
+func (w *tenantWorker) handleJoin(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	if id, ok := JoinTokenID(csr); ok && approvedJoin(csr) {
+		return w.deleteToken(ctx, csr, id, nil)
+	}
+	var (
+		machine   *kubefarmv1.Machine
+		token     *corev1.Secret
+		lookupErr error
+	)
+	d := DecideJoin(csr, w.tenant.Name, time.Now(), JoinLookup{
+		Token: func(id string) (*corev1.Secret, bool) {
+			token, lookupErr = w.getToken(ctx, id)
+			return token, token != nil
+		},
+		Machine: func(name string) (*kubefarmv1.Machine, bool) {
+			m := &kubefarmv1.Machine{}
+			err := w.machines.reader.Get(ctx, types.NamespacedName{Namespace: w.tenant.Namespace, Name: name}, m)
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil, false
+			case err != nil:
+				lookupErr = fmt.Errorf("reading Machine %s/%s: %w", w.tenant.Namespace, name, err)
+				return nil, false
+			}
+			if m.Spec.Cluster == w.tenant.Name {
+				machine = m
+			}
+			return m, true
+		},
+	})
+	if lookupErr != nil {
+		// No answer is not "no token" or "no Machine": deny nothing on
+		// a failed read.
+		return lookupErr
+	}
+	if err := w.apply(ctx, csr, machine, d, "kubelet client"); err != nil || d.Verdict != Approve {
+		return err
+	}
+	id, _ := JoinTokenID(csr)
+	return w.deleteToken(ctx, csr, id, &token.UID)
+}
+
+// approvedJoin says whether csr carries the manager's own join approval.
+func approvedJoin(csr *certificatesv1.CertificateSigningRequest) bool {
+	return slices.ContainsFunc(csr.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
+		return c.Type == certificatesv1.CertificateApproved && c.Reason == ReasonJoinApproved
+	})
+}
+
+// getToken reads the tenant's Secret of token id; nil, nil when there is
+// none. It is one read per join, from the API server: caching kube-system's
+// Secrets would put every credential of the namespace in the manager's
+// memory.
+func (w *tenantWorker) getToken(ctx context.Context, id string) (*corev1.Secret, error) {
+	ctx, cancel := context.WithTimeout(ctx, approvalTimeout)
+	defer cancel()
+	s, err := w.client.CoreV1().Secrets(bootstraptoken.Namespace).Get(ctx, bootstraptoken.SecretName(id), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", bootstraptoken.Namespace, bootstraptoken.SecretName(id), err)
+	}
+	return s, nil
+}
+
+// deleteToken deletes the Secret of token id, used by csr. With uid, only
+// that Secret (the one the approval was decided on). Without, the Secret is
+// read first and deleted only if it is older than csr: a Secret made after
+// the request is a new token that happens to have the id, not the one used.
+// The API server caches a successful token authentication for ten seconds,
+// so the token works that much longer for whoever used it last.
+func (w *tenantWorker) deleteToken(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, id string, uid *types.UID) error {
+	if uid == nil {
+		s, err := w.getToken(ctx, id)
+		if err != nil || s == nil || s.CreationTimestamp.After(csr.CreationTimestamp.Time) {
+			return err
+		}
+		uid = &s.UID
+	}
+	ctx, cancel := context.WithTimeout(ctx, approvalTimeout)
+	defer cancel()
+	err := w.client.CoreV1().Secrets(bootstraptoken.Namespace).Delete(ctx, bootstraptoken.SecretName(id),
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: uid}})
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting used bootstrap token Secret %s/%s of CertificateSigningRequest %s: %w",
+			bootstraptoken.Namespace, bootstraptoken.SecretName(id), csr.Name, err)
+	}
+	log.FromContext(ctx).Info("deleted a used bootstrap token", "csr", csr.Name, "token", id)
+	return nil
+}
+
+// apply writes d (if it is a verdict) on csr, then records and logs it.
+// what says which kind of request it is, for people.
+func (w *tenantWorker) apply(ctx context.Context, csr *certificatesv1.CertificateSigningRequest,
+	machine *kubefarmv1.Machine, d Decision, what string) error {
 	var condition certificatesv1.RequestConditionType
 	switch d.Verdict {
 	case Approve:
@@ -169,8 +315,8 @@ func (w *tenantWorker) handle(ctx context.Context, name string) error {
 	if err := w.writeDecision(ctx, csr, condition, d); err != nil {
 		return err
 	}
-	w.record(csr, machine, d)
-	log.FromContext(ctx).Info("decided a kubelet serving CertificateSigningRequest", "csr", csr.Name,
+	w.record(csr, machine, d, what)
+	log.FromContext(ctx).Info("decided a "+what+" CertificateSigningRequest", "csr", csr.Name,
 		"requester", csr.Spec.Username, "verdict", d.Verdict.String(), "reason", d.Reason, "message", d.Message)
 	return nil
 }
@@ -203,8 +349,8 @@ func (w *tenantWorker) writeDecision(ctx context.Context, csr *certificatesv1.Ce
 
 // record leaves an Event on the requester's Machine in the admin cluster,
 // where the operator looks at a machine's story; on the TenantCluster when
-// the requester is no Machine (or an ambiguous one).
-func (w *tenantWorker) record(csr *certificatesv1.CertificateSigningRequest, machine *kubefarmv1.Machine, d Decision) {
+// the requester is no Machine of the tenant (or an ambiguous one).
+func (w *tenantWorker) record(csr *certificatesv1.CertificateSigningRequest, machine *kubefarmv1.Machine, d Decision, what string) {
 	var regarding runtime.Object = w.tenant
 	if machine != nil {
 		regarding = machine
@@ -214,5 +360,5 @@ func (w *tenantWorker) record(csr *certificatesv1.CertificateSigningRequest, mac
 		typ, action, verb = corev1.EventTypeWarning, "Deny", "denied"
 	}
 	w.recorder.Eventf(regarding, nil, typ, d.Reason, action,
-		"%s kubelet serving CSR %s of %s: %s", verb, csr.Name, csr.Spec.Username, d.Message)
+		"%s %s CSR %s of %s: %s", verb, what, csr.Name, csr.Spec.Username, d.Message)
 }

@@ -84,7 +84,7 @@ func Prune(ctx context.Context, c client.Client, now time.Time) ([]string, error
 	var errs []error
 	for i := range list.Items {
 		s := &list.Items[i]
-		if s.Type != corev1.SecretTypeBootstrapToken || !expired(s, now) {
+		if s.Type != corev1.SecretTypeBootstrapToken || !Expired(s, now) {
 			continue
 		}
 		// The UID precondition keeps a token re-issued under the same
@@ -101,9 +101,9 @@ func Prune(ctx context.Context, c client.Client, now time.Time) ([]string, error
 	return pruned, errors.Join(errs...)
 }
 
-// expired follows the authenticator: no expiration never expires, an
-// unparseable one has.
-func expired(s *corev1.Secret, now time.Time) bool {
+// Expired says whether token Secret s has expired at now. It follows the
+// authenticator: no expiration never expires, an unparseable one has.
+func Expired(s *corev1.Secret, now time.Time) bool {
 	exp, ok := s.Data[KeyExpiration]
 	if !ok || len(exp) == 0 {
 		return false

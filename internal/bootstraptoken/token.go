@@ -34,6 +34,11 @@ var (
 	tokenRE = regexp.MustCompile(`\A([a-z0-9]{6})\.([a-z0-9]{16})\z`)
 )
 
+// ValidID says whether id is a token id, [a-z0-9]{6}: what follows
+// system:bootstrap: in the user name of a token's bearer, and
+// bootstrap-token- in the name of its Secret.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
 // Token is a bootstrap token, id.secret. The id is public (it names the
 // Secret and the user system:bootstrap:<id>); the secret is not.
 //
