@@ -32,7 +32,9 @@ end
 hs.message = m
 if ready.status == "True" then
   hs.status = "Healthy"
-elseif ready.reason == "DigestMismatch" or ready.reason == "ArtifactFetchFailed" then
+elseif ready.reason == "ArtifactAddressRefused" or ready.reason == "DigestMismatch" or ready.reason == "ArtifactFetchFailed" then
+  -- ArtifactAddressRefused: a source is at an address kubefarm-pxe never
+  -- fetches from (loopback, cloud metadata, the admin cluster's ranges).
   -- DigestMismatch: the content is not what the immutable spec names, and
   -- is never served. ArtifactFetchFailed is retried with backoff, like an
   -- image pull, which ArgoCD calls Degraded for a Pod (ImagePullBackOff).
