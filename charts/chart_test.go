@@ -997,6 +997,8 @@ pxe:
   serverIP: 10.10.0.1
   httpAddr: ":8081"
   httpPort: 80
+  metricsAddr: "10.20.0.1:9100"
+  http: {readHeaderTimeout: 5s, readTimeout: 20s, writeTimeout: 45s, idleTimeout: 90s, maxHeaderBytes: 4096, maxConnsPerIP: 8}
   dhcp: {interface: eth1, mode: proxy, workers: 8, queue: 256}
   tftp: {addr: ":69", timeout: 3s, retries: 7, maxTransfers: 32, maxWindowSize: 4, spinWait: 0s}
   events: {interval: 30s, qps: 0.5, burst: 20}
@@ -1089,6 +1091,13 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--server-ip=10.10.0.1",
 		"--http-addr=:8081",
 		"--http-port=80",
+		"--metrics-addr=10.20.0.1:9100",
+		"--http-read-header-timeout=5s",
+		"--http-read-timeout=20s",
+		"--http-write-timeout=45s",
+		"--http-idle-timeout=90s",
+		"--http-max-header-bytes=4096",
+		"--http-max-conns-per-ip=8",
 		"--tftp-addr=:69",
 		"--tftp-timeout=3s",
 		"--tftp-retries=7",
@@ -1152,8 +1161,9 @@ func TestPXEDaemonSet(t *testing.T) {
 	}
 
 	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "http" {
-			t.Errorf("probe = %+v, want GET /healthz on port http", p)
+		// On the metrics listener's host and port, never the boot service's.
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port.String() != "metrics" || p.HTTPGet.Host != "10.20.0.1" {
+			t.Errorf("probe = %+v, want GET /healthz on 10.20.0.1, port metrics", p)
 		}
 	}
 	ports := map[string]corev1.ContainerPort{}
@@ -1163,7 +1173,7 @@ func TestPXEDaemonSet(t *testing.T) {
 	for name, want := range map[string]struct {
 		port  int32
 		proto corev1.Protocol
-	}{"http": {8081, "TCP"}, "tftp": {69, "UDP"}, "dhcp": {67, "UDP"}, "pxe-proxy": {4011, "UDP"}} {
+	}{"http": {8081, "TCP"}, "metrics": {9100, "TCP"}, "tftp": {69, "UDP"}, "dhcp": {67, "UDP"}, "pxe-proxy": {4011, "UDP"}} {
 		if p := ports[name]; p.ContainerPort != want.port || p.Protocol != want.proto {
 			t.Errorf("port %s = %+v, want %d/%s", name, p, want.port, want.proto)
 		}
@@ -1208,6 +1218,8 @@ func TestPXEDefaults(t *testing.T) {
 		"--proxy-dhcp=false", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
 		"--max-artifact-size=4294967296", "--join-token-ttl=15m", "--namespace=",
 		"--event-interval=1m", "--event-qps=5", "--event-burst=50",
+		"--metrics-addr=127.0.0.1:9090", "--http-read-header-timeout=10s", "--http-read-timeout=30s",
+		"--http-write-timeout=1m", "--http-idle-timeout=2m", "--http-max-header-bytes=8192", "--http-max-conns-per-ip=16",
 		"--fetch-denied-cidrs=10.96.0.0/12,10.244.0.0/16", "--fetch-allowed-cidrs=",
 	} {
 		if !slices.Contains(c.Args, want) {
@@ -1218,8 +1230,15 @@ func TestPXEDefaults(t *testing.T) {
 	for _, p := range c.Ports {
 		names = append(names, p.Name)
 	}
-	if !reflect.DeepEqual(names, []string{"http", "tftp"}) {
-		t.Errorf("ports without DHCP = %v, want http and tftp", names)
+	if !reflect.DeepEqual(names, []string{"http", "metrics", "tftp"}) {
+		t.Errorf("ports without DHCP = %v, want http, metrics and tftp", names)
+	}
+	// The kubelet probes a hostNetwork pod from the node's network
+	// namespace: the default loopback listener is reachable.
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("default probe %+v, want host 127.0.0.1, port metrics", p)
+		}
 	}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
 		if v.Name == "ipxe" {
@@ -1227,10 +1246,24 @@ func TestPXEDefaults(t *testing.T) {
 		}
 	}
 
-	// A specific listen host is where the kubelet must probe.
-	ds = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, httpAddr: '10.0.0.5:8080'}")))
-	if p := ds.Spec.Template.Spec.Containers[0].ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "10.0.0.5" {
-		t.Errorf("readiness probe %+v, want host 10.0.0.5", p)
+	// The boot service's host is not probed; a wildcard or $(HOST_IP)
+	// metrics host is the pod IP (the node's), so no host is set.
+	for _, addr := range []string{":9090", "0.0.0.0:9090", "$(HOST_IP):9090"} {
+		ds = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, httpAddr: '10.0.0.5:8080', metricsAddr: '"+addr+"'}")))
+		c := ds.Spec.Template.Spec.Containers[0]
+		if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "" || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("metricsAddr %s: readiness probe %+v, want no host, port metrics", addr, p)
+		}
+		if !slices.Contains(c.Args, "--metrics-addr="+addr) {
+			t.Errorf("metricsAddr %s: args %q", addr, c.Args)
+		}
+	}
+	for _, bad := range []string{"pxe: {enabled: true, metricsAddr: ''}", "pxe: {enabled: true, metricsAddr: '$(POD_IP):9090'}",
+		"pxe: {enabled: true, http: {maxHeaderBytes: 100}}", "pxe: {enabled: true, http: {maxConnsPerIP: -1}}",
+		"pxe: {enabled: true, http: {writeTimeout: forever}}", "pxe: {enabled: true, http: {other: 1}}"} {
+		if _, err := tryRender(t, values(t, bad)); err == nil {
+			t.Errorf("%s: rendered, want the schema's refusal", bad)
+		}
 	}
 
 	objs = renderObjects(t, values(t, `

@@ -43,7 +43,8 @@ import (
 //     boot file from the pod;
 //   - curl fetches undionly.kpxe over TFTP from the pod, byte for byte the
 //     host's Debian ipxe file the image was built from;
-//   - /healthz and /metrics answer over the boot network, and the DHCP
+//   - /healthz and /metrics answer on the node's loopback
+//     (cluster.PXEMetricsAddr), not over the boot network, and the DHCP
 //     packet counter shows the offer and the ack;
 //   - kubefarm-pxe recorded Offered and Acked Events on the Machine;
 //   - the namespace, the client namespace and its veth leave nothing behind.
@@ -202,14 +203,39 @@ func TestPXE(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	t.Run("healthz and metrics over the boot network", func(t *testing.T) {
-		if code, body := get(t, "/healthz"); code != http.StatusOK {
+	// The probe listener, on the node's loopback: this process's, the
+	// node being this host.
+	probe := func(t *testing.T, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+cluster.PXEMetricsAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return resp.StatusCode, string(b)
+	}
+
+	t.Run("healthz and metrics off the boot network", func(t *testing.T) {
+		for _, p := range []string{"/healthz", "/metrics"} {
+			if code, body := get(t, p); code != http.StatusNotFound {
+				t.Errorf("%s over the boot network: %d %.80q, want 404", p, code, body)
+			}
+		}
+		if code, body := probe(t, "/healthz"); code != http.StatusOK {
 			t.Fatalf("/healthz: %d %s", code, body)
 		}
 		// Workers count a packet after replying to it: poll, bounded.
 		var offered, acked, transfers float64
 		poll(t, ctx, "the metrics never showed the DHCP offer and ack and the TFTP transfer", 30*time.Second, func(context.Context) (bool, error) {
-			code, body := get(t, "/metrics")
+			code, body := probe(t, "/metrics")
 			if code != http.StatusOK {
 				return false, nil
 			}

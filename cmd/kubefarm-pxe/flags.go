@@ -34,6 +34,8 @@ type options struct {
 	serverIP        string
 	httpAddr        string
 	httpPort        int
+	metricsAddr     string
+	http            httpLimits
 	tftpAddr        string
 	ipxeDir         string
 	uefiBinary      string
@@ -72,7 +74,7 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.iface, "dhcp-listen", "", "alias of --interface")
 	fs.StringVar(&o.serverIP, "server-ip", "",
 		"this server's IPv4 address on the boot network: DHCP server identifier, TFTP next-server and the host of every boot URL (required)")
-	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address the HTTP boot service (scripts, artifacts, /healthz, /metrics) listens on")
+	fs.StringVar(&o.httpAddr, "http-addr", ":8080", "address the HTTP boot service (scripts, artifacts, configuration) listens on")
 	fs.IntVar(&o.httpPort, "http-port", 0,
 		"port booting machines use to reach the HTTP service, when it differs from --http-addr's (e.g. behind a hostPort); 0 uses --http-addr's")
 	fs.StringVar(&o.tftpAddr, "tftp-addr", ":69", "address the TFTP service listens on; empty disables TFTP")
@@ -126,6 +128,7 @@ func (o *options) register(fs *flag.FlagSet) {
 			"which --event-interval does not bound); refused ones are counted in kubefarm_pxe_events_dropped_total and logged")
 	fs.IntVar(&o.eventBurst, "event-burst", events.DefaultBurst, "Events on Machines this replica may write at once before --event-qps applies")
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "node this replica runs on (default $NODE_NAME): the source host of its events")
+	o.registerHTTP(fs)
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second,
 		"how long in-flight HTTP requests and TFTP transfers may take to finish on SIGTERM")
 }

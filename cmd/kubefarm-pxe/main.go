@@ -20,7 +20,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -209,9 +208,27 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 
 	// Open every socket before anything serves, so a bad address fails the
 	// start instead of leaving a half-working replica.
-	httpLn, err := net.Listen("tcp", o.httpAddr)
+	if err := o.http.validate(); err != nil {
+		return err
+	}
+	rawHTTPLn, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
+	}
+	httpLn, err := o.bootListener(rawHTTPLn, reg)
+	if err != nil {
+		rawHTTPLn.Close()
+		return err
+	}
+	// /healthz and /metrics, on a listener of their own (never the boot
+	// network's); closed by probes.Shutdown, or here on an early return.
+	probeLn, err := o.listenProbes()
+	if err != nil {
+		httpLn.Close()
+		return err
+	}
+	if probeLn != nil {
+		defer probeLn.Close()
 	}
 	var tftpConn net.PacketConn
 	var tftpSrv *tftp.Server
@@ -304,19 +321,24 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		return nil
 	})
 
-	srv := &http.Server{
-		Handler: handler,
-		// Boot clients send tiny requests; a slow header is an attack or a
-		// dead client.
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	// Boot clients send tiny requests and download large files: the
+	// limits (a slow header is an attack or a dead client) are by route.
+	srv := o.bootHTTPServer(handler)
 	start("http", func() error {
 		if err := srv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
+	probes := probeServer(handler.Probes())
+	if probeLn != nil {
+		start("metrics", func() error {
+			if err := probes.Serve(probeLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	if tftpSrv != nil {
 		start("tftp", func() error { return tftpSrv.Serve(ctx, tftpConn) })
 	}
@@ -351,7 +373,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			return imageCheck.Start(ctx)
 		})
 	}
-	log.Info("serving", "serverIP", serverIP.String(), "http", httpLn.Addr().String(), "baseURL", baseURL,
+	log.Info("serving", "serverIP", serverIP.String(), "http", httpLn.Addr().String(), "metrics", o.metricsAddr, "baseURL", baseURL,
 		"tftp", o.tftpAddr, "dhcpInterface", o.iface, "proxyDHCP", o.proxyDHCP, "ipxeDir", o.ipxeDir, "cacheDir", o.cacheDir)
 
 	var runErr error
@@ -366,6 +388,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Error(err, "http shutdown")
+	}
+	if err := probes.Shutdown(sctx); err != nil {
+		log.Error(err, "metrics shutdown")
 	}
 	wg.Wait()
 	return runErr

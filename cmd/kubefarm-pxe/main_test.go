@@ -171,11 +171,17 @@ func TestBinary(t *testing.T) {
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
 	tftpAddr := fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t))
+	metricsPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	cmd, logBuf, exited := startPXE(t, binary,
 		"--kubeconfig", kubeconfig,
 		"--server-ip", "127.0.0.1",
 		"--interface", "lo",
 		"--http-addr", httpAddr,
+		"--metrics-addr", metricsAddr,
 		"--tftp-addr", tftpAddr,
 		"--cache-dir", t.TempDir(),
 		"--workers", "2", "--queue", "16",
@@ -201,7 +207,14 @@ func TestBinary(t *testing.T) {
 		}
 	}
 	base := "http://" + httpAddr
-	poll("/healthz never answered 200", func() bool { code, _ := get(base + "/healthz"); return code == 200 })
+	probes := "http://" + metricsAddr
+	poll("/healthz never answered 200", func() bool { code, _ := get(probes + "/healthz"); return code == 200 })
+	// The boot network's listener answers neither.
+	for _, p := range []string{"/healthz", "/metrics"} {
+		if code, body := get(base + p); code != http.StatusNotFound {
+			t.Errorf("%s on the boot address: %d %q, want 404", p, code, body)
+		}
+	}
 
 	// --verify-images (default): every BootImage's artifacts are fetched
 	// into the cache and the image says so.
@@ -400,11 +413,12 @@ func TestBinary(t *testing.T) {
 		}
 	}
 
-	code, metrics := get(base + "/metrics")
+	code, metrics := get(probes + "/metrics")
 	for _, s := range []string{
 		`kubefarm_pxe_http_requests_total{code="200",route="boot"}`,
 		`kubefarm_pxe_tftp_transfers_total{result="ok"}`,
 		`kubefarm_pxe_dhcp_packets_total`,
+		"kubefarm_pxe_http_connections_refused_total 0\n",
 		"kubefarm_pxe_inventory_machines 1\n",
 		"kubefarm_pxe_inventory_errors_total 0\n",
 	} {

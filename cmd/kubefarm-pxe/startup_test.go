@@ -134,8 +134,13 @@ func TestNoAnswerLostAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
+	metricsPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	_, logBuf, _ := startPXE(t, binary, "--kubeconfig", kubeconfig, "--server-ip", "127.0.0.1", "--interface", "lo",
-		"--http-addr", httpAddr, "--tftp-addr", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--cache-dir", t.TempDir(),
+		"--http-addr", httpAddr, "--metrics-addr", metricsAddr, "--tftp-addr", fmt.Sprintf("127.0.0.1:%d", freeUDPPort(t)), "--cache-dir", t.TempDir(),
 		"--verify-images=false")
 
 	// Its sockets are open once it says it is serving, and its cache is
@@ -147,7 +152,7 @@ func TestNoAnswerLostAtStart(t *testing.T) {
 		t.Fatalf("kubefarm-pxe never said it was serving with its Machines held (%d reads held): %v", gate.held.Load(), err)
 	}
 	// Not ready: it has not read a Machine yet.
-	if resp, err := http.Get("http://" + httpAddr + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + metricsAddr + "/healthz"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK {
 			t.Fatal("/healthz is 200 while the API server is held: the premise of the test does not hold")

@@ -101,6 +101,12 @@ const (
 	PXETFTPPort = 69
 )
 
+// PXEMetricsAddr is kubefarm-pxe's /healthz and /metrics listener: the
+// node's loopback (the chart's default host), where the kubelet probes it
+// and the e2e tests, on the same host, scrape it; off the chart's default
+// port, which something else on a shared host may hold.
+const PXEMetricsAddr = "127.0.0.1:19090"
+
 // ChartValues are the values `up` installs charts/kubefarm-operator with:
 // kubefarm-manager and kubefarm-pxe by the digests just pushed (a rebuilt
 // image rolls its pods on a warm bring-up), kubefarm-pxe serving the boot
@@ -114,13 +120,14 @@ func (c *Cluster) ChartValues(digests map[string]string) map[string]any {
 	return map[string]any{
 		"image": image(ManagerImage),
 		"pxe": map[string]any{
-			"enabled":  true,
-			"image":    image(PXEImage),
-			"serverIP": ip,
-			"httpAddr": fmt.Sprintf("%s:%d", ip, PXEHTTPPort),
-			"dhcp":     map[string]any{"interface": c.BootBridge, "mode": "authoritative"},
-			"tftp":     map[string]any{"enabled": true, "addr": fmt.Sprintf("%s:%d", ip, PXETFTPPort)},
-			"ipxe":     map[string]any{"dir": IPXEDir},
+			"enabled":     true,
+			"image":       image(PXEImage),
+			"serverIP":    ip,
+			"httpAddr":    fmt.Sprintf("%s:%d", ip, PXEHTTPPort),
+			"metricsAddr": PXEMetricsAddr,
+			"dhcp":        map[string]any{"interface": c.BootBridge, "mode": "authoritative"},
+			"tftp":        map[string]any{"enabled": true, "addr": fmt.Sprintf("%s:%d", ip, PXETFTPPort)},
+			"ipxe":        map[string]any{"dir": IPXEDir},
 			// Node images are pushed to the local registry, plain HTTP,
 			// on the host's loopback, which artifact fetches refuse
 			// unless allowed.

@@ -43,8 +43,11 @@ const (
 	serverIP = "10.77.0.1"
 	subnet   = "10.77.0.0/24"
 	httpPort = 8080
-	ipxeDir  = "/usr/lib/ipxe"
-	ovmf     = "/usr/share/ovmf/OVMF.fd"
+	// metricsPort is kubefarm-pxe's /healthz and /metrics (--metrics-addr),
+	// on serverIP here so that the test can reach it.
+	metricsPort = 9090
+	ipxeDir     = "/usr/lib/ipxe"
+	ovmf        = "/usr/share/ovmf/OVMF.fd"
 )
 
 // vm is one virtual machine of the test and how it boots.
@@ -222,6 +225,7 @@ func TestBootChain(t *testing.T) {
 		"--server-ip", serverIP,
 		"--interface", bridge,
 		"--http-addr", net.JoinHostPort(serverIP, strconv.Itoa(httpPort)),
+		"--metrics-addr", net.JoinHostPort(serverIP, strconv.Itoa(metricsPort)),
 		"--tftp-addr", net.JoinHostPort(serverIP, "69"),
 		"--ipxe-dir", ipxeDir,
 		"--cache-dir", t.TempDir(),
@@ -234,7 +238,7 @@ func TestBootChain(t *testing.T) {
 	// machines. HEAD caches the artifacts without opening boot windows.
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
 	pxe.WaitHTTP(ctx, t, c.http, 2*time.Minute,
-		base+"/healthz", base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe")
+		fmt.Sprintf("http://%s:%d/healthz", serverIP, metricsPort), base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe")
 	t.Logf("kubefarm-pxe serving after %s", time.Since(start).Round(time.Millisecond))
 
 	t.Run("BIOS", func(t *testing.T) { c.boot(t, biosVM) })
@@ -476,6 +480,7 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 		"GET /boot/" + v.mac + ".ipxe ",
 		"GET /artifacts/" + img.Kernel.Digest + " ",
 		"GET /artifacts/" + img.Initrd.Digest + " ",
+		"GET /secret/" + v.mac + " ",
 		"POST /report ",
 	} {
 		if !hasRequest(tr, want) {
@@ -504,6 +509,7 @@ func (c *chain) checkServer(t *testing.T, v vm, before, after map[string]float64
 		`kubefarm_pxe_http_requests_total{code="200",route="boot"}`:         1,
 		`kubefarm_pxe_http_requests_total{code="200",route="artifacts"}`:    2,
 		`kubefarm_pxe_http_requests_total{code="204",route="report"}`:       1,
+		`kubefarm_pxe_http_requests_total{code="200",route="secret"}`:       1,
 		`kubefarm_pxe_http_bytes_total{route="artifacts"}`:                  float64(c.kernelLen + c.initrdLen),
 	}
 	if v.uefi {
@@ -553,7 +559,7 @@ func (c *chain) checkServer(t *testing.T, v vm, before, after map[string]float64
 // spelled as in the text format (labels sorted by name).
 func (c *chain) metrics(t *testing.T) map[string]float64 {
 	t.Helper()
-	resp, err := c.http.Get(fmt.Sprintf("http://%s:%d/metrics", serverIP, httpPort))
+	resp, err := c.http.Get(fmt.Sprintf("http://%s:%d/metrics", serverIP, metricsPort))
 	if err != nil {
 		t.Fatal(err)
 	}

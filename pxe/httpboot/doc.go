@@ -42,7 +42,9 @@
 //     with one server-side apply of that condition alone under FieldOwner
 //     (RequireReboot). Thousands of nodes beating every 15 s cost no API
 //     writes.
-//   - /healthz, /metrics.
+//
+// /healthz and /metrics are not on the boot network: Handler.Probes serves
+// them for a listener of their own (kubefarm-pxe's --metrics-addr).
 //
 // Store is the content-addressed cache: downloads go to a temporary file,
 // are verified against their sha256 and only then linked into place, never

@@ -48,7 +48,7 @@ type Config struct {
 	// failed script fetch, so a slow first download costs a retry, not a
 	// failed boot.
 	EnsureTimeout time.Duration
-	// Ready, when set, gates /healthz (e.g. the cache has synced).
+	// Ready, when set, gates Probes' /healthz (e.g. the cache has synced).
 	Ready func() bool
 	// Windows tracks boot windows: serving a script opens one, /config
 	// consumes it. Nil disables /config (every request gets 403).
@@ -105,8 +105,8 @@ type Handler struct {
 	log      logr.Logger
 }
 
-// NewHandler builds the handler. gather serves /metrics (nil: 404); m may
-// be nil.
+// NewHandler builds the handler. gather is what Probes serves at /metrics
+// (nil: 404); m may be nil.
 func NewHandler(cfg Config, machines Machines, store *Store, m *Metrics, gather prometheus.Gatherer, log logr.Logger) (*Handler, error) {
 	if _, err := bootpaths.ParseBase(cfg.BaseURL); err != nil {
 		return nil, err
@@ -157,12 +157,6 @@ func (h *Handler) route(p string) (string, http.HandlerFunc) {
 	route, arg := bootpaths.Parse(p)
 	var serve http.HandlerFunc
 	switch route {
-	case bootpaths.RouteHealthz:
-		serve = h.healthz
-	case bootpaths.RouteMetrics:
-		if h.metricsH != nil {
-			serve = h.metricsH.ServeHTTP
-		}
 	case bootpaths.RouteScript:
 		serve = func(w http.ResponseWriter, r *http.Request) { h.boot(w, r, arg) }
 	case bootpaths.RouteArtifact:

@@ -188,7 +188,9 @@ func TestHandler(t *testing.T) {
 		{name: "ipxe not allow-listed", path: "/ipxe/ipxe.pxe", code: 404},
 		{name: "ipxe traversal", path: "/ipxe/../secret", code: 404},
 		{name: "ipxe allow-listed, absent", path: "/ipxe/snponly.efi", code: 404},
-		{name: "healthz", path: "/healthz", code: 200, body: []byte("ok\n")},
+		// Probes' paths, never answered on the boot network (Probes).
+		{name: "healthz", path: "/healthz", code: 404},
+		{name: "metrics", path: "/metrics", code: 404},
 		{name: "root", path: "/", code: 404},
 		{name: "POST", method: "POST", path: "/boot/02:00:00:00:00:01.ipxe", code: 405},
 	} {
@@ -229,17 +231,39 @@ func TestHandler(t *testing.T) {
 	if got := testutil.ToFloat64(f.metrics.bytes.WithLabelValues(RouteArtifacts)); got < float64(2*len(f.kernel)) {
 		t.Errorf("artifact bytes = %v, want >= %d", got, 2*len(f.kernel))
 	}
-	w := f.do("GET", "/metrics", nil)
+	w := httptest.NewRecorder()
+	f.h.Probes().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	if w.Code != 200 || !strings.Contains(w.Body.String(), `kubefarm_pxe_http_requests_total{code="206",route="artifacts"} 2`) {
 		t.Errorf("/metrics: %d\n%s", w.Code, w.Body.String())
 	}
 }
 
-func TestHealthzNotReady(t *testing.T) {
+func TestProbes(t *testing.T) {
 	f := newHandlerFixture(t, testr.New(t))
-	f.h.cfg.Ready = func() bool { return false }
-	if w := f.do("GET", "/healthz", nil); w.Code != 503 {
-		t.Fatalf("code %d, want 503", w.Code)
+	ready := false
+	f.h.cfg.Ready = func() bool { return ready }
+	probe := func(method, path string) int {
+		w := httptest.NewRecorder()
+		f.h.Probes().ServeHTTP(w, httptest.NewRequest(method, path, nil))
+		return w.Code
+	}
+	if code := probe("GET", "/healthz"); code != 503 {
+		t.Errorf("/healthz before ready: %d, want 503", code)
+	}
+	ready = true
+	for _, tc := range []struct {
+		method, path string
+		code         int
+	}{
+		{"GET", "/healthz", 200},
+		{"GET", "/metrics", 200},
+		{"POST", "/healthz", 405},
+		{"GET", "/boot/02:00:00:00:00:01.ipxe", 404},
+		{"GET", "/", 404},
+	} {
+		if code := probe(tc.method, tc.path); code != tc.code {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, code, tc.code)
+		}
 	}
 }
 
@@ -292,7 +316,6 @@ func FuzzRoutes(f *testing.F) {
 		}
 		if (w.Code == 200 || w.Code == 206) && r.Method != "HEAD" {
 			switch {
-			case path == "/healthz" || path == "/metrics":
 			case path == "/heartbeat":
 				if !bytes.HasPrefix(got, []byte(`{"reboot":`)) {
 					t.Fatalf("%q: 200 without a heartbeat reply: %q", path, got)

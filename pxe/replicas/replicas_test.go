@@ -46,6 +46,9 @@ const (
 	subnet     = "10.78.0.0/24"
 	httpPort   = 8080
 	originPort = 8081
+	// metricsPort is each replica's /healthz and /metrics (--metrics-addr),
+	// on its LAN address here so that the test can reach it.
+	metricsPort = 9090
 	// apiAddr is where each replica's namespace reaches the API server.
 	apiAddr = "127.0.0.1:6443"
 	ipxeDir = "/usr/lib/ipxe"
@@ -102,6 +105,9 @@ type replica struct {
 }
 
 func (r *replica) base() string { return fmt.Sprintf("http://%s:%d", r.ip, httpPort) }
+
+// probes is the root of the replica's /healthz and /metrics.
+func (r *replica) probes() string { return fmt.Sprintf("http://%s:%d", r.ip, metricsPort) }
 
 // farm is everything the subtests share.
 type farm struct {
@@ -247,6 +253,7 @@ func TestTwoReplicas(t *testing.T) {
 			"--server-ip", ip,
 			"--interface", ifname,
 			"--http-addr", net.JoinHostPort(ip, strconv.Itoa(httpPort)),
+			"--metrics-addr", net.JoinHostPort(ip, strconv.Itoa(metricsPort)),
 			"--tftp-addr", net.JoinHostPort(ip, "69"),
 			"--ipxe-dir", ipxeDir,
 			"--cache-dir", t.TempDir(),
@@ -256,7 +263,7 @@ func TestTwoReplicas(t *testing.T) {
 	// Ready: cache synced, and every machine's script served (HEAD caches
 	// the artifacts without opening boot windows).
 	for _, r := range f.replicas {
-		urls := []string{r.base() + "/healthz"}
+		urls := []string{r.probes() + "/healthz"}
 		for _, m := range machines {
 			for _, mac := range m.macs {
 				urls = append(urls, r.base()+"/boot/"+mac+".ipxe")
@@ -775,7 +782,7 @@ func (c counters) deltas(before counters) map[string]float64 {
 }
 
 func (f *farm) scrape(ctx context.Context, r *replica) (counters, error) {
-	body, err := f.get(ctx, f.lanHTTP, r.base()+"/metrics")
+	body, err := f.get(ctx, f.lanHTTP, r.probes()+"/metrics")
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/httplimit"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
@@ -36,10 +37,13 @@ func (noMachines) Pool(string, string) (*kubefarmv1.NodePool, bool) { return nil
 // serve runs kubefarm-pxe's TFTP server and HTTP handler as a process of
 // its own, built with the constructors and the defaults cmd/kubefarm-pxe
 // uses (tftp.NewServer with its flag defaults and metrics, httpboot.NewStore,
-// httpboot.NewHandler with metrics and /metrics, an http.Server with the
-// same timeouts, the zap logger at info). Only the informer-backed Machines
-// is replaced: the measured route, GET /artifacts/sha256:<hex>, reads the
-// Store and never the API.
+// httpboot.NewHandler with metrics, an http.Server with the same limits
+// behind the same pxe/httplimit listener and deadline wrapper, the zap
+// logger at info). Only the informer-backed Machines is replaced: the
+// measured route, GET /artifacts/sha256:<hex>, reads the Store and never
+// the API. The listener caps nothing here: every client of the bench is
+// 127.0.0.1, up to 100 at once; it is there so that the measured path goes
+// through its connection wrapper (and so sendfile through its ReadFrom).
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	tftpAddr := fs.String("tftp-addr", "127.0.0.1:0", "TFTP listen address")
@@ -94,17 +98,21 @@ func serve(args []string) error {
 		return err
 	}
 
-	httpLn, err := net.Listen("tcp", *httpAddr)
+	rawLn, err := net.Listen("tcp", *httpAddr)
 	if err != nil {
 		return fmt.Errorf("http: %w", err)
 	}
+	httpLn := httplimit.NewListener(rawLn, 0)
 	tftpConn, err := tftp.Listen(*tftpAddr)
 	if err != nil {
 		return fmt.Errorf("tftp: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Artifacts get no deadlines in kubefarm-pxe either (routeDeadlines).
+	noDeadlines := func(*http.Request) httplimit.Deadlines { return httplimit.Deadlines{} }
+	srv := &http.Server{Handler: httplimit.Handler(handler, noDeadlines), ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 8 << 10}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)

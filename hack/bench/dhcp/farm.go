@@ -234,12 +234,13 @@ func createMachines(ctx context.Context, c client.Client, machines, perPool int,
 
 // pxeArgs are kubefarm-pxe's flags in the bench: the chart's defaults,
 // except where this host differs from a boot network node (addresses, the
-// interface, a cache folder). The pools name a BootImage that does not
+// interface, a cache folder, the metrics listener's port). The pools name a BootImage that does not
 // exist: a DHCP exchange never reads it (the iPXE script does), and with
 // none there is nothing for --verify-images to fetch.
-func pxeArgs(binary, kubeconfig, cacheDir string, httpPort, tftpPort int) []string {
+func pxeArgs(binary, kubeconfig, cacheDir string, httpPort, tftpPort, metricsPort int) []string {
 	return []string{binary, "--kubeconfig", kubeconfig, "--server-ip", srvIP, "--interface", srvIf,
 		"--http-addr", fmt.Sprintf("127.0.0.1:%d", httpPort), "--http-port", strconv.Itoa(httpPort),
+		"--metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort),
 		"--tftp-addr", fmt.Sprintf("127.0.0.1:%d", tftpPort), "--cache-dir", cacheDir,
 		"--pod-namespace", pxeNamespace, "--node-name", "bench-node"}
 }

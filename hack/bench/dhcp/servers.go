@@ -62,10 +62,14 @@ func startServer(ctx context.Context, name string, o options, out, hostsFile str
 		if err != nil {
 			return s, err
 		}
+		metricsPort, err := testenv.FreePort()
+		if err != nil {
+			return s, err
+		}
 		cacheDir := filepath.Join(out, "pxe-cache")
 		_ = os.RemoveAll(cacheDir)
-		argv = pxeArgs(binary, s.farm.kubeconfig, cacheDir, httpPort, tftpPort)
-		s.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", httpPort)
+		argv = pxeArgs(binary, s.farm.kubeconfig, cacheDir, httpPort, tftpPort, metricsPort)
+		s.metricsURL = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	}
 	if name == "kubefarm-pxe" {
 		// Only for the fast server: see raiseSocketBuffers. dnsmasq runs
