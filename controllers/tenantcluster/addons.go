@@ -97,7 +97,8 @@ func addonInputs(tc *v1alpha1.TenantCluster, c *build.Cluster, secrets build.Sec
 
 // pruneAddons deletes the add-ons the TenantCluster no longer wants (CoreDNS
 // or the probe-host policy switched off, kube-proxy mode none): the objects
-// every switch on would yield, minus the wanted ones. Only objects that
+// every switch on would yield, and those earlier versions applied
+// (build.RetiredAddons), minus the wanted ones. Only objects that
 // carry kubefarm's managed-by label are deleted, so a kube-proxy or CoreDNS
 // the tenant installed itself after switching ours off is left alone.
 func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in build.AddonInputs, wanted []client.Object) (int, error) {
@@ -116,6 +117,9 @@ func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in
 	// server Service is NodePort; afterwards the API servers' own
 	// reconciler writes them again.
 	candidates = append(candidates, build.KubernetesServiceEndpointNames()...)
+	// Objects earlier versions applied and this one no longer does (the
+	// bootstrappers' nodeclient auto-approval) go the same way.
+	candidates = append(candidates, build.RetiredAddons()...)
 	keep := map[string]bool{}
 	for _, o := range wanted {
 		keep[addonKey(o)] = true

@@ -43,6 +43,9 @@ func addonObjects() []client.Object {
 		&appsv1.DaemonSet{ObjectMeta: objMeta("kube-system", "kube-proxy")},
 		&appsv1.Deployment{ObjectMeta: objMeta("kube-system", "coredns")},
 		&corev1.Service{ObjectMeta: objMeta("kube-system", "kube-dns")},
+		// ...and may only create kubefarm bootstrap tokens with it.
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", build.TokenIssuerPolicyName)},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", build.TokenIssuerPolicyName)},
 		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", build.ProbeHostPolicyName)},
 		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", build.ProbeHostPolicyName)},
 	}
@@ -81,6 +84,21 @@ func checkTenantAddons(ctx context.Context, t *testing.T, endpoint string) {
 	if dns.Spec.ClusterIP != "10.96.0.10" {
 		t.Errorf("kube-dns ClusterIP %s, want 10.96.0.10 (the tenth address of the service network)", dns.Spec.ClusterIP)
 	}
+
+	// A tenant made by an earlier kubefarm still has the bootstrappers'
+	// nodeclient auto-approval, which would approve a token's request
+	// for any node name: the next resync deletes it.
+	retired := build.RetiredAddons()[0].(*rbacv1.ClusterRoleBinding)
+	if retired.Name != build.RetiredNodeClientApproval {
+		t.Fatalf("retired add-on %s", retired.Name)
+	}
+	if err := env.Client.Create(ctx, retired.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, "the retired nodeclient auto-approval deleted", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(retired), &rbacv1.ClusterRoleBinding{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
 
 	// Someone deletes CoreDNS inside the tenant: the next resync puts it back.
 	coredns := &appsv1.Deployment{ObjectMeta: objMeta("kube-system", "coredns")}

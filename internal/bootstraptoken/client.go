@@ -53,6 +53,12 @@ func Issue(ctx context.Context, c client.Client, opts Options) (Token, error) {
 	return Token{}, fmt.Errorf("creating a bootstrap token for machine %s: %d ids in a row were taken", opts.Machine, maxAttempts)
 }
 
+// Revoke and Prune need to delete (and Prune to list) Secrets of
+// kube-system, which the token issuer may not: kubefarm-pxe only issues.
+// A used token is deleted by kubefarm-manager's CSR approval, an unused one
+// by kube-controller-manager's tokencleaner once it expires. They remain
+// for clients with those rights (an operator's tooling, tests).
+
 // Revoke deletes the token with id; a token already gone is not an error,
 // so revoking twice (or after the tokencleaner) is fine. kube-apiserver
 // caches successful token authentications (10 seconds by default), so a

@@ -12,8 +12,10 @@ import (
 // and neither should import the other.
 const (
 	// IssuerUser is the tenant identity (client certificate CN, no
-	// organization) that issues, revokes and prunes join tokens. The
-	// tenant's Role IssuerRole in kube-system is bound to this user alone.
+	// organization) that issues join tokens, and does nothing else: the
+	// tenant's Role IssuerRole in kube-system, bound to this user alone,
+	// allows only creating Secrets, and an admission policy only kubefarm
+	// bootstrap tokens among them (controllers/tenantcluster/build).
 	IssuerUser = "kubefarm:token-issuer"
 	// IssuerRole names the tenant Role and RoleBinding of IssuerUser.
 	IssuerRole = "kubefarm:token-issuer"

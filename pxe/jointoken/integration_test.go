@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,10 +47,12 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 		}
 	}
 
-	// Tenant side: the token issuer's Role and binding. kube-system is
-	// created by the API server shortly after it starts.
+	// Tenant side: the token issuer's Role, binding and admission
+	// policy. kube-system is created by the API server shortly after it
+	// starts.
 	role, binding := build.TokenIssuerRBAC()
-	for _, o := range []client.Object{role, binding} {
+	policy, policyBinding := build.TokenIssuerPolicy()
+	for _, o := range []client.Object{role, binding, policy, policyBinding} {
 		eventually("creating "+o.GetName(), func(ctx context.Context) (bool, error) {
 			err := env.Client.Create(ctx, o)
 			return err == nil, client.IgnoreNotFound(err)
@@ -110,6 +113,22 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 		t.Errorf("the cache holds a Secret without the credential label (err %v)", err)
 	}
 
+	// The policy is in force (the API server's policy informer has it)
+	// once it refuses the issuer a Secret that is not a token: the token
+	// below is then issued under it.
+	asIssuer, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuerClient, err := client.New(asIssuer, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually("the token issuer policy in force", func(ctx context.Context) (bool, error) {
+		err := issuerClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "not-a-token"}}, client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), build.TokenIssuerPolicyName), nil
+	})
+
 	is, err := jointoken.New(jointoken.Config{Reader: c, Namespace: pxeNS, TTL: 30 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -165,25 +184,19 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 		t.Errorf("expiration %s (%v), want 30m after issuing", s.Data[bootstraptoken.KeyExpiration], err)
 	}
 
-	// The token issuer can revoke (and so prune) what it issued, and
-	// cannot read Secrets outside kube-system.
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
+	// The token issuer can only issue: neither revoke nor prune (which
+	// lists), nor read Secrets anywhere.
+	tenant := issuerClient
+	if _, err := bootstraptoken.Prune(ctx, tenant, time.Now()); !apierrors.IsForbidden(err) {
+		t.Errorf("Prune as the token issuer: %v, want 403", err)
 	}
-	tenant, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
+	if err := bootstraptoken.Revoke(ctx, tenant, tok.ID); !apierrors.IsForbidden(err) {
+		t.Errorf("Revoke as the token issuer: %v, want 403", err)
 	}
-	if _, err := bootstraptoken.Prune(ctx, tenant, time.Now()); err != nil {
-		t.Errorf("Prune as the token issuer: %v", err)
-	}
-	if err := bootstraptoken.Revoke(ctx, tenant, tok.ID); err != nil {
-		t.Errorf("Revoke as the token issuer: %v", err)
-	}
-	err = tenant.Get(ctx, client.ObjectKey{Namespace: pxeNS, Name: "unrelated"}, &corev1.Secret{})
-	if !apierrors.IsForbidden(err) {
-		t.Errorf("the token issuer read a Secret outside kube-system (err %v)", err)
+	for _, key := range []client.ObjectKey{client.ObjectKeyFromObject(s), {Namespace: pxeNS, Name: "unrelated"}} {
+		if err := tenant.Get(ctx, key, &corev1.Secret{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the token issuer read Secret %s (err %v)", key, err)
+		}
 	}
 
 	// No credential for a tenant: an error that says so.

@@ -6,10 +6,12 @@
 // TenantCluster, a kubeconfig of the tenant user kubefarm:token-issuer into
 // a Secret in kubefarm-pxe's own namespace (labelled
 // kubefarm.io/credential=token-issuer); in the tenant that user may only
-// manage Secrets of kube-system. kubefarm-pxe reads those Secrets through a
-// cache restricted to its namespace and that label, so its admin-cluster
-// RBAC is a namespaced Role: get, list and watch on Secrets of its own
-// namespace.
+// create Secrets in kube-system (a Role with create alone), and an
+// admission policy admits only kubefarm's bootstrap tokens among them; it
+// cannot read, list or delete any Secret. kubefarm-pxe reads the
+// credential Secrets through a cache restricted to its namespace and that
+// label, so its admin-cluster RBAC is a namespaced Role: get, list and
+// watch on Secrets of its own namespace.
 //
 // The token is a credential: it is returned to the caller and never logged
 // or put in an error.

@@ -21,8 +21,9 @@ import (
 // cluster, with server-side apply and the super-admin identity, once its API
 // server answers. They are what kubeadm would install on a cluster it
 // creates (bootstrap-token RBAC, cluster-info, kubelet configuration,
-// kube-proxy, CoreDNS), plus the Konnectivity agent and a policy that closes
-// a server-side request forgery hole of multi-tenant clusters. They are our
+// kube-proxy, CoreDNS), plus the Konnectivity agent, a policy that closes
+// a server-side request forgery hole of multi-tenant clusters, and one that
+// keeps kubefarm-pxe's token issuer to creating bootstrap tokens. They are our
 // own objects, not kubeadm's: names use the "kubefarm:" prefix where kubeadm
 // uses "kubeadm:", and "system:" (reserved for Kubernetes) is never used for
 // an object we create.
@@ -207,6 +208,8 @@ func buildAddons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 		services = append(services, coreDNSService(c))
 		workloads = append(workloads, coreDNSDeployment(c))
 	}
+	tp, tb := TokenIssuerPolicy()
+	policies = append(policies, tp, tb)
 	if in.ProbeHostPolicy {
 		p, b := probeHostPolicy()
 		policies = append(policies, p, b)

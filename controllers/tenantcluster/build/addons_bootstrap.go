@@ -38,22 +38,40 @@ func clusterRoleBinding(name, role string, subjects ...rbacv1.Subject) *rbacv1.C
 // bootstrapClusterRoleBindings are what a machine needs to join with a
 // kubefarm bootstrap token and keep its client certificate afterwards:
 //   - create a CSR for its first client certificate (system:node-bootstrapper);
-//   - have that CSR approved automatically by kube-controller-manager's
-//     csrapproving controller, which approves a kubelet client CSR when its
-//     requester may create "certificatesigningrequests/nodeclient";
 //   - as a node (group system:nodes), have the renewal of its own client
-//     certificate approved the same way (selfnodeclient).
+//     certificate approved by kube-controller-manager's csrapproving
+//     controller (selfnodeclient: the name asked for must be the
+//     requester's).
 //
-// Serving-certificate CSRs (serverTLSBootstrap) are deliberately not
-// auto-approved here: the manager approves them only for the names and
-// addresses of the machine that asks.
+// The first client certificate is not auto-approved here: csrapproving's
+// nodeclient rule would approve a bootstrapper's request for any node name,
+// so whoever holds a token could become any node. kubefarm-manager
+// approves it only for the hostname of the Machine the token was issued
+// for, and deletes the token (controllers/csrapproval). Serving-certificate
+// CSRs (serverTLSBootstrap) are likewise approved by the manager only, for
+// the names and addresses of the machine that asks.
 func bootstrapClusterRoleBindings() []client.Object {
 	return []client.Object{
 		clusterRoleBinding("kubefarm:kubelet-bootstrap", "system:node-bootstrapper", groupSubject(GroupBootstrappers)),
-		clusterRoleBinding("kubefarm:node-autoapprove-bootstrap",
-			"system:certificates.k8s.io:certificatesigningrequests:nodeclient", groupSubject(GroupBootstrappers)),
 		clusterRoleBinding("kubefarm:node-autoapprove-certificate-rotation",
 			"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", groupSubject(groupNodes)),
+	}
+}
+
+// RetiredNodeClientApproval is the ClusterRoleBinding with which earlier
+// kubefarm versions let kube-controller-manager approve every bootstrapper's
+// kubelet client CSR (nodeclient), whatever node name it asked for.
+const RetiredNodeClientApproval = "kubefarm:node-autoapprove-bootstrap"
+
+// RetiredAddons are objects earlier kubefarm versions applied in every
+// tenant and this one must delete from tenants that still have them: the
+// controller prunes them like add-ons switched off (only while they carry
+// kubefarm's managed-by label, so a binding of the same name the tenant
+// admin made is left alone).
+func RetiredAddons() []client.Object {
+	return []client.Object{
+		clusterRoleBinding(RetiredNodeClientApproval,
+			"system:certificates.k8s.io:certificatesigningrequests:nodeclient", groupSubject(GroupBootstrappers)),
 	}
 }
 
@@ -116,18 +134,17 @@ func kubeletConfigRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
 }
 
 // TokenIssuerRBAC is the Role (and its RoleBinding to UserTokenIssuer)
-// with which kubefarm-pxe issues, revokes and prunes the machines' bootstrap
-// tokens: Secrets in kube-system, nothing cluster-wide, nothing elsewhere.
+// with which kubefarm-pxe issues the machines' bootstrap tokens: create
+// Secrets in kube-system, nothing else. It cannot read a Secret, so it
+// cannot read a token it did not issue (or one it did, once issued), nor
+// list, update or delete any; a used token is deleted by kubefarm-manager,
+// an unused one by kube-controller-manager's tokencleaner when it expires.
 //
-// It is wider than the job, and cannot be narrower: RBAC cannot restrict
-// "create" by name (the name is not known when the request is authorized),
-// so the user may create any Secret in kube-system, not only
-// bootstrap-token-*; and "delete" must cover every token name, which are
-// random. get and list (for Prune) read every Secret of kube-system. Hence
-// the credential is its own certificate and lives only in kubefarm-pxe's
-// namespace, and kube-system should hold no Secret more valuable than the
-// ability to join a node (the tenant's service-account signing key and
-// certificates are in the admin cluster, not in here).
+// RBAC cannot restrict "create" by name or content (the name is not known
+// when the request is authorized, and a Secret of another type, such as a
+// service-account token Secret for a controller's ServiceAccount, would be
+// cluster-admin two steps away), so TokenIssuerPolicy narrows the create
+// down to kubefarm bootstrap tokens.
 func TokenIssuerRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
 	name := bootstraptoken.IssuerRole
 	return &rbacv1.Role{
@@ -135,7 +152,7 @@ func TokenIssuerRBAC() (*rbacv1.Role, *rbacv1.RoleBinding) {
 			ObjectMeta: addonMeta(bootstraptoken.Namespace, name, nil),
 			Rules: []rbacv1.PolicyRule{{
 				APIGroups: []string{""}, Resources: []string{"secrets"},
-				Verbs: []string{"create", "get", "list", "delete"},
+				Verbs: []string{"create"},
 			}},
 		}, &rbacv1.RoleBinding{
 			TypeMeta:   roleBindingMeta,

@@ -84,7 +84,6 @@ var (
 		"Namespace kube-system",
 		"ClusterRole kubefarm:node-network",
 		"ClusterRoleBinding kubefarm:kubelet-bootstrap",
-		"ClusterRoleBinding kubefarm:node-autoapprove-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-certificate-rotation",
 		"ClusterRoleBinding kubefarm:node-network",
 		"Role kube-public/kubefarm:bootstrap-signer-clusterinfo",
@@ -95,6 +94,8 @@ var (
 		"RoleBinding kube-system/kubefarm:token-issuer",
 		"ConfigMap kube-public/cluster-info",
 		"ConfigMap kube-system/kubelet-config",
+		"ValidatingAdmissionPolicy " + TokenIssuerPolicyName,
+		"ValidatingAdmissionPolicyBinding " + TokenIssuerPolicyName,
 	}
 	namesKonnectivity = []string{"ServiceAccount kube-system/konnectivity-agent", "DaemonSet kube-system/konnectivity-agent"}
 	namesKubeProxy    = []string{
@@ -117,7 +118,6 @@ func TestAddonsOrderAndNames(t *testing.T) {
 		"ClusterRole kubefarm:node-network",
 		"ClusterRole kubefarm:coredns",
 		"ClusterRoleBinding kubefarm:kubelet-bootstrap",
-		"ClusterRoleBinding kubefarm:node-autoapprove-bootstrap",
 		"ClusterRoleBinding kubefarm:node-autoapprove-certificate-rotation",
 		"ClusterRoleBinding kubefarm:node-network",
 		"ClusterRoleBinding kubefarm:node-proxier",
@@ -139,6 +139,8 @@ func TestAddonsOrderAndNames(t *testing.T) {
 		"DaemonSet kube-system/konnectivity-agent",
 		"DaemonSet kube-system/kube-proxy",
 		"Deployment kube-system/coredns",
+		"ValidatingAdmissionPolicy " + TokenIssuerPolicyName,
+		"ValidatingAdmissionPolicyBinding " + TokenIssuerPolicyName,
 		"ValidatingAdmissionPolicy " + ProbeHostPolicyName,
 		"ValidatingAdmissionPolicyBinding " + ProbeHostPolicyName,
 	}
@@ -371,12 +373,18 @@ func TestBootstrapRBAC(t *testing.T) {
 	objs := mustAddons(t, addonCluster(t), allAddons())
 	for _, tc := range []struct{ binding, role, group string }{
 		{"kubefarm:kubelet-bootstrap", "system:node-bootstrapper", GroupBootstrappers},
-		{"kubefarm:node-autoapprove-bootstrap", "system:certificates.k8s.io:certificatesigningrequests:nodeclient", GroupBootstrappers},
 		{"kubefarm:node-autoapprove-certificate-rotation", "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", "system:nodes"},
 	} {
 		b := findAddon[*rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding "+tc.binding)
 		if b.RoleRef.Name != tc.role || b.RoleRef.Kind != "ClusterRole" || len(b.Subjects) != 1 || !hasSubject(b.Subjects, rbacv1.GroupKind, tc.group) {
 			t.Errorf("%s: roleRef %+v subjects %+v", tc.binding, b.RoleRef, b.Subjects)
+		}
+	}
+	// No one's kubelet client CSRs are approved for any node name: the
+	// manager approves the bootstrappers' for their Machine's name only.
+	for _, o := range objs {
+		if b, ok := o.(*rbacv1.ClusterRoleBinding); ok && b.RoleRef.Name == "system:certificates.k8s.io:certificatesigningrequests:nodeclient" {
+			t.Errorf("%s lets kube-controller-manager approve any node name for %+v", b.Name, b.Subjects)
 		}
 	}
 	// Nodes may read Nodes (flanneld's routes) and nothing more.
@@ -396,12 +404,32 @@ func TestBootstrapRBAC(t *testing.T) {
 	}
 }
 
-// TestTokenIssuerRBAC: the token issuer may touch Secrets of kube-system
+// TestRetiredAddons: the bootstrappers' nodeclient auto-approval is no
+// longer an add-on, and is among the objects the controller prunes.
+func TestRetiredAddons(t *testing.T) {
+	built := names(mustAddons(t, addonCluster(t), allAddons()))
+	retired := names(RetiredAddons())
+	if !slices.Equal(retired, []string{"ClusterRoleBinding " + RetiredNodeClientApproval}) {
+		t.Errorf("retired %q", retired)
+	}
+	for _, r := range retired {
+		if slices.Contains(built, r) {
+			t.Errorf("%s is retired and still built", r)
+		}
+	}
+	for _, o := range RetiredAddons() {
+		if o.GetObjectKind().GroupVersionKind().Kind == "" || o.GetLabels()[LabelManagedBy] != managedBy {
+			t.Errorf("%s: the pruner needs its kind and matches on the managed-by label: %+v", ObjectName(o), o)
+		}
+	}
+}
+
+// TestTokenIssuerRBAC: the token issuer may create Secrets of kube-system
 // and nothing else, and the binding names its user alone.
 func TestTokenIssuerRBAC(t *testing.T) {
 	objs := mustAddons(t, addonCluster(t), allAddons())
 	role := findAddon[*rbacv1.Role](t, objs, "Role kube-system/kubefarm:token-issuer")
-	want := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "delete"}}
+	want := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}}
 	if len(role.Rules) != 1 || !reflect.DeepEqual(role.Rules[0], want) {
 		t.Errorf("rules %+v, want only %+v", role.Rules, want)
 	}
@@ -759,6 +787,45 @@ func TestProbeHostPolicy(t *testing.T) {
 	}
 	if g := celNoHost("c.lifecycle.preStop"); !strings.HasPrefix(g, "(!(has(c.lifecycle) && has(c.lifecycle.preStop)) || ") {
 		t.Errorf("nested handler not guarded level by level: %s", g)
+	}
+}
+
+// TestTokenIssuerPolicyShape checks what can be checked without a CEL
+// compiler (the expressions themselves are evaluated by a real API server in
+// controllers/tenantcluster's TestTokenIssuerPolicy): bound to deny, fails
+// closed, matches every write of the issuer and no one else's, and every
+// validation but the first reads the object only behind the guard.
+func TestTokenIssuerPolicyShape(t *testing.T) {
+	objs := mustAddons(t, addonCluster(t), allAddons())
+	p := findAddon[*admissionv1.ValidatingAdmissionPolicy](t, objs, "ValidatingAdmissionPolicy "+TokenIssuerPolicyName)
+	b := findAddon[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, "ValidatingAdmissionPolicyBinding "+TokenIssuerPolicyName)
+	if b.Spec.PolicyName != p.Name || !slices.Equal(b.Spec.ValidationActions, []admissionv1.ValidationAction{admissionv1.Deny}) || b.Spec.ParamRef != nil {
+		t.Errorf("binding %+v", b.Spec)
+	}
+	if p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != admissionv1.Fail {
+		t.Errorf("failurePolicy %v", p.Spec.FailurePolicy)
+	}
+	rules := p.Spec.MatchConstraints.ResourceRules
+	if len(rules) != 1 || !slices.Equal(rules[0].Operations, []admissionv1.OperationType{admissionv1.OperationAll}) ||
+		!slices.Equal(rules[0].APIGroups, []string{"*"}) || !slices.Equal(rules[0].Resources, []string{"*/*"}) {
+		t.Errorf("match constraints %+v", rules)
+	}
+	if len(p.Spec.MatchConditions) != 1 || p.Spec.MatchConditions[0].Expression != "request.userInfo.username == '"+UserTokenIssuer+"'" {
+		t.Errorf("match conditions %+v", p.Spec.MatchConditions)
+	}
+	if len(p.Spec.Validations) < 2 || p.Spec.Validations[0].Expression != "variables.isTokenCreate" {
+		t.Fatalf("validations %+v", p.Spec.Validations)
+	}
+	for _, v := range p.Spec.Validations[1:] {
+		if !strings.HasPrefix(v.Expression, "!variables.isTokenCreate || (") {
+			t.Errorf("unguarded: %s", v.Expression)
+		}
+		if strings.Count(v.Expression, "(") != strings.Count(v.Expression, ")") {
+			t.Errorf("unbalanced parentheses: %s", v.Expression)
+		}
+		if !strings.HasPrefix(v.Message, "kubefarm:token-issuer may only create kubefarm bootstrap tokens: ") {
+			t.Errorf("message %q", v.Message)
+		}
 	}
 }
 
