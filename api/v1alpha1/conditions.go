@@ -30,6 +30,12 @@ const (
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"
+	// ConditionAddressesClaimed: True when every MAC and IP of the pool's
+	// machines is claimed for the pool (an AddressClaim names the machine);
+	// False (ReasonAddressConflict) when another holder has one, naming
+	// the address and the holder. A machine with an address held elsewhere
+	// is not created, or keeps its old addresses. See docs/addresses.md.
+	ConditionAddressesClaimed = "AddressesClaimed"
 
 	// Machine conditions.
 

@@ -1,8 +1,9 @@
 // Package v1alpha1 holds the kubefarm.io/v1alpha1 API: TenantCluster (a tenant
 // control plane), NodePool (a group of netbooted machines joining one tenant),
 // Machine (one bare-metal server, created by the NodePool controller),
-// BootImage (a content-addressed kernel, initrd and root filesystem) and
-// DHCPLease (an address of a pool's catch-all range, held by an unknown MAC).
+// BootImage (a content-addressed kernel, initrd and root filesystem),
+// DHCPLease (an address of a pool's catch-all range, held by an unknown MAC)
+// and AddressClaim (the lock on one boot MAC or static IP of a Machine).
 //
 // +kubebuilder:object:generate=true
 // +groupName=kubefarm.io
@@ -34,6 +35,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&Machine{}, &MachineList{},
 		&BootImage{}, &BootImageList{},
 		&DHCPLease{}, &DHCPLeaseList{},
+		&AddressClaim{}, &AddressClaimList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

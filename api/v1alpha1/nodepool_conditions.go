@@ -18,6 +18,12 @@ const (
 	// whose name and entry spell the same object name); that entry is
 	// left alone.
 	ReasonMachineConflict = "MachineConflict"
+	// ReasonAddressConflict: a MAC or IP of an entry is claimed by another
+	// Machine (its AddressClaim names another holder); that entry's
+	// Machine is not created, or not moved onto the address. The message
+	// names each address and its holder. Also the reason of
+	// AddressesClaimed=False.
+	ReasonAddressConflict = "AddressConflict"
 	// Ready is also False with ReasonInvalidSpec or ReasonReconcileError
 	// (see tenantcluster_conditions.go), or with the reason of
 	// MachinesReady when only that holds it back.
@@ -31,4 +37,10 @@ const (
 	ReasonMachinesNotReady = "MachinesNotReady"
 	// ReasonNoMachines: the pool has no machines.
 	ReasonNoMachines = "NoMachines"
+
+	// AddressesClaimed.
+
+	// ReasonAddressesClaimed: every address of every entry is claimed
+	// for the pool.
+	ReasonAddressesClaimed = "AddressesClaimed"
 )

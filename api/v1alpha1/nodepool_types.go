@@ -467,8 +467,9 @@ type MaintenanceWindow struct {
 
 // NodePoolStatus is what the controllers observed.
 type NodePoolStatus struct {
-	// Conditions: Ready, MachinesReady, and the rollout's Progressing,
-	// Paused, Halted and Complete.
+	// Conditions: Ready, MachinesReady, AddressesClaimed (every MAC and IP
+	// of the machines held by an AddressClaim for the pool), and the
+	// rollout's Progressing, Paused, Halted and Complete.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
