@@ -205,7 +205,7 @@ func (w *tenantWorker) handleServing(ctx context.Context, csr *certificatesv1.Ce
 // there (the deletion failed, or the manager stopped in between), so that
 // a token gets one certificate however the manager fares.
 func (w *tenantWorker) handleJoin(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
-	if id, ok := JoinTokenID(csr); ok && approvedJoin(csr) {
+	if id, ok := JoinTokenID(csr); ok && bootstraptoken.ValidID(id) && approvedJoin(csr) {
 		return w.deleteToken(ctx, csr, id, nil)
 	}
 	var (
