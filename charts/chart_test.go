@@ -725,8 +725,10 @@ func TestWebhookConfiguration(t *testing.T) {
 			t.Errorf("webhook %s differs from files/webhook/manifests.yaml:\n  got  %+v\n  want %+v", wh.Name, wh, g)
 		}
 	}
-	if wh := vwc.Webhooks[0]; wh.Name != "nodepool-addresses.kubefarm.io" {
-		t.Errorf("first webhook = %q, want nodepool-addresses.kubefarm.io", wh.Name)
+	for _, want := range []string{"nodepool-addresses.kubefarm.io", "machine-addresses.kubefarm.io"} {
+		if !slices.ContainsFunc(vwc.Webhooks, func(wh admissionregistrationv1.ValidatingWebhook) bool { return wh.Name == want }) {
+			t.Errorf("no webhook %s among the rendered ones", want)
+		}
 	}
 
 	// cert-manager injects the CA of the Certificate the annotation names,
@@ -800,8 +802,8 @@ func generatedCRDs(t *testing.T) []*unstructured.Unstructured {
 
 func TestCRDs(t *testing.T) {
 	gen := generatedCRDs(t)
-	if len(gen) != 5 {
-		t.Errorf("files/crds holds %d CRDs, want 5 (tenantclusters, nodepools, machines, bootimages, dhcpleases)", len(gen))
+	if len(gen) != 6 {
+		t.Errorf("files/crds holds %d CRDs, want 6 (tenantclusters, nodepools, machines, bootimages, dhcpleases, addressclaims)", len(gen))
 	}
 	for _, tc := range []struct {
 		values string

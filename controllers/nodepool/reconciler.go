@@ -7,6 +7,11 @@
 // The reconcile is a list of phases over a scope, with one deferred status
 // write that computes the summary conditions (see Reconcile), the same shape
 // as the TenantCluster controller's.
+//
+// Every MAC and IP of a Machine is claimed (an AddressClaim, claims.go)
+// before the Machine is created or readdressed, and released only once no
+// Machine of the pool uses it, also after the pool is deleted
+// (docs/addresses.md).
 package nodepool
 
 import (
@@ -79,21 +84,36 @@ func PoolsOfImage(c client.Reader, name string) handler.MapFunc {
 // Reconciler reconciles NodePools.
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads from the API server, past the cache: the holder of a
+	// claim whose create just failed, and whether a Machine still uses an
+	// address before its claim is released. SetupWithManager fills it in
+	// from the manager when nil.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 }
 
 // SetupWithManager registers the controller. Owning the Machines makes a
 // Machine's status (its node's readiness) and any hand edit of its spec wake
-// the pool; the index on spec.bootImage maps a BootImage to its pools.
+// the pool, and a Machine's deletion too, also after the pool is gone (its
+// claims are released then); the index on spec.bootImage maps a BootImage
+// to its pools, and those of the claims map a claim to its holder's pool
+// and to the pools that wait for its address.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
 	if err := IndexByBootImage(mgr.GetFieldIndexer(), BootImageIndex); err != nil {
+		return err
+	}
+	if err := indexClaims(mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
 		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(PoolsOfImage(r.Client, BootImageIndex))).
+		Watches(&v1alpha1.AddressClaim{}, handler.EnqueueRequestsFromMapFunc(poolsOfClaim(r.Client))).
 		Named("nodepool").
 		Complete(r)
 }
@@ -107,6 +127,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=bootimages,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=addressclaims,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // scope is what one pass knows about one pool. Phases fill it in order and
@@ -125,6 +146,9 @@ type scope struct {
 	invalid error
 	// conflicts name the entries whose Machine belongs to someone else.
 	conflicts []string
+	// addressConflicts are the addresses of entries that another holder
+	// has claimed; those entries' Machines are not created or readdressed.
+	addressConflicts []addressConflict
 }
 
 // phase is one step of a pass. A phase that cannot go on returns stop; an
@@ -137,12 +161,18 @@ type phase func(ctx context.Context, s *scope) (stop bool, err error)
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	pool := &v1alpha1.NodePool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		// Gone: its Machines' deletions and its claims bring this request
+		// until every claim whose Machine is gone has been released.
+		return ctrl.Result{}, r.releaseClaims(ctx, req.Namespace, req.Name, nil)
 	}
 	if !pool.DeletionTimestamp.IsZero() {
 		// The Machines carry owner references to the pool: the garbage
-		// collector removes them, and nothing else is the pool's.
-		return ctrl.Result{}, nil
+		// collector removes them. The claims cannot carry one (a claim is
+		// cluster-scoped), so each is released once its Machine is gone.
+		return ctrl.Result{}, r.releaseClaims(ctx, pool.Namespace, pool.Name, nil)
 	}
 	s := &scope{pool: pool, live: map[string]*v1alpha1.Machine{}}
 	before := pool.Status.DeepCopy()
@@ -156,9 +186,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return
 		}
 		conditions.EmitTransitions(r.Recorder, s.pool, before.Conditions, s.pool.Status.Conditions,
-			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError)
+			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError, v1alpha1.ReasonAddressConflict)
+		r.emitNewConflicts(s.pool, before.Conditions)
 	}()
-	for _, p := range []phase{r.buildMachines, r.fetchImage, r.applyMachines, r.pruneMachines} {
+	for _, p := range []phase{r.buildMachines, r.fetchImage, r.applyMachines, r.pruneMachines, r.releasePoolClaims} {
 		stop, err := p(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -215,6 +246,21 @@ func (r *Reconciler) applyMachines(ctx context.Context, s *scope) (bool, error) 
 		}
 		if live != nil && !metav1.IsControlledBy(live, s.pool) {
 			s.conflicts = append(s.conflicts, want.Name)
+			continue
+		}
+		// The addresses are claimed before the Machine is created or
+		// readdressed: the Machine webhook refuses it otherwise, and the
+		// claim's create is what keeps two pools from taking one address.
+		conflicts, err := r.claimAddresses(ctx, want)
+		if err != nil {
+			return false, err
+		}
+		if len(conflicts) > 0 {
+			s.addressConflicts = append(s.addressConflicts, conflicts...)
+			if live != nil {
+				// It keeps the addresses it has, which it holds.
+				s.live[live.Name] = live
+			}
 			continue
 		}
 		if live == nil || !upToDate(live, want) {
@@ -300,6 +346,25 @@ func (r *Reconciler) pruneMachines(ctx context.Context, s *scope) (bool, error) 
 	return false, nil
 }
 
+// releasePoolClaims releases the claims of entries that are gone or
+// readdressed, once their Machine no longer uses the address.
+func (r *Reconciler) releasePoolClaims(ctx context.Context, s *scope) (bool, error) {
+	return false, r.releaseClaims(ctx, s.pool.Namespace, s.pool.Name, s.desired)
+}
+
+// emitNewConflicts records a Warning event when the pool's address
+// conflicts change while it already had some: the condition's transition
+// event (EmitTransitions) tells only of the first.
+func (r *Reconciler) emitNewConflicts(pool *v1alpha1.NodePool, before []metav1.Condition) {
+	old := meta.FindStatusCondition(before, v1alpha1.ConditionAddressesClaimed)
+	now := meta.FindStatusCondition(pool.Status.Conditions, v1alpha1.ConditionAddressesClaimed)
+	if old == nil || now == nil || now.Reason != v1alpha1.ReasonAddressConflict ||
+		old.Reason != now.Reason || old.Message == now.Message {
+		return
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, v1alpha1.ReasonAddressConflict, "Reconcile", "%s", now.Message)
+}
+
 // summarize turns the scope into the pool's status: the counts and the
 // MachinesReady and Ready conditions. It is the only place either
 // condition is decided.
@@ -324,10 +389,18 @@ func (r *Reconciler) summarize(s *scope, passErr error) {
 		machinesReady = conditions.New(v1alpha1.ConditionMachinesReady, false, v1alpha1.ReasonMachinesNotReady,
 			fmt.Sprintf("%d of %d machines are Ready nodes; not Ready: %s", counts.ready, len(s.desired), someOf(counts.notReady)))
 	}
+	claimed := conditions.New(v1alpha1.ConditionAddressesClaimed, true, v1alpha1.ReasonAddressesClaimed,
+		"every address of the pool's machines is claimed for it")
+	if len(s.addressConflicts) > 0 {
+		claimed = conditions.New(v1alpha1.ConditionAddressesClaimed, false, v1alpha1.ReasonAddressConflict,
+			"addresses claimed by others; these machines are not created or readdressed until they are free: "+someConflicts(s.addressConflicts))
+	}
 	if passErr == nil {
 		// A failed pass saw only part of the Machines; the previous
-		// MachinesReady stays rather than a partial count.
+		// MachinesReady and AddressesClaimed stay rather than a partial
+		// count.
 		set(machinesReady)
+		set(claimed)
 	}
 
 	var ready metav1.Condition
@@ -340,6 +413,8 @@ func (r *Reconciler) summarize(s *scope, passErr error) {
 	case len(s.conflicts) > 0:
 		ready = conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonMachineConflict,
 			"these Machines exist and belong to something else, so their entries are not applied: "+someOf(s.conflicts))
+	case claimed.Status != metav1.ConditionTrue:
+		ready = conditions.New(v1alpha1.ConditionReady, false, claimed.Reason, claimed.Message)
 	case machinesReady.Status != metav1.ConditionTrue:
 		ready = conditions.New(v1alpha1.ConditionReady, false, machinesReady.Reason, machinesReady.Message)
 	default:
@@ -349,7 +424,7 @@ func (r *Reconciler) summarize(s *scope, passErr error) {
 }
 
 // ownStatus is the part of the pool's status this controller decides: the
-// counts and the Ready and MachinesReady conditions. The rollout controller
+// counts and the Ready, MachinesReady and AddressesClaimed conditions. The rollout controller
 // writes the rest under its own field manager; applying the whole status
 // read from the cache would take its fields over and put stale values back.
 func ownStatus(pool *v1alpha1.NodePool) *v1alpha1.NodePool {
@@ -358,7 +433,8 @@ func ownStatus(pool *v1alpha1.NodePool) *v1alpha1.NodePool {
 	out.Status = v1alpha1.NodePoolStatus{ObservedGeneration: st.ObservedGeneration,
 		Machines: st.Machines, ReadyMachines: st.ReadyMachines, UpdatedMachines: st.UpdatedMachines}
 	for _, c := range st.Conditions {
-		if c.Type == v1alpha1.ConditionReady || c.Type == v1alpha1.ConditionMachinesReady {
+		if c.Type == v1alpha1.ConditionReady || c.Type == v1alpha1.ConditionMachinesReady ||
+			c.Type == v1alpha1.ConditionAddressesClaimed {
 			out.Status.Conditions = append(out.Status.Conditions, c)
 		}
 	}
@@ -395,6 +471,15 @@ func countMachines(pool *v1alpha1.NodePool, desired []*v1alpha1.Machine, live ma
 func runsImage(m *v1alpha1.Machine, image string) bool {
 	served, booted := m.Status.ServedImage, m.Status.LastBoot
 	return served != nil && served.Name == image && booted != nil && booted.ImageDigest == served.Digest
+}
+
+// someConflicts names up to five conflicts, like someOf.
+func someConflicts(cs []addressConflict) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.String()
+	}
+	return someOf(names)
 }
 
 // someOf names up to five items, and how many more there are, so that a

@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
 	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
@@ -173,10 +174,12 @@ func TestMachinesFollowThePool(t *testing.T) {
 	// the pool does not use gives no signal either. Give the pass a
 	// witness: a machine's spec edited by hand is put back, and until then
 	// no other Machine may have been written.
-	patchMachine(t, pool.Namespace, "workers-m1", func(m *v1alpha1.Machine) { m.Spec.IP = "10.51.0.99" })
+	// (Not its addresses: the Machine webhook refuses an address not
+	// claimed for the Machine, as the end of this test shows.)
+	patchMachine(t, pool.Namespace, "workers-m1", func(m *v1alpha1.Machine) { m.Spec.Hostname = "hand-edit" })
 	eventually(t, "a hand edit of a Machine's spec is put back", func(ctx context.Context) (bool, error) {
 		got, err := machines(ctx, pool)
-		return err == nil && got["workers-m1"].Spec.IP == "10.51.0.11", err
+		return err == nil && got["workers-m1"].Spec.Hostname == "m1", err
 	})
 	after := resourceVersions(t, pool)
 	for _, name := range []string{"workers-m2", "workers-m3"} {
@@ -234,6 +237,17 @@ func TestMachinesFollowThePool(t *testing.T) {
 		return c.Status == metav1.ConditionTrue && c.Reason == v1alpha1.ReasonPoolReady &&
 			got.Status.Machines == 2 && got.Status.ReadyMachines == 2 && got.Status.UpdatedMachines == 0, nil
 	})
+
+	// A hand edit of an address is refused by the Machine webhook: the
+	// address is not claimed for the Machine (docs/addresses.md).
+	m1 := &v1alpha1.Machine{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: "workers-m1"}, m1); err != nil {
+		t.Fatal(err)
+	}
+	m1.Spec.IP = "10.51.0.99"
+	if err := env.Client.Update(ctx, m1); err == nil || !strings.Contains(err.Error(), "spec.ip") || !strings.Contains(err.Error(), "not claimed") {
+		t.Errorf("a hand edit of a Machine's IP onto an unclaimed address: %v, want a refusal naming spec.ip", err)
+	}
 }
 
 func TestMissingBootImage(t *testing.T) {
@@ -271,11 +285,18 @@ func TestForeignMachineIsLeftAlone(t *testing.T) {
 	img := bootImage(t, "np-image-d", "d")
 	pool := example(t, 53)
 	pool.Spec.BootImage = img.Name
-	// A Machine of the name the pool's m1 needs, written by someone else.
+	// A Machine of the name the pool's m1 needs, written by someone else,
+	// who claimed its addresses first as the Machine webhook requires.
 	foreign := &v1alpha1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: "workers-m1"},
 		Spec: v1alpha1.MachineSpec{Pool: "other", Cluster: "cluster1", Hostname: "x", MACs: []string{"02:53:ff:00:00:01"},
 			IP: "10.53.9.9", DesiredImage: "mine"},
+	}
+	for _, c := range build.Claims(foreign) {
+		c.Labels = nil // made by hand, not by the controller
+		if err := env.Client.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := env.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)

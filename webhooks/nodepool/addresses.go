@@ -4,6 +4,12 @@
 // see, other objects, and what CEL cannot compute nicely: the order and size
 // of spec.network.dynamicRange, and the time zones and durations of
 // spec.rollout.maintenanceWindows.
+//
+// The address check answers from an informer cache, for a quick answer to
+// kubectl apply: two pools created at the same instant can both pass it.
+// What keeps them from both getting a Machine on one address is the
+// AddressClaim, which the NodePool controller creates before each Machine
+// and the Machine webhook (webhooks/machine) requires (docs/addresses.md).
 package nodepool
 
 import (
