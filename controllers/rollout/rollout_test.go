@@ -114,6 +114,12 @@ func withTransport(wrap func(http.RoundTripper) http.RoundTripper) fixtureOption
 
 var imageSeq int
 
+// addrSeq numbers every fixture machine of the package, so that no two
+// fixtures' Machines share a MAC or IP: the NodePool controller claims each
+// address for one Machine (docs/addresses.md), and an earlier fixture's
+// Machines (no garbage collector in the test API server) keep theirs.
+var addrSeq = 10
+
 // newFixture makes a namespace with BootImages a and b, a pool of n
 // machines on a, their Nodes and first boots, and starts the farm.
 func newFixture(t testing.TB, n int, strategy v1alpha1.RolloutStrategy, opts ...fixtureOption) *fixture {
@@ -154,8 +160,10 @@ func newFixture(t testing.TB, n int, strategy v1alpha1.RolloutStrategy, opts ...
 	}
 	for i := range n {
 		name := fmt.Sprintf("m%02d", i)
+		k := addrSeq
+		addrSeq++
 		pool.Spec.Machines = append(pool.Spec.Machines, v1alpha1.MachineEntry{
-			Name: name, IP: fmt.Sprintf("10.60.0.%d", 10+i), MACs: []string{fmt.Sprintf("02:00:00:60:00:%02x", i)},
+			Name: name, IP: fmt.Sprintf("10.60.%d.%d", k/256, k%256), MACs: []string{fmt.Sprintf("02:00:00:60:%02x:%02x", k/256, k%256)},
 			Power: &v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix:///farm/workers-" + name},
 		})
 	}
