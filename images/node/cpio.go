@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/kubefarm/kubefarm/internal/newc"
 )
 
 // WriteInitramfs writes the tree under dir to w as a gzip-compressed "newc"
@@ -59,15 +61,15 @@ func WriteInitramfs(w io.Writer, dir string, mtime int64) error {
 	if err != nil {
 		return err
 	}
-	cw := &cpioWriter{w: zw, mtime: mtime}
+	cw := newc.NewWriter(zw, mtime)
 	for _, p := range paths {
 		switch p {
 		case "dev/console":
-			cw.add(p, 0o020600, nil, 5, 1)
+			cw.Add(p, 0o020600, nil, 5, 1)
 			continue
 		case "dev":
 			if !hasDev {
-				cw.add(p, 0o040755, nil, 0, 0)
+				cw.Add(p, 0o040755, nil, 0, 0)
 				continue
 			}
 		}
@@ -79,75 +81,25 @@ func WriteInitramfs(w io.Writer, dir string, mtime int64) error {
 		perm := uint32(fi.Mode().Perm())
 		switch {
 		case fi.Mode().IsDir():
-			cw.add(p, 0o040000|perm, nil, 0, 0)
+			cw.Add(p, 0o040000|perm, nil, 0, 0)
 		case fi.Mode().IsRegular():
 			b, err := os.ReadFile(full)
 			if err != nil {
 				return err
 			}
-			cw.add(p, 0o100000|perm, b, 0, 0)
+			cw.Add(p, 0o100000|perm, b, 0, 0)
 		case fi.Mode()&fs.ModeSymlink != 0:
 			t, err := os.Readlink(full)
 			if err != nil {
 				return err
 			}
-			cw.add(p, 0o120777, []byte(t), 0, 0)
+			cw.Add(p, 0o120777, []byte(t), 0, 0)
 		default:
 			return fmt.Errorf("%s: unsupported file type %v", full, fi.Mode().Type())
 		}
 	}
-	cw.trailer()
-	if cw.err != nil {
-		return cw.err
+	if err := cw.Close(); err != nil {
+		return err
 	}
 	return zw.Close()
-}
-
-type cpioWriter struct {
-	w     io.Writer
-	mtime int64
-	ino   int
-	n     int64
-	err   error
-}
-
-func (c *cpioWriter) write(b []byte) {
-	if c.err != nil {
-		return
-	}
-	var n int
-	n, c.err = c.w.Write(b)
-	c.n += int64(n)
-}
-
-func (c *cpioWriter) pad() {
-	if r := c.n % 4; r != 0 {
-		c.write(make([]byte, 4-r))
-	}
-}
-
-// add writes one entry; mode carries the file type bits, rdev the device
-// numbers of a device node.
-func (c *cpioWriter) add(name string, mode uint32, data []byte, rdevMajor, rdevMinor int) {
-	c.ino++
-	nlink := 1
-	if mode&0o170000 == 0o040000 {
-		nlink = 2
-	}
-	mtime := c.mtime
-	if name == "TRAILER!!!" {
-		mtime = 0
-	}
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, nlink, mtime, len(data), 0, 0, rdevMajor, rdevMinor, len(name)+1, 0)
-	c.write([]byte(hdr))
-	c.write(append([]byte(name), 0))
-	c.pad()
-	c.write(data)
-	c.pad()
-}
-
-func (c *cpioWriter) trailer() {
-	c.ino = -1 // the trailer's inode is 0
-	c.add("TRAILER!!!", 0, nil, 0, 0)
 }

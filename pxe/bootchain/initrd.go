@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kubefarm/kubefarm/internal/newc"
 )
 
 // DefaultBusybox is where Debian's busybox-static installs its binary.
@@ -39,24 +41,24 @@ const (
 // BuildInitrd writes a gzip-compressed newc initramfs to w: busybox (a
 // static binary), the kernel modules to load in the given order, and an
 // /init that brings the first network interface up with DHCP and reports
-// the boot to kubefarm-pxe (see InitScript).
+// the boot to kubefarm-pxe with the boot's secret (see InitScript).
 func BuildInitrd(w io.Writer, busybox string, modules []string) error {
 	if err := CheckStatic(busybox); err != nil {
 		return err
 	}
 	zw := gzip.NewWriter(w)
-	cw := &cpioWriter{w: zw}
+	cw := newc.NewWriter(zw, 0)
 	for _, d := range []string{"bin", "sbin", "usr", "usr/bin", "usr/sbin", "dev", "proc", "sys", "tmp", "lib", "lib/modules"} {
-		cw.dir(d)
+		cw.Dir(d)
 	}
 	// The kernel opens /dev/console for init before anything is mounted.
-	cw.add("dev/console", 0o020600, nil, 5, 1)
+	cw.Add("dev/console", 0o020600, nil, 5, 1)
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return err
 	}
-	cw.add("bin/busybox", 0o100755, bb, 0, 0)
-	cw.add("bin/sh", 0o120777, []byte("busybox"), 0, 0)
+	cw.Add("bin/busybox", 0o100755, bb, 0, 0)
+	cw.Add("bin/sh", 0o120777, []byte("busybox"), 0, 0)
 	var names []string
 	for _, m := range modules {
 		b, err := os.ReadFile(m)
@@ -64,14 +66,13 @@ func BuildInitrd(w io.Writer, busybox string, modules []string) error {
 			return err
 		}
 		name := filepath.Base(m)
-		cw.add("lib/modules/"+name, 0o100644, b, 0, 0)
+		cw.Add("lib/modules/"+name, 0o100644, b, 0, 0)
 		names = append(names, name)
 	}
-	cw.add("udhcpc.sh", 0o100755, []byte(udhcpcScript), 0, 0)
-	cw.add("init", 0o100755, []byte(InitScript(names)), 0, 0)
-	cw.trailer()
-	if cw.err != nil {
-		return cw.err
+	cw.Add("udhcpc.sh", 0o100755, []byte(udhcpcScript), 0, 0)
+	cw.Add("init", 0o100755, []byte(InitScript(names)), 0, 0)
+	if err := cw.Close(); err != nil {
+		return err
 	}
 	return zw.Close()
 }
@@ -134,6 +135,10 @@ hp="${server#http://}"
 host="${hp%%:*}"
 port=80
 [ "$hp" != "$host" ] && port="${hp#*:}"
+# The boot's secret: kubefarm-pxe served it as a second initrd image beside
+# this one (pxe/bootsecret), and the kernel unpacked both.
+[ -f /kubefarm/boot-secret ] || fail "no /kubefarm/boot-secret: the second initrd image did not arrive"
+secret="$(cat /kubefarm/boot-secret)"
 mac="$(cat /sys/class/net/$ifc/address)"
 bootid="$(cat /proc/sys/kernel/random/boot_id)"
 body='{"mac":"'"$mac"'","bootID":"'"$bootid"'","imageDigest":"'"$image"'"}'
@@ -143,8 +148,8 @@ while :; do
 	# busybox-static's wget crashes in static glibc's NSS: write HTTP by hand.
 	# nc half-closes the connection as soon as its input ends and then
 	# reads the answer: kubefarm-pxe must record the boot all the same.
-	printf 'POST /report HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
-		"$hp" "${#body}" "$body" | nc "$host" "$port" >/tmp/resp
+	printf 'POST /report HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %s\r\nConnection: close\r\n\r\n%s' \
+		"$hp" "$secret" "${#body}" "$body" | nc "$host" "$port" >/tmp/resp
 	status="$(head -n 1 /tmp/resp | tr -d '\r')"
 	log "report answer: $status"
 	case "$status" in "HTTP/1.1 204"*) break ;; esac
@@ -156,52 +161,4 @@ echo "` + ReportLine + `"
 poweroff -f
 sleep 60
 `
-}
-
-// cpioWriter writes the "newc" cpio format the kernel unpacks into its
-// initramfs (Documentation/driver-api/early-userspace/buffer-format.rst).
-type cpioWriter struct {
-	w   io.Writer
-	ino int
-	n   int64
-	err error
-}
-
-func (c *cpioWriter) write(b []byte) {
-	if c.err != nil {
-		return
-	}
-	var n int
-	n, c.err = c.w.Write(b)
-	c.n += int64(n)
-}
-
-func (c *cpioWriter) pad() {
-	if r := c.n % 4; r != 0 {
-		c.write(make([]byte, 4-r))
-	}
-}
-
-func (c *cpioWriter) dir(name string) { c.add(name, 0o040755, nil, 0, 0) }
-
-// add writes one entry; mode carries the file type bits, rdev the device
-// numbers of a device node.
-func (c *cpioWriter) add(name string, mode uint32, data []byte, rdevMajor, rdevMinor int) {
-	c.ino++
-	nlink := 1
-	if mode&0o170000 == 0o040000 {
-		nlink = 2
-	}
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdevMajor, rdevMinor, len(name)+1, 0)
-	c.write([]byte(hdr))
-	c.write(append([]byte(name), 0))
-	c.pad()
-	c.write(data)
-	c.pad()
-}
-
-func (c *cpioWriter) trailer() {
-	c.ino = -1 // the trailer's inode is 0
-	c.add("TRAILER!!!", 0, nil, 0, 0)
 }
