@@ -98,6 +98,16 @@ type BootRecord struct {
 	Time metav1.Time `json:"time"`
 }
 
+// BootCredential names the per-boot secret of a machine's current boot by
+// its hash.
+type BootCredential struct {
+	// SHA256 of the secret: sha256:<64 hex>.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	SHA256 string `json:"sha256"`
+	// Issued is when kubefarm-pxe handed the secret to the booting machine.
+	Issued metav1.Time `json:"issued"`
+}
+
 // RolloutPhase is a step of a machine's reboot-to-update. Each is written
 // to the Machine's status before its side effect (see MachineRollout).
 // +kubebuilder:validation:Enum=Cordoning;Draining;Rebooting;Verifying;Uncordoning;Done;Failed;Skipped
@@ -218,6 +228,13 @@ type MachineStatus struct {
 	// LastBoot is what the machine reported after its latest boot.
 	// +optional
 	LastBoot *BootRecord `json:"lastBoot,omitempty"`
+
+	// BootCredential is what kubefarm-pxe keeps of the secret it handed the
+	// machine's current boot (docs/security.md): its hash, never the secret.
+	// Written by kubefarm-pxe when the booting machine takes the secret, and
+	// read by every replica to check that boot's reports and heartbeats.
+	// +optional
+	BootCredential *BootCredential `json:"bootCredential,omitempty"`
 
 	// Rollout is the update in progress, if any.
 	// +optional
