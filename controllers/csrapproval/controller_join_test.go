@@ -73,6 +73,15 @@ func (f *fixture) checkJoins(t *testing.T) {
 			t.Fatalf("a second request with the used token: %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonUnknownToken)
 		}
 	})
+	t.Run("a node asking for another node's name is denied", func(t *testing.T) {
+		// Root on node m1 with its own client certificate.
+		csr := f.createClientCSR(t, envtest.User{Name: "system:node:m1", Groups: []string{"system:nodes"}},
+			pemCSR(t, kubeletRequest("m2"), p256(t)), clientUsages)
+		if c := f.waitDecided(t, csr); c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNotSelf ||
+			!strings.Contains(c.Message, "system:node:m2") {
+			t.Fatalf("condition %s/%s (%s), want Denied/%s naming system:node:m2", c.Type, c.Reason, c.Message, csrapproval.ReasonNotSelf)
+		}
+	})
 	t.Run("a renewal is left to kube-controller-manager", func(t *testing.T) {
 		got := &certificatesv1.CertificateSigningRequest{}
 		if err := f.env.Client.Get(ctx, client.ObjectKey{Name: renewal}, got); err != nil {

@@ -46,6 +46,7 @@ const (
 	ReasonExtraSubject     = "ExtraSubjectFields"
 	ReasonSANs             = "SANsNotAllowed"
 	ReasonClientUsages     = "NotKubeletClientUsages"
+	ReasonNotSelf          = "NodeAsksForAnotherName"
 )
 
 const bootstrapUserPrefix = "system:bootstrap:"
@@ -108,6 +109,17 @@ func DecideJoin(csr *certificatesv1.CertificateSigningRequest, tenant string, no
 		return d
 	}
 	id, ok := JoinTokenID(csr)
+	if !ok && strings.HasPrefix(csr.Spec.Username, nodeUserPrefix) {
+		// A node's renewal of its own certificate is kube-controller-
+		// manager's (selfnodeclient). A node asking for another name is
+		// no renewal and nobody would approve it; deny it so that it
+		// shows, instead of waiting forever (root on one node trying to
+		// become another).
+		if req, _ := parse(csr.Spec.Request); req != nil && req.Subject.CommonName != csr.Spec.Username {
+			return deny(ReasonNotSelf, "node %s asks for a client certificate as %s: a node may only renew its own",
+				short(csr.Spec.Username), short(req.Subject.CommonName))
+		}
+	}
 	if !ok {
 		return Decision{Ignore, ReasonNotBootstrap, fmt.Sprintf("requester %s is not a bootstrap token (%s<id>): "+
 			"a node's renewal is kube-controller-manager's to approve, anyone else's the tenant admin's", short(csr.Spec.Username), bootstrapUserPrefix)}

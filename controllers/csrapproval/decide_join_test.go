@@ -147,6 +147,10 @@ func TestDecideJoin(t *testing.T) {
 		{"a node's renewal", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Username, c.Spec.Groups = "system:node:m2", []string{"system:nodes", "system:authenticated"}
 		}), nil, Ignore, ReasonNotBootstrap, "kube-controller-manager"},
+		{"a node asking for another node's name", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m3" }),
+			func(c *certificatesv1.CertificateSigningRequest) {
+				c.Spec.Username, c.Spec.Groups = "system:node:m2", []string{"system:nodes", "system:authenticated"}
+			}), nil, Deny, ReasonNotSelf, `"system:node:m3"`},
 		{"a user's request", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "alice" }), nil, Ignore, ReasonNotBootstrap, `"alice"`},
 		{"already approved", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
