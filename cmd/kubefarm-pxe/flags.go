@@ -108,7 +108,7 @@ func (o *options) register(fs *flag.FlagSet) {
 			"false fetches artifacts only when a machine asks (and needs no patch on bootimages/status)")
 	fs.StringVar(&o.namespace, "namespace", "", "only serve Machines and NodePools of this namespace; empty means all")
 	fs.DurationVar(&o.bootWindow, "boot-window", 10*time.Minute,
-		"how long after serving a machine's iPXE script its agent may fetch its boot configuration (once)")
+		"how long after answering a machine's iPXE DHCP request it may take its boot secret (once), and how long after that its agent may fetch its boot configuration (once)")
 	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"),
 		"namespace this replica runs in (default $POD_NAMESPACE): the token issuer credentials kubefarm-manager writes there "+
 			"(its --pxe-namespace) are the only Secrets read, so join tokens need only get/list/watch on Secrets of this namespace; "+

@@ -179,11 +179,13 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The boots in progress: DHCP arms them, HTTP issues their secrets.
+	windows := httpboot.NewBootWindows(o.bootWindow, nil)
 	handler, err := httpboot.NewHandler(httpboot.Config{
 		BaseURL:       baseURL,
 		IPXEDir:       o.ipxeDir,
 		EnsureTimeout: o.ensureTimeout,
-		Windows:       httpboot.NewBootWindows(o.bootWindow, nil),
+		Windows:       windows,
 		Recorder:      httpboot.StatusRecorder{Client: writer},
 		Events:        eventSink,
 		// A tenant without a credential (not ready yet, or written into
@@ -256,6 +258,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			Workers:   o.workers,
 			QueueSize: o.queue,
 			Events:    eventSink,
+			Boots:     windows,
 		}
 		if allocator != nil {
 			dcfg.Dynamic = allocator

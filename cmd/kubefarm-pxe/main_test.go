@@ -35,6 +35,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
@@ -190,8 +191,17 @@ func TestBinary(t *testing.T) {
 		"--fetch-allowed-cidrs", "127.0.0.2/32",
 	)
 
+	// secret is the boot's secret once the machine took it; get sends it.
+	var secret bootsecret.Secret
 	get := func(url string) (int, []byte) {
-		resp, err := http.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			return 0, []byte(err.Error())
+		}
+		if secret != "" {
+			bootsecret.SetHeader(req, secret)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return 0, []byte(err.Error())
 		}
@@ -303,7 +313,29 @@ func TestBinary(t *testing.T) {
 		t.Errorf("unknown MAC: %d, want 404", code)
 	}
 
-	// Boot configuration: the window is open (the script was just served)
+	// The boot's secret: this replica answered the machine's iPXE DHCP
+	// request above, so its first GET /secret gets it, and only that one.
+	code, archive := get(base + "/secret/" + mac)
+	if code != 200 {
+		t.Fatalf("/secret: %d %s", code, archive)
+	}
+	secret, err = bootsecret.FromArchive(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(base + "/secret/" + mac); code != 403 {
+		t.Errorf("second /secret: %d, want 403", code)
+	}
+	poll("status.bootCredential holds the secret's hash", func() bool {
+		got := &kubefarmv1.Machine{}
+		return c.Get(ctx, client.ObjectKeyFromObject(m), got) == nil && got.Status.BootCredential != nil &&
+			secret.Matches(got.Status.BootCredential.SHA256)
+	})
+	if strings.Contains(logBuf.string(), string(secret)) {
+		t.Error("the boot secret is in kubefarm-pxe's log")
+	}
+
+	// Boot configuration: the window is open (the secret was just issued)
 	// but the tenant c1 has no token issuer credential yet, so 503, and the
 	// log names the missing Secret; a MAC that is not this peer's is 403.
 	credName := bootstraptoken.CredentialSecretName(ns.Name, "c1")
@@ -377,7 +409,13 @@ func TestBinary(t *testing.T) {
 	// Boot report: recorded in the Machine's status.
 	const bootID = "6b1f7f0e-3a0d-4c8e-9d8e-2f4b5c6d7e8f"
 	report := `{"mac":"` + mac + `","bootID":"` + bootID + `","imageDigest":"` + o.Rootfs.Digest + `"}`
-	resp, err := http.Post(base+"/report", "application/json", strings.NewReader(report))
+	req, err := http.NewRequest(http.MethodPost, base+"/report", strings.NewReader(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	bootsecret.SetHeader(req, secret)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,9 @@ const (
 	RouteArtifact Route = "artifacts"
 	// RouteBinary: /ipxe/<name>, an iPXE binary for UEFI HTTP boot.
 	RouteBinary Route = "ipxe"
+	// RouteSecret: /secret/<mac>, the per-boot secret of a booting machine
+	// (a second initrd image; package bootsecret).
+	RouteSecret Route = "secret"
 	// RouteConfig: /config/<mac>, a machine's node configuration.
 	RouteConfig Route = "config"
 	// RouteReport: /report, where a booted machine reports.
@@ -83,6 +86,7 @@ const (
 	artifactPrefix = "/" + string(RouteArtifact) + "/"
 	binaryPrefix   = "/" + string(RouteBinary) + "/"
 	configPrefix   = "/" + string(RouteConfig) + "/"
+	secretPrefix   = "/" + string(RouteSecret) + "/"
 	reportPath     = "/" + string(RouteReport)
 	heartbeatPath  = "/" + string(RouteHeartbeat)
 	healthzPath    = "/" + string(RouteHealthz)
@@ -110,6 +114,8 @@ func Parse(path string) (Route, string) {
 		return RouteArtifact, strings.TrimPrefix(path, artifactPrefix)
 	case strings.HasPrefix(path, configPrefix):
 		return RouteConfig, strings.TrimPrefix(path, configPrefix)
+	case strings.HasPrefix(path, secretPrefix):
+		return RouteSecret, strings.TrimPrefix(path, secretPrefix)
 	case strings.HasPrefix(path, binaryPrefix):
 		return RouteBinary, strings.TrimPrefix(path, binaryPrefix)
 	default:
@@ -175,6 +181,10 @@ func (b Base) Binary(name string) string { return string(b) + binaryPrefix + nam
 // Config is the URL of the node configuration of the machine with mac, as
 // the agent names it (the lower-case colon form).
 func (b Base) Config(mac string) string { return string(b) + configPrefix + mac }
+
+// Secret is the URL of the boot secret of the machine whose MAC is mac,
+// which may be an iPXE expansion such as ${netX/mac} in a script.
+func (b Base) Secret(mac string) string { return string(b) + secretPrefix + mac }
 
 // Report is the URL the boot report is posted to.
 func (b Base) Report() string { return string(b) + reportPath }

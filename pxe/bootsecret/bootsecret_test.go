@@ -2,8 +2,10 @@ package bootsecret_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"io"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,10 +63,18 @@ func TestGenerateFailsOnShortRandom(t *testing.T) {
 	}
 }
 
-// The archive is what the kernel unpacks: walk its newc headers.
+// The archive is what the kernel unpacks: gzip, then newc headers.
 func TestArchive(t *testing.T) {
 	s, _ := bootsecret.Generate(nil)
 	b, err := bootsecret.Archive(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,32 +85,26 @@ func TestArchive(t *testing.T) {
 	}
 	var got []entry
 	for off := 0; ; {
-		if len(b)-off < 110 || string(b[off:off+6]) != "070701" {
+		if len(raw)-off < 110 || string(raw[off:off+6]) != "070701" {
 			t.Fatalf("no newc header at %d", off)
 		}
 		field := func(i int) uint64 {
-			var v uint64
-			for _, c := range b[off+6+8*i : off+6+8*i+8] {
-				v <<= 4
-				switch {
-				case c >= '0' && c <= '9':
-					v |= uint64(c - '0')
-				case c >= 'A' && c <= 'F':
-					v |= uint64(c - 'A' + 10)
-				}
+			v, err := strconv.ParseUint(string(raw[off+6+8*i:off+14+8*i]), 16, 32)
+			if err != nil {
+				t.Fatal(err)
 			}
 			return v
 		}
 		mode, size, namesize := field(1), int(field(6)), int(field(11))
-		name := string(b[off+110 : off+110+namesize-1])
+		name := string(raw[off+110 : off+110+namesize-1])
 		off += 110 + namesize
 		off = (off + 3) &^ 3
-		data := string(b[off : off+size])
+		data := string(raw[off : off+size])
 		off += size
 		off = (off + 3) &^ 3
 		if name == "TRAILER!!!" {
-			if off != len(b) {
-				t.Fatalf("%d bytes after the trailer", len(b)-off)
+			if off != len(raw) {
+				t.Fatalf("%d bytes after the trailer", len(raw)-off)
 			}
 			break
 		}
@@ -118,9 +122,34 @@ func TestArchive(t *testing.T) {
 			t.Errorf("entry %d = %o %q, want %o %q", i, got[i].mode, got[i].name, want[i].mode, want[i].name)
 		}
 	}
+	if back, err := bootsecret.FromArchive(b); err != nil || back != s {
+		t.Errorf("FromArchive = %v, want the secret", err)
+	}
+	// After a gzip member that ends at an odd offset, as the EFI stub
+	// concatenates initrds, the archive is still found by its magic.
+	if b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("the archive does not start with the gzip magic: % x", b[:2])
+	}
 	if _, err := bootsecret.Archive("not a secret"); err == nil {
 		t.Error("archived a malformed secret")
 	}
+	for name, in := range map[string][]byte{"empty": nil, "not gzip": []byte("070701"), "no secret": gz(t, []byte("TRAILER"))} {
+		if _, err := bootsecret.FromArchive(in); err == nil {
+			t.Errorf("FromArchive(%s) gave a secret", name)
+		}
+	}
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func TestHeader(t *testing.T) {

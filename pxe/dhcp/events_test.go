@@ -49,3 +49,45 @@ func TestMachineEvents(t *testing.T) {
 		}
 	}
 }
+
+// armed records the MACs Config.Boots was told of.
+type armed []string
+
+func (a *armed) Arm(mac string) { *a = append(*a, mac) }
+
+// TestArmBoot: only an offer or ack sent to the iPXE of a known machine
+// arms its boot (the HTTP service then issues the boot's secret once): not
+// the firmware's PXE request before iPXE, not the node's own DHCP client
+// after the boot (udhcpc, systemd-networkd), not an unknown MAC, not a
+// request for another server.
+func TestArmBoot(t *testing.T) {
+	var got armed
+	cfg := testConfig()
+	cfg.Boots = &got
+	s, _ := testServer(t, cfg, tableWith(testLease()))
+	pxeBIOS := []dhcpv4.Modifier{withArch(iana.INTEL_X86PC), withVendor("PXEClient:Arch:00000")}
+	ipxe := append(pxeBIOS, dhcpv4.WithUserClass("iPXE", false))
+	for _, st := range []struct {
+		name string
+		req  *dhcpv4.DHCPv4
+		arms bool
+	}{
+		{"firmware PXE discover", request(dhcpv4.MessageTypeDiscover, pxeBIOS...), false},
+		{"iPXE discover", request(dhcpv4.MessageTypeDiscover, ipxe...), true},
+		{"iPXE request", request(dhcpv4.MessageTypeRequest, append(ipxe, withSID(serverID), withReqIP(leaseIP))...), true},
+		{"iPXE, RFC 3004 user class", request(dhcpv4.MessageTypeDiscover, dhcpv4.WithUserClass("iPXE", true)), true},
+		{"the node's own DHCP client", request(dhcpv4.MessageTypeDiscover, withVendor("udhcp 1.35.0")), false},
+		{"iPXE request for another server", request(dhcpv4.MessageTypeRequest, append(ipxe, withSID(otherID), withReqIP(leaseIP))...), false},
+		{"iPXE of an unknown MAC", request(dhcpv4.MessageTypeDiscover, append(ipxe, dhcpv4.WithHwAddr([]byte{2, 0, 0, 0, 0, 1}))...), false},
+		{"iPXE release", request(dhcpv4.MessageTypeRelease, append(ipxe, withSID(serverID))...), false},
+	} {
+		got = nil
+		s.armBoot(s.handle(st.req.ToBytes(), nil))
+		switch {
+		case st.arms && (len(got) != 1 || got[0] != "52:54:00:12:34:56"):
+			t.Errorf("%s: armed %q, want 52:54:00:12:34:56", st.name, got)
+		case !st.arms && len(got) != 0:
+			t.Errorf("%s: armed %q, want nothing", st.name, got)
+		}
+	}
+}

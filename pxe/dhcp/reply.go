@@ -47,6 +47,12 @@ type Config struct {
 	// Events, when set, records offers, acks, declines and refused relays
 	// as Events on the machines (throttled by the implementation).
 	Events events.Sink
+	// Boots, when set, is told of every offer or ack sent to an iPXE client
+	// of a known machine: that machine is booting now, and nothing but the
+	// machine can send its DHCP (a pod's packets are routed off its node,
+	// never bridged onto the boot network). kubefarm-pxe's HTTP service
+	// issues a boot's secret only after that (httpboot.BootWindows).
+	Boots BootArmer
 	// Dynamic, when set, answers unknown MACs from the catch-all ranges
 	// of NodePools that have one (never in proxyDHCP mode), through
 	// DynamicWorkers goroutines (default 4) fed by a queue of DynamicQueue
@@ -56,6 +62,12 @@ type Config struct {
 	DynamicWorkers int
 	DynamicQueue   int
 	DynamicTimeout time.Duration
+}
+
+// BootArmer learns which machines are booting (see Config.Boots).
+type BootArmer interface {
+	// Arm: the machine with mac (lower-case colon form) is booting.
+	Arm(mac string)
 }
 
 // Reply builds the answer to req for a client whose lease is lease (nil when

@@ -321,6 +321,15 @@ func (s *Server) finish(a answer, conn net.PacketConn, at time.Time) {
 	s.metrics.count(a.typ, a.outcome)
 	s.metrics.observe(at)
 	s.recordEvent(a)
+	s.armBoot(a)
+}
+
+// armBoot tells Config.Boots of an answer sent to a known machine's iPXE.
+func (s *Server) armBoot(a answer) {
+	if s.cfg.Boots == nil || a.lease == nil || a.lease.Machine == "" || (a.outcome != Offered && a.outcome != Acked) || !isIPXE(a.req) {
+		return
+	}
+	s.cfg.Boots.Arm(a.req.ClientHWAddr.String())
 }
 
 // ReadBufferBytes is the socket receive buffer the server asks for,

@@ -42,6 +42,7 @@ const (
 	ReasonDeclined     = "Declined"     // the machine reported its address in use
 	ReasonScriptServed = "ScriptServed" // iPXE script served
 	ReasonImageServed  = "ImageServed"  // a kernel, initrd or root filesystem fully sent
+	ReasonSecretIssued = "SecretIssued" // the boot's secret handed to the booting machine
 	ReasonConfigServed = "ConfigServed" // boot configuration with the join token served
 	ReasonBootReported = "BootReported" // the booted machine reported boot ID and digest
 	ReasonRefused      = "Refused"      // a request for the machine was refused (403)

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
@@ -62,9 +64,90 @@ func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC str
 	return m, true
 }
 
+// secret issues the boot's secret to the booting machine: only to its
+// leased IP, and only when this replica answered its iPXE's DHCP request
+// within the boot window (BootWindows), once per such answer. The secret's
+// hash is in the Machine's status before the archive leaves.
+func (h *Handler) secret(w http.ResponseWriter, r *http.Request, rawMAC string) {
+	if h.cfg.Windows == nil {
+		h.forbidden(w, r, "boot secrets disabled")
+		return
+	}
+	m, ok := h.peerMachine(w, r, rawMAC)
+	if !ok {
+		return
+	}
+	mac, _ := NormalizeMAC(rawMAC)
+	key := machineKey(m)
+	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
+	if h.cfg.Recorder == nil {
+		log.Info("no status recorder: cannot keep a boot secret")
+		http.Error(w, "boot secrets not available", http.StatusServiceUnavailable)
+		return
+	}
+	armed := h.cfg.Windows.armedAt(mac)
+	s, ok, err := h.cfg.Windows.Issue(mac, key)
+	if err != nil {
+		log.Error(err, "minting a boot secret")
+		http.Error(w, "boot secrets not available", http.StatusServiceUnavailable)
+		return
+	}
+	if !ok {
+		h.refused(w, r, m, noArm)
+		return
+	}
+	body, err := bootsecret.Archive(s)
+	if err != nil {
+		h.cfg.Windows.Unissue(mac, key, s, armed)
+		log.Error(err, "packing the boot secret")
+		http.Error(w, "boot secrets not available", http.StatusServiceUnavailable)
+		return
+	}
+	ctx, cancel := apiWriteContext(r)
+	defer cancel()
+	cred := kubefarmv1.BootCredential{SHA256: s.Hash(), Issued: metav1.NewTime(time.Now())}
+	if err := h.cfg.Recorder.RecordCredential(ctx, m, cred); err != nil {
+		// Without the hash in the status no other replica, nor this one
+		// after a restart, could check the boot's heartbeats.
+		h.cfg.Windows.Unissue(mac, key, s, armed)
+		log.Error(err, "recording the boot credential")
+		http.Error(w, "cannot record the boot credential", http.StatusServiceUnavailable)
+		return
+	}
+	log.Info("issued the boot secret")
+	h.normal(key, events.ReasonSecretIssued, "", func() string {
+		return fmt.Sprintf("issued this boot's secret to %s (status.bootCredential %s)", peerHost(r), cred.SHA256[:19])
+	})
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+// noArm is the refusal of a /secret request without a boot in progress.
+const noArm = "no boot in progress (this replica answered no DHCP request of the machine's iPXE within the boot window, or the secret was already issued)"
+
+// noSecret is the refusal of an agent request without its boot's secret.
+const noSecret = "no valid boot secret (Authorization: Bearer) for the machine's current boot"
+
+// authenticated reports whether r carries the secret of m's current boot:
+// the one whose hash is in m's status, or the one this replica issued for
+// it last (the status may lag behind in the cache).
+func (h *Handler) authenticated(r *http.Request, m *kubefarmv1.Machine) (bootsecret.Secret, bool) {
+	s, ok := bootsecret.FromRequest(r)
+	if !ok {
+		return "", false
+	}
+	if c := m.Status.BootCredential; c != nil && s.Matches(c.SHA256) {
+		return s, true
+	}
+	return s, h.cfg.Windows != nil && h.cfg.Windows.Knows(machineKey(m), s)
+}
+
 // config serves the machine's boot configuration with its join token:
-// only to the machine's leased IP, for its MAC, inside its boot window,
-// once. Anything else is 403.
+// only to the machine's leased IP, for its MAC, with the secret this
+// replica issued to the boot, inside its window, once. Anything else is
+// 403.
 func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) {
 	if h.cfg.Windows == nil {
 		h.forbidden(w, r, "boot configuration disabled")
@@ -75,6 +158,11 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		return
 	}
 	key := machineKey(m)
+	s, ok := bootsecret.FromRequest(r)
+	if !ok {
+		h.refused(w, r, m, noSecret)
+		return
+	}
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
 	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
 	if !ok {
@@ -89,7 +177,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		return
 	}
 	if h.cfg.Tokens == nil {
-		if h.cfg.Windows.IsOpen(key) {
+		if h.cfg.Windows.Pending(key, s) {
 			log.Info("no join token issuer configured")
 			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
 			return
@@ -97,7 +185,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		h.refused(w, r, m, noWindow)
 		return
 	}
-	if h.cfg.Tenants != nil && h.cfg.Windows.IsOpen(key) {
+	if h.cfg.Tenants != nil && h.cfg.Windows.Pending(key, s) {
 		// Before the window is consumed: a tenant not reachable yet costs
 		// the agent a retry, not its boot.
 		ctx, cancel := apiWriteContext(r)
@@ -110,7 +198,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		}
 		nc.TenantFacts = facts
 	}
-	opened, ok := h.cfg.Windows.Consume(key)
+	opened, ok := h.cfg.Windows.Consume(key, s)
 	if !ok {
 		h.refused(w, r, m, noWindow)
 		return
@@ -119,7 +207,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	defer cancel()
 	tok, err := h.cfg.Tokens.Issue(ctx, m)
 	if err != nil {
-		h.cfg.Windows.Restore(key, opened)
+		h.cfg.Windows.Restore(key, s)
 		log.Error(err, "issuing join token")
 		http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
 		return
@@ -127,14 +215,14 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	nc.JoinToken = tok
 	body, err := json.Marshal(nc)
 	if err != nil {
-		h.cfg.Windows.Restore(key, opened)
+		h.cfg.Windows.Restore(key, s)
 		log.Error(err, "encoding node configuration")
 		http.Error(w, "cannot encode node configuration", http.StatusServiceUnavailable)
 		return
 	}
 	log.Info("served boot configuration")
 	h.normal(key, events.ReasonConfigServed, "", func() string {
-		return fmt.Sprintf("served the boot configuration with a join token to %s, %s after the boot window opened",
+		return fmt.Sprintf("served the boot configuration with a join token to %s, %s after the boot's secret was issued",
 			peerHost(r), time.Since(opened).Round(time.Second))
 	})
 	w.Header().Set("Content-Type", "application/json")
@@ -144,7 +232,7 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 }
 
 // noWindow is the refusal of a /config request outside its boot window.
-const noWindow = "no open boot window (already used, expired, or this replica served no script for this boot)"
+const noWindow = "no open configuration window for this secret (already used, expired, or not the secret this replica issued to the boot)"
 
 // APIWriteTimeout bounds an API write a request makes: issuing a join
 // token, recording a boot.
@@ -181,6 +269,10 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 	}
 	m, ok := h.peerMachine(w, r, rep.MAC)
 	if !ok {
+		return
+	}
+	if _, ok := h.authenticated(r, m); !ok {
+		h.refused(w, r, m, noSecret)
 		return
 	}
 	key := machineKey(m)

@@ -67,9 +67,6 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 			return
 		}
 	}
-	if h.cfg.Windows != nil && r.Method == http.MethodGet {
-		h.cfg.Windows.Open(key)
-	}
 	log.Info("serving boot script", "image", img.Name, "rootfs", img.Spec.Rootfs.Digest)
 	if r.Method == http.MethodGet {
 		h.normal(key, events.ReasonScriptServed, "", func() string {

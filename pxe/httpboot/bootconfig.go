@@ -16,6 +16,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 // NetworkUnavailableTaint keeps pods off a node until the agent has checked
@@ -126,20 +127,40 @@ type JoinTokens interface {
 	Issue(ctx context.Context, m *kubefarmv1.Machine) (string, error)
 }
 
-// BootWindows tracks, per machine, the window in which its boot
-// configuration may be fetched: it opens when this replica serves the
-// machine's iPXE script and closes after TTL or on first use.
+// BootWindows is one replica's memory of the boots in progress, the steps
+// that hand a booting machine its secret and its configuration
+// (docs/security.md):
 //
-// It is per replica on purpose. The script names this replica
-// (kubefarm.server), so the agent of that boot asks this replica; a replica
-// that restarts forgets its windows and the machine must boot again, which
-// fails safe.
+//  1. Arm: this replica answered the DHCP request of an iPXE client with
+//     the machine's MAC. Only the machine itself can send that (a pod's
+//     packets are routed off the node, never bridged onto the boot
+//     network), and iPXE is what fetches the script and the secret next.
+//  2. Issue: GET /secret/<mac> from the machine's leased IP takes the arm
+//     and mints the boot's secret. Without an arm nothing is minted, so a
+//     pod that fetches the script, or asks for the secret, long after the
+//     boot gets nothing.
+//  3. Consume: GET /config/<mac> with that secret takes the configuration
+//     window, once.
+//
+// Arms and windows close after TTL. It is per replica on purpose: the DHCP
+// answer that armed it names this replica, so iPXE and the agent of that
+// boot ask this replica; a replica that restarts forgets its arms and
+// windows, and the machine must boot again, which fails safe. What outlives
+// a restart is the secret's hash in the Machine's status.bootCredential,
+// which every replica checks reports and heartbeats against.
 type BootWindows struct {
 	ttl time.Duration
 	now func() time.Time
 
-	mu   sync.Mutex
-	open map[string]time.Time // machine key -> when the window opened
+	mu    sync.Mutex
+	armed map[string]time.Time  // MAC -> when its DHCP was answered
+	boots map[string]*bootEntry // machine key -> its current boot's secret
+}
+
+type bootEntry struct {
+	hash   string    // bootsecret.Secret.Hash of the boot's secret
+	opened time.Time // when the secret was issued: the window's start
+	taken  bool      // the configuration was served
 }
 
 // NewBootWindows makes a tracker; now is the clock (time.Now when nil).
@@ -147,54 +168,132 @@ func NewBootWindows(ttl time.Duration, now func() time.Time) *BootWindows {
 	if now == nil {
 		now = time.Now
 	}
-	return &BootWindows{ttl: ttl, now: now, open: map[string]time.Time{}}
+	return &BootWindows{ttl: ttl, now: now, armed: map[string]time.Time{}, boots: map[string]*bootEntry{}}
 }
 
-// Open starts (or restarts) the window of machine key.
-func (w *BootWindows) Open(key string) {
+// sweepEvery: the maps are swept of expired entries now and then so that
+// they stay the size of the machines booting within one TTL.
+const sweepEvery = 256
+
+func (w *BootWindows) sweep(now time.Time) {
+	if n := len(w.armed) + len(w.boots); n < 1024 || n%sweepEvery != 0 {
+		return
+	}
+	for k, t := range w.armed {
+		if now.Sub(t) > w.ttl {
+			delete(w.armed, k)
+		}
+	}
+	for k, b := range w.boots {
+		if now.Sub(b.opened) > w.ttl {
+			delete(w.boots, k)
+		}
+	}
+}
+
+// Arm records that this replica answered an iPXE client's DHCP request
+// from mac (lower-case colon form): the machine is booting now.
+func (w *BootWindows) Arm(mac string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
-	// Sweep expired entries now and then so the map stays the size of the
-	// machines booting within one TTL, not of every machine ever booted.
-	if len(w.open) >= 1024 && len(w.open)%256 == 0 {
-		for k, t := range w.open {
-			if now.Sub(t) > w.ttl {
-				delete(w.open, k)
-			}
-		}
-	}
-	w.open[key] = now
+	w.sweep(now)
+	w.armed[mac] = now
 }
 
-// Consume closes the window of key. It returns when the window opened and
-// whether it was open.
-func (w *BootWindows) Consume(key string) (time.Time, bool) {
+// Armed reports whether mac's boot is armed, without taking the arm.
+func (w *BootWindows) Armed(mac string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t, ok := w.open[key]
-	delete(w.open, key)
-	return t, ok && w.now().Sub(t) <= w.ttl
+	t, ok := w.armed[mac]
+	return ok && w.now().Sub(t) <= w.ttl
+}
+
+// armedAt is when mac was armed (zero when it is not).
+func (w *BootWindows) armedAt(mac string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.armed[mac]
+}
+
+// Issue takes mac's arm and mints the secret of machine key's boot; false
+// when mac is not armed (no DHCP answered for it within TTL, or its secret
+// was already issued). The new secret replaces any earlier boot's.
+func (w *BootWindows) Issue(mac, key string) (bootsecret.Secret, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.now()
+	t, ok := w.armed[mac]
+	delete(w.armed, mac)
+	if !ok || now.Sub(t) > w.ttl {
+		return "", false, nil
+	}
+	s, err := bootsecret.Generate(nil)
+	if err != nil {
+		w.armed[mac] = t
+		return "", false, err
+	}
+	w.boots[key] = &bootEntry{hash: s.Hash(), opened: now}
+	return s, true, nil
+}
+
+// Unissue undoes an Issue whose secret never reached the machine (the
+// status write failed): the arm is back, with its first time, and the
+// boot's entry is gone.
+func (w *BootWindows) Unissue(mac, key string, s bootsecret.Secret, armed time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if b, ok := w.boots[key]; ok && s.Matches(b.hash) {
+		delete(w.boots, key)
+	}
+	if _, ok := w.armed[mac]; !ok {
+		w.armed[mac] = armed
+	}
+}
+
+// Pending reports whether key's configuration window is open for s: s is
+// its boot's secret, the window has not expired and the configuration has
+// not been served.
+func (w *BootWindows) Pending(key string, s bootsecret.Secret) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.boots[key]
+	return ok && !b.taken && w.now().Sub(b.opened) <= w.ttl && s.Matches(b.hash)
+}
+
+// Consume takes key's configuration window for s. It returns when the
+// window opened and whether it was open for s.
+func (w *BootWindows) Consume(key string, s bootsecret.Secret) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, ok := w.boots[key]
+	if !ok || b.taken || w.now().Sub(b.opened) > w.ttl || !s.Matches(b.hash) {
+		return time.Time{}, false
+	}
+	b.taken = true
+	return b.opened, true
 }
 
 // Restore reopens a window consumed by a request that then failed for a
 // reason of the server's (e.g. the token issuer was unreachable), keeping
-// its original opening time so that retries cannot extend it. A window
-// reopened meanwhile by a new boot is left alone.
-func (w *BootWindows) Restore(key string, opened time.Time) {
+// its original opening time so that retries cannot extend it. A newer boot
+// of the machine meanwhile is left alone.
+func (w *BootWindows) Restore(key string, s bootsecret.Secret) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.open[key]; !ok {
-		w.open[key] = opened
+	if b, ok := w.boots[key]; ok && s.Matches(b.hash) {
+		b.taken = false
 	}
 }
 
-// IsOpen reports whether key's window is open, without consuming it.
-func (w *BootWindows) IsOpen(key string) bool {
+// Knows reports whether s is the secret this replica issued for key's
+// latest boot, whatever the window: the Machine's status may not show the
+// hash yet when the boot's first report arrives.
+func (w *BootWindows) Knows(key string, s bootsecret.Secret) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	t, ok := w.open[key]
-	return ok && w.now().Sub(t) <= w.ttl
+	b, ok := w.boots[key]
+	return ok && s.Matches(b.hash)
 }
 
 // BootReport is what the agent posts to /report after a boot.
@@ -326,4 +425,7 @@ type BootRecorder interface {
 	// RequireReboot writes the RebootRequired condition c, and nothing
 	// else, for the boot of m's status.lastBoot.
 	RequireReboot(ctx context.Context, m *kubefarmv1.Machine, c metav1.Condition) error
+	// RecordCredential writes status.bootCredential, and nothing else:
+	// the hash of the secret issued to the boot now starting.
+	RecordCredential(ctx context.Context, m *kubefarmv1.Machine, c kubefarmv1.BootCredential) error
 }

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 func TestNodeConfigFor(t *testing.T) {
@@ -80,33 +81,72 @@ func TestNodeConfigFor(t *testing.T) {
 func TestBootWindows(t *testing.T) {
 	now := time.Unix(1000, 0)
 	w := NewBootWindows(5*time.Minute, func() time.Time { return now })
-	if _, ok := w.Consume("a"); ok {
-		t.Fatal("window open before Open")
+	const mac, key = "02:00:00:00:00:01", "t1/m1"
+	if _, ok, _ := w.Issue(mac, key); ok {
+		t.Fatal("secret issued without an arm")
 	}
-	w.Open("a")
-	opened, ok := w.Consume("a")
-	if !ok {
+	w.Arm(mac)
+	if !w.Armed(mac) {
+		t.Fatal("not armed after Arm")
+	}
+	s, ok, err := w.Issue(mac, key)
+	if err != nil || !ok {
+		t.Fatalf("Issue after Arm: %v %v", ok, err)
+	}
+	if _, ok, _ := w.Issue(mac, key); ok {
+		t.Fatal("one arm issued two secrets")
+	}
+	if !w.Knows(key, s) || !w.Pending(key, s) {
+		t.Fatal("the issued secret is not known or its window not open")
+	}
+	other, _ := bootsecret.Generate(nil)
+	if w.Pending(key, other) || w.Knows(key, other) {
+		t.Fatal("another secret opens the window")
+	}
+	if _, ok := w.Consume(key, other); ok {
+		t.Fatal("window consumed with another secret")
+	}
+	if _, ok := w.Consume(key, s); !ok {
 		t.Fatal("open window not consumed")
 	}
-	if _, ok := w.Consume("a"); ok {
+	if _, ok := w.Consume(key, s); ok {
 		t.Fatal("window used twice")
 	}
-	w.Restore("a", opened)
-	if _, ok := w.Consume("a"); !ok {
+	if !w.Knows(key, s) {
+		t.Fatal("the boot's secret is forgotten once its configuration is served")
+	}
+	w.Restore(key, s)
+	if _, ok := w.Consume(key, s); !ok {
 		t.Fatal("restored window not open")
 	}
-	w.Open("b")
+	// Unissue puts the arm back and forgets the secret.
+	w.Arm(mac)
+	armed := w.armedAt(mac)
+	s2, _, _ := w.Issue(mac, key)
+	w.Unissue(mac, key, s2, armed)
+	if w.Knows(key, s2) || !w.Armed(mac) {
+		t.Fatal("Unissue left the secret or took the arm")
+	}
+	s3, ok, _ := w.Issue(mac, key)
+	if !ok || w.Knows(key, s) {
+		t.Fatal("a new boot's secret does not replace the last one")
+	}
+	// Arms and windows expire; a restore cannot extend a window past its TTL.
 	now = now.Add(5*time.Minute + time.Second)
-	if w.IsOpen("b") {
+	if w.Pending(key, s3) {
 		t.Fatal("window open after TTL")
 	}
-	if _, ok := w.Consume("b"); ok {
+	if _, ok := w.Consume(key, s3); ok {
 		t.Fatal("expired window consumed")
 	}
-	// A restore cannot extend a window past its original TTL.
-	w.Restore("b", opened)
-	if w.IsOpen("b") {
+	w.Restore(key, s3)
+	if w.Pending(key, s3) {
 		t.Fatal("restore extended an expired window")
+	}
+	w.Arm(mac)
+	now = now.Add(5*time.Minute + time.Second)
+	if _, ok, _ := w.Issue(mac, key); ok {
+		t.Fatal("expired arm issued a secret")
 	}
 }
 
@@ -149,6 +189,9 @@ type fakeRecorder struct {
 	also      [][]metav1.Condition
 	reboots   []metav1.Condition
 	rebootErr error
+	// creds are RecordCredential's writes, which fail with credErr.
+	creds   []kubefarmv1.BootCredential
+	credErr error
 }
 
 func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec kubefarmv1.BootRecord, network metav1.Condition, also ...metav1.Condition) error {
@@ -163,6 +206,17 @@ func (f *fakeRecorder) RecordBoot(_ context.Context, m *kubefarmv1.Machine, rec 
 	for _, c := range also {
 		meta.SetStatusCondition(&m.Status.Conditions, c)
 	}
+	return nil
+}
+
+func (f *fakeRecorder) RecordCredential(_ context.Context, m *kubefarmv1.Machine, c kubefarmv1.BootCredential) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.credErr != nil {
+		return f.credErr
+	}
+	f.creds = append(f.creds, c)
+	m.Status.BootCredential = &c
 	return nil
 }
 
@@ -188,9 +242,13 @@ func TestConfigAndReport(t *testing.T) {
 	rec := &fakeRecorder{}
 	f.h.cfg.Recorder = rec
 
+	var secret bootsecret.Secret
 	req := func(method, path, from, body string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, "http://10.0.0.2:8080"+path, strings.NewReader(body))
 		r.RemoteAddr = from
+		if secret != "" {
+			bootsecret.SetHeader(r, secret)
+		}
 		w := httptest.NewRecorder()
 		f.h.ServeHTTP(w, r)
 		return w
@@ -201,8 +259,20 @@ func TestConfigAndReport(t *testing.T) {
 	if w := req("GET", cfg, mine, ""); w.Code != 403 {
 		t.Fatalf("before boot: %d, want 403", w.Code)
 	}
+	// Fetching the script opens nothing: a pod can do it.
 	if w := req("GET", "/boot/"+mac+".ipxe", mine, ""); w.Code != 200 {
 		t.Fatalf("script: %d", w.Code)
+	}
+	if w := req("GET", "/secret/"+mac, mine, ""); w.Code != 403 {
+		t.Fatalf("secret without a DHCP answer: %d, want 403", w.Code)
+	}
+	secret = f.bootSecret(t, mac, mine)
+	if len(rec.creds) != 1 || !secret.Matches(rec.creds[0].SHA256) {
+		t.Fatalf("credential writes %+v, want the secret's hash", rec.creds)
+	}
+	// The secret is once per DHCP answer.
+	if w := req("GET", "/secret/"+mac, mine, ""); w.Code != 403 {
+		t.Fatalf("second secret: %d, want 403", w.Code)
 	}
 	// Window open, but no issuer: 503 and the window stays open.
 	if w := req("GET", cfg, mine, ""); w.Code != 503 {
@@ -219,6 +289,15 @@ func TestConfigAndReport(t *testing.T) {
 			t.Errorf("%s: %d %q, want 403 forbidden", tc.name, w.Code, w.Body.String())
 		}
 	}
+	// Without the secret, or with another, nothing.
+	kept := secret
+	for name, s := range map[string]bootsecret.Secret{"no secret": "", "another secret": mustSecret(t)} {
+		secret = s
+		if w := req("GET", cfg, mine, ""); w.Code != 403 {
+			t.Errorf("config with %s: %d, want 403", name, w.Code)
+		}
+	}
+	secret = kept
 	// Issuer failure keeps the window.
 	tokens.err = errors.New("tenant API down")
 	if w := req("GET", cfg, mine, ""); w.Code != 503 {
@@ -239,15 +318,24 @@ func TestConfigAndReport(t *testing.T) {
 	if w := req("GET", cfg, mine, ""); w.Code != 403 {
 		t.Fatalf("second use: %d, want 403", w.Code)
 	}
-	// A new boot opens a new window, which expires.
-	req("GET", "/boot/"+mac+".ipxe", mine, "")
+	// A new boot's window expires.
+	stale := secret
+	secret = f.bootSecret(t, mac, mine)
 	now = now.Add(11 * time.Minute)
 	if w := req("GET", cfg, mine, ""); w.Code != 403 {
 		t.Fatalf("expired window: %d, want 403", w.Code)
 	}
 
-	// Reports.
+	// Reports: the last boot's secret is refused.
 	good := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) + `"}`
+	cur := secret
+	for name, s := range map[string]bootsecret.Secret{"no secret": "", "the last boot's secret": stale} {
+		secret = s
+		if w := req("POST", "/report", mine, good); w.Code != 403 {
+			t.Errorf("report with %s: %d, want 403", name, w.Code)
+		}
+	}
+	secret = cur
 	for _, tc := range []struct {
 		name, method, from, body string
 		code                     int
@@ -281,6 +369,10 @@ type slowWriter struct {
 	mu    sync.Mutex
 	calls int
 	recs  []kubefarmv1.BootRecord
+}
+
+func (s *slowWriter) RecordCredential(ctx context.Context, _ *kubefarmv1.Machine, _ kubefarmv1.BootCredential) error {
+	return s.write(ctx)
 }
 
 func (s *slowWriter) write(ctx context.Context) error {
@@ -325,14 +417,14 @@ func (s *slowWriter) Issue(ctx context.Context, _ *kubefarmv1.Machine) (string, 
 // halfClose sends a raw HTTP/1.1 request to addr, shuts its sending side
 // down at once, as busybox nc does when its input ends, and reads the
 // answer.
-func halfClose(t *testing.T, addr, method, path, body string) *http.Response {
+func halfClose(t *testing.T, addr, method, path, body string, secret bootsecret.Secret) *http.Response {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	req := method + " " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\n"
+	req := method + " " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nConnection: close\r\nAuthorization: Bearer " + string(secret) + "\r\n"
 	if body != "" {
 		req += "Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n"
 	}
@@ -375,7 +467,9 @@ func TestAPIWritesSurviveHalfClose(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
 	report := `{"mac":"` + mac + `","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"` + sha(f.rootfs) + `"}`
-	resp := halfClose(t, addr, http.MethodPost, "/report", report)
+	secret := mustSecret(t)
+	m.Status.BootCredential = &kubefarmv1.BootCredential{SHA256: secret.Hash()}
+	resp := halfClose(t, addr, http.MethodPost, "/report", report, secret)
 	if resp.StatusCode != http.StatusNoContent {
 		b, _ := io.ReadAll(resp.Body)
 		t.Errorf("report from a half-closed connection: %s %q, want 204", resp.Status, b)
@@ -384,8 +478,12 @@ func TestAPIWritesSurviveHalfClose(t *testing.T) {
 		t.Errorf("recorded %+v, want the boot", recs)
 	}
 
-	f.h.cfg.Windows.Open("t1/m1")
-	resp = halfClose(t, addr, http.MethodGet, "/config/"+mac, "")
+	f.h.cfg.Windows.Arm(mac)
+	secret, _, err := f.h.cfg.Windows.Issue(mac, "t1/m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp = halfClose(t, addr, http.MethodGet, "/config/"+mac, "", secret)
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "abcdef.0123456789abcdef") {
 		t.Errorf("config from a half-closed connection: %s %q, want 200 with the token", resp.Status, b)

@@ -16,12 +16,22 @@
 //     immutable since the name is the content's hash.
 //   - /ipxe/<binary>: the iPXE binaries for UEFI HTTP boot, with the same
 //     allow-list as the TFTP service (bootpaths.Binaries).
+//   - /secret/<mac> (GET only): the boot's secret (package bootsecret), a
+//     newc cpio the script loads as a second initrd. Only to the machine's
+//     leased IP, and only when this replica answered the DHCP request of
+//     the machine's iPXE within the boot window (BootWindows.Arm), once per
+//     such answer. Its hash goes into status.bootCredential before the
+//     archive is sent. Serving the script opens nothing.
 //   - /config/<mac>: the machine's node configuration and join token, for
-//     kubefarm-agent. Only to the machine's leased IP, for its MAC, inside
-//     its boot window (opened by serving its script, BootWindows), once;
-//     every other request gets the same 403.
+//     kubefarm-agent. Only to the machine's leased IP, for its MAC, with
+//     the secret of the boot this replica issued (Authorization: Bearer),
+//     inside that boot's window, once; every other request gets the same
+//     403.
 //     With Tenants set it also carries the tenant's API server, CA, DNS
 //     and pod network (TenantFacts).
+//   - POST /report and POST /heartbeat carry the boot's secret too, checked
+//     against status.bootCredential (or this replica's memory of the boot
+//     it issued the secret for, while the cache catches up).
 //   - POST /report: the agent's boot ID, image digest and CNI chain
 //     verdict, recorded in the Machine's status.lastBoot and its
 //     NetworkVerified condition in one write (BootRecorder), again only

@@ -28,6 +28,7 @@ const (
 	RouteArtifacts = string(bootpaths.RouteArtifact)
 	RouteIPXE      = string(bootpaths.RouteBinary)
 	RouteConfig    = string(bootpaths.RouteConfig)
+	RouteSecret    = string(bootpaths.RouteSecret)
 	RouteReport    = string(bootpaths.RouteReport)
 	RouteHeartbeat = string(bootpaths.RouteHeartbeat)
 	RouteHealthz   = string(bootpaths.RouteHealthz)
@@ -50,8 +51,10 @@ type Config struct {
 	EnsureTimeout time.Duration
 	// Ready, when set, gates Probes' /healthz (e.g. the cache has synced).
 	Ready func() bool
-	// Windows tracks boot windows: serving a script opens one, /config
-	// consumes it. Nil disables /config (every request gets 403).
+	// Windows tracks boots in progress: the DHCP server arms a machine's
+	// boot, /secret takes the arm and issues the boot's secret, /config
+	// takes the secret once (BootWindows). Nil disables /secret and
+	// /config (every request gets 403).
 	Windows *BootWindows
 	// Tokens issues join tokens for /config. Nil: /config answers 503 to
 	// an otherwise authorised request, without consuming its window.
@@ -124,6 +127,10 @@ func NewHandler(cfg Config, machines Machines, store *Store, m *Metrics, gather 
 	return h, nil
 }
 
+// Windows is the handler's memory of boots in progress (Config.Windows),
+// which the DHCP server arms.
+func (h *Handler) Windows() *BootWindows { return h.cfg.Windows }
+
 // ServeHTTP dispatches on the exact path shapes of bootpaths.Parse rather
 // than a pattern mux, so that every accepted path is one that package
 // spells out.
@@ -141,8 +148,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	allow, ok := "GET, HEAD", r.Method == http.MethodGet || r.Method == http.MethodHead
-	if route == RouteReport || route == RouteHeartbeat {
+	switch route {
+	case RouteReport, RouteHeartbeat:
 		allow, ok = "POST", r.Method == http.MethodPost
+	case RouteSecret:
+		// A HEAD would be a GET that mints a secret nobody receives.
+		allow, ok = "GET", r.Method == http.MethodGet
 	}
 	if !ok {
 		rw.Header().Set("Allow", allow)
@@ -163,6 +174,8 @@ func (h *Handler) route(p string) (string, http.HandlerFunc) {
 		serve = func(w http.ResponseWriter, r *http.Request) { h.artifact(w, r, arg) }
 	case bootpaths.RouteConfig:
 		serve = func(w http.ResponseWriter, r *http.Request) { h.config(w, r, arg) }
+	case bootpaths.RouteSecret:
+		serve = func(w http.ResponseWriter, r *http.Request) { h.secret(w, r, arg) }
 	case bootpaths.RouteReport:
 		serve = h.report
 	case bootpaths.RouteHeartbeat:

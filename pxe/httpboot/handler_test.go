@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 // fakeMachines is an in-memory Machines for handler tests; the cache-backed
@@ -69,6 +70,42 @@ type handlerFixture struct {
 	ipxeDir  string
 	blobSrv  *blobServer
 	machines *fakeMachines
+}
+
+// bootSecret walks mac's boot up to its secret as the booting machine
+// does: this replica answers its iPXE's DHCP request (Arm), then iPXE
+// fetches /secret/<mac> from the machine's address from. The handler needs
+// Windows and a Recorder.
+func (f *handlerFixture) bootSecret(t testing.TB, mac, from string) bootsecret.Secret {
+	t.Helper()
+	f.h.cfg.Windows.Arm(mac)
+	r := httptest.NewRequest("GET", "http://10.0.0.2:8080/secret/"+mac, nil)
+	r.RemoteAddr = from
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get("Cache-Control") != "no-store" {
+		t.Fatalf("GET /secret/%s: %d %v %s", mac, w.Code, w.Header(), w.Body.String())
+	}
+	return secretOf(t, w.Body.Bytes())
+}
+
+// secretOf reads the secret out of /secret's archive.
+func secretOf(t testing.TB, archive []byte) bootsecret.Secret {
+	t.Helper()
+	s, err := bootsecret.FromArchive(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustSecret(t testing.TB) bootsecret.Secret {
+	t.Helper()
+	s, err := bootsecret.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func newHandlerFixture(t testing.TB, log logr.Logger) *handlerFixture {
@@ -147,8 +184,8 @@ func TestHandler(t *testing.T) {
 	k, i, r := sha(f.kernel), sha(f.initrd), sha(f.rootfs)
 	script := "#!ipxe\n" +
 		"kernel " + base + "/artifacts/" + k + " console=ttyS0,115200n8 quiet debug loglevel=7" +
-		" initrd=initrd kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
-		"initrd --name initrd " + base + "/artifacts/" + i + "\nboot\n"
+		" initrd=initrd initrd=bootsecret kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
+		"initrd --name initrd " + base + "/artifacts/" + i + "\ninitrd --name bootsecret " + base + "/secret/${netX/mac}\nboot\n"
 	script2 := strings.Replace(script, " debug loglevel=7", "", 1)
 
 	for _, tc := range []struct {
@@ -291,6 +328,13 @@ func FuzzRoutes(f *testing.F) {
 	}
 	f.Add("/report", "", "", byte(2), `{"mac":"02:00:00:00:00:01","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","imageDigest":"`+k+`"}`)
 	f.Add("/config/02:00:00:00:00:01", "", "", byte(0), "")
+	f.Add("/secret/02:00:00:00:00:01", "", "", byte(0), "")
+	f.Add("/secret/${netX/mac}", "", "", byte(0), "")
+	// The machine is armed, but the fuzzer's requests come from 192.0.2.1,
+	// not its address: a secret is never issued to them.
+	fx.h.cfg.Windows = NewBootWindows(time.Hour, nil)
+	fx.h.cfg.Windows.Arm("02:00:00:00:00:01")
+	fx.h.cfg.Recorder = &fakeRecorder{}
 	f.Add("/heartbeat", "", "", byte(2), `{"mac":"02:00:00:00:00:01","bootID":"0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0","rebootRequired":{"reason":"InteractiveLogin"}}`)
 	allowed := map[string][]byte{
 		"/artifacts/" + k:              fx.kernel,

@@ -134,6 +134,10 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if _, ok := h.authenticated(r, m); !ok {
+		h.refused(w, r, m, noSecret)
+		return
+	}
 	log := h.log.WithValues("machine", machineKey(m), "peer", r.RemoteAddr, "bootID", hb.BootID)
 	reply := HeartbeatReply{Reboot: rebootRequested(m, hb.BootID)}
 	if reply.Reboot {

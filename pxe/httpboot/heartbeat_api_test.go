@@ -24,6 +24,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -93,18 +94,44 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	h, err := httpboot.NewHandler(httpboot.Config{BaseURL: "http://10.0.0.2:8080", Recorder: httpboot.StatusRecorder{Client: c}},
-		apiMachines{c}, store, nil, nil, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
+	// A replica: its own memory of boots, Machines read from the API.
+	replica := func() *httpboot.Handler {
+		h, err := httpboot.NewHandler(httpboot.Config{BaseURL: "http://10.0.0.2:8080", Recorder: httpboot.StatusRecorder{Client: c},
+			Windows: httpboot.NewBootWindows(time.Minute, nil)}, apiMachines{c}, store, nil, nil, testr.New(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	post := func(path string, v any) *httptest.ResponseRecorder {
-		b, _ := json.Marshal(v)
-		r := httptest.NewRequest("POST", "http://10.0.0.2:8080"+path, strings.NewReader(string(b)))
+	h := replica()
+	var secret bootsecret.Secret
+	do := func(h *httpboot.Handler, method, path string, body []byte) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(method, "http://10.0.0.2:8080"+path, strings.NewReader(string(body)))
 		r.RemoteAddr = ip + ":40000"
+		if secret != "" {
+			bootsecret.SetHeader(r, secret)
+		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		return w
+	}
+	post := func(path string, v any) *httptest.ResponseRecorder {
+		b, _ := json.Marshal(v)
+		return do(h, "POST", path, b)
+	}
+	// newBoot: the replica answers the machine's iPXE DHCP request and
+	// hands it its secret, whose hash lands in the Machine's status.
+	newBoot := func() {
+		t.Helper()
+		h.Windows().Arm(mac)
+		w := do(h, "GET", "/secret/"+mac, nil)
+		if w.Code != 200 {
+			t.Fatalf("secret: %d %s", w.Code, w.Body.String())
+		}
+		var err error
+		if secret, err = bootsecret.FromArchive(w.Body.Bytes()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	report := func(boot string) {
 		t.Helper()
@@ -147,6 +174,10 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 		}
 	}
 
+	newBoot()
+	if bc := get().Status.BootCredential; bc == nil || !secret.Matches(bc.SHA256) {
+		t.Fatalf("status.bootCredential %+v, want the secret's hash", bc)
+	}
 	report(bootA)
 	if got := get(); cond(got, kubefarmv1.ConditionRebootRequired) != nil {
 		t.Errorf("first report wrote RebootRequired %+v", cond(got, kubefarmv1.ConditionRebootRequired))
@@ -191,8 +222,25 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 		t.Error("boot B asked to reboot")
 	}
 
-	// The new boot's report makes it False, in its own write.
+	// The new boot's report makes it False, in its own write. It has its
+	// own secret; the last boot's is refused, by this replica and by one
+	// that never saw either boot (or restarted), which has only the status.
+	last := secret
+	newBoot()
 	report(bootB)
+	fresh := replica()
+	hb, _ := json.Marshal(httpboot.Heartbeat{MAC: mac, BootID: bootB})
+	if w := do(fresh, "POST", "/heartbeat", hb); w.Code != 200 {
+		t.Errorf("the new boot's heartbeat to another replica: %d, want 200", w.Code)
+	}
+	current := secret
+	secret = last
+	for name, r := range map[string]*httpboot.Handler{"this replica": h, "another replica": fresh} {
+		if w := do(r, "POST", "/heartbeat", hb); w.Code != 403 {
+			t.Errorf("the last boot's secret to %s: %d, want 403", name, w.Code)
+		}
+	}
+	secret = current
 	got = get()
 	rr = cond(got, kubefarmv1.ConditionRebootRequired)
 	if rr == nil || rr.Status != metav1.ConditionFalse || rr.Reason != "NewBoot" || rr.Message != "boot "+bootB {

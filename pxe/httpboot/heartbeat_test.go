@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
@@ -31,6 +32,9 @@ type heartbeatFixture struct {
 	m   *kubefarmv1.Machine
 	rec *fakeRecorder
 	ev  *record.FakeRecorder
+	// secret is the machine's boot secret, whose hash is in its status;
+	// post sends it.
+	secret bootsecret.Secret
 }
 
 func newHeartbeatFixture(t testing.TB, log logr.Logger) *heartbeatFixture {
@@ -39,6 +43,8 @@ func newHeartbeatFixture(t testing.TB, log logr.Logger) *heartbeatFixture {
 	f.m.Spec.IP = hbIP
 	f.h.cfg.Recorder = f.rec
 	f.h.cfg.Events = events.New(f.ev, events.Config{})
+	f.secret = mustSecret(t)
+	f.m.Status.BootCredential = &kubefarmv1.BootCredential{SHA256: f.secret.Hash()}
 	return f
 }
 
@@ -46,6 +52,9 @@ func newHeartbeatFixture(t testing.TB, log logr.Logger) *heartbeatFixture {
 func (f *heartbeatFixture) post(path, from, body string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest("POST", "http://10.0.0.2:8080"+path, strings.NewReader(body))
 	r.RemoteAddr = from
+	if f.secret != "" {
+		bootsecret.SetHeader(r, f.secret)
+	}
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
 	return w
@@ -145,6 +154,45 @@ func TestHeartbeatRefused(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.metrics.requests.WithLabelValues(RouteHeartbeat, "403")); got != 2 {
 		t.Errorf("heartbeat 403s = %v, want 2", got)
+	}
+}
+
+// TestHeartbeatNeedsTheBootSecret: what a pod on the node can send (the
+// node's address, MAC and boot ID, all readable from inside a pod) is not
+// a heartbeat without the boot's secret: no secret, another one, or the
+// secret of the machine's previous boot is the same 403, with a Warning on
+// the machine, and nothing is written or answered.
+func TestHeartbeatNeedsTheBootSecret(t *testing.T) {
+	f := newHeartbeatFixture(t, testr.New(t))
+	f.m.Status.LastBoot = &kubefarmv1.BootRecord{BootID: bootA, ImageDigest: sha(f.rootfs)}
+	f.m.Status.Rollout = &kubefarmv1.MachineRollout{Phase: kubefarmv1.RolloutRebooting, PreviousBootID: bootA}
+	good := `{"mac":"` + hbMAC + `","bootID":"` + bootA + `","rebootRequired":{"reason":"RebootRequiredFile","message":"linux-image"}}`
+	current := f.secret
+	previous := mustSecret(t)
+	for name, s := range map[string]bootsecret.Secret{"no secret": "", "another secret": mustSecret(t), "the previous boot's secret": previous} {
+		f.secret = s
+		w := f.post("/heartbeat", hbIP+":40000", good)
+		if w.Code != 403 || w.Body.String() != "forbidden\n" || strings.Contains(w.Body.String(), "reboot") {
+			t.Errorf("%s: %d %q, want the one 403", name, w.Code, w.Body.String())
+		}
+		if got := f.events(); len(got) != 1 || !strings.Contains(got[0], "Warning Refused") || !strings.Contains(got[0], noSecret) {
+			t.Errorf("%s: events %q, want one Refused naming the secret", name, got)
+		}
+		// Events for one reason are throttled per machine; forget them.
+		f.h.cfg.Events = events.New(f.ev, events.Config{})
+	}
+	if len(f.rec.reboots) != 0 {
+		t.Errorf("a heartbeat without the secret wrote %+v", f.rec.reboots)
+	}
+	f.secret = current
+	if code, reply := f.beat(t, bootA, nil); code != 200 || !reply.Reboot {
+		t.Errorf("heartbeat with the boot's secret: %d %+v", code, reply)
+	}
+	// A report is held to the same rule.
+	f.secret = previous
+	b, _ := json.Marshal(BootReport{MAC: hbMAC, BootID: bootB, ImageDigest: sha(f.rootfs)})
+	if w := f.post("/report", hbIP+":40000", string(b)); w.Code != 403 || len(f.rec.recs) != 0 {
+		t.Errorf("report with the previous boot's secret: %d, %d records", w.Code, len(f.rec.recs))
 	}
 }
 

@@ -2,6 +2,7 @@ package httpboot
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -122,4 +123,16 @@ func (s StatusRecorder) RecordBoot(ctx context.Context, m *kubefarmv1.Machine, r
 		meta.SetStatusCondition(&patched.Status.Conditions, c)
 	}
 	return s.Client.Status().Patch(ctx, patched, client.MergeFromWithOptions(m, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner))
+}
+
+// RecordCredential implements BootRecorder: a merge patch of
+// status.bootCredential alone, without a resourceVersion, since no other
+// writer touches that field and the secret is already minted.
+func (s StatusRecorder) RecordCredential(ctx context.Context, m *kubefarmv1.Machine, c kubefarmv1.BootCredential) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"bootCredential": c}})
+	if err != nil {
+		return err
+	}
+	obj := &kubefarmv1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}
+	return s.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner))
 }

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
@@ -81,10 +82,13 @@ func TestReportNetworkVerdict(t *testing.T) {
 	f.h.cfg.Recorder = rec
 	ev := record.NewFakeRecorder(16)
 	f.h.cfg.Events = events.New(ev, events.Config{})
+	secret := mustSecret(t)
+	m.Status.BootCredential = &kubefarmv1.BootCredential{SHA256: secret.Hash()}
 	post := func(network *NetworkVerdict) int {
 		b, _ := json.Marshal(BootReport{MAC: mac, BootID: testBootID, ImageDigest: sha(f.rootfs), Network: network})
 		r := httptest.NewRequest("POST", "http://10.0.0.2:8080/report", strings.NewReader(string(b)))
 		r.RemoteAddr = ip + ":40000"
+		bootsecret.SetHeader(r, secret)
 		w := httptest.NewRecorder()
 		f.h.ServeHTTP(w, r)
 		return w.Code
@@ -153,17 +157,19 @@ func TestConfigTenantFacts(t *testing.T) {
 	const mac, ip = "02:00:00:00:00:01", "10.0.0.11"
 	f.machines.machines[mac].Spec.IP = ip
 	f.h.cfg.Windows = NewBootWindows(10*time.Minute, nil)
+	f.h.cfg.Recorder = &fakeRecorder{}
 	f.h.cfg.Tokens = &fakeTokens{}
 	tenants := &fakeTenants{err: errors.New("tenant API down")}
 	f.h.cfg.Tenants = tenants
+	secret := f.bootSecret(t, mac, ip+":40000")
 	get := func() *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "http://10.0.0.2:8080/config/"+mac, nil)
 		r.RemoteAddr = ip + ":40000"
+		bootsecret.SetHeader(r, secret)
 		w := httptest.NewRecorder()
 		f.h.ServeHTTP(w, r)
 		return w
 	}
-	f.h.cfg.Windows.Open("t1/m1")
 	if w := get(); w.Code != 503 {
 		t.Fatalf("tenant down: %d, want 503", w.Code)
 	}

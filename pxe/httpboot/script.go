@@ -99,6 +99,18 @@ func ValidateKernelArg(arg string) error {
 // argument is harmless there.
 const initrdName = "initrd"
 
+// secretName is the name of the second initrd image, the boot's secret
+// (package bootsecret), named on the kernel command line for the same
+// reason as initrdName. iPXE hands the kernel both images one after the
+// other, and the kernel unpacks both cpio archives into its initramfs.
+const secretName = "bootsecret"
+
+// secretMAC is the booting NIC's MAC as iPXE expands it in the secret's
+// URL, in the lower-case colon form the API stores. The script names no
+// MAC of its own, so it stays the same whichever of the machine's NICs
+// booted.
+const secretMAC = "${netX/mac}"
+
 // validDigest reports whether d is sha256:<64 lower-case hex>.
 func validDigest(d string) bool {
 	_, ok := digestHex(d)
@@ -167,6 +179,7 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	}
 	args = append(args,
 		"initrd="+initrdName,
+		"initrd="+secretName,
 		"kubefarm.image="+r,
 		"kubefarm.rootfs="+urls.Artifact(r),
 		"kubefarm.server="+urls.String(),
@@ -185,6 +198,7 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	b.WriteString("#!ipxe\n")
 	b.WriteString("kernel " + urls.Artifact(k) + " " + cmdline + "\n")
 	b.WriteString("initrd --name " + initrdName + " " + urls.Artifact(i) + "\n")
+	b.WriteString("initrd --name " + secretName + " " + urls.Secret(secretMAC) + "\n")
 	b.WriteString("boot\n")
 	return b.String(), nil
 }

@@ -76,8 +76,9 @@ func TestScript(t *testing.T) {
 			img:  oldImg,
 			want: "#!ipxe\n" +
 				"kernel " + base + "/artifacts/" + dK + " console=ttyS0,115200n8 quiet debug loglevel=7 nouveau.modeset=0" +
-				" initrd=initrd kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
+				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd " + base + "/artifacts/" + dI + "\n" +
+				"initrd --name bootsecret " + base + "/secret/${netX/mac}\n" +
 				"boot\n",
 		},
 		{
@@ -92,8 +93,9 @@ func TestScript(t *testing.T) {
 			img:  newImg,
 			want: "#!ipxe\n" +
 				"kernel " + base + "/artifacts/" + dK2 + " console=ttyS0,115200n8 quiet nouveau.modeset=0 debug loglevel=7" +
-				" initrd=initrd kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
+				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd " + base + "/artifacts/" + dI2 + "\n" +
+				"initrd --name bootsecret " + base + "/secret/${netX/mac}\n" +
 				"boot\n",
 		},
 		{
@@ -104,8 +106,9 @@ func TestScript(t *testing.T) {
 			base: "http://10.0.0.2",
 			want: "#!ipxe\n" +
 				"kernel http://10.0.0.2/artifacts/" + dK2 +
-				" initrd=initrd kubefarm.image=" + dR2 + " kubefarm.rootfs=http://10.0.0.2/artifacts/" + dR2 + " kubefarm.server=http://10.0.0.2 BOOTIF=01-${netX/mac:hexhyp}\n" +
+				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR2 + " kubefarm.rootfs=http://10.0.0.2/artifacts/" + dR2 + " kubefarm.server=http://10.0.0.2 BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd http://10.0.0.2/artifacts/" + dI2 + "\n" +
+				"initrd --name bootsecret http://10.0.0.2/secret/${netX/mac}\n" +
 				"boot\n",
 		},
 		{
