@@ -2,16 +2,19 @@
 // and /heartbeat (pxe/httpboot/agent.go, heartbeat.go): bounded requests,
 // retried with backoff while retrying can help.
 //
-// kubefarm-pxe authenticates a /config request by where it comes from: the
-// machine's leased IP, for one of its MACs, inside the boot window that
-// serving this boot's iPXE script opened, once. So the request must leave
-// from the boot interface's address (the kernel picks it for the route to
-// the server on a flat boot network), name the boot interface's MAC, and a
-// 403 is final: the window is used or gone, and only a new boot opens
-// another.
+// kubefarm-pxe authenticates every request by the boot's secret (package
+// bootsecret: the initrd received it from kubefarm-pxe and left it in a
+// root-only file), sent as a bearer token, and by where it comes from: the
+// machine's leased IP, for one of its MACs. /config is answered once per
+// boot. So a request must leave from the boot interface's address (the
+// kernel picks it for the route to the server on a flat boot network),
+// name the boot interface's MAC, carry the secret, and a 403 is final: the
+// window is used or gone, or the secret is not this boot's, and only a new
+// boot brings another.
 //
-// The configuration carries a join token: nothing here logs a NodeConfig or
-// puts its body into an error.
+// The configuration carries a join token and the requests the secret:
+// nothing here logs a NodeConfig or a request, or puts either into an
+// error.
 package pxeclient
 
 import (
@@ -28,6 +31,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -45,6 +49,8 @@ const maxReply = 4096
 type Client struct {
 	// Base is kubefarm-pxe's URL from the kernel command line.
 	Base bootpaths.Base
+	// Secret is this boot's secret, sent with every request.
+	Secret bootsecret.Secret
 	// HTTP does the requests; nil is a client with RequestTimeout.
 	HTTP *http.Client
 	// RequestTimeout bounds one request (default 30 s).
@@ -163,6 +169,7 @@ func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConf
 		if err != nil {
 			return &decodeError{err}
 		}
+		bootsecret.SetHeader(req, c.Secret)
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			return err
@@ -247,6 +254,7 @@ func (c *Client) postJSON(ctx context.Context, op, url string, v any, check func
 			return &decodeError{err}
 		}
 		req.Header.Set("Content-Type", "application/json")
+		bootsecret.SetHeader(req, c.Secret)
 		resp, err := c.HTTP.Do(req)
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -20,10 +21,20 @@ const mac = "02:00:00:00:00:01"
 const token = "abcdef.0123456789abcdef"
 
 // server answers the codes in order, then the last one for ever.
+// Every request must carry the client's boot secret: one without it is
+// answered 418, which no test expects.
 func server(t *testing.T, codes []int, body string) (*Client, *atomic.Int32) {
 	t.Helper()
 	var n atomic.Int32
+	secret, err := bootsecret.Generate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s, ok := bootsecret.FromRequest(r); !ok || s != secret {
+			http.Error(w, "no boot secret", http.StatusTeapot)
+			return
+		}
 		i := int(n.Add(1)) - 1
 		code := codes[min(i, len(codes)-1)]
 		if code != 200 {
@@ -34,7 +45,7 @@ func server(t *testing.T, codes []int, body string) (*Client, *atomic.Int32) {
 	}))
 	t.Cleanup(srv.Close)
 	var slept []time.Duration
-	c := &Client{Base: bootpaths.Base(srv.URL), Attempts: 5, Log: testr.New(t),
+	c := &Client{Base: bootpaths.Base(srv.URL), Secret: secret, Attempts: 5, Log: testr.New(t),
 		sleep: func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }}
 	return c, &n
 }
@@ -138,9 +149,10 @@ func TestHeartbeat(t *testing.T) {
 	} {
 		var got httpboot.Heartbeat
 		var n atomic.Int32
+		secret, _ := bootsecret.Generate(nil)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			code := tc.codes[min(int(n.Add(1))-1, len(tc.codes)-1)]
-			if r.Method != http.MethodPost || r.URL.Path != "/heartbeat" || r.Header.Get("Content-Type") != "application/json" {
+			if s, ok := bootsecret.FromRequest(r); !ok || s != secret || r.Method != http.MethodPost || r.URL.Path != "/heartbeat" || r.Header.Get("Content-Type") != "application/json" {
 				http.Error(w, "bad", 400)
 				return
 			}
@@ -151,7 +163,7 @@ func TestHeartbeat(t *testing.T) {
 			}
 			_, _ = w.Write([]byte(tc.body))
 		}))
-		c := &Client{Base: bootpaths.Base(srv.URL), Attempts: 5, Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
+		c := &Client{Base: bootpaths.Base(srv.URL), Secret: secret, Attempts: 5, Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
 		hb := httpboot.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "m"}}
 		reply, err := c.Heartbeat(context.Background(), hb)
 		srv.Close()

@@ -38,7 +38,7 @@ func newAgentRig(t *testing.T, rebootAfterLogin *metav1.Duration) *agentRig {
 	t.Cleanup(srv.Close)
 	r.o = nodeRoot(t, srv.URL)
 	starter := &fakeKubeletStarter{root: r.o.Root}
-	r.deps = Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond,
+	r.deps = Deps{Guard: (&guard{}).load, StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond,
 		Now: func() time.Time {
 			r.mu.Lock()
 			defer r.mu.Unlock()

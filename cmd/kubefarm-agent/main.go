@@ -4,6 +4,13 @@
 // the kubelet's and flannel's files, starts them, waits for flanneld's
 // subnet lease, checks the CNI chain and reports the boot with its verdict.
 //
+// Before anything else the agent loads the pod guard (package podguard: the
+// node drops what its pods send to kubefarm-pxe), and it authenticates
+// every request to kubefarm-pxe with this boot's secret (package
+// bootsecret), which the initrd left in --boot-secret, readable by root
+// alone: nothing a pod can read or send is enough to talk to kubefarm-pxe
+// as this node (docs/security.md).
+//
 // kubelet is started with `systemctl start`, not by unit ordering:
 // kubelet.service and flanneld.service carry ConditionPathExists on the
 // files this agent writes, so at boot systemd skips them, and nothing later
@@ -49,13 +56,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -65,8 +77,11 @@ import (
 
 	"github.com/kubefarm/kubefarm/agent/bootparams"
 	"github.com/kubefarm/kubefarm/agent/cnicheck"
+	"github.com/kubefarm/kubefarm/agent/podguard"
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
 	"github.com/kubefarm/kubefarm/agent/render"
+	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
@@ -77,6 +92,7 @@ type Options struct {
 	Cmdline        string        // the kernel command line
 	BootIDFile     string        // the kernel's boot ID
 	BootIfaceFile  string        // the initrd's record of the boot interface
+	BootSecretFile string        // the initrd's copy of this boot's secret (root only)
 	SysClassNet    string        // where interfaces' MACs are
 	CNIRecord      string        // in the root: what the image records of its CNI chain
 	StateDir       string        // in the root: what this boot already did
@@ -93,7 +109,7 @@ type Options struct {
 func defaultOptions() Options {
 	return Options{
 		Root: "/", Cmdline: "/proc/cmdline", BootIDFile: "/proc/sys/kernel/random/boot_id",
-		BootIfaceFile: "/run/kubefarm/bootif", SysClassNet: "/sys/class/net",
+		BootIfaceFile: "/run/kubefarm/bootif", BootSecretFile: bootsecret.File, SysClassNet: "/sys/class/net",
 		CNIRecord: "/usr/share/kubefarm/cni.json", StateDir: "/run/kubefarm-agent",
 		FlannelSubnet: "/run/flannel/subnet.env",
 		FetchTimeout:  15 * time.Minute, NetworkTimeout: 5 * time.Minute, ReportTimeout: 5 * time.Minute,
@@ -107,6 +123,10 @@ type Deps struct {
 	StartUnits func(ctx context.Context, units ...string) error
 	// SetHostname sets the kernel's host name.
 	SetHostname func(name string) error
+	// Guard loads the pod guard's nftables script (package podguard):
+	// nft -f -. Required: a node whose pods could reach kubefarm-pxe does
+	// not join.
+	Guard func(ctx context.Context, rules string) error
 	// HTTP talks to kubefarm-pxe; nil is the default client.
 	HTTP *http.Client
 	// Poll is the interval of the wait for flanneld (default 1 s).
@@ -136,6 +156,7 @@ func main() {
 	flag.StringVar(&o.Cmdline, "cmdline", o.Cmdline, "the kernel command line (kubefarm.server=, kubefarm.image=, BOOTIF=)")
 	flag.StringVar(&o.BootIDFile, "boot-id", o.BootIDFile, "the kernel's boot ID")
 	flag.StringVar(&o.BootIfaceFile, "bootif", o.BootIfaceFile, "the initrd's record of the boot interface's name")
+	flag.StringVar(&o.BootSecretFile, "boot-secret", o.BootSecretFile, "the initrd's copy of this boot's secret, which authenticates the agent to kubefarm-pxe (root only)")
 	flag.StringVar(&o.SysClassNet, "sys-class-net", o.SysClassNet, "sysfs' network interfaces (for the boot interface's MAC)")
 	flag.StringVar(&o.CNIRecord, "cni-record", o.CNIRecord, "in the root: the image's record of its CNI chain (JSON with the manifest's cni member)")
 	flag.StringVar(&o.StateDir, "state-dir", o.StateDir, "in the root: what this boot already did (a tmpfs)")
@@ -152,7 +173,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) },
-		Reboot: systemctlReboot}
+		Guard: nftLoad, Reboot: systemctlReboot}
 	hb, err := run(ctx, o, deps, log)
 	if err != nil {
 		log.Error(err, "kubefarm-agent failed")
@@ -160,6 +181,49 @@ func main() {
 	}
 	hb.loop(ctx)
 	<-ctx.Done()
+}
+
+// nftLoad loads an nftables script in one transaction.
+func nftLoad(ctx context.Context, rules string) error {
+	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft -f -: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// guardPods loads the pod guard for kubefarm-pxe at server (package
+// podguard): its address from the URL, a host name resolved here.
+func guardPods(ctx context.Context, d Deps, server bootpaths.Base) error {
+	if d.Guard == nil {
+		return errors.New("no way to load the pod guard's rules")
+	}
+	u, err := url.Parse(server.String())
+	if err != nil {
+		return fmt.Errorf("kubefarm.server %q: %w", server, err)
+	}
+	port := 80
+	if p := u.Port(); p != "" {
+		if port, err = strconv.Atoi(p); err != nil {
+			return fmt.Errorf("kubefarm.server %q: port: %w", server, err)
+		}
+	}
+	addrs := []netip.Addr{}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		addrs = append(addrs, a)
+	} else {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+		if err != nil {
+			return fmt.Errorf("resolving kubefarm.server's host %q for the pod guard: %w", u.Hostname(), err)
+		}
+		addrs = ips
+	}
+	rules, err := podguard.Rules(addrs, port)
+	if err != nil {
+		return err
+	}
+	return d.Guard(ctx, rules)
 }
 
 // systemctlReboot asks systemd to reboot without the orderly stop of the
@@ -208,7 +272,16 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 		return nil, err
 	}
 	log = log.WithValues("server", params.Server.String(), "mac", mac, "bootID", bootID)
-	pxe := &pxeclient.Client{Base: params.Server, HTTP: d.HTTP, Log: log}
+	// First of all, before kubelet can start a pod: pods must not reach
+	// kubefarm-pxe in the node's name.
+	if err := guardPods(ctx, d, params.Server); err != nil {
+		return nil, fmt.Errorf("guarding kubefarm-pxe from this node's pods: %w", err)
+	}
+	secret, err := readBootSecret(o.BootSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	pxe := &pxeclient.Client{Base: params.Server, Secret: secret, HTTP: d.HTTP, Log: log}
 
 	// 1. Configuration and files, once per boot.
 	marker := filepath.Join(in(o.StateDir), "configured")
@@ -281,6 +354,28 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	}
 	log.Info("boot reported")
 	return newHeartbeats(o, d, pxe, mac, bootID, kept.RebootAfterLogin, log), nil
+}
+
+// readBootSecret reads this boot's secret (package bootsecret), which the
+// initrd left in a root-only file. It refuses a file others may read: the
+// secret is what tells this node from its pods.
+func readBootSecret(path string) (bootsecret.Secret, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("this boot's secret: %w (the initrd moves it there from the archive kubefarm-pxe served beside the node image's initrd)", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("this boot's secret %s has mode %v: others may read it", path, fi.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("this boot's secret: %w", err)
+	}
+	s, err := bootsecret.Parse(string(b))
+	if err != nil {
+		return "", fmt.Errorf("this boot's secret %s: %w", path, err)
+	}
+	return s, nil
 }
 
 // bootInterface names the interface the machine booted on and its MAC: the

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,8 +20,22 @@ import (
 
 	"github.com/kubefarm/kubefarm/agent/render"
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
+
+// guard stands for nft -f -: it keeps the scripts it is given.
+type guard struct {
+	mu      sync.Mutex
+	scripts []string
+}
+
+func (g *guard) load(_ context.Context, rules string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.scripts = append(g.scripts, rules)
+	return nil
+}
 
 const (
 	mac    = "02:00:00:00:00:01"
@@ -28,6 +43,9 @@ const (
 	image  = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	token  = "abcdef.0123456789abcdef"
 	ca     = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	// secret is the boot's secret nodeRoot leaves where the initrd does;
+	// fakePXE refuses every request without it.
+	secret = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
 )
 
 // fakePXE stands for kubefarm-pxe: /config/<mac> once (then 403, as a
@@ -53,6 +71,10 @@ func (f *fakePXE) set(fn func(*fakePXE)) {
 func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s, ok := bootsecret.FromRequest(r); !ok || s != secret {
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/config/"+mac:
 		f.configs++
@@ -171,6 +193,8 @@ func nodeRoot(t *testing.T, server string) Options {
 	write(o.Cmdline, "console=ttyS0 initrd=initrd kubefarm.image="+image+" kubefarm.rootfs="+server+"/artifacts/"+image+" kubefarm.server="+server+"\n", 0o444)
 	write(o.BootIDFile, bootID+"\n", 0o444)
 	write(o.BootIfaceFile, "enp1s0\n", 0o644)
+	o.BootSecretFile = filepath.Join(dir, "boot-secret")
+	write(o.BootSecretFile, secret+"\n", 0o600)
 	write(filepath.Join(o.SysClassNet, "enp1s0/address"), strings.ToUpper(mac)+"\n", 0o444)
 	return o
 }
@@ -182,7 +206,7 @@ func TestRun(t *testing.T) {
 	o := nodeRoot(t, srv.URL)
 	starter := &fakeKubeletStarter{root: o.Root}
 	var hostname string
-	deps := Deps{StartUnits: starter.start, SetHostname: func(n string) error { hostname = n; return nil }, Poll: 10 * time.Millisecond}
+	deps := Deps{Guard: (&guard{}).load, StartUnits: starter.start, SetHostname: func(n string) error { hostname = n; return nil }, Poll: 10 * time.Millisecond}
 	ctx := context.Background()
 
 	if _, err := run(ctx, o, deps, testr.New(t)); err != nil {
@@ -244,7 +268,7 @@ func TestRunNoFlannel(t *testing.T) {
 	o := nodeRoot(t, srv.URL)
 	o.NetworkTimeout = 100 * time.Millisecond
 	starter := &fakeKubeletStarter{root: o.Root, noFlannel: true}
-	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond}
+	deps := Deps{Guard: (&guard{}).load, StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond}
 	if _, err := run(context.Background(), o, deps, testr.New(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -270,12 +294,74 @@ func TestRunRefused(t *testing.T) {
 	defer srv.Close()
 	o := nodeRoot(t, srv.URL)
 	starter := &fakeKubeletStarter{root: o.Root}
-	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }}
+	deps := Deps{Guard: (&guard{}).load, StartUnits: starter.start, SetHostname: func(string) error { return nil }}
 	_, err := run(context.Background(), o, deps, testr.New(t))
 	if err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("err %v, want the 403", err)
 	}
 	if len(starter.calls) != 0 || len(pxe.reports) != 0 {
 		t.Errorf("started %v, reported %v", starter.calls, pxe.reports)
+	}
+}
+
+// TestRunGuardsAndSecret: the pod guard is loaded first, for the server of
+// the kernel command line, before any request and before kubelet; a boot
+// secret that is missing, readable by others or malformed, or a guard that
+// does not load, stops the agent before it asks kubefarm-pxe anything.
+func TestRunGuardsAndSecret(t *testing.T) {
+	pxe := &fakePXE{}
+	srv := httptest.NewServer(pxe)
+	defer srv.Close()
+	o := nodeRoot(t, srv.URL)
+	starter := &fakeKubeletStarter{root: o.Root}
+	g := &guard{}
+	var configsAtGuard []int
+	deps := Deps{StartUnits: starter.start, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond,
+		Guard: func(ctx context.Context, rules string) error {
+			configsAtGuard = append(configsAtGuard, pxe.configs)
+			return g.load(ctx, rules)
+		}}
+	if _, err := run(context.Background(), o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	u := strings.TrimPrefix(srv.URL, "http://")
+	host, port, _ := strings.Cut(u, ":")
+	if len(g.scripts) != 1 || !strings.Contains(g.scripts[0], "ip daddr "+host+" tcp dport "+port+" counter drop") || configsAtGuard[0] != 0 {
+		t.Errorf("guard scripts %q loaded after %v /config requests, want one for %s before any", g.scripts, configsAtGuard, u)
+	}
+
+	for name, tc := range map[string]struct {
+		mode  os.FileMode
+		data  string
+		guard error
+		want  string
+	}{
+		"missing":          {want: "this boot's secret"},
+		"readable by all":  {mode: 0o644, data: secret, want: "others may read it"},
+		"malformed":        {mode: 0o600, data: "nope", want: "hex digits"},
+		"guard not loaded": {mode: 0o600, data: secret, guard: errors.New("nft: no such table family"), want: "guarding kubefarm-pxe"},
+	} {
+		o := nodeRoot(t, srv.URL)
+		if tc.mode != 0 {
+			if err := os.WriteFile(o.BootSecretFile, []byte(tc.data), tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chmod(o.BootSecretFile, tc.mode)
+		} else {
+			_ = os.Remove(o.BootSecretFile)
+		}
+		d := deps
+		d.Guard = func(context.Context, string) error { return tc.guard }
+		before := pxe.configs
+		_, err := run(context.Background(), o, d, testr.New(t))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("%s: the error quotes the secret", name)
+		}
+		if pxe.configs != before {
+			t.Errorf("%s: asked kubefarm-pxe for its configuration", name)
+		}
 	}
 }
