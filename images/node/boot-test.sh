@@ -35,6 +35,22 @@ srv=$!
 trap 'kill $srv 2>/dev/null; true' EXIT
 sleep 1
 
+# The boot's secret, as kubefarm-pxe serves it beside the initrd (a newc cpio
+# with kubefarm/boot-secret, pxe/bootsecret), appended to the initrd: the
+# kernel unpacks both archives, as when iPXE hands it the two images.
+python3 - "$dir/initrd" "$logs/initrd+secret" <<'EOF'
+import os, sys
+def entry(ino, name, mode, data):
+    n = name.encode() + b"\0"
+    h = b"070701" + b"".join(b"%08X" % v for v in (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(n), 0)) + n
+    h += b"\0" * (-len(h) % 4)
+    return h + data + b"\0" * (-len(data) % 4)
+secret = os.urandom(32).hex().encode() + b"\n"
+cpio = entry(1, "kubefarm", 0o040700, b"") + entry(2, "kubefarm/boot-secret", 0o100600, secret) + entry(0, "TRAILER!!!", 0, b"")
+base = open(sys.argv[1], "rb").read()
+open(sys.argv[2], "wb").write(base + b"\0" * (-len(base) % 4) + cpio)
+EOF
+
 # boot NAME DIGEST UNTIL_REGEX: boot until the console matches, or time out.
 boot() {
 	local name=$1 digest=$2 until=$3 console="$logs/$1.console"
@@ -42,7 +58,7 @@ boot() {
 	# console; journald's copy keeps "Started containerd.service" visible.
 	local args="console=ttyS0 systemd.log_color=0 systemd.journald.forward_to_console=1 kubefarm.rootfs=http://10.0.2.2:$port/rootfs.squashfs"
 	args+=" kubefarm.image=sha256:$digest kubefarm.server=http://10.0.2.2:$port ${EXTRA_ARGS:-}"
-	qemu-system-x86_64 -machine q35 -m 3072 -smp 1 -nographic -no-reboot -kernel "$dir/vmlinuz" -initrd "$dir/initrd" \
+	qemu-system-x86_64 -machine q35 -m 3072 -smp 1 -nographic -no-reboot -kernel "$dir/vmlinuz" -initrd "$logs/initrd+secret" \
 		-append "$args" -netdev user,id=n0 -device virtio-net-pci,netdev=n0 >"$console" 2>&1 &
 	local q=$! t0=$SECONDS
 	while ! grep -aqE "$until" "$console"; do

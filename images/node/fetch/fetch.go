@@ -19,6 +19,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 // MismatchError is a download whose sha256 is not the one the kernel
@@ -97,9 +99,9 @@ type Report struct {
 	Error       string `json:"error,omitempty"`
 }
 
-// SendReport POSTs r to server/report (server is http://host[:port]) and
-// fails unless the answer is 2xx.
-func SendReport(ctx context.Context, c *http.Client, server string, r Report) error {
+// SendReport POSTs r to server/report (server is http://host[:port]) with
+// the boot's secret, and fails unless the answer is 2xx.
+func SendReport(ctx context.Context, c *http.Client, server string, secret bootsecret.Secret, r Report) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -109,6 +111,7 @@ func SendReport(ctx context.Context, c *http.Client, server string, r Report) er
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	bootsecret.SetHeader(req, secret)
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 func hexSum(b []byte) string {
@@ -90,7 +92,12 @@ func TestParseDigest(t *testing.T) {
 // The report is pxe/httpboot's BootReport plus an error field.
 func TestSendReport(t *testing.T) {
 	var got map[string]any
+	secret, _ := bootsecret.Generate(nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s, ok := bootsecret.FromRequest(r); !ok || s != secret {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
 		if r.URL.Path != "/report" || r.Method != http.MethodPost {
 			http.Error(w, "no", http.StatusNotFound)
 			return
@@ -100,7 +107,7 @@ func TestSendReport(t *testing.T) {
 	}))
 	defer srv.Close()
 	rep := Report{MAC: "52:54:00:12:34:56", BootID: "0b6a3e5c-5c51-4d5c-9d2e-1c2f6a0a7e11", ImageDigest: "sha256:" + hexSum(nil), Error: "rootfs digest mismatch: want sha256:a got sha256:b"}
-	if err := SendReport(context.Background(), srv.Client(), srv.URL, rep); err != nil {
+	if err := SendReport(context.Background(), srv.Client(), srv.URL, secret, rep); err != nil {
 		t.Fatal(err)
 	}
 	for k, v := range map[string]string{"mac": rep.MAC, "bootID": rep.BootID, "imageDigest": rep.ImageDigest, "error": rep.Error} {
@@ -108,7 +115,10 @@ func TestSendReport(t *testing.T) {
 			t.Errorf("%s: got %v want %s", k, got[k], v)
 		}
 	}
-	if err := SendReport(context.Background(), srv.Client(), srv.URL+"/elsewhere", rep); err == nil {
+	if err := SendReport(context.Background(), srv.Client(), srv.URL+"/elsewhere", secret, rep); err == nil {
 		t.Error("a 404 must be an error")
+	}
+	if err := SendReport(context.Background(), srv.Client(), srv.URL, "", rep); err == nil {
+		t.Error("a report without the boot's secret was accepted")
 	}
 }

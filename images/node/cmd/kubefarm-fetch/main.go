@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kubefarm/kubefarm/images/node/fetch"
+	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
 func main() {
@@ -27,6 +28,7 @@ func main() {
 	out := flag.String("out", "", "file to write")
 	server := flag.String("server", "", "kubefarm-pxe base URL for failure reports (kubefarm.server=); empty: no report")
 	iface := flag.String("iface", "", "boot interface, whose MAC the report names")
+	secretFile := flag.String("secret-file", "", "this boot's secret (package bootsecret), which kubefarm-pxe requires of a report")
 	attempts := flag.Int("attempts", 5, "download attempts for transfer errors")
 	flag.Parse()
 
@@ -74,8 +76,12 @@ func main() {
 		if *iface != "" {
 			rep.MAC = readTrim("/sys/class/net/" + *iface + "/address")
 		}
+		secret, serr := bootsecret.Parse(readTrim(*secretFile))
+		if serr != nil {
+			say("no boot secret for the report: %v", serr)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := fetch.SendReport(ctx, &http.Client{}, *server, rep); err != nil {
+		if err := fetch.SendReport(ctx, &http.Client{}, *server, secret, rep); err != nil {
 			say("report to %s not accepted: %v", *server, err)
 		} else {
 			say("reported to %s", *server)
