@@ -357,6 +357,12 @@ func TestNodeJoin(t *testing.T) {
 		t.Logf("kubernetes.default (%s:443) -> %s:%d answered %q", kube.Spec.ClusterIP, host, port, lastLine(out))
 	})
 
+	// Node identity (docs/security.md): the pod client runs on node 1.
+	t.Run("node identity: a tenant's pod and root on a node cannot act as another node", func(t *testing.T) {
+		checkNodeIdentity(ctx, t, identityTarget{tenantCfg: tenantCfg, tenant: tenant,
+			server: fmt.Sprintf("%s:%d", serverIP, cluster.PXEHTTPPort), node1: vms[0], node2: vms[1]})
+	})
+
 	// make demo's own check of its workload, so that the demo cannot rot
 	// unseen: the same code, on these two machines, one BIOS and one UEFI.
 	t.Run("a pod on each node reaches the other over the pod network; a ClusterIP Service answers from both (make demo's check)", func(t *testing.T) {
@@ -423,7 +429,7 @@ func TestNodeJoin(t *testing.T) {
 	// The join credential is handed out once, to the machine's leased IP,
 	// for its MAC, inside its boot window: from anywhere else, or again,
 	// kubefarm-pxe answers 403 and the Machine gets a Refused Event.
-	t.Run("/config refuses the wrong IP, an unknown MAC and a request outside the boot window", func(t *testing.T) {
+	t.Run("/config refuses the wrong IP, an unknown MAC and a request without the boot's secret", func(t *testing.T) {
 		base := fmt.Sprintf("http://%s:%d/config/", serverIP, cluster.PXEHTTPPort)
 		for _, tc := range []struct{ what, url string }{
 			{"the machine's MAC from the host's address " + serverIP, base + mac},
@@ -433,8 +439,8 @@ func TestNodeJoin(t *testing.T) {
 				t.Errorf("GET /config for %s: HTTP %d, want 403", tc.what, code)
 			}
 		}
-		// Power the machine off, then ask from its MAC and IP: the agent
-		// used the window at boot, so this is a replay.
+		// Power the machine off, then ask from its MAC and IP: without the
+		// boot's secret nothing is served, whatever the address.
 		_ = q.Process.Kill()
 		qexit <- <-qexit
 		cl := bootClient(t, mac)
@@ -443,14 +449,14 @@ func TestNodeJoin(t *testing.T) {
 			t.Errorf("GET /config from the machine's own IP and MAC after its boot: HTTP %d, want 403", code)
 		}
 		err := pollErr(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-			var wrongIP, noWindow bool
+			var wrongIP, noSecret bool
 			for _, e := range machineEvents(ctx, cs, machineKey) {
 				if e.reason == "Refused" {
 					wrongIP = wrongIP || strings.Contains(e.message, "not from the machine's leased IP")
-					noWindow = noWindow || strings.Contains(e.message, "no open boot window")
+					noSecret = noSecret || strings.Contains(e.message, "no valid boot secret")
 				}
 			}
-			return wrongIP && noWindow, nil
+			return wrongIP && noSecret, nil
 		})
 		if err != nil {
 			t.Errorf("no Refused Events for the wrong IP and the replay on Machine %s:%s", machineKey, story())
