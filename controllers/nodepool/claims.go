@@ -137,18 +137,22 @@ func (r *Reconciler) releaseClaims(ctx context.Context, namespace, name string, 
 	if err := r.Client.List(ctx, held, client.MatchingFields{ClaimHolderIndex: holderKey(namespace, name)}); err != nil {
 		return fmt.Errorf("listing the AddressClaims of NodePool %s/%s: %w", namespace, name, err)
 	}
-	machines := map[string]*v1alpha1.Machine{}
+	cached, live := map[string]*v1alpha1.Machine{}, map[string]*v1alpha1.Machine{}
 	for _, c := range build.Unwanted(held.Items, desired) {
-		m, seen := machines[c.Spec.Holder.Machine]
-		if !seen {
-			m = &v1alpha1.Machine{}
-			switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: c.Spec.Holder.Machine}, m); {
-			case apierrors.IsNotFound(err):
-				m = nil
-			case err != nil:
-				return fmt.Errorf("reading Machine %s/%s, the holder of AddressClaim %s: %w", namespace, c.Spec.Holder.Machine, c.Name, err)
-			}
-			machines[c.Spec.Holder.Machine] = m
+		// The cache first: a Machine it still shows using the address
+		// keeps the claim without a call (its deletion wakes the pool
+		// again), which matters while a pool of 250 is being deleted and
+		// every Machine's deletion brings a pass. Only a claim about to be
+		// freed costs a read from the API server, which decides.
+		m, err := holder(ctx, r.Client, cached, namespace, c)
+		if err != nil {
+			return err
+		}
+		if build.Uses(m, c) {
+			continue
+		}
+		if m, err = holder(ctx, r.APIReader, live, namespace, c); err != nil {
+			return err
 		}
 		if build.Uses(m, c) {
 			continue
@@ -159,4 +163,23 @@ func (r *Reconciler) releaseClaims(ctx context.Context, namespace, name string, 
 		log.FromContext(ctx).V(1).Info("released an address", "claim", c.Name, "holder", c.Spec.Holder.String())
 	}
 	return nil
+}
+
+// holder reads the Machine that holds c through reader, once per pass
+// (seen), nil when it does not exist.
+func holder(ctx context.Context, reader client.Reader, seen map[string]*v1alpha1.Machine,
+	namespace string, c *v1alpha1.AddressClaim) (*v1alpha1.Machine, error) {
+	name := c.Spec.Holder.Machine
+	if m, ok := seen[name]; ok {
+		return m, nil
+	}
+	m := &v1alpha1.Machine{}
+	switch err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m); {
+	case apierrors.IsNotFound(err):
+		m = nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Machine %s/%s, the holder of AddressClaim %s: %w", namespace, name, c.Name, err)
+	}
+	seen[name] = m
+	return m, nil
 }

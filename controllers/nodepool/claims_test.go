@@ -16,6 +16,20 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
+// netSeq hands each pool of these tests a network of its own (10.<n>.0.0/16,
+// MACs 02:<n>:...), so that a test run again (-count) meets no address an
+// earlier run left claimed.
+var netSeq = 100
+
+func nextNet(t *testing.T) int {
+	t.Helper()
+	if netSeq > 250 {
+		t.Fatal("out of test networks; run fewer times")
+	}
+	netSeq++
+	return netSeq - 1
+}
+
 // smallPool is a pool of the named entries in a namespace of its own, on
 // 10.<net>.0.0/16, with the addresses the caller gives.
 func smallPool(t *testing.T, net int, entries ...v1alpha1.MachineEntry) *v1alpha1.NodePool {
@@ -70,11 +84,8 @@ func TestConcurrentPoolsShareAnAddress(t *testing.T) {
 	for _, kind := range []v1alpha1.AddressKind{v1alpha1.AddressMAC, v1alpha1.AddressIPv4} {
 		t.Run(string(kind), func(t *testing.T) {
 			raced := 0
-			for round := range rounds {
-				net := 70 + round
-				if kind == v1alpha1.AddressIPv4 {
-					net += 10
-				}
+			for range rounds {
+				net := nextNet(t)
 				mac := func(pool, i int) string { return fmt.Sprintf("02:%02x:%02x:00:00:%02x", net, pool, i) }
 				ip := func(pool, i int) string { return fmt.Sprintf("10.%d.%d.%d", net, pool, i) }
 				a := smallPool(t, net, entry("m1", ip(1, 1), mac(1, 1)), entry("m2", ip(1, 2), mac(1, 2)))
@@ -187,12 +198,14 @@ func raceOnce(t *testing.T, kind v1alpha1.AddressKind, shared string, a, b *v1al
 // address and the holder, and creates it once the claim is released.
 func TestAddressHeldElsewhere(t *testing.T) {
 	ctx := context.Background()
-	pool := smallPool(t, 90, entry("m1", "10.90.0.1", "02:90:00:00:00:01"), entry("m2", "10.90.0.2", "02:90:00:00:00:02"))
+	n := nextNet(t)
+	mac := fmt.Sprintf("02:%02x:00:00:00:01", n)
+	pool := smallPool(t, n, entry("m1", fmt.Sprintf("10.%d.0.1", n), mac), entry("m2", fmt.Sprintf("10.%d.0.2", n), fmt.Sprintf("02:%02x:00:00:00:02", n)))
 	// With its BootImage present, the conflict is what holds Ready back.
-	pool.Spec.BootImage = bootImage(t, "np-claims-held", "e").Name
+	pool.Spec.BootImage = bootImage(t, fmt.Sprintf("np-claims-held-%d", n), "e").Name
 	hand := &v1alpha1.AddressClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: "mac-02-90-00-00-00-01"},
-		Spec: v1alpha1.AddressClaimSpec{Kind: v1alpha1.AddressMAC, Address: "02:90:00:00:00:01",
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.AddressClaimName(v1alpha1.AddressMAC, mac)},
+		Spec: v1alpha1.AddressClaimSpec{Kind: v1alpha1.AddressMAC, Address: mac,
 			Holder: v1alpha1.AddressHolder{Namespace: "lab", Pool: "bench", Machine: "bench-x"}},
 	}
 	if err := env.Client.Create(ctx, hand); err != nil {
@@ -201,7 +214,7 @@ func TestAddressHeldElsewhere(t *testing.T) {
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	want := "MAC 02:90:00:00:00:01 of workers-m1 is held by Machine lab/bench-x of NodePool bench"
+	want := "MAC " + mac + " of workers-m1 is held by Machine lab/bench-x of NodePool bench"
 	eventually(t, "AddressesClaimed=False and Ready=False, naming the MAC and its holder", func(ctx context.Context) (bool, error) {
 		_, c, err := poolCondition(ctx, pool, v1alpha1.ConditionAddressesClaimed)
 		if err != nil || c == nil || c.Reason != v1alpha1.ReasonAddressConflict || !strings.Contains(c.Message, want) {
@@ -231,7 +244,7 @@ func TestAddressHeldElsewhere(t *testing.T) {
 		t.Error("the entry without a conflict was not applied")
 	}
 	// The claim made by hand is not the controller's to free.
-	if c, err := claimOf(ctx, v1alpha1.AddressMAC, "02:90:00:00:00:01"); err != nil || c == nil || c.UID != hand.UID {
+	if c, err := claimOf(ctx, v1alpha1.AddressMAC, mac); err != nil || c == nil || c.UID != hand.UID {
 		t.Fatalf("the claim made by hand was touched: %v, %v", c, err)
 	}
 	// Its holder lets go: the claim's deletion wakes the pool.
@@ -254,7 +267,10 @@ func TestAddressHeldElsewhere(t *testing.T) {
 // pool elsewhere can then take the addresses.
 func TestClaimsFollowThePool(t *testing.T) {
 	ctx := context.Background()
-	pool := smallPool(t, 91, entry("m1", "10.91.0.1", "02:91:00:00:00:01"), entry("m2", "10.91.0.2", "02:91:00:00:00:02"))
+	n := nextNet(t)
+	ip := func(last int) string { return fmt.Sprintf("10.%d.0.%d", n, last) }
+	mac := func(last int) string { return fmt.Sprintf("02:%02x:00:00:00:%02x", n, last) }
+	pool := smallPool(t, n, entry("m1", ip(1), mac(1)), entry("m2", ip(2), mac(2)))
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -264,25 +280,25 @@ func TestClaimsFollowThePool(t *testing.T) {
 		if _, ok := got["workers-m1"]; err != nil || !ok {
 			return false, err
 		}
-		mc, err := claimOf(ctx, v1alpha1.AddressMAC, "02:91:00:00:00:01")
+		mc, err := claimOf(ctx, v1alpha1.AddressMAC, mac(1))
 		if err != nil || mc == nil {
 			return false, err
 		}
-		ic, err := claimOf(ctx, v1alpha1.AddressIPv4, "10.91.0.1")
+		ic, err := claimOf(ctx, v1alpha1.AddressIPv4, ip(1))
 		return ic != nil && mc.Spec.Holder == holder && ic.Spec.Holder == holder, err
 	})
 
-	patchPool(t, pool, func(p *v1alpha1.NodePool) { p.Spec.Machines[0].IP = "10.91.0.9" })
-	eventually(t, "workers-m1 moved to 10.91.0.9, its new IP claimed and the old one freed", func(ctx context.Context) (bool, error) {
+	patchPool(t, pool, func(p *v1alpha1.NodePool) { p.Spec.Machines[0].IP = ip(9) })
+	eventually(t, "workers-m1 moved to its new IP, which is claimed, and the old one freed", func(ctx context.Context) (bool, error) {
 		got, err := machines(ctx, pool)
-		if err != nil || got["workers-m1"].Spec.IP != "10.91.0.9" {
+		if err != nil || got["workers-m1"].Spec.IP != ip(9) {
 			return false, err
 		}
-		old, err := claimOf(ctx, v1alpha1.AddressIPv4, "10.91.0.1")
+		old, err := claimOf(ctx, v1alpha1.AddressIPv4, ip(1))
 		if err != nil || old != nil {
 			return false, err
 		}
-		c, err := claimOf(ctx, v1alpha1.AddressIPv4, "10.91.0.9")
+		c, err := claimOf(ctx, v1alpha1.AddressIPv4, ip(9))
 		return c != nil && c.Spec.Holder == holder, err
 	})
 
@@ -315,8 +331,8 @@ func TestClaimsFollowThePool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first := []address{{v1alpha1.AddressMAC, "02:91:00:00:00:01"}, {v1alpha1.AddressIPv4, "10.91.0.9"}}
-	second := []address{{v1alpha1.AddressMAC, "02:91:00:00:00:02"}, {v1alpha1.AddressIPv4, "10.91.0.2"}}
+	first := []address{{v1alpha1.AddressMAC, mac(1)}, {v1alpha1.AddressIPv4, ip(9)}}
+	second := []address{{v1alpha1.AddressMAC, mac(2)}, {v1alpha1.AddressIPv4, ip(2)}}
 	deleteMachine("workers-m1")
 	eventually(t, "workers-m1's claims freed once it is gone", func(ctx context.Context) (bool, error) { return gone(ctx, first...) })
 	for _, a := range second {
@@ -327,12 +343,12 @@ func TestClaimsFollowThePool(t *testing.T) {
 	deleteMachine("workers-m2")
 	eventually(t, "workers-m2's claims freed once it is gone", func(ctx context.Context) (bool, error) { return gone(ctx, second...) })
 
-	again := smallPool(t, 91, entry("n1", "10.91.0.9", "02:91:00:00:00:01"))
+	again := smallPool(t, n, entry("n1", ip(9), mac(1)))
 	if err := env.Client.Create(ctx, again); err != nil {
 		t.Fatalf("a pool taking the freed addresses was refused: %v", err)
 	}
 	eventually(t, "the new pool's Machine has the freed addresses", func(ctx context.Context) (bool, error) {
-		got, err := machinesWith(ctx, v1alpha1.AddressMAC, "02:91:00:00:00:01")
+		got, err := machinesWith(ctx, v1alpha1.AddressMAC, mac(1))
 		return slices.Equal(got, []string{again.Namespace + "/workers-n1"}), err
 	})
 }
