@@ -315,6 +315,7 @@ bench: envtest-tools ## Benchmarks: Go micro-benchmarks, the rollout of 50 fake 
 	@mkdir -p $(BUILD)
 	$(GO) test -run '^$$' -bench . -benchmem ./pxe/... 2>&1 | tee $(BUILD)/bench-go.log
 	$(MAKE) --no-print-directory bench-rollout
+	$(MAKE) --no-print-directory bench-manager-memory
 	$(GO) build -o $(BIN)/dhcp-bench ./hack/bench/dhcp
 	$(BIN)/dhcp-bench -machines $(DHCP_BENCH_MACHINES) -rates $(DHCP_BENCH_RATES) -period 10 -out $(BUILD)/bench-dhcp 2>&1 | tee $(BUILD)/bench-dhcp.log
 	$(GO) build -o $(BIN)/boot-bench ./hack/bench/boot
@@ -331,6 +332,14 @@ bench: envtest-tools ## Benchmarks: Go micro-benchmarks, the rollout of 50 fake 
 bench-rollout: envtest-tools ## Rollout of 50 fake machines (envtest): time as a ratio to the ideal, manager CPU and memory, API server CPU.
 	@mkdir -p $(BUILD)
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkRollout -benchtime 1x ./controllers/rollout/ 2>&1 | tee $(BUILD)/bench-rollout.log
+
+# kubefarm-manager's memory with 5,000 Secrets of 4 KiB that are not
+# kubefarm's (internal/manager/manager_test.go, envtest): caching every
+# Secret against caching only kubefarm's (docs/least-privilege.md).
+.PHONY: bench-manager-memory
+bench-manager-memory: envtest-tools ## kubefarm-manager's heap and RSS with 5,000 unrelated 4 KiB Secrets, caching all Secrets vs kubefarm's only.
+	@mkdir -p $(BUILD)
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkSecretCacheMemory -benchtime 1x ./internal/manager/ 2>&1 | tee $(BUILD)/bench-manager-memory.log
 
 # The e2e join as a measurement: seconds from power-on to each boot stage
 # (DHCP, script, kernel, initrd, rootfs, config, report, CSR, node Ready,

@@ -54,17 +54,18 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result
 // checkBackupCredentials turns EtcdBackedUp False while the S3 credentials
 // Secret is missing or lacks a key: every run would sit in
 // CreateContainerConfigError until its deadline, which says it half an
-// hour late and only on the pod. The Secret comes from the cache (the
-// controller watches Secrets, and a change of this one starts a pass, see
-// tenantsOfCredentials); its values are only tested for presence, never
-// kept, logged or reported.
+// hour late and only on the pod. The Secret is the operator's, not one the
+// manager caches (internal/manager caches only kubefarm's): it is read from
+// the API server, once a pass of a tenant with S3 backups (a change of it
+// starts a pass, see tenantsOfCredentials); its values are only tested for
+// presence, never kept, logged or reported.
 func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMissing bool) error {
 	s3 := s.cluster.Backup.S3
 	if s3 == nil {
 		return nil
 	}
 	secret := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
 	var msg string
 	switch {
 	case apierrors.IsNotFound(err):

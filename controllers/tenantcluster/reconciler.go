@@ -34,11 +34,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
@@ -102,6 +104,12 @@ type Reconciler struct {
 	// DialEtcd reaches a tenant's etcd to change its membership; nil dials
 	// member 0's client URL. Tests pass one that reaches their own etcd.
 	DialEtcd DialEtcd
+	// SecretEvents, when set, is where the events of the S3 credentials
+	// Secrets come from: a cache of every Secret's name alone, watched as
+	// metav1.PartialObjectMetadata. internal/manager sets it because its
+	// cache holds only the Secrets kubefarm labels, and the credentials are
+	// the operator's. Nil watches Secrets in the manager's cache.
+	SecretEvents cache.Cache
 }
 
 func (r *Reconciler) addonsResync() time.Duration {
@@ -131,17 +139,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupCredentialsIndex, backupCredentialsOf); err != nil {
 		return fmt.Errorf("indexing TenantClusters by %s: %w", backupCredentialsIndex, err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TenantCluster{}).
 		Owns(&cmapi.Certificate{}).
 		Owns(&corev1.Secret{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret)).
-		// The S3 credentials Secret is the operator's: created, fixed or
-		// removed after the TenantCluster, it decides EtcdBackedUp at once.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfCredentials)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret))
+	// The S3 credentials Secret is the operator's: created, fixed or
+	// removed after the TenantCluster, it decides EtcdBackedUp at once.
+	if r.SecretEvents != nil {
+		names := &metav1.PartialObjectMetadata{}
+		names.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		b = b.WatchesRawSource(source.Kind(r.SecretEvents, names, handler.TypedEnqueueRequestsFromMapFunc(
+			func(ctx context.Context, o *metav1.PartialObjectMetadata) []reconcile.Request {
+				return r.tenantsOfCredentials(ctx, o)
+			})))
+	} else {
+		b = b.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.tenantsOfCredentials))
+	}
+	return b.
 		// The backup runs are owned by the CronJob, not the TenantCluster.
 		Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(predicate.NewPredicateFuncs(isBackupJob))).
 		Owns(&batchv1.CronJob{}).

@@ -15,6 +15,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -73,6 +74,12 @@ type Options struct {
 	// RolloutPoll is how often a pool with updates in flight is looked at
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
+
+	// cacheAllSecrets caches every Secret of the cluster, as the manager
+	// did before OwnedSecrets: for the memory benchmark's baseline only.
+	cacheAllSecrets bool
+	// secretEvents is New's cache of Secret names (newSecretEvents).
+	secretEvents cache.Cache
 }
 
 // NewScheme knows every kind the manager reads or writes.
@@ -95,7 +102,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme: scheme,
+		// Only the Secrets kubefarm makes (secrets.go).
+		Cache:                  secretCache(opts.cacheAllSecrets),
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsAddr},
 		HealthProbeBindAddress: opts.ProbeAddr,
 		WebhookServer: webhook.NewServer(webhook.Options{
@@ -113,6 +122,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if err := setupWebhooks(mgr); err != nil {
+		return nil, err
+	}
+	if opts.secretEvents, err = newSecretEvents(cfg, mgr); err != nil {
 		return nil, err
 	}
 	if err := SetupControllers(mgr, opts); err != nil {
@@ -154,6 +166,7 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		PXENamespace:  opts.PXENamespace,
 		TenantClients: tenantcluster.NewTenantClients(opts.DialTenant),
 		DialEtcd:      opts.DialEtcd,
+		SecretEvents:  opts.secretEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the TenantCluster controller: %w", err)
 	}
