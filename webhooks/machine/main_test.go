@@ -2,20 +2,14 @@ package machine_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -25,50 +19,18 @@ var (
 	stopManager func()
 )
 
-// TestMain runs a real API server and cert-manager, kubefarm-manager
-// in-process as it ships (its webhook server with a certificate cert-manager
-// issued), and the generated webhook configuration (failurePolicy Fail)
-// pointing at it.
+// TestMain: testenv.MainWithWebhooks (a real API server and cert-manager,
+// kubefarm-manager in-process as it ships, its generated webhook
+// configuration, failurePolicy Fail).
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = testenv.Start(testenv.Options{CertManager: true})
-	if env != nil {
-		defer func() {
-			if stopManager != nil {
-				stopManager()
-			}
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-			}
-		}()
-	}
-	if err != nil {
-		return 1, err
-	}
-	ctx := context.Background()
-	if _, stopManager, err = env.StartManager(ctx, manager.Options{}, true); err != nil {
-		return 1, err
-	}
-	// The webhook is up once it answers: an unclaimed Machine (dry run) is
-	// refused by it rather than by a failed call.
+	// The webhook answers once an unclaimed Machine (dry run) is refused by
+	// it rather than by a failed call.
 	probe := machine("default", "probe", "probe-pool", "10.254.0.1", "02:fe:00:00:00:01")
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	answers := func(ctx context.Context, env *testenv.Env) bool {
 		err := env.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "not claimed"), nil
-	})
-	if err != nil {
-		return 1, errors.New("the Machine webhook never answered")
+		return err != nil && strings.Contains(err.Error(), "not claimed")
 	}
-	return m.Run(), nil
+	testenv.MainWithWebhooks(m, &env, &stopManager, "an unclaimed Machine is refused", answers)
 }
 
 func newNamespace(t *testing.T) string {

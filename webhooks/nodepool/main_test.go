@@ -2,19 +2,13 @@ package nodepool_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"os"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -24,49 +18,17 @@ var (
 	stopManager func()
 )
 
-// TestMain runs a real API server and cert-manager, has cert-manager issue the
-// webhook's serving certificate, starts kubefarm-manager's webhook server
-// in-process with it, and installs the generated webhook configuration
-// (failurePolicy Fail) pointing at it.
+// TestMain: testenv.MainWithWebhooks (a real API server and cert-manager,
+// kubefarm-manager in-process as it ships, its generated webhook
+// configuration, failurePolicy Fail).
 func TestMain(m *testing.M) {
-	code, err := run(m)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "integration environment:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-func run(m *testing.M) (int, error) {
-	var err error
-	env, err = testenv.Start(testenv.Options{CertManager: true})
-	if env != nil {
-		defer func() {
-			if stopManager != nil {
-				stopManager()
-			}
-			if err := env.Stop(); err != nil {
-				fmt.Fprintln(os.Stderr, "stopping the integration environment:", err)
-			}
-		}()
-	}
-	if err != nil {
-		return 1, err
-	}
-	ctx := context.Background()
-	if _, stopManager, err = env.StartManager(ctx, manager.Options{}, true); err != nil {
-		return 1, err
-	}
-	// The webhook is up once a valid pool passes admission (dry run).
+	// The webhook answers once a valid pool passes admission (dry run).
 	probe := pool("default", "probe", machine("p", "02:ff:00:00:00:01", "10.255.0.1"))
 	probe.Spec.Network.Subnet = "10.255.0.0/24"
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		return env.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil, nil
-	})
-	if err != nil {
-		return 1, errors.New("the webhook never admitted a valid NodePool")
+	answers := func(ctx context.Context, env *testenv.Env) bool {
+		return env.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll) == nil
 	}
-	return m.Run(), nil
+	testenv.MainWithWebhooks(m, &env, &stopManager, "a valid NodePool is admitted", answers)
 }
 
 func newNamespace(t *testing.T) string {
