@@ -4,66 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kubefarm/kubefarm/internal/testing/accepts"
 )
-
-// countingListener counts the connections the server accepted.
-type countingListener struct {
-	net.Listener
-	n atomic.Int64
-}
-
-func (l *countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
-// server is an HTTP server on ip (a loopback address) that counts the
-// connections it accepts.
-type server struct {
-	*httptest.Server
-	ln     *countingListener
-	probes int64
-}
-
-func newServer(t *testing.T, ip string, h http.Handler) *server {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{Server: httptest.NewUnstartedServer(h), ln: &countingListener{Listener: l}}
-	s.Listener = s.ln
-	s.Start()
-	t.Cleanup(s.Close)
-	return s
-}
-
-// accepted is how many connections s accepted before now, the probes'
-// excluded. The probe is a connection of an unguarded client answered by
-// the server: the kernel's accept queue is first in, first out, so any
-// connection made before it has been accepted by the time it is
-// answered. No waiting on time.
-func (s *server) accepted(t *testing.T) int64 {
-	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(s.URL + "/probe")
-	if err != nil {
-		t.Fatalf("probing %s: %v", s.URL, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	s.probes++
-	return s.ln.n.Load() - s.probes
-}
 
 func ok(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "content") }
 
@@ -81,14 +28,14 @@ func refusal(t *testing.T, err error) *RefusedError {
 // sees a connection; once 127.0.0.1 is allowed the same request succeeds
 // (so the listener does count the client's connections).
 func TestGuardRefusesBeforeConnecting(t *testing.T) {
-	srv := newServer(t, "127.0.0.1", http.HandlerFunc(ok))
+	srv := accepts.NewServer(t, "127.0.0.1", http.HandlerFunc(ok))
 
 	c := Client(New(Options{}).Transport())
 	_, err := c.Get(srv.URL + "/kernel")
 	if r := refusal(t, err); r.Rule.Class != ClassLoopback || r.Addr != netip.MustParseAddr("127.0.0.1") {
 		t.Errorf("refusal %+v, want 127.0.0.1 as loopback", r.Decision)
 	}
-	if n := srv.accepted(t); n != 0 {
+	if n := srv.Accepted(t); n != 0 {
 		t.Fatalf("the server accepted %d connections from a refused client", n)
 	}
 
@@ -98,7 +45,7 @@ func TestGuardRefusesBeforeConnecting(t *testing.T) {
 	if r := refusal(t, err); r.Rule.Class != ClassAPIServer {
 		t.Errorf("refusal %+v, want the API server", r.Decision)
 	}
-	if n := srv.accepted(t); n != 0 {
+	if n := srv.Accepted(t); n != 0 {
 		t.Fatalf("the server accepted %d connections from a refused client", n)
 	}
 
@@ -108,7 +55,7 @@ func TestGuardRefusesBeforeConnecting(t *testing.T) {
 		t.Fatalf("allowed fetch: %v", err)
 	}
 	resp.Body.Close()
-	if n := srv.accepted(t); n != 1 {
+	if n := srv.Accepted(t); n != 1 {
 		t.Fatalf("the server accepted %d connections, want the allowed client's 1", n)
 	}
 }
@@ -118,10 +65,10 @@ func TestGuardRefusesBeforeConnecting(t *testing.T) {
 // the second server never sees a connection. A redirect to an allowed
 // address is followed, and redirects are bounded.
 func TestGuardRefusesRedirects(t *testing.T) {
-	denied := newServer(t, "127.0.0.2", http.HandlerFunc(ok))
-	target := newServer(t, "127.0.0.3", http.HandlerFunc(ok))
+	denied := accepts.NewServer(t, "127.0.0.2", http.HandlerFunc(ok))
+	target := accepts.NewServer(t, "127.0.0.3", http.HandlerFunc(ok))
 	var loops atomic.Int64
-	first := newServer(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	first := accepts.NewServer(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/to-denied":
 			http.Redirect(w, r, denied.URL+"/kernel", http.StatusFound)
@@ -141,7 +88,7 @@ func TestGuardRefusesRedirects(t *testing.T) {
 	if r := refusal(t, err); r.Rule.Class != ClassLoopback || r.Addr != netip.MustParseAddr("127.0.0.2") {
 		t.Errorf("refusal %+v, want 127.0.0.2 as loopback", r.Decision)
 	}
-	if n := denied.accepted(t); n != 0 {
+	if n := denied.Accepted(t); n != 0 {
 		t.Fatalf("the redirect's target accepted %d connections", n)
 	}
 
@@ -151,8 +98,8 @@ func TestGuardRefusesRedirects(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if string(body) != "content" || target.accepted(t) != 1 {
-		t.Errorf("redirect to an allowed address: body %q, target accepted %d", body, target.accepted(t))
+	if string(body) != "content" || target.Accepted(t) != 1 {
+		t.Errorf("redirect to an allowed address: body %q, target accepted %d", body, target.Accepted(t))
 	}
 
 	_, err = c.Get(first.URL + "/loop")
@@ -162,7 +109,7 @@ func TestGuardRefusesRedirects(t *testing.T) {
 	if n := loops.Load(); n != MaxRedirects+1 {
 		t.Errorf("redirect loop: %d requests, want %d (the first and %d redirects)", n, MaxRedirects+1, MaxRedirects)
 	}
-	if n := denied.accepted(t); n != 0 {
+	if n := denied.Accepted(t); n != 0 {
 		t.Fatalf("127.0.0.2 accepted %d connections", n)
 	}
 }

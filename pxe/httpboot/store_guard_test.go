@@ -4,78 +4,25 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/testing/accepts"
 	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
-
-// countingServer is an HTTP server on 127.0.0.1 that counts the
-// connections it accepts.
-type countingServer struct {
-	*httptest.Server
-	accepts atomic.Int64
-	probes  int64
-}
-
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
-func newCountingServer(t *testing.T, h http.Handler) *countingServer {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &countingServer{Server: httptest.NewUnstartedServer(h)}
-	s.Listener = countingListener{Listener: l, n: &s.accepts}
-	s.Start()
-	t.Cleanup(s.Close)
-	return s
-}
-
-// accepted is how many connections the server accepted before now, not
-// counting the probes: a probe is an unguarded request the server answers,
-// and the accept queue is first in, first out, so any earlier connection
-// has been accepted by then. No waiting on time.
-func (s *countingServer) accepted(t *testing.T) int64 {
-	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(s.URL + "/probe")
-	if err != nil {
-		t.Fatalf("probing %s: %v", s.URL, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	s.probes++
-	return s.accepts.Load() - s.probes
-}
 
 // TestStoreRefusesDeniedAddresses: a store with the default guard refuses
 // a URL and an OCI repository on 127.0.0.1 with a loopback refusal, and
 // neither server sees a connection; a remote.WithTransport among the
 // store's options does not get around it.
 func TestStoreRefusesDeniedAddresses(t *testing.T) {
-	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "kernel") }))
+	srv := accepts.NewServer(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "kernel") }))
 	s := newStore(t, StoreConfig{
 		Guard:         fetchguard.New(fetchguard.Options{}),
 		NameOptions:   []name.Option{name.Insecure},
@@ -99,7 +46,7 @@ func TestStoreRefusesDeniedAddresses(t *testing.T) {
 			if !strings.Contains(err.Error(), "127.0.0.1 is a loopback address") {
 				t.Errorf("err = %v does not name the address and its class", err)
 			}
-			if n := srv.accepted(t); n != 0 {
+			if n := srv.Accepted(t); n != 0 {
 				t.Fatalf("the server accepted %d connections", n)
 			}
 			if s.Has(d) {
@@ -114,7 +61,7 @@ func TestStoreRefusesDeniedAddresses(t *testing.T) {
 // Ensure's error; the status code is.
 func TestStoreErrorsDoNotEchoTheSource(t *testing.T) {
 	const secret = "SECRET-7f3a"
-	srv := newCountingServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := accepts.NewServer(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/status-text":
 			// A status line whose text is the server's: "418 SECRET...".
@@ -163,7 +110,7 @@ func TestStoreErrorsDoNotEchoTheSource(t *testing.T) {
 	}
 	// Sanity: the guard let every request through (loopback is allowed
 	// here), so the errors above are the sources' answers.
-	if n := srv.accepted(t); n == 0 {
+	if n := srv.Accepted(t); n == 0 {
 		t.Fatal("the server saw no connection")
 	}
 }

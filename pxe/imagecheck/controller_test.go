@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -30,6 +29,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/accepts"
 	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
@@ -236,7 +236,9 @@ func TestArtifactAddressRefused(t *testing.T) {
 			t.Fatalf("the API server listens on %s; the test needs another loopback address", lnIP)
 		}
 	}
-	srv := newCountingServer(t, lnIP)
+	srv := accepts.NewServer(t, lnIP, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, r.URL.Path)
+	}))
 	store := runController(t, ctx, env, fetchguard.New(fetchguard.Options{APIServer: apiAddrs}), log)
 
 	data := []byte("kernel, initrd or rootfs")
@@ -289,7 +291,7 @@ func TestArtifactAddressRefused(t *testing.T) {
 			}
 		})
 	}
-	if n := srv.accepted(t); n != 0 {
+	if n := srv.Accepted(t); n != 0 {
 		t.Errorf("the loopback server accepted %d connections", n)
 	}
 	for _, d := range []string{sha(data), sha([]byte("/kernel")), sha([]byte("/version"))} {
@@ -396,59 +398,6 @@ func waitForEvents(t *testing.T, ctx context.Context, env *testenv.Env, want map
 			t.Errorf("event %s is %s, want %s", k, seen[k], typ)
 		}
 	}
-}
-
-// countingServer is an HTTP server on a loopback address that counts the
-// connections it accepts.
-type countingServer struct {
-	*httptest.Server
-	accepts atomic.Int64
-	probes  int64
-}
-
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
-
-func newCountingServer(t *testing.T, ip string) *countingServer {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &countingServer{Server: httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, r.URL.Path)
-	}))}
-	s.Listener = countingListener{Listener: l, n: &s.accepts}
-	s.Start()
-	t.Cleanup(s.Close)
-	return s
-}
-
-// accepted is how many connections the server accepted before now, not
-// counting the probes: a probe is an unguarded request the server answers,
-// and the accept queue is first in, first out, so any earlier connection
-// has been accepted by then.
-func (s *countingServer) accepted(t *testing.T) int64 {
-	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Get(s.URL + "/probe")
-	if err != nil {
-		t.Fatalf("probing %s: %v", s.URL, err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	s.probes++
-	return s.accepts.Load() - s.probes
 }
 
 // testWriter sends the controller's log to the test's.
