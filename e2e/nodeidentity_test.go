@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubefarm/kubefarm/e2e/cluster"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
 
 // identityTarget is what the step needs to know of the scenario.
@@ -65,8 +65,8 @@ func checkNodeIdentity(ctx context.Context, t *testing.T, x identityTarget) {
 		}
 		return out
 	}
-	hb, _ := json.Marshal(httpboot.Heartbeat{MAC: x.node1.MAC, BootID: "00000000-0000-0000-0000-000000000000",
-		RebootRequired: &httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "from a pod"}})
+	hb, _ := json.Marshal(bootproto.Heartbeat{MAC: x.node1.MAC, BootID: "00000000-0000-0000-0000-000000000000",
+		RebootRequired: &bootproto.RebootSignal{Reason: "RebootRequiredFile", Message: "from a pod"}})
 
 	t.Run("an ordinary pod reads the kernel command line but cannot reach kubefarm-pxe", func(t *testing.T) {
 		cmdline := exec(t, "default", "client", "cat /proc/cmdline")

@@ -31,8 +31,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // MaxConfig bounds the /config answer: a real one is a few kilobytes (the
@@ -161,8 +162,8 @@ func (c *Client) retry(ctx context.Context, op string, once func(context.Context
 
 // FetchConfig gets the node configuration of the machine with mac (the
 // boot NIC's, lower-case colon form).
-func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConfig, error) {
-	var nc httpboot.NodeConfig
+func (c *Client) FetchConfig(ctx context.Context, mac string) (nodeconfig.NodeConfig, error) {
+	var nc nodeconfig.NodeConfig
 	url := c.Base.Config(mac)
 	err := c.retry(ctx, "GET /config/"+mac, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -185,7 +186,7 @@ func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConf
 		if len(body) > MaxConfig {
 			return &decodeError{fmt.Errorf("node configuration is over %d bytes", MaxConfig)}
 		}
-		nc = httpboot.NodeConfig{}
+		nc = nodeconfig.NodeConfig{}
 		// The body holds the join token: the decoder's error is kept
 		// short of quoting it (it names offsets and types, not values).
 		if err := json.Unmarshal(body, &nc); err != nil {
@@ -201,7 +202,7 @@ func (c *Client) FetchConfig(ctx context.Context, mac string) (httpboot.NodeConf
 }
 
 // Report posts the boot report. kubefarm-pxe answers 204, also to a repeat.
-func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
+func (c *Client) Report(ctx context.Context, rep bootproto.BootReport) error {
 	return c.postJSON(ctx, "POST /report", c.Base.Report(), rep, func(resp *http.Response) error {
 		if resp.StatusCode/100 != 2 {
 			return statusError("POST /report", resp)
@@ -215,8 +216,8 @@ func (c *Client) Report(ctx context.Context, rep httpboot.BootReport) error {
 // retried like the others within ctx, which the caller bounds by its
 // heartbeat interval: a heartbeat that fails is only late, the next one
 // says the same.
-func (c *Client) Heartbeat(ctx context.Context, hb httpboot.Heartbeat) (httpboot.HeartbeatReply, error) {
-	var reply httpboot.HeartbeatReply
+func (c *Client) Heartbeat(ctx context.Context, hb bootproto.Heartbeat) (bootproto.HeartbeatReply, error) {
+	var reply bootproto.HeartbeatReply
 	err := c.postJSON(ctx, "POST /heartbeat", c.Base.Heartbeat(), hb, func(resp *http.Response) error {
 		if resp.StatusCode != http.StatusOK {
 			return statusError("POST /heartbeat", resp)
@@ -229,14 +230,14 @@ func (c *Client) Heartbeat(ctx context.Context, hb httpboot.Heartbeat) (httpboot
 			return &decodeError{fmt.Errorf("heartbeat answer is over %d bytes", maxReply)}
 		}
 		// Fields this agent does not know are a newer server's.
-		reply = httpboot.HeartbeatReply{}
+		reply = bootproto.HeartbeatReply{}
 		if err := json.Unmarshal(b, &reply); err != nil {
 			return &decodeError{fmt.Errorf("heartbeat answer does not decode: %w", err)}
 		}
 		return nil
 	})
 	if err != nil {
-		return httpboot.HeartbeatReply{}, err
+		return bootproto.HeartbeatReply{}, err
 	}
 	return reply, nil
 }

@@ -13,8 +13,9 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 const mac = "02:00:00:00:00:01"
@@ -51,7 +52,7 @@ func server(t *testing.T, codes []int, body string) (*Client, *atomic.Int32) {
 }
 
 func TestFetchConfig(t *testing.T) {
-	good, _ := json.Marshal(httpboot.NodeConfig{Hostname: "node-1", JoinToken: token})
+	good, _ := json.Marshal(nodeconfig.NodeConfig{Hostname: "node-1", JoinToken: token})
 	for _, tc := range []struct {
 		name     string
 		codes    []int
@@ -102,7 +103,7 @@ func TestFetchConfigContext(t *testing.T) {
 }
 
 func TestReport(t *testing.T) {
-	var got httpboot.BootReport
+	var got bootproto.BootReport
 	var n atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
@@ -118,8 +119,8 @@ func TestReport(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := &Client{Base: bootpaths.Base(srv.URL), Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
-	rep := httpboot.BootReport{MAC: mac, BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: "sha256:x",
-		Network: &httpboot.NetworkVerdict{Verified: true, Reason: "ok"}}
+	rep := bootproto.BootReport{MAC: mac, BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: "sha256:x",
+		Network: &bootproto.NetworkVerdict{Verified: true, Reason: "ok"}}
 	if err := c.Report(context.Background(), rep); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func TestHeartbeat(t *testing.T) {
 		{"garbage is final", []int{200}, `{"reboot":`, 1, false, "does not decode"},
 		{"oversized", []int{200}, `{"reboot":false,"x":"` + strings.Repeat("x", maxReply) + `"}`, 1, false, "over"},
 	} {
-		var got httpboot.Heartbeat
+		var got bootproto.Heartbeat
 		var n atomic.Int32
 		secret, _ := bootsecret.Generate(nil)
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +165,7 @@ func TestHeartbeat(t *testing.T) {
 			_, _ = w.Write([]byte(tc.body))
 		}))
 		c := &Client{Base: bootpaths.Base(srv.URL), Secret: secret, Attempts: 5, Log: testr.New(t), sleep: func(context.Context, time.Duration) error { return nil }}
-		hb := httpboot.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "m"}}
+		hb := bootproto.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &bootproto.RebootSignal{Reason: "RebootRequiredFile", Message: "m"}}
 		reply, err := c.Heartbeat(context.Background(), hb)
 		srv.Close()
 		if n.Load() != tc.attempts {

@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // The files, as absolute paths inside the node's root.
@@ -71,7 +71,7 @@ type File struct {
 
 // Input is what the files are made of.
 type Input struct {
-	Config httpboot.NodeConfig
+	Config nodeconfig.NodeConfig
 	// BootIface is the interface the machine booted on: flanneld's
 	// interface, whose address is the node's.
 	BootIface string
@@ -208,7 +208,7 @@ func containerdHosts(m kubefarmv1.RegistryMirror) ([]byte, error) {
 // bootstrapKubeconfig is kubelet's --bootstrap-kubeconfig: the tenant API
 // server and CA, and the join token as a bearer token. kubelet uses it once,
 // to request its client certificate, then writes /etc/kubernetes/kubelet.conf.
-func bootstrapKubeconfig(nc httpboot.NodeConfig) ([]byte, error) {
+func bootstrapKubeconfig(nc nodeconfig.NodeConfig) ([]byte, error) {
 	u, err := url.Parse(nc.APIServer)
 	if nc.APIServer == "" || err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("node configuration of machine %s: apiServer %q is not an https URL (has kubefarm-pxe a source of tenant facts?)", nc.Machine, nc.APIServer)
@@ -233,7 +233,7 @@ func bootstrapKubeconfig(nc httpboot.NodeConfig) ([]byte, error) {
 }
 
 // kubeletConfiguration is /var/lib/kubelet/config.yaml.
-func kubeletConfiguration(nc httpboot.NodeConfig) ([]byte, error) {
+func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 	yes := true
 	no := false
 	domain := nc.ClusterDomain
@@ -250,9 +250,9 @@ func kubeletConfiguration(nc httpboot.NodeConfig) ([]byte, error) {
 	// kubefarm-pxe already puts the network taint in; it is added here too
 	// in case it did not, since the scheduling guarantee rests on it.
 	if !slices.ContainsFunc(taints, func(t corev1.Taint) bool {
-		return t.Key == httpboot.NetworkUnavailableTaint.Key && t.Effect == httpboot.NetworkUnavailableTaint.Effect
+		return t.Key == nodeconfig.NetworkUnavailableTaint.Key && t.Effect == nodeconfig.NetworkUnavailableTaint.Effect
 	}) {
-		taints = append(taints, httpboot.NetworkUnavailableTaint)
+		taints = append(taints, nodeconfig.NetworkUnavailableTaint)
 	}
 	kc := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubeletv1beta1.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"},
@@ -295,7 +295,7 @@ func kubeletConfiguration(nc httpboot.NodeConfig) ([]byte, error) {
 // splits on whitespace. The hostname is the node name (the CSR approver and
 // the manager find the Node by it); labels kubelet may set go in
 // --node-labels; the pool's extra arguments follow, sorted.
-func kubeletEnv(nc httpboot.NodeConfig) ([]byte, []string, error) {
+func kubeletEnv(nc nodeconfig.NodeConfig) ([]byte, []string, error) {
 	args := []string{"--hostname-override=" + nc.Hostname}
 	var keep, dropped []string
 	for k, v := range nc.Labels {
@@ -364,7 +364,7 @@ func safeArg(a string) bool {
 // host-gw: the machines of one pool share a boot network) and its
 // environment (the node name it looks up its pod CIDR by, the interface it
 // routes over).
-func flannel(nc httpboot.NodeConfig, iface string) (netconf, env []byte, err error) {
+func flannel(nc nodeconfig.NodeConfig, iface string) (netconf, env []byte, err error) {
 	if _, _, err := net.ParseCIDR(nc.PodCIDR); err != nil {
 		return nil, nil, fmt.Errorf("node configuration of machine %s: podCIDR %q is not a CIDR", nc.Machine, nc.PodCIDR)
 	}

@@ -12,14 +12,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 const token = "abcdef.0123456789abcdef"
 const ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
-func config() httpboot.NodeConfig {
-	return httpboot.NodeConfig{
+func config() nodeconfig.NodeConfig {
+	return nodeconfig.NodeConfig{
 		Machine: "t1/m1", Cluster: "c1", Hostname: "node-1",
 		Labels: map[string]string{
 			"zone":                             "b",
@@ -31,11 +31,11 @@ func config() httpboot.NodeConfig {
 		},
 		Taints: []corev1.Taint{
 			{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
-			httpboot.NetworkUnavailableTaint,
+			nodeconfig.NetworkUnavailableTaint,
 		},
 		Kubelet:   kubefarmv1.KubeletSpec{MaxPods: 50, ExtraArgs: map[string]string{"v": "2", "--event-qps": "10"}},
 		JoinToken: token,
-		TenantFacts: httpboot.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
+		TenantFacts: nodeconfig.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
 			ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "tenant.local", PodCIDR: "10.244.0.0/16"},
 	}
 }

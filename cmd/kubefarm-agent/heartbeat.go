@@ -26,7 +26,7 @@ import (
 
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
 
 // The reasons of the drift signal, the RebootRequired condition's
@@ -75,7 +75,7 @@ type heartbeats struct {
 	// none yet.
 	login login
 	// signal, once raised, goes with every heartbeat.
-	signal *httpboot.RebootSignal
+	signal *bootproto.RebootSignal
 }
 
 func newHeartbeats(o Options, d Deps, pxe *pxeclient.Client, mac, bootID string, rebootAfterLogin *metav1.Duration, log logr.Logger) *heartbeats {
@@ -123,7 +123,7 @@ func jitter(d time.Duration) time.Duration {
 func (h *heartbeats) beat(ctx context.Context) bool {
 	h.drift()
 	bctx, cancel := context.WithTimeout(ctx, h.o.HeartbeatInterval)
-	reply, err := h.pxe.Heartbeat(bctx, httpboot.Heartbeat{MAC: h.mac, BootID: h.bootID, RebootRequired: h.signal})
+	reply, err := h.pxe.Heartbeat(bctx, bootproto.Heartbeat{MAC: h.mac, BootID: h.bootID, RebootRequired: h.signal})
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -175,7 +175,7 @@ func (h *heartbeats) drift() {
 }
 
 func (h *heartbeats) raise(reason, message string) {
-	h.signal = &httpboot.RebootSignal{Reason: reason, Message: clip(sanitize(message), httpboot.MaxRebootMessage)}
+	h.signal = &bootproto.RebootSignal{Reason: reason, Message: clip(sanitize(message), bootproto.MaxRebootMessage)}
 	h.log.Info("this boot asks to be replaced by a pristine one", "reason", reason, "message", h.signal.Message)
 }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
 
 // agentRig is an agent against a fakePXE whose heartbeats the test ticks
@@ -33,7 +33,7 @@ type agentRig struct {
 
 func newAgentRig(t *testing.T, rebootAfterLogin *metav1.Duration) *agentRig {
 	r := &agentRig{t: t, ticks: make(chan time.Time), now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC),
-		pxe: &fakePXE{configs: 1, rebootAfterLogin: rebootAfterLogin, beats: make(chan httpboot.Heartbeat, 16)}}
+		pxe: &fakePXE{configs: 1, rebootAfterLogin: rebootAfterLogin, beats: make(chan bootproto.Heartbeat, 16)}}
 	srv := httptest.NewServer(r.pxe)
 	t.Cleanup(srv.Close)
 	r.o = nodeRoot(t, srv.URL)
@@ -83,7 +83,7 @@ func (r *agentRig) start() (done chan struct{}, stop func()) {
 }
 
 // beat ticks the loop once and returns the heartbeat kubefarm-pxe got.
-func (r *agentRig) beat() httpboot.Heartbeat {
+func (r *agentRig) beat() bootproto.Heartbeat {
 	r.t.Helper()
 	r.ticks <- time.Time{}
 	return <-r.pxe.beats
@@ -150,7 +150,7 @@ func TestHeartbeatRebootRequiredFile(t *testing.T) {
 	}
 	r.write("run/reboot-required", "*** System restart required ***\n")
 	r.write("run/reboot-required.pkgs", "linux-image-6.1.0-30-amd64\nlibc6\nlinux-image-6.1.0-30-amd64\n")
-	want := httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "/run/reboot-required exists (packages: linux-image-6.1.0-30-amd64, libc6)"}
+	want := bootproto.RebootSignal{Reason: "RebootRequiredFile", Message: "/run/reboot-required exists (packages: linux-image-6.1.0-30-amd64, libc6)"}
 	if hb := r.beat(); hb.RebootRequired == nil || *hb.RebootRequired != want {
 		t.Fatalf("signal %+v, want %+v", hb.RebootRequired, want)
 	}
@@ -249,11 +249,11 @@ func TestUserSessionClasses(t *testing.T) {
 }
 
 func TestSanitize(t *testing.T) {
-	got := clip(sanitize("a\nb\tc\xffd\u00a0é"+strings.Repeat("é", 200)), httpboot.MaxRebootMessage)
-	if len(got) > httpboot.MaxRebootMessage || !strings.HasPrefix(got, "a b c?d é") {
+	got := clip(sanitize("a\nb\tc\xffd\u00a0é"+strings.Repeat("é", 200)), bootproto.MaxRebootMessage)
+	if len(got) > bootproto.MaxRebootMessage || !strings.HasPrefix(got, "a b c?d é") {
 		t.Errorf("%q", got)
 	}
-	if _, err := (httpboot.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &httpboot.RebootSignal{Reason: "InteractiveLogin", Message: got}}).Validate(); err != nil {
+	if _, err := (bootproto.Heartbeat{MAC: mac, BootID: bootID, RebootRequired: &bootproto.RebootSignal{Reason: "InteractiveLogin", Message: got}}).Validate(); err != nil {
 		t.Errorf("kubefarm-pxe refuses the sanitized message: %v", err)
 	}
 }

@@ -75,14 +75,13 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
-	"github.com/kubefarm/kubefarm/agent/bootparams"
 	"github.com/kubefarm/kubefarm/agent/cnicheck"
 	"github.com/kubefarm/kubefarm/agent/podguard"
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
 	"github.com/kubefarm/kubefarm/agent/render"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 
 // Options are the agent's flags. Paths named "in the root" are joined to
@@ -255,7 +254,7 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	if err != nil {
 		return nil, err
 	}
-	params, err := bootparams.Parse(string(cmdline))
+	params, err := bootproto.Parse(string(cmdline))
 	if err != nil {
 		return nil, err
 	}
@@ -263,7 +262,7 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	if err != nil {
 		return nil, err
 	}
-	bootID, err := bootparams.ParseBootID(string(b))
+	bootID, err := bootproto.ParseBootID(string(b))
 	if err != nil {
 		return nil, err
 	}
@@ -345,8 +344,8 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	log.Info("CNI chain checked", "verified", verdict.OK, "reason", verdict.Reason)
 
 	// 4. The report.
-	rep := httpboot.BootReport{MAC: mac, BootID: bootID, ImageDigest: params.Image,
-		Network: &httpboot.NetworkVerdict{Verified: verdict.OK, Reason: clip(verdict.Reason, httpboot.MaxNetworkReason)}}
+	rep := bootproto.BootReport{MAC: mac, BootID: bootID, ImageDigest: params.Image,
+		Network: &bootproto.NetworkVerdict{Verified: verdict.OK, Reason: clip(verdict.Reason, bootproto.MaxNetworkReason)}}
 	rctx, cancel := context.WithTimeout(ctx, o.ReportTimeout)
 	defer cancel()
 	if err := pxe.Report(rctx, rep); err != nil {
@@ -381,12 +380,12 @@ func readBootSecret(path string) (bootsecret.Secret, error) {
 // bootInterface names the interface the machine booted on and its MAC: the
 // one the initrd got its lease on (so the address kubefarm-pxe checks
 // /config against), whose MAC is BOOTIF's when iPXE passed it.
-func bootInterface(o Options, p bootparams.Params) (iface, mac string, err error) {
+func bootInterface(o Options, p bootproto.Params) (iface, mac string, err error) {
 	b, err := os.ReadFile(o.BootIfaceFile)
 	if err != nil {
 		return "", "", fmt.Errorf("the boot interface: %w", err)
 	}
-	if iface, err = bootparams.ParseBootIface(string(b)); err != nil {
+	if iface, err = bootproto.ParseBootIface(string(b)); err != nil {
 		return "", "", err
 	}
 	if p.BootIF != "" {
@@ -396,7 +395,7 @@ func bootInterface(o Options, p bootparams.Params) (iface, mac string, err error
 	if err != nil {
 		return "", "", fmt.Errorf("the MAC of boot interface %s: %w", iface, err)
 	}
-	mac, err = bootparams.NormalizeMAC(strings.TrimSpace(string(addr)))
+	mac, err = bootproto.NormalizeMAC(strings.TrimSpace(string(addr)))
 	if err != nil {
 		return "", "", fmt.Errorf("the MAC of boot interface %s: %w", iface, err)
 	}

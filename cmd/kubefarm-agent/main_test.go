@@ -20,8 +20,9 @@ import (
 
 	"github.com/kubefarm/kubefarm/agent/render"
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // guard stands for nft -f -: it keeps the scripts it is given.
@@ -55,9 +56,9 @@ const (
 type fakePXE struct {
 	mu               sync.Mutex
 	configs          int
-	reports          []httpboot.BootReport
+	reports          []bootproto.BootReport
 	rebootAfterLogin *metav1.Duration
-	beats            chan httpboot.Heartbeat
+	beats            chan bootproto.Heartbeat
 	reboot           bool
 	beatCode         int
 }
@@ -82,20 +83,20 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case 1:
 			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
 		case 2:
-			_ = json.NewEncoder(w).Encode(httpboot.NodeConfig{
+			_ = json.NewEncoder(w).Encode(nodeconfig.NodeConfig{
 				Machine: "t1/m1", Cluster: "c1", Hostname: "node-1", ImageDigest: image,
 				Labels:           map[string]string{"rack": "r1", "node-role.kubernetes.io/worker": ""},
 				Taints:           nil,
 				JoinToken:        token,
 				RebootAfterLogin: f.rebootAfterLogin,
-				TenantFacts: httpboot.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
+				TenantFacts: nodeconfig.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
 					ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodCIDR: "10.244.0.0/16"},
 			})
 		default:
 			http.Error(w, "forbidden", http.StatusForbidden)
 		}
 	case r.Method == http.MethodPost && r.URL.Path == "/report":
-		var rep httpboot.BootReport
+		var rep bootproto.BootReport
 		dec := json.NewDecoder(r.Body)
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rep); err != nil {
@@ -109,7 +110,7 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.reports = append(f.reports, rep)
 		w.WriteHeader(http.StatusNoContent)
 	case r.Method == http.MethodPost && r.URL.Path == "/heartbeat":
-		var hb httpboot.Heartbeat
+		var hb bootproto.Heartbeat
 		if err := json.NewDecoder(r.Body).Decode(&hb); err != nil {
 			http.Error(w, "bad heartbeat", 400)
 			return
@@ -123,7 +124,7 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "forbidden", f.beatCode)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(httpboot.HeartbeatReply{Reboot: f.reboot})
+		_ = json.NewEncoder(w).Encode(bootproto.HeartbeatReply{Reboot: f.reboot})
 	default:
 		http.NotFound(w, r)
 	}

@@ -28,7 +28,9 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // The tenant stand-in, as in controllers/csrapproval: one real API server
@@ -104,26 +106,26 @@ func TestMachineNodes(t *testing.T) {
 
 	t.Run("the taint stays without a verdict", func(t *testing.T) {
 		f.settle(t, "m1")
-		f.wantTaints(t, "m1", otherTaint, httpboot.NetworkUnavailableTaint)
+		f.wantTaints(t, "m1", otherTaint, nodeconfig.NetworkUnavailableTaint)
 	})
 	t.Run("the taint stays on a verdict of an earlier boot", func(t *testing.T) {
-		f.recordBoot(t, "workers-m1", boot1, &httpboot.NetworkVerdict{Verified: true, Reason: "chain verified"})
+		f.recordBoot(t, "workers-m1", boot1, &bootproto.NetworkVerdict{Verified: true, Reason: "chain verified"})
 		f.settle(t, "m1")
-		f.wantTaints(t, "m1", otherTaint, httpboot.NetworkUnavailableTaint)
+		f.wantTaints(t, "m1", otherTaint, nodeconfig.NetworkUnavailableTaint)
 	})
 	t.Run("the taint stays when the chain is invalid", func(t *testing.T) {
-		f.recordBoot(t, "workers-m1", boot2, &httpboot.NetworkVerdict{Verified: false, Reason: "10-other.conflist sorts first"})
+		f.recordBoot(t, "workers-m1", boot2, &bootproto.NetworkVerdict{Verified: false, Reason: "10-other.conflist sorts first"})
 		f.settle(t, "m1")
-		f.wantTaints(t, "m1", otherTaint, httpboot.NetworkUnavailableTaint)
+		f.wantTaints(t, "m1", otherTaint, nodeconfig.NetworkUnavailableTaint)
 	})
 	t.Run("the taint is lifted for a verdict of the node's boot, other taints kept", func(t *testing.T) {
-		f.recordBoot(t, "workers-m1", boot2, &httpboot.NetworkVerdict{Verified: true, Reason: "chain verified"})
+		f.recordBoot(t, "workers-m1", boot2, &bootproto.NetworkVerdict{Verified: true, Reason: "chain verified"})
 		f.eventually(t, "the network taint is lifted", func(ctx context.Context) (bool, error) {
 			n := &corev1.Node{}
 			if err := f.env.Client.Get(ctx, client.ObjectKey{Name: "m1"}, n); err != nil {
 				return false, err
 			}
-			return !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == httpboot.NetworkUnavailableTaint.Key }), nil
+			return !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == nodeconfig.NetworkUnavailableTaint.Key }), nil
 		})
 		f.wantTaints(t, "m1", otherTaint)
 		f.waitEvent(t, "workers-m1", corev1.EventTypeNormal, machinenode.ReasonNetworkTaintLifted)
@@ -262,7 +264,7 @@ func (f *fixture) registerNode(t *testing.T, name, bootID string) {
 	n := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 			"kubernetes.io/hostname": name, "example.com/accelerator": "none"}},
-		Spec: corev1.NodeSpec{Taints: []corev1.Taint{otherTaint, httpboot.NetworkUnavailableTaint}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{otherTaint, nodeconfig.NetworkUnavailableTaint}},
 	}
 	if err := f.env.Client.Create(ctx, n); err != nil {
 		t.Fatal(err)
@@ -363,7 +365,7 @@ func sameBoot(a, b *kubefarmv1.Machine) bool {
 
 // recordBoot writes the Machine's lastBoot and NetworkVerified with
 // kubefarm-pxe's StatusRecorder, as /report does.
-func (f *fixture) recordBoot(t *testing.T, machine, bootID string, verdict *httpboot.NetworkVerdict) {
+func (f *fixture) recordBoot(t *testing.T, machine, bootID string, verdict *bootproto.NetworkVerdict) {
 	t.Helper()
 	rec := httpboot.StatusRecorder{Client: f.env.Client}
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

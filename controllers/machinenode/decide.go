@@ -14,7 +14,7 @@ import (
 	"github.com/kubefarm/kubefarm/agent/render"
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // The pure decisions: what the Machine's NodeReady says of a Node, whether
@@ -99,7 +99,7 @@ func (v TaintVerdict) String() string {
 // as the scheduler matches it.
 func networkTaintIndex(node *corev1.Node) int {
 	return slices.IndexFunc(node.Spec.Taints, func(t corev1.Taint) bool {
-		return t.Key == httpboot.NetworkUnavailableTaint.Key && t.Effect == httpboot.NetworkUnavailableTaint.Effect
+		return t.Key == nodeconfig.NetworkUnavailableTaint.Key && t.Effect == nodeconfig.NetworkUnavailableTaint.Effect
 	})
 }
 

@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 const (
@@ -69,7 +69,7 @@ func verified(bootID string, status metav1.ConditionStatus, reason string) kubef
 }
 
 func TestDecideTaint(t *testing.T) {
-	taint := httpboot.NetworkUnavailableTaint
+	taint := nodeconfig.NetworkUnavailableTaint
 	other := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
 	sameKeyOtherEffect := corev1.Taint{Key: taint.Key, Effect: corev1.TaintEffectNoExecute}
 	otherBootMessage := verified(boot1, metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified)

@@ -29,7 +29,7 @@ import (
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 	"github.com/kubefarm/kubefarm/internal/tenantwatch"
-	"github.com/kubefarm/kubefarm/pxe/httpboot"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // tenantTimeout bounds one request to a tenant, so that a tenant that stops
@@ -313,6 +313,6 @@ func (w *nodeWorker) liftTaint(ctx context.Context, m *kubefarmv1.Machine, node 
 		return fmt.Errorf("removing the network taint of node %s: %w", node.Name, err)
 	}
 	w.recorder.Eventf(m, nil, corev1.EventTypeNormal, ReasonNetworkTaintLifted, "Untaint",
-		"lifted %s:%s from node %s: %s", httpboot.NetworkUnavailableTaint.Key, httpboot.NetworkUnavailableTaint.Effect, node.Name, why)
+		"lifted %s:%s from node %s: %s", nodeconfig.NetworkUnavailableTaint.Key, nodeconfig.NetworkUnavailableTaint.Effect, node.Name, why)
 	return nil
 }

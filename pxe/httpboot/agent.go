@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
@@ -45,7 +46,7 @@ func (h *Handler) refused(w http.ResponseWriter, r *http.Request, m *kubefarmv1.
 // peerMachine finds the machine of mac and checks that the request comes
 // from the address it leases. It answers the request itself when not.
 func (h *Handler) peerMachine(w http.ResponseWriter, r *http.Request, rawMAC string) (*kubefarmv1.Machine, bool) {
-	mac, err := NormalizeMAC(rawMAC)
+	mac, err := bootproto.NormalizeMAC(rawMAC)
 	if err != nil {
 		h.forbidden(w, r, "bad MAC")
 		return nil, false
@@ -77,7 +78,7 @@ func (h *Handler) secret(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	if !ok {
 		return
 	}
-	mac, _ := NormalizeMAC(rawMAC)
+	mac, _ := bootproto.NormalizeMAC(rawMAC)
 	key := machineKey(m)
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
 	if h.cfg.Recorder == nil {
@@ -256,7 +257,7 @@ const maxReport = 4096
 // report records what a machine booted in its status.lastBoot. Only the
 // machine's leased IP may report for its MAC.
 func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
-	var rep BootReport
+	var rep bootproto.BootReport
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReport))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&rep); err != nil {

@@ -15,13 +15,14 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
 // boot serves the iPXE script of the machine with rawMAC, once its
 // artifacts are cached.
 func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
-	mac, err := NormalizeMAC(rawMAC)
+	mac, err := bootproto.NormalizeMAC(rawMAC)
 	if err != nil {
 		http.Error(w, "bad MAC address", http.StatusBadRequest)
 		return
@@ -84,7 +85,7 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 }
 
 func (h *Handler) artifact(w http.ResponseWriter, r *http.Request, digest string) {
-	if !validDigest(digest) {
+	if !bootproto.ValidDigest(digest) {
 		http.NotFound(w, r)
 		return
 	}

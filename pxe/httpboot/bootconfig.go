@@ -7,66 +7,23 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
-
-// NetworkUnavailableTaint keeps pods off a node until the agent has checked
-// its CNI chain (ARCHITECTURE.md, boot step 4). The kubelet registers with
-// it; the manager lifts it (controllers/machinenode) once the agent's
-// report for the boot the node runs has made NetworkVerified True.
-var NetworkUnavailableTaint = corev1.Taint{Key: "kubefarm.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule}
-
-// NodeConfig is what kubefarm-agent fetches at /config/<mac> once per boot.
-type NodeConfig struct {
-	Machine     string                 `json:"machine"`
-	Cluster     string                 `json:"cluster"`
-	Hostname    string                 `json:"hostname"`
-	ImageDigest string                 `json:"imageDigest,omitempty"`
-	Labels      map[string]string      `json:"labels,omitempty"`
-	Taints      []corev1.Taint         `json:"taints"`
-	Kubelet     kubefarmv1.KubeletSpec `json:"kubelet"`
-	// RegistryMirrors are the pool's, for containerd's hosts.toml files.
-	RegistryMirrors []kubefarmv1.RegistryMirror `json:"registryMirrors,omitempty"`
-	// JoinToken is the bootstrap token for this machine alone.
-	JoinToken string `json:"joinToken"`
-	// RebootAfterLogin is the pool's rollout.rebootAfterLogin: how long
-	// after the first interactive login the agent raises RebootRequired
-	// (InteractiveLogin). Nil: never.
-	RebootAfterLogin *metav1.Duration `json:"rebootAfterLogin,omitempty"`
-
-	// The tenant cluster as its nodes see it (TenantFacts); empty when
-	// kubefarm-pxe has no source for them, and then the agent cannot join.
-	TenantFacts `json:",inline"`
-
-	// The pool's spec.host (what kubefarm's ltsp.config carried), all
-	// optional: the node's time zone (an IANA name such as Europe/Berlin),
-	// the root account's SSH authorized keys and its password hash
-	// (crypt(3) form, e.g. $6$...). The agent applies what is set.
-	Timezone          string   `json:"timezone,omitempty"`
-	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
-	RootPasswordHash  string   `json:"rootPasswordHash,omitempty"`
-}
-
-// TenantFacts are what a node needs to know of its tenant cluster to join
-// it (bootstraptoken.NodeFacts: kubefarm-manager publishes them beside the
-// token issuer's credential).
-type TenantFacts = bootstraptoken.NodeFacts
 
 // Tenants looks up the TenantFacts of a machine's tenant cluster for
 // /config. An error is the server's (the tenant is not reachable or not
 // ready): /config answers 503 without consuming the boot window, and the
 // agent retries.
 type Tenants interface {
-	Facts(ctx context.Context, m *kubefarmv1.Machine) (TenantFacts, error)
+	Facts(ctx context.Context, m *kubefarmv1.Machine) (nodeconfig.TenantFacts, error)
 }
 
 // NodeConfigFor derives a machine's node configuration from its pool: the
@@ -75,29 +32,29 @@ type Tenants interface {
 // later tag overrides an earlier one for the same label key, or the same
 // taint key and effect), then the network-unavailable taint. Pure: the join
 // token is added by the caller.
-func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (NodeConfig, error) {
+func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig.NodeConfig, error) {
 	if m == nil || pool == nil {
-		return NodeConfig{}, errors.New("machine and pool are required")
+		return nodeconfig.NodeConfig{}, errors.New("machine and pool are required")
 	}
 	if m.Namespace != pool.Namespace || m.Spec.Pool != pool.Name {
-		return NodeConfig{}, fmt.Errorf("machine %s/%s is not in pool %s/%s", m.Namespace, m.Name, pool.Namespace, pool.Name)
+		return nodeconfig.NodeConfig{}, fmt.Errorf("machine %s/%s is not in pool %s/%s", m.Namespace, m.Name, pool.Namespace, pool.Name)
 	}
 	resolved, err := machineconfig.Resolve(pool, m.Spec.Tags)
 	if err != nil {
-		return NodeConfig{}, err
+		return nodeconfig.NodeConfig{}, err
 	}
 	// The network-unavailable taint last: it replaces a tag's taint of the
 	// same key and effect in place, so no pool can schedule pods before the
 	// agent has verified the CNI chain.
 	taints := resolved.Taints
 	if i := slices.IndexFunc(taints, func(t corev1.Taint) bool {
-		return t.Key == NetworkUnavailableTaint.Key && t.Effect == NetworkUnavailableTaint.Effect
+		return t.Key == nodeconfig.NetworkUnavailableTaint.Key && t.Effect == nodeconfig.NetworkUnavailableTaint.Effect
 	}); i >= 0 {
-		taints[i] = NetworkUnavailableTaint
+		taints[i] = nodeconfig.NetworkUnavailableTaint
 	} else {
-		taints = append(taints, NetworkUnavailableTaint)
+		taints = append(taints, nodeconfig.NetworkUnavailableTaint)
 	}
-	out := NodeConfig{
+	out := nodeconfig.NodeConfig{
 		Machine:  machineKey(m),
 		Cluster:  m.Spec.Cluster,
 		Hostname: m.Spec.Hostname,
@@ -296,90 +253,12 @@ func (w *BootWindows) Knows(key string, s bootsecret.Secret) bool {
 	return ok && s.Matches(b.hash)
 }
 
-// BootReport is what the agent posts to /report after a boot.
-type BootReport struct {
-	MAC         string `json:"mac"`
-	BootID      string `json:"bootID"`
-	ImageDigest string `json:"imageDigest"`
-	// Network is the agent's verdict on the node's CNI chain; absent in
-	// reports of agents (or the initrd) that do not check it.
-	Network *NetworkVerdict `json:"network,omitempty"`
-	// Error is set by the initrd when the boot stopped before the root
-	// filesystem (a digest mismatch, a download that never completed): the
-	// machine did not boot the image, so the report becomes a Warning event
-	// (BootFailed) and not a lastBoot record. At most MaxBootError bytes of
-	// printable text.
-	Error string `json:"error,omitempty"`
-}
-
-// MaxBootError bounds a failed boot's error: it becomes an event message.
-const MaxBootError = 512
-
-// NetworkVerdict is the result of the agent's CNI chain check
-// (ARCHITECTURE.md, boot step 4).
-type NetworkVerdict struct {
-	Verified bool `json:"verified"`
-	// Reason says what failed, or what was checked; at most
-	// MaxNetworkReason bytes of printable text.
-	Reason string `json:"reason"`
-}
-
-// MaxNetworkReason bounds a verdict's reason: it becomes a condition
-// message and an event, both read by people.
-const MaxNetworkReason = 512
-
-// Validate checks the report's fields; MAC is returned normalised.
-func (r BootReport) Validate() (string, error) {
-	mac, err := NormalizeMAC(r.MAC)
-	if err != nil {
-		return "", err
-	}
-	if !validBootID(r.BootID) {
-		return "", errors.New("bootID must be a UUID as in /proc/sys/kernel/random/boot_id")
-	}
-	if !validDigest(r.ImageDigest) {
-		return "", errors.New("imageDigest must be sha256:<64 hex>")
-	}
-	if len(r.Error) > MaxBootError {
-		return "", fmt.Errorf("error is %d bytes, over %d", len(r.Error), MaxBootError)
-	}
-	if !printable(r.Error) {
-		return "", errors.New("error must be printable text")
-	}
-	if r.Error != "" && r.Network != nil {
-		return "", errors.New("a failed boot (error) carries no network verdict")
-	}
-	if n := r.Network; n != nil {
-		if len(n.Reason) > MaxNetworkReason {
-			return "", fmt.Errorf("network.reason is %d bytes, over %d", len(n.Reason), MaxNetworkReason)
-		}
-		if !n.Verified && n.Reason == "" {
-			return "", errors.New("network.reason is required when network.verified is false")
-		}
-		if !printable(n.Reason) {
-			return "", errors.New("network.reason must be printable text")
-		}
-	}
-	return mac, nil
-}
-
-// printable: valid, printable UTF-8 only, since report text is shown by
-// kubectl and in logs.
-func printable(s string) bool {
-	for _, c := range s {
-		if c == utf8.RuneError || !unicode.IsPrint(c) {
-			return false
-		}
-	}
-	return true
-}
-
 // NetworkCondition is the Machine's NetworkVerified condition for a report
 // of boot bootID: True or False with the agent's reason, Unknown when the
 // report carried no verdict. The boot ID is in the message, so that what
 // the condition refers to is visible; it is written in the same status
 // write as lastBoot, which is what the manager compares against.
-func NetworkCondition(bootID string, v *NetworkVerdict) metav1.Condition {
+func NetworkCondition(bootID string, v *bootproto.NetworkVerdict) metav1.Condition {
 	c := metav1.Condition{Type: kubefarmv1.ConditionNetworkVerified}
 	switch {
 	case v == nil:
@@ -393,27 +272,6 @@ func NetworkCondition(bootID string, v *NetworkVerdict) metav1.Condition {
 		c.Message = kubefarmv1.BootMessage(bootID, v.Reason)
 	}
 	return c
-}
-
-// validBootID accepts the kernel's boot_id form: 8-4-4-4-12 lower-case hex.
-func validBootID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // BootRecorder writes what the agent reports in a machine's status.

@@ -23,7 +23,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 func TestNodeConfigFor(t *testing.T) {
@@ -44,13 +46,13 @@ func TestNodeConfigFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := NodeConfig{
+	want := nodeconfig.NodeConfig{
 		Machine: "t1/m1", Cluster: "c1", Hostname: "node-1", ImageDigest: dR,
 		Labels: map[string]string{"role": "worker", "zone": "b", "gpu": "true"},
 		Taints: []corev1.Taint{
 			{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule},
 			{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoExecute},
-			NetworkUnavailableTaint,
+			nodeconfig.NetworkUnavailableTaint,
 		},
 		Kubelet:         kubefarmv1.KubeletSpec{MaxPods: 50},
 		RegistryMirrors: []kubefarmv1.RegistryMirror{{Registry: "registry.k8s.io", Endpoints: []string{"http://10.0.0.1:5000"}}},
@@ -151,16 +153,16 @@ func TestBootWindows(t *testing.T) {
 }
 
 func TestBootReportValidate(t *testing.T) {
-	good := BootReport{MAC: "02-00-00-00-00-01", BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: dR}
+	good := bootproto.BootReport{MAC: "02-00-00-00-00-01", BootID: "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", ImageDigest: dR}
 	if mac, err := good.Validate(); err != nil || mac != "02:00:00:00:00:01" {
 		t.Fatalf("good report: %q, %v", mac, err)
 	}
-	for _, mut := range []func(*BootReport){
-		func(r *BootReport) { r.MAC = "nope" },
-		func(r *BootReport) { r.BootID = "" },
-		func(r *BootReport) { r.BootID = strings.ToUpper(r.BootID) },
-		func(r *BootReport) { r.BootID = "0f1e2d3c04b5a-6978-8796-a5b4c3d2e1f0" },
-		func(r *BootReport) { r.ImageDigest = "sha256:abc" },
+	for _, mut := range []func(*bootproto.BootReport){
+		func(r *bootproto.BootReport) { r.MAC = "nope" },
+		func(r *bootproto.BootReport) { r.BootID = "" },
+		func(r *bootproto.BootReport) { r.BootID = strings.ToUpper(r.BootID) },
+		func(r *bootproto.BootReport) { r.BootID = "0f1e2d3c04b5a-6978-8796-a5b4c3d2e1f0" },
+		func(r *bootproto.BootReport) { r.ImageDigest = "sha256:abc" },
 	} {
 		r := good
 		mut(&r)
@@ -308,7 +310,7 @@ func TestConfigAndReport(t *testing.T) {
 	if w.Code != 200 || w.Header().Get("Cache-Control") != "no-store" {
 		t.Fatalf("config: %d %v", w.Code, w.Header())
 	}
-	var nc NodeConfig
+	var nc nodeconfig.NodeConfig
 	if err := json.Unmarshal(w.Body.Bytes(), &nc); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +349,7 @@ func TestConfigAndReport(t *testing.T) {
 		{"bad digest", "POST", mine, strings.Replace(good, "sha256:", "md5:", 1), 400},
 		{"too large", "POST", mine, `{"mac":"` + strings.Repeat(" ", 5000) + `"}`, 400},
 		{"failed boot with a verdict", "POST", mine, strings.Replace(good, `"}`, `","error":"x","network":{"verified":true,"reason":"ok"}}`, 1), 400},
-		{"failed boot, error too long", "POST", mine, strings.Replace(good, `"}`, `","error":"`+strings.Repeat("x", MaxBootError+1)+`"}`, 1), 400},
+		{"failed boot, error too long", "POST", mine, strings.Replace(good, `"}`, `","error":"`+strings.Repeat("x", bootproto.MaxBootError+1)+`"}`, 1), 400},
 		{"failed boot, unprintable error", "POST", mine, strings.Replace(good, `"}`, `","error":"a\u0007b"}`, 1), 400},
 		{"failed boot is no boot record", "POST", mine, strings.Replace(good, `"}`, `","error":"rootfs digest mismatch"}`, 1), 204},
 		{"good", "POST", mine, good, 204},
@@ -512,7 +514,7 @@ func TestAllTag(t *testing.T) {
 	if cfg.Labels["farm"] != "all" || cfg.Labels["gpu"] != "yes" {
 		t.Errorf("labels %v: want the all tag's, overridden by the machine's gpu tag", cfg.Labels)
 	}
-	if len(cfg.Taints) != 2 || cfg.Taints[0].Key != "farm" || cfg.Taints[1] != NetworkUnavailableTaint {
+	if len(cfg.Taints) != 2 || cfg.Taints[0].Key != "farm" || cfg.Taints[1] != nodeconfig.NetworkUnavailableTaint {
 		t.Errorf("taints %v: want the all tag's, then the network-unavailable taint", cfg.Taints)
 	}
 	img := image("new", digestOf('a'), digestOf('b'), digestOf('c'))

@@ -20,41 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
-
-// Heartbeat is what kubefarm-agent posts to /heartbeat while its node runs.
-type Heartbeat struct {
-	MAC    string `json:"mac"`
-	BootID string `json:"bootID"`
-	// RebootRequired is the agent's drift signal: this boot should be
-	// replaced by a pristine one of the same image. Absent while there is
-	// none; once raised, sent with every heartbeat of the boot.
-	RebootRequired *RebootSignal `json:"rebootRequired,omitempty"`
-}
-
-// RebootSignal says why a node wants to be rebooted into its image.
-type RebootSignal struct {
-	// Reason is one of InteractiveLogin (someone logged in on the node,
-	// and the pool's rollout.rebootAfterLogin has passed since) or
-	// RebootRequiredFile (/run/reboot-required exists). It becomes the
-	// reason of the Machine's RebootRequired condition.
-	Reason string `json:"reason"`
-	// Message says more, for people: at most MaxRebootMessage bytes of
-	// printable text.
-	Message string `json:"message,omitempty"`
-}
-
-// HeartbeatReply is kubefarm-pxe's answer to a heartbeat.
-type HeartbeatReply struct {
-	// Reboot asks the node to reboot now: the rollout is in its Rebooting
-	// phase for exactly the boot the heartbeat names, so a node that has
-	// already rebooted is never asked again.
-	Reboot bool `json:"reboot"`
-}
-
-// MaxRebootMessage bounds a RebootSignal's message: it becomes a condition
-// message.
-const MaxRebootMessage = 256
 
 // maxHeartbeat bounds a heartbeat body; a real one is about 100 bytes, 400
 // with a signal whose message is MaxRebootMessage.
@@ -74,42 +41,19 @@ const (
 // RebootRequired.
 const FieldOwner = "kubefarm-pxe"
 
-// Validate checks the heartbeat's fields; MAC is returned normalised.
-func (hb Heartbeat) Validate() (string, error) {
-	mac, err := NormalizeMAC(hb.MAC)
-	if err != nil {
-		return "", err
-	}
-	if !validBootID(hb.BootID) {
-		return "", errors.New("bootID must be a UUID as in /proc/sys/kernel/random/boot_id")
-	}
-	if s := hb.RebootRequired; s != nil {
-		if s.Reason != reasonInteractiveLogin && s.Reason != reasonRebootRequiredFile {
-			return "", fmt.Errorf("rebootRequired.reason must be %s or %s", reasonInteractiveLogin, reasonRebootRequiredFile)
-		}
-		if len(s.Message) > MaxRebootMessage {
-			return "", fmt.Errorf("rebootRequired.message is %d bytes, over %d", len(s.Message), MaxRebootMessage)
-		}
-		if !printable(s.Message) {
-			return "", errors.New("rebootRequired.message must be printable text")
-		}
-	}
-	return mac, nil
-}
-
 // parseHeartbeat decodes and validates a heartbeat body (already bounded by
 // maxHeartbeat), with its MAC normalised. Fields it does not know are
 // ignored, unlike /report's: a heartbeat is how a node learns it must
 // reboot, and an agent newer than this server must still hear that.
-func parseHeartbeat(body []byte) (Heartbeat, error) {
-	var hb Heartbeat
+func parseHeartbeat(body []byte) (bootproto.Heartbeat, error) {
+	var hb bootproto.Heartbeat
 	if err := json.Unmarshal(body, &hb); err != nil {
 		// Not the decoder's message: it may quote the body.
-		return Heartbeat{}, errors.New("not a JSON heartbeat")
+		return bootproto.Heartbeat{}, errors.New("not a JSON heartbeat")
 	}
 	mac, err := hb.Validate()
 	if err != nil {
-		return Heartbeat{}, err
+		return bootproto.Heartbeat{}, err
 	}
 	hb.MAC = mac
 	return hb, nil
@@ -139,7 +83,7 @@ func (h *Handler) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := h.log.WithValues("machine", machineKey(m), "peer", r.RemoteAddr, "bootID", hb.BootID)
-	reply := HeartbeatReply{Reboot: rebootRequested(m, hb.BootID)}
+	reply := bootproto.HeartbeatReply{Reboot: rebootRequested(m, hb.BootID)}
 	if reply.Reboot {
 		log.Info("asking the node to reboot: the rollout is Rebooting this boot")
 	}
@@ -186,7 +130,7 @@ func rebootRequested(m *kubefarmv1.Machine, bootID string) bool {
 // for, and whether it must be written: only for the boot of
 // status.lastBoot (an agent of another boot cannot raise it for this one),
 // and only when the condition is not already True for that boot.
-func rebootRequiredToRaise(m *kubefarmv1.Machine, hb Heartbeat, now time.Time) (metav1.Condition, bool) {
+func rebootRequiredToRaise(m *kubefarmv1.Machine, hb bootproto.Heartbeat, now time.Time) (metav1.Condition, bool) {
 	sig := hb.RebootRequired
 	if sig == nil || m.Status.LastBoot == nil || m.Status.LastBoot.BootID != hb.BootID {
 		return metav1.Condition{}, false

@@ -24,6 +24,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
@@ -135,15 +136,15 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 	}
 	report := func(boot string) {
 		t.Helper()
-		if w := post("/report", httpboot.BootReport{MAC: mac, BootID: boot, ImageDigest: digest,
-			Network: &httpboot.NetworkVerdict{Verified: true, Reason: "ok"}}); w.Code != 204 {
+		if w := post("/report", bootproto.BootReport{MAC: mac, BootID: boot, ImageDigest: digest,
+			Network: &bootproto.NetworkVerdict{Verified: true, Reason: "ok"}}); w.Code != 204 {
 			t.Fatalf("report of %s: %d %s", boot, w.Code, w.Body.String())
 		}
 	}
-	beat := func(boot string, sig *httpboot.RebootSignal) bool {
+	beat := func(boot string, sig *bootproto.RebootSignal) bool {
 		t.Helper()
-		w := post("/heartbeat", httpboot.Heartbeat{MAC: mac, BootID: boot, RebootRequired: sig})
-		var reply httpboot.HeartbeatReply
+		w := post("/heartbeat", bootproto.Heartbeat{MAC: mac, BootID: boot, RebootRequired: sig})
+		var reply bootproto.HeartbeatReply
 		if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &reply) != nil {
 			t.Fatalf("heartbeat of %s: %d %s", boot, w.Code, w.Body.String())
 		}
@@ -184,7 +185,7 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 	}
 
 	// The signal: one apply of the condition alone, under FieldOwner.
-	sig := &httpboot.RebootSignal{Reason: "RebootRequiredFile", Message: "/run/reboot-required"}
+	sig := &bootproto.RebootSignal{Reason: "RebootRequiredFile", Message: "/run/reboot-required"}
 	if beat(bootA, sig) {
 		t.Fatal("asked to reboot without a rollout")
 	}
@@ -202,7 +203,7 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 	// Again: no write at all.
 	rv := got.ResourceVersion
 	beat(bootA, sig)
-	beat(bootA, &httpboot.RebootSignal{Reason: "InteractiveLogin"})
+	beat(bootA, &bootproto.RebootSignal{Reason: "InteractiveLogin"})
 	beat(bootA, nil)
 	if got := get(); got.ResourceVersion != rv {
 		t.Errorf("repeated heartbeats wrote: resourceVersion %s, was %s", got.ResourceVersion, rv)
@@ -229,7 +230,7 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 	newBoot()
 	report(bootB)
 	fresh := replica()
-	hb, _ := json.Marshal(httpboot.Heartbeat{MAC: mac, BootID: bootB})
+	hb, _ := json.Marshal(bootproto.Heartbeat{MAC: mac, BootID: bootB})
 	if w := do(fresh, "POST", "/heartbeat", hb); w.Code != 200 {
 		t.Errorf("the new boot's heartbeat to another replica: %d, want 200", w.Code)
 	}
@@ -252,7 +253,7 @@ func TestHeartbeatStatusAPI(t *testing.T) {
 	}
 
 	// The new boot raises it again; the apply still touches nothing else.
-	beat(bootB, &httpboot.RebootSignal{Reason: "InteractiveLogin", Message: "root on ttyS0"})
+	beat(bootB, &bootproto.RebootSignal{Reason: "InteractiveLogin", Message: "root on ttyS0"})
 	got = get()
 	rr = cond(got, kubefarmv1.ConditionRebootRequired)
 	if rr == nil || rr.Status != metav1.ConditionTrue || rr.Reason != "InteractiveLogin" || rr.Message != "boot "+bootB+": root on ttyS0" {

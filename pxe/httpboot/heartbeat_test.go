@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
@@ -62,11 +63,11 @@ func (f *heartbeatFixture) post(path, from, body string) *httptest.ResponseRecor
 
 // beat posts a heartbeat of boot from the machine's address and decodes a
 // 200's answer.
-func (f *heartbeatFixture) beat(t *testing.T, boot string, sig *RebootSignal) (int, HeartbeatReply) {
+func (f *heartbeatFixture) beat(t *testing.T, boot string, sig *bootproto.RebootSignal) (int, bootproto.HeartbeatReply) {
 	t.Helper()
-	b, _ := json.Marshal(Heartbeat{MAC: hbMAC, BootID: boot, RebootRequired: sig})
+	b, _ := json.Marshal(bootproto.Heartbeat{MAC: hbMAC, BootID: boot, RebootRequired: sig})
 	w := f.post("/heartbeat", hbIP+":40000", string(b))
-	var reply HeartbeatReply
+	var reply bootproto.HeartbeatReply
 	if w.Code == 200 {
 		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Content-Type %q", ct)
@@ -82,7 +83,7 @@ func (f *heartbeatFixture) beat(t *testing.T, boot string, sig *RebootSignal) (i
 
 func (f *heartbeatFixture) report(t *testing.T, boot string) {
 	t.Helper()
-	b, _ := json.Marshal(BootReport{MAC: hbMAC, BootID: boot, ImageDigest: sha(f.rootfs), Network: &NetworkVerdict{Verified: true, Reason: "ok"}})
+	b, _ := json.Marshal(bootproto.BootReport{MAC: hbMAC, BootID: boot, ImageDigest: sha(f.rootfs), Network: &bootproto.NetworkVerdict{Verified: true, Reason: "ok"}})
 	if w := f.post("/report", hbIP+":40000", string(b)); w.Code != 204 {
 		t.Fatalf("report of %s: %d %s", boot, w.Code, w.Body.String())
 	}
@@ -120,7 +121,7 @@ func TestHeartbeatRefused(t *testing.T) {
 		{"upper-case boot ID", "POST", mine, strings.Replace(good, bootA, strings.ToUpper(bootA), 1), 400, ""},
 		{"unknown reason", "POST", mine, strings.Replace(good, "RebootRequiredFile", "Cosmic rays", 1), 400, ""},
 		{"no reason", "POST", mine, strings.Replace(good, `"reason":"RebootRequiredFile",`, "", 1), 400, ""},
-		{"message too long", "POST", mine, strings.Replace(good, "linux-image", strings.Repeat("x", MaxRebootMessage+1), 1), 400, ""},
+		{"message too long", "POST", mine, strings.Replace(good, "linux-image", strings.Repeat("x", bootproto.MaxRebootMessage+1), 1), 400, ""},
 		{"unprintable message", "POST", mine, strings.Replace(good, "linux-image", `a\nb`, 1), 400, ""},
 		{"too large", "POST", mine, strings.Replace(good, `"mac"`, strings.Repeat(" ", maxHeartbeat)+`"mac"`, 1), 400, ""},
 	} {
@@ -190,7 +191,7 @@ func TestHeartbeatNeedsTheBootSecret(t *testing.T) {
 	}
 	// A report is held to the same rule.
 	f.secret = previous
-	b, _ := json.Marshal(BootReport{MAC: hbMAC, BootID: bootB, ImageDigest: sha(f.rootfs)})
+	b, _ := json.Marshal(bootproto.BootReport{MAC: hbMAC, BootID: bootB, ImageDigest: sha(f.rootfs)})
 	if w := f.post("/report", hbIP+":40000", string(b)); w.Code != 403 || len(f.rec.recs) != 0 {
 		t.Errorf("report with the previous boot's secret: %d, %d records", w.Code, len(f.rec.recs))
 	}
@@ -235,8 +236,8 @@ func TestHeartbeatReboot(t *testing.T) {
 // for the boot of lastBoot, and a new boot's report clears it.
 func TestHeartbeatRebootRequired(t *testing.T) {
 	f := newHeartbeatFixture(t, testr.New(t))
-	file := &RebootSignal{Reason: reasonRebootRequiredFile, Message: "/run/reboot-required (linux-image-amd64)"}
-	login := &RebootSignal{Reason: reasonInteractiveLogin, Message: "user root logged in"}
+	file := &bootproto.RebootSignal{Reason: reasonRebootRequiredFile, Message: "/run/reboot-required (linux-image-amd64)"}
+	login := &bootproto.RebootSignal{Reason: reasonInteractiveLogin, Message: "user root logged in"}
 
 	// Before any report there is no boot to raise it for.
 	if code, _ := f.beat(t, bootA, file); code != 200 || len(f.rec.reboots) != 0 {
@@ -260,7 +261,7 @@ func TestHeartbeatRebootRequired(t *testing.T) {
 		t.Fatalf("wrote %+v; condition %+v", f.rec.reboots, c)
 	}
 	// Again, and with the other reason: True for this boot already.
-	for _, sig := range []*RebootSignal{file, file, login} {
+	for _, sig := range []*bootproto.RebootSignal{file, file, login} {
 		if code, _ := f.beat(t, bootA, sig); code != 200 {
 			t.Fatalf("repeat: %d", code)
 		}
@@ -294,7 +295,7 @@ func TestHeartbeatRebootRequired(t *testing.T) {
 		t.Errorf("heartbeat of the old boot: %d, wrote %+v", code, f.rec.reboots)
 	}
 	// The new boot raises it again: False is not True for this boot.
-	if code, _ := f.beat(t, bootB, &RebootSignal{Reason: reasonInteractiveLogin}); code != 200 || len(f.rec.reboots) != 3 {
+	if code, _ := f.beat(t, bootB, &bootproto.RebootSignal{Reason: reasonInteractiveLogin}); code != 200 || len(f.rec.reboots) != 3 {
 		t.Fatalf("heartbeat of the new boot: %d, wrote %+v", code, f.rec.reboots)
 	}
 	c = meta.FindStatusCondition(f.m.Status.Conditions, kubefarmv1.ConditionRebootRequired)
@@ -309,7 +310,7 @@ func TestHeartbeatWriteFails(t *testing.T) {
 	f := newHeartbeatFixture(t, testr.New(t))
 	f.m.Status.LastBoot = &kubefarmv1.BootRecord{BootID: bootA, ImageDigest: sha(f.rootfs)}
 	f.rec.rebootErr = errors.New("API down")
-	sig := &RebootSignal{Reason: reasonRebootRequiredFile}
+	sig := &bootproto.RebootSignal{Reason: reasonRebootRequiredFile}
 	if code, _ := f.beat(t, bootA, sig); code != 503 {
 		t.Errorf("failed write: %d, want 503", code)
 	}
@@ -366,17 +367,17 @@ func FuzzHeartbeat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		hb, err := parseHeartbeat(body)
 		if err == nil {
-			if mac, err := NormalizeMAC(hb.MAC); err != nil || mac != hb.MAC {
+			if mac, err := bootproto.NormalizeMAC(hb.MAC); err != nil || mac != hb.MAC {
 				t.Fatalf("accepted MAC %q", hb.MAC)
 			}
-			if !validBootID(hb.BootID) {
+			if !bootproto.ValidBootID(hb.BootID) {
 				t.Fatalf("accepted boot ID %q", hb.BootID)
 			}
 			if s := hb.RebootRequired; s != nil {
 				if s.Reason != reasonInteractiveLogin && s.Reason != reasonRebootRequiredFile {
 					t.Fatalf("accepted reason %q", s.Reason)
 				}
-				if len(s.Message) > MaxRebootMessage || !printable(s.Message) {
+				if len(s.Message) > bootproto.MaxRebootMessage || !bootproto.Printable(s.Message) {
 					t.Fatalf("accepted message %q", s.Message)
 				}
 			}
@@ -392,7 +393,7 @@ func FuzzHeartbeat(f *testing.F) {
 		fx.h.ServeHTTP(w, r)
 		switch w.Code {
 		case 200:
-			var reply HeartbeatReply
+			var reply bootproto.HeartbeatReply
 			if err := json.Unmarshal(w.Body.Bytes(), &reply); err != nil {
 				t.Fatalf("reply %q: %v", w.Body.String(), err)
 			}
@@ -411,4 +412,13 @@ func FuzzHeartbeat(f *testing.F) {
 			t.Fatalf("reply %q", w.Body.String())
 		}
 	})
+}
+
+// The reasons a node sends are the API's condition reasons, by value:
+// bootproto imports no API package.
+func TestRebootReasonsAreTheAPIs(t *testing.T) {
+	if bootproto.ReasonInteractiveLogin != kubefarmv1.ReasonInteractiveLogin || bootproto.ReasonRebootRequiredFile != kubefarmv1.ReasonRebootRequiredFile {
+		t.Errorf("bootproto's reasons %q, %q differ from the API's %q, %q", bootproto.ReasonInteractiveLogin, bootproto.ReasonRebootRequiredFile,
+			kubefarmv1.ReasonInteractiveLogin, kubefarmv1.ReasonRebootRequiredFile)
+	}
 }

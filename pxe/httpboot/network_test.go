@@ -18,28 +18,30 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 const testBootID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 
 func TestBootReportValidateNetwork(t *testing.T) {
-	base := BootReport{MAC: "02:00:00:00:00:01", BootID: testBootID, ImageDigest: dR}
+	base := bootproto.BootReport{MAC: "02:00:00:00:00:01", BootID: testBootID, ImageDigest: dR}
 	for _, tc := range []struct {
 		name    string
-		network *NetworkVerdict
+		network *bootproto.NetworkVerdict
 		ok      bool
 	}{
 		{"no verdict", nil, true},
-		{"verified", &NetworkVerdict{Verified: true, Reason: "conflist 10-kubefarm.conflist, 6 plugins"}, true},
-		{"verified without reason", &NetworkVerdict{Verified: true}, true},
-		{"failed with reason", &NetworkVerdict{Reason: "00-mesh.conflist sorts before 10-kubefarm.conflist"}, true},
-		{"reason at the limit", &NetworkVerdict{Reason: strings.Repeat("x", MaxNetworkReason)}, true},
-		{"failed without reason", &NetworkVerdict{}, false},
-		{"oversized reason", &NetworkVerdict{Reason: strings.Repeat("x", MaxNetworkReason+1)}, false},
-		{"newline in reason", &NetworkVerdict{Reason: "a\nb"}, false},
-		{"invalid UTF-8", &NetworkVerdict{Reason: "a\xffb"}, false},
+		{"verified", &bootproto.NetworkVerdict{Verified: true, Reason: "conflist 10-kubefarm.conflist, 6 plugins"}, true},
+		{"verified without reason", &bootproto.NetworkVerdict{Verified: true}, true},
+		{"failed with reason", &bootproto.NetworkVerdict{Reason: "00-mesh.conflist sorts before 10-kubefarm.conflist"}, true},
+		{"reason at the limit", &bootproto.NetworkVerdict{Reason: strings.Repeat("x", bootproto.MaxNetworkReason)}, true},
+		{"failed without reason", &bootproto.NetworkVerdict{}, false},
+		{"oversized reason", &bootproto.NetworkVerdict{Reason: strings.Repeat("x", bootproto.MaxNetworkReason+1)}, false},
+		{"newline in reason", &bootproto.NetworkVerdict{Reason: "a\nb"}, false},
+		{"invalid UTF-8", &bootproto.NetworkVerdict{Reason: "a\xffb"}, false},
 	} {
 		r := base
 		r.Network = tc.network
@@ -52,15 +54,15 @@ func TestBootReportValidateNetwork(t *testing.T) {
 
 func TestNetworkCondition(t *testing.T) {
 	for _, tc := range []struct {
-		v       *NetworkVerdict
+		v       *bootproto.NetworkVerdict
 		status  metav1.ConditionStatus
 		reason  string
 		message string
 	}{
 		{nil, metav1.ConditionUnknown, kubefarmv1.ReasonNetworkNotReported, "boot " + testBootID + ": the report carried no network verdict"},
-		{&NetworkVerdict{Verified: true, Reason: "ok"}, metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified, "boot " + testBootID + ": ok"},
-		{&NetworkVerdict{Verified: true}, metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified, "boot " + testBootID},
-		{&NetworkVerdict{Reason: "missing"}, metav1.ConditionFalse, kubefarmv1.ReasonCNIChainInvalid, "boot " + testBootID + ": missing"},
+		{&bootproto.NetworkVerdict{Verified: true, Reason: "ok"}, metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified, "boot " + testBootID + ": ok"},
+		{&bootproto.NetworkVerdict{Verified: true}, metav1.ConditionTrue, kubefarmv1.ReasonCNIChainVerified, "boot " + testBootID},
+		{&bootproto.NetworkVerdict{Reason: "missing"}, metav1.ConditionFalse, kubefarmv1.ReasonCNIChainInvalid, "boot " + testBootID + ": missing"},
 	} {
 		c := NetworkCondition(testBootID, tc.v)
 		if c.Type != kubefarmv1.ConditionNetworkVerified || c.Status != tc.status || c.Reason != tc.reason || c.Message != tc.message {
@@ -84,8 +86,8 @@ func TestReportNetworkVerdict(t *testing.T) {
 	f.h.cfg.Events = events.New(ev, events.Config{})
 	secret := mustSecret(t)
 	m.Status.BootCredential = &kubefarmv1.BootCredential{SHA256: secret.Hash()}
-	post := func(network *NetworkVerdict) int {
-		b, _ := json.Marshal(BootReport{MAC: mac, BootID: testBootID, ImageDigest: sha(f.rootfs), Network: network})
+	post := func(network *bootproto.NetworkVerdict) int {
+		b, _ := json.Marshal(bootproto.BootReport{MAC: mac, BootID: testBootID, ImageDigest: sha(f.rootfs), Network: network})
 		r := httptest.NewRequest("POST", "http://10.0.0.2:8080/report", strings.NewReader(string(b)))
 		r.RemoteAddr = ip + ":40000"
 		bootsecret.SetHeader(r, secret)
@@ -100,7 +102,7 @@ func TestReportNetworkVerdict(t *testing.T) {
 		return out
 	}
 
-	bad := &NetworkVerdict{Reason: "00-mesh.conflist in /etc/cni/net.d sorts before 10-kubefarm.conflist"}
+	bad := &bootproto.NetworkVerdict{Reason: "00-mesh.conflist in /etc/cni/net.d sorts before 10-kubefarm.conflist"}
 	if code := post(bad); code != 204 {
 		t.Fatalf("report: %d", code)
 	}
@@ -118,10 +120,10 @@ func TestReportNetworkVerdict(t *testing.T) {
 		t.Error("no NetworkUnverified warning")
 	}
 
-	if code := post(&NetworkVerdict{Verified: true, Reason: "fixed"}); code != 204 {
+	if code := post(&bootproto.NetworkVerdict{Verified: true, Reason: "fixed"}); code != 204 {
 		t.Fatalf("second report: %d", code)
 	}
-	if code := post(&NetworkVerdict{Verified: true, Reason: "fixed"}); code != 204 {
+	if code := post(&bootproto.NetworkVerdict{Verified: true, Reason: "fixed"}); code != 204 {
 		t.Fatalf("repeated report: %d", code)
 	}
 	if len(rec.conds) != 2 || rec.conds[1].Status != metav1.ConditionTrue {
@@ -133,7 +135,7 @@ func TestReportNetworkVerdict(t *testing.T) {
 		}
 	}
 	// An oversized reason is refused before anything is written.
-	if code := post(&NetworkVerdict{Reason: strings.Repeat("x", MaxNetworkReason+1)}); code != 400 {
+	if code := post(&bootproto.NetworkVerdict{Reason: strings.Repeat("x", bootproto.MaxNetworkReason+1)}); code != 400 {
 		t.Errorf("oversized reason: %d, want 400", code)
 	}
 	if len(rec.conds) != 2 {
@@ -142,11 +144,11 @@ func TestReportNetworkVerdict(t *testing.T) {
 }
 
 type fakeTenants struct {
-	facts TenantFacts
+	facts nodeconfig.TenantFacts
 	err   error
 }
 
-func (f *fakeTenants) Facts(context.Context, *kubefarmv1.Machine) (TenantFacts, error) {
+func (f *fakeTenants) Facts(context.Context, *kubefarmv1.Machine) (nodeconfig.TenantFacts, error) {
 	return f.facts, f.err
 }
 
@@ -174,13 +176,13 @@ func TestConfigTenantFacts(t *testing.T) {
 		t.Fatalf("tenant down: %d, want 503", w.Code)
 	}
 	tenants.err = nil
-	tenants.facts = TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte("-----BEGIN CERTIFICATE-----\n"),
+	tenants.facts = nodeconfig.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte("-----BEGIN CERTIFICATE-----\n"),
 		ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodCIDR: "10.244.0.0/16"}
 	w := get()
 	if w.Code != 200 {
 		t.Fatalf("config: %d (the window was consumed by the failed request?)", w.Code)
 	}
-	var nc NodeConfig
+	var nc nodeconfig.NodeConfig
 	if err := json.Unmarshal(w.Body.Bytes(), &nc); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +212,7 @@ func TestStatusRecorderCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := kubefarmv1.BootRecord{BootID: testBootID, ImageDigest: dR, Time: metav1.Now()}
-	if err := (StatusRecorder{Client: c}).RecordBoot(ctx, cur, rec, NetworkCondition(testBootID, &NetworkVerdict{Verified: true})); err != nil {
+	if err := (StatusRecorder{Client: c}).RecordBoot(ctx, cur, rec, NetworkCondition(testBootID, &bootproto.NetworkVerdict{Verified: true})); err != nil {
 		t.Fatal(err)
 	}
 	got := &kubefarmv1.Machine{}

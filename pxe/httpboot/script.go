@@ -8,47 +8,13 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
 
 // MaxCmdline bounds the kernel command line iPXE passes on. x86's
 // COMMAND_LINE_SIZE is 2048; a longer line is silently cut by the kernel,
 // which could drop the kubefarm.* arguments at its end.
 const MaxCmdline = 2048
-
-// NormalizeMAC turns a MAC as a client or a URL may spell it (upper case,
-// '-' or ':' separated) into the form the API stores: lower case, colon
-// separated. Only 6-byte Ethernet addresses are accepted.
-func NormalizeMAC(s string) (string, error) {
-	if len(s) != 17 {
-		return "", errors.New("not a 6-byte MAC address")
-	}
-	sep := s[2]
-	if sep != ':' && sep != '-' {
-		return "", errors.New("not a 6-byte MAC address")
-	}
-	var b strings.Builder
-	b.Grow(17)
-	for i := 0; i < 17; i++ {
-		c := s[i]
-		if i%3 == 2 {
-			// Mixed separators are rejected: no client sends them.
-			if c != sep {
-				return "", errors.New("not a 6-byte MAC address")
-			}
-			b.WriteByte(':')
-			continue
-		}
-		switch {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		case c >= 'A' && c <= 'F':
-			c += 'a' - 'A'
-		default:
-			return "", errors.New("not a 6-byte MAC address")
-		}
-		b.WriteByte(c)
-	}
-	return b.String(), nil
-}
 
 // ValidateKernelArg checks one kernel argument before it goes into an iPXE
 // script line. The script is a program: a newline would start a new iPXE
@@ -111,12 +77,6 @@ const secretName = "bootsecret"
 // booted.
 const secretMAC = "${netX/mac}"
 
-// validDigest reports whether d is sha256:<64 lower-case hex>.
-func validDigest(d string) bool {
-	_, ok := digestHex(d)
-	return ok
-}
-
 // ImageFor names the BootImage to serve to a machine and the rootfs digest
 // it must have ("" when not pinned).
 //
@@ -157,7 +117,7 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	}
 	k, i, r := img.Spec.Kernel.Digest, img.Spec.Initrd.Digest, img.Spec.Rootfs.Digest
 	for _, d := range []string{k, i, r} {
-		if !validDigest(d) {
+		if !bootproto.ValidDigest(d) {
 			return "", fmt.Errorf("image %q: invalid digest %q", img.Name, d)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 )
 
 func digestOf(c byte) string { return "sha256:" + strings.Repeat(string(c), 64) }
@@ -175,15 +176,15 @@ func TestNormalizeMAC(t *testing.T) {
 		"":                        "",
 		"../../etc/passwd!":       "",
 	} {
-		got, err := NormalizeMAC(in)
+		got, err := bootproto.NormalizeMAC(in)
 		if want == "" {
 			if err == nil {
-				t.Errorf("NormalizeMAC(%q) = %q, want an error", in, got)
+				t.Errorf("bootproto.NormalizeMAC(%q) = %q, want an error", in, got)
 			}
 			continue
 		}
 		if err != nil || got != want {
-			t.Errorf("NormalizeMAC(%q) = %q, %v; want %q", in, got, err, want)
+			t.Errorf("bootproto.NormalizeMAC(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 }

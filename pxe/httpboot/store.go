@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
@@ -88,21 +89,6 @@ func isRegistryDigestMismatch(err error) bool {
 		}
 	}
 	return false
-}
-
-// digestHex returns the hex part of sha256:<64 lower-case hex>.
-func digestHex(d string) (string, bool) {
-	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 {
-		return "", false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", false
-		}
-	}
-	return h, true
 }
 
 // StoreConfig configures a Store.
@@ -188,7 +174,7 @@ func (s *Store) Close() error { return s.root.Close() }
 
 // Open returns the cached file for digest, or ErrNotCached.
 func (s *Store) Open(digest string) (*os.File, error) {
-	h, ok := digestHex(digest)
+	h, ok := bootproto.DigestHex(digest)
 	if !ok {
 		return nil, ErrNotCached
 	}
@@ -201,7 +187,7 @@ func (s *Store) Open(digest string) (*os.File, error) {
 
 // Has reports whether digest is cached.
 func (s *Store) Has(digest string) bool {
-	h, ok := digestHex(digest)
+	h, ok := bootproto.DigestHex(digest)
 	if !ok {
 		return false
 	}
@@ -211,7 +197,7 @@ func (s *Store) Has(digest string) bool {
 
 // Size is the size in bytes of the cached file for digest, or ErrNotCached.
 func (s *Store) Size(digest string) (int64, error) {
-	h, ok := digestHex(digest)
+	h, ok := bootproto.DigestHex(digest)
 	if !ok {
 		return 0, ErrNotCached
 	}
@@ -234,7 +220,7 @@ func (s *Store) Size(digest string) (int64, error) {
 // its own context bounded by Timeout, so a caller that gives up (ctx done)
 // does not fail the download for the others; it just stops waiting.
 func (s *Store) Ensure(ctx context.Context, a kubefarmv1.Artifact, repository string) error {
-	h, ok := digestHex(a.Digest)
+	h, ok := bootproto.DigestHex(a.Digest)
 	if !ok {
 		return fmt.Errorf("invalid digest %q", a.Digest)
 	}

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
@@ -89,19 +90,9 @@ func Fetch(ctx context.Context, c *http.Client, url, want, path string) (err err
 	return nil
 }
 
-// Report is the body POSTed to kubefarm-pxe's /report. MAC, BootID and
-// ImageDigest are those of a successful report (pxe/httpboot.BootReport);
-// Error says why this boot stopped.
-type Report struct {
-	MAC         string `json:"mac"`
-	BootID      string `json:"bootID"`
-	ImageDigest string `json:"imageDigest"`
-	Error       string `json:"error,omitempty"`
-}
-
 // SendReport POSTs r to server/report (server is http://host[:port]) with
 // the boot's secret, and fails unless the answer is 2xx.
-func SendReport(ctx context.Context, c *http.Client, server string, secret bootsecret.Secret, r Report) error {
+func SendReport(ctx context.Context, c *http.Client, server string, secret bootsecret.Secret, r bootproto.BootReport) error {
 	body, err := json.Marshal(r)
 	if err != nil {
 		return err

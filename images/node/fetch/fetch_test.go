@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
@@ -89,7 +90,7 @@ func TestParseDigest(t *testing.T) {
 	}
 }
 
-// The report is pxe/httpboot's BootReport plus an error field.
+// The report is bootproto.BootReport, the one /report takes, with its error field.
 func TestSendReport(t *testing.T) {
 	var got map[string]any
 	secret, _ := bootsecret.Generate(nil)
@@ -106,7 +107,7 @@ func TestSendReport(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
-	rep := Report{MAC: "52:54:00:12:34:56", BootID: "0b6a3e5c-5c51-4d5c-9d2e-1c2f6a0a7e11", ImageDigest: "sha256:" + hexSum(nil), Error: "rootfs digest mismatch: want sha256:a got sha256:b"}
+	rep := bootproto.BootReport{MAC: "52:54:00:12:34:56", BootID: "0b6a3e5c-5c51-4d5c-9d2e-1c2f6a0a7e11", ImageDigest: "sha256:" + hexSum(nil), Error: "rootfs digest mismatch: want sha256:a got sha256:b"}
 	if err := SendReport(context.Background(), srv.Client(), srv.URL, secret, rep); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kubefarm/kubefarm/images/node/fetch"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
@@ -71,7 +72,7 @@ func main() {
 		say("rootfs download failed: %v", err)
 	}
 	if *server != "" {
-		rep := fetch.Report{ImageDigest: "sha256:" + want, Error: err.Error()}
+		rep := bootproto.BootReport{ImageDigest: "sha256:" + want, Error: err.Error()}
 		rep.BootID = readTrim("/proc/sys/kernel/random/boot_id")
 		if *iface != "" {
 			rep.MAC = readTrim("/sys/class/net/" + *iface + "/address")

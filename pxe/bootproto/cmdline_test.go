@@ -1,4 +1,4 @@
-package bootparams
+package bootproto
 
 import (
 	"strings"

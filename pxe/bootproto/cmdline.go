@@ -1,8 +1,8 @@
-// Package bootparams reads what kubefarm-pxe and the initrd tell the agent:
-// the kernel command line (pxe/httpboot.Script writes kubefarm.server= and
-// kubefarm.image=; BOOTIF= when iPXE is told to add it), and the kernel's
-// boot ID. Pure parsers; the caller reads the files.
-package bootparams
+package bootproto
+
+// The kernel command line: what kubefarm-pxe's iPXE script tells the node's
+// initrd and kubefarm-agent, and the files the kernel and the initrd leave
+// for the agent. Pure parsers; the caller reads the files.
 
 import (
 	"errors"
@@ -10,6 +10,25 @@ import (
 	"strings"
 
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+)
+
+// The kernel command-line keys kubefarm-pxe's script writes (pxe/httpboot)
+// and the node's initrd and agent read (images/node/initrd/init, Parse).
+// The initrd's shell reads the same names; kubefarm.* is reserved, so a
+// pool's kernel arguments cannot set them.
+const (
+	// KeyImage is the root filesystem's digest, sha256:<hex>.
+	KeyImage = "kubefarm.image"
+	// KeyRootfs is the root filesystem's URL.
+	KeyRootfs = "kubefarm.rootfs"
+	// KeyServer is the base URL of the kubefarm-pxe replica that served the
+	// boot.
+	KeyServer = "kubefarm.server"
+	// KeyBootIF is pxelinux's and dracut's boot NIC, 01-<mac with '-'>,
+	// filled in by iPXE.
+	KeyBootIF = "BOOTIF"
+	// ReservedPrefix starts every key of kubefarm's own.
+	ReservedPrefix = "kubefarm."
 )
 
 // Params are the agent's arguments from the kernel command line.
@@ -35,11 +54,11 @@ func Parse(cmdline string) (Params, error) {
 	for _, a := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(a, "=")
 		switch k {
-		case "kubefarm.server":
+		case KeyServer:
 			server = v
-		case "kubefarm.image":
+		case KeyImage:
 			p.Image = v
-		case "BOOTIF":
+		case KeyBootIF:
 			bootif = v
 		}
 	}
@@ -72,61 +91,12 @@ func ParseBootIF(v string) (string, error) {
 	return NormalizeMAC(rest)
 }
 
-// NormalizeMAC accepts a 6-byte MAC with ':' or '-' separators, any case,
-// and returns it in the form the API and kubefarm-pxe's routes use.
-func NormalizeMAC(s string) (string, error) {
-	if len(s) != 17 {
-		return "", fmt.Errorf("%q is not a 6-byte MAC address", s)
-	}
-	b := []byte(strings.ToLower(s))
-	for i, c := range b {
-		if i%3 == 2 {
-			if c != ':' && c != '-' {
-				return "", fmt.Errorf("%q is not a 6-byte MAC address", s)
-			}
-			b[i] = ':'
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return "", fmt.Errorf("%q is not a 6-byte MAC address", s)
-		}
-	}
-	return string(b), nil
-}
-
-// ValidDigest reports whether d is sha256:<64 lower-case hex>.
-func ValidDigest(d string) bool {
-	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // ParseBootID checks the content of /proc/sys/kernel/random/boot_id: a
 // lower-case UUID, with the trailing newline the kernel writes.
 func ParseBootID(content string) (string, error) {
 	id := strings.TrimSpace(content)
-	if len(id) != 36 {
-		return "", fmt.Errorf("boot ID %q is not a UUID", id)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return "", fmt.Errorf("boot ID %q is not a UUID", id)
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return "", fmt.Errorf("boot ID %q is not a lower-case UUID", id)
-			}
-		}
+	if !ValidBootID(id) {
+		return "", fmt.Errorf("boot ID %q is not a lower-case UUID", id)
 	}
 	return id, nil
 }
