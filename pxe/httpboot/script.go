@@ -42,7 +42,7 @@ func ValidateKernelArg(arg string) error {
 	}
 	// kubefarm.* are set by kubefarm-pxe and read by the node's boot hooks;
 	// a pool or tag must not be able to point a node at another rootfs.
-	if strings.HasPrefix(arg, "kubefarm.") {
+	if strings.HasPrefix(arg, bootproto.ReservedPrefix) {
 		return fmt.Errorf("kernel argument %q: kubefarm.* arguments are reserved", arg)
 	}
 	// The script names the initrd itself (see initrdName); a second
@@ -95,7 +95,7 @@ func ImageFor(m *kubefarmv1.Machine) (name, digest string) {
 
 // bootIfArg is the BOOTIF argument as pxelinux and dracut know it:
 // "01-" (Ethernet) and the MAC with hyphens, filled in by iPXE.
-const bootIfArg = "BOOTIF=01-${netX/mac:hexhyp}"
+const bootIfArg = bootproto.KeyBootIF + "=01-${netX/mac:hexhyp}"
 
 // Script builds the iPXE script that boots machine m on image img. pool
 // supplies the kernel arguments: the pool's, then those of its `all` tag and
@@ -140,9 +140,9 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 	args = append(args,
 		"initrd="+initrdName,
 		"initrd="+secretName,
-		"kubefarm.image="+r,
-		"kubefarm.rootfs="+urls.Artifact(r),
-		"kubefarm.server="+urls.String(),
+		bootproto.KeyImage+"="+r,
+		bootproto.KeyRootfs+"="+urls.Artifact(r),
+		bootproto.KeyServer+"="+urls.String(),
 		// iPXE expands this to the MAC of the NIC it booted from, so the
 		// initrd brings up that interface (not whichever answers DHCP
 		// first on a multi-NIC machine) and reports for the right MAC.
