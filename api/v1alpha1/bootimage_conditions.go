@@ -29,3 +29,8 @@ const (
 	// backoff.
 	ReasonArtifactFetchFailed = "ArtifactFetchFailed"
 )
+
+// BootImageConditionTypes are the condition types a BootImage carries, both
+// written by kubefarm-pxe (pxe/imagecheck). printcolumns_test.go holds the
+// CRDs' printer columns to this list.
+var BootImageConditionTypes = []string{ConditionArtifactsVerified, ConditionReady}

@@ -75,3 +75,10 @@ const (
 	// ReasonNewBoot: False, a new boot is pristine.
 	ReasonNewBoot = "NewBoot"
 )
+
+// MachineConditionTypes are the condition types a Machine carries: NodeReady
+// (kubefarm-manager, controllers/machinenode), NetworkVerified and
+// RebootRequired (kubefarm-pxe). A printer column or client that names
+// another (Ready, the reserved Booted and UpToDate) finds nothing;
+// printcolumns_test.go holds the CRDs to this list.
+var MachineConditionTypes = []string{ConditionNodeReady, ConditionNetworkVerified, ConditionRebootRequired}

@@ -250,13 +250,19 @@ type MachineStatus struct {
 // creates one per pool entry; per-machine status keeps writes small and
 // uncontended at thousands of machines.
 //
+// kubectl get shows Ready from the NodeReady condition (a Machine has no
+// Ready condition of its own: its node's is what an operator asks for) and
+// Booted from status.lastBoot.time; MachineConditionTypes lists the
+// conditions a column may name.
+//
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=kfm,categories=kubefarm
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.servedImage.name`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="NodeReady")].status`
+// +kubebuilder:printcolumn:name="Booted",type=date,JSONPath=`.status.lastBoot.time`
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`
 // +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.macs[0]`,priority=1
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desiredImage`,priority=1

@@ -44,3 +44,10 @@ const (
 	// for the pool.
 	ReasonAddressesClaimed = "AddressesClaimed"
 )
+
+// NodePoolConditionTypes are the condition types a NodePool carries: Ready,
+// MachinesReady and AddressesClaimed (controllers/nodepool), Progressing,
+// Paused, Halted and Complete (controllers/rollout). printcolumns_test.go
+// holds the CRDs' printer columns to this list.
+var NodePoolConditionTypes = []string{ConditionReady, ConditionMachinesReady, ConditionAddressesClaimed,
+	ConditionProgressing, ConditionPaused, ConditionHalted, ConditionComplete}

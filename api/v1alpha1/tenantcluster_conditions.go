@@ -106,3 +106,10 @@ const (
 	// ReasonMembersMatch: EtcdScaling False, the change is complete.
 	ReasonMembersMatch = "MembersMatch"
 )
+
+// TenantClusterConditionTypes are the condition types a TenantCluster
+// carries (controllers/tenantcluster and its etcd backup, scaling and key
+// rotation). printcolumns_test.go holds the CRDs' printer columns to this
+// list.
+var TenantClusterConditionTypes = []string{ConditionReady, ConditionEtcdReady, ConditionAPIServerReady,
+	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionEtcdBackedUp, ConditionEtcdScaling}
