@@ -326,7 +326,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 
 // summarize counts the machines into sum.
 func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
-	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable, sum.DrainBlocked = 0, 0, 0, 0, 0, p.drainBlocked
+	sum.Updated, sum.InFlight, sum.Failed, sum.Pending, sum.Unavailable, sum.Unbooted, sum.DrainBlocked = 0, 0, 0, 0, 0, 0, p.drainBlocked
 	if sum.Budget == 0 {
 		sum.Budget, _ = plan.Budget(p.pool.Spec.Rollout.MaxUnavailable, len(p.machines))
 	}
@@ -340,6 +340,9 @@ func (r *Reconciler) summarize(p *pass, sum plan.Summary) plan.Summary {
 			if _, needs := plan.NeedsUpdate(m.M, p.target); needs {
 				sum.Pending++
 			}
+		}
+		if plan.Unbooted(m.M) {
+			sum.Unbooted++
 		}
 		if plan.Updated(m.M, p.target) {
 			sum.Updated++

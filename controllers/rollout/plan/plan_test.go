@@ -341,6 +341,18 @@ func TestConditions(t *testing.T) {
 		{"complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllUpdated},
 		{"not complete", base, v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonMachinesPending},
 		{"image missing", with2(base, func(s *Summary) { s.ImageProblem, s.ImageReason = "gone", ReasonImageNotFound }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonImageNotFound},
+		// Nothing waits and every machine runs the image: complete.
+		{"rollout complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutComplete},
+		// An empty pool has nothing to roll out.
+		{"empty pool", Summary{WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutComplete},
+		// Machines that never booted: nothing waits for the rollout, but
+		// the pool does not run its image yet.
+		{"no machine booted", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForFirstBoot},
+		{"no machine booted, Complete", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonMachinesPending},
+		{"one machine not booted", Summary{Total: 3, Updated: 2, Unbooted: 1, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForFirstBoot},
+		// Waiting updates say why they wait, booted or not.
+		{"unbooted and waiting for budget", with2(base, func(s *Summary) { s.Unbooted = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
+		{"unbooted and updating", with2(base, func(s *Summary) { s.Unbooted, s.InFlight = 1, 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
 	} {
 		c := find(Conditions(tc.s), tc.typ)
 		if c.Status != tc.status || c.Reason != tc.reason {
@@ -348,6 +360,9 @@ func TestConditions(t *testing.T) {
 		}
 		if len(tc.s.FullDomains) > 0 && !strings.Contains(c.Message, "failure domains at their own budget: rack-a") {
 			t.Errorf("%s: Progressing says %q, without the full domain", tc.name, c.Message)
+		}
+		if tc.reason == ReasonWaitingForFirstBoot && !strings.Contains(c.Message, fmt.Sprintf("%d of %d machines have not booted yet", tc.s.Unbooted, tc.s.Total)) {
+			t.Errorf("%s: Progressing says %q, without the count of unbooted machines", tc.name, c.Message)
 		}
 		if tc.s.DrainBlocked != "" && !strings.Contains(c.Message, "drain blocked: "+tc.s.DrainBlocked) {
 			t.Errorf("%s: Progressing says %q, without the blocked drain", tc.name, c.Message)
@@ -375,6 +390,25 @@ func TestUpdated(t *testing.T) {
 	for _, tc := range cases {
 		if got := Updated(tc.m.M, imgB); got != tc.want {
 			t.Errorf("%s: Updated %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestUnbooted: only a machine that never reported a boot counts, and not
+// while an update of the rollout drives it.
+func TestUnbooted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    Machine
+		want bool
+	}{
+		{"booted", machine("m1", imgB, ""), false},
+		{"never booted, served an image", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.LastBoot = nil }), true},
+		{"never booted, no served image yet", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.LastBoot, m.M.Status.ServedImage = nil, nil }), true},
+		{"never booted, in flight", with(with(machine("m1", imgB, ""), inFlight), func(m *Machine) { m.M.Status.LastBoot = nil }), false},
+	} {
+		if got := Unbooted(tc.m.M); got != tc.want {
+			t.Errorf("%s: Unbooted %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

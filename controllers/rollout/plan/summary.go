@@ -14,27 +14,35 @@ import (
 // Reasons of the rollout's NodePool conditions. Like every kind's reasons
 // they are API (alerts, kubectl wait), so constants.
 const (
-	ReasonMachinesUpdating   = "MachinesUpdating"
-	ReasonWaitingForBudget   = "WaitingForBudget"
-	ReasonWaitingForWindow   = "WaitingForWindow"
-	ReasonRolloutPaused      = "RolloutPaused"
-	ReasonRolloutHalted      = "RolloutHalted"
-	ReasonRolloutComplete    = "RolloutComplete"
-	ReasonImageNotFound      = "BootImageNotFound"
-	ReasonImageNotReady      = "BootImageNotReady"
-	ReasonNotPaused          = "NotPaused"
-	ReasonFailureBudgetLeft  = "WithinFailureBudget"
-	ReasonFailureBudgetSpent = "FailureBudgetExceeded"
-	ReasonAllUpdated         = "AllMachinesUpdated"
-	ReasonMachinesPending    = "MachinesPending"
-	ReasonInvalidStrategy    = "InvalidStrategy"
+	ReasonMachinesUpdating = "MachinesUpdating"
+	ReasonWaitingForBudget = "WaitingForBudget"
+	ReasonWaitingForWindow = "WaitingForWindow"
+	ReasonRolloutPaused    = "RolloutPaused"
+	ReasonRolloutHalted    = "RolloutHalted"
+	ReasonRolloutComplete  = "RolloutComplete"
+	// ReasonWaitingForFirstBoot: no update waits, but some machines have
+	// not booted yet (no status.lastBoot): they get the pool's image at
+	// their first boot, which the rollout does not start. Until they
+	// report, the pool's rollout is not complete, only idle.
+	ReasonWaitingForFirstBoot = "WaitingForFirstBoot"
+	ReasonImageNotFound       = "BootImageNotFound"
+	ReasonImageNotReady       = "BootImageNotReady"
+	ReasonNotPaused           = "NotPaused"
+	ReasonFailureBudgetLeft   = "WithinFailureBudget"
+	ReasonFailureBudgetSpent  = "FailureBudgetExceeded"
+	ReasonAllUpdated          = "AllMachinesUpdated"
+	ReasonMachinesPending     = "MachinesPending"
+	ReasonInvalidStrategy     = "InvalidStrategy"
 )
 
 // Summary is the pool as the rollout sees it after a pass.
 type Summary struct {
 	Total, Updated, InFlight, Failed, Pending, Unavailable, Budget int
-	FailureBudget                                                  int
-	Paused                                                         bool
+	// Unbooted are the machines, none in flight, that never reported a
+	// boot (no status.lastBoot).
+	Unbooted      int
+	FailureBudget int
+	Paused        bool
 	// Window: the maintenance windows allow starts now; NextWindow is when
 	// that changes (zero: never).
 	WindowOpen bool
@@ -62,6 +70,13 @@ func Updated(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
 	_, needs := NeedsUpdate(m, target)
 	lb := m.Status.LastBoot
 	return m.Status.ServedImage != nil && !needs && !InFlight(m) && lb != nil && lb.ImageDigest == target.Digest
+}
+
+// Unbooted tells whether m has never reported a boot and no update of the
+// rollout is in flight for it: a machine the NodePool controller has just
+// made, on its way to its first boot.
+func Unbooted(m *v1alpha1.Machine) bool {
+	return m.Status.LastBoot == nil && !InFlight(m)
 }
 
 // Conditions are the pool's rollout conditions for s: Progressing, Paused,
@@ -99,6 +114,9 @@ func Conditions(s Summary) []metav1.Condition {
 			msg += "; drain blocked: " + s.DrainBlocked
 		}
 		progressing = conditions.New(v1alpha1.ConditionProgressing, true, ReasonMachinesUpdating, msg)
+	case !waiting && s.Unbooted > 0:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForFirstBoot,
+			fmt.Sprintf("no machine waits for an update; %d of %d machines have not booted yet", s.Unbooted, s.Total))
 	case !waiting:
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutComplete, "no machine waits for an update")
 	case s.Halted():
