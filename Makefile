@@ -19,6 +19,9 @@ TOOLS_ENV := CGO_ENABLED=0
 mod_version = $(shell sed -nE 's#^[[:space:]]*(require[[:space:]]+)?$(2)[[:space:]]+(v[^[:space:]]+).*#\2#p' $(1) | head -n1)
 KUBERNETES_VERSION   := $(call mod_version,hack/tools/go.mod,k8s.io/kubernetes)
 CERT_MANAGER_VERSION := $(call mod_version,hack/tools/cert-manager/go.mod,github.com/cert-manager/cert-manager)
+# CoreDNS, the tenants' DNS add-on: its image tag in the e2e registry and
+# the manager's default tag (make verify-pins checks both).
+COREDNS_VERSION      := $(call mod_version,hack/tools/coredns/go.mod,github.com/coredns/coredns)
 k8s_minor := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
 
 # The previous minor's control plane, for the e2e upgrade scenario.
@@ -38,7 +41,7 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(KUBERNETES_VERSION))
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
-TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector versitygw) \
+TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector versitygw coredns) \
   $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
 # The subset the integration tests (envtest) start.
 # versitygw is the S3 server kubefarm-etcd's upload tests run against.
@@ -72,6 +75,12 @@ $(BIN)/etcd: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
 
 $(BIN)/versitygw: hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
 	cd hack/tools/versitygw && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/versity/versitygw/cmd/versitygw
+
+# CoreDNS's version string is a constant of the module (coremain.CoreVersion);
+# GitCommit, which `coredns -version` prints after it, gets the module
+# version, as there is no git checkout to describe.
+$(BIN)/coredns: hack/tools/coredns/go.mod hack/tools/coredns/go.sum
+	cd hack/tools/coredns && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(COREDNS_VERSION)' -o $@ github.com/coredns/coredns
 
 $(BIN)/konnectivity-server: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
@@ -126,13 +135,21 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 TEST_PKGS     ?= ./...
 
 .PHONY: verify-pins
-verify-pins: ## Fail when the cert-manager API or the e2e image versions differ from what hack/tools builds.
+verify-pins: ## Fail when the cert-manager API, the e2e image versions or the tenants' CoreDNS tag differ from what hack/tools builds.
 	@root="$(call mod_version,go.mod,github.com/cert-manager/cert-manager)"; \
 	if [ "$$root" != "$(CERT_MANAGER_VERSION)" ]; then \
 	  echo "go.mod pins cert-manager $$root but hack/tools/cert-manager builds $(CERT_MANAGER_VERSION)"; exit 1; fi
 	@for pair in "KubernetesVersion $(KUBERNETES_VERSION)" "PreviousKubernetesVersion $(PREV_KUBERNETES_VERSION)"; do \
 	  set -- $$pair; got=$$(sed -nE "s/^[[:space:]]*$$1[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\1/p" e2e/cluster/images.go); \
 	  if [ "$$got" != "$$2" ]; then echo "e2e/cluster/images.go: $$1 is $$got but the tools build $$2"; exit 1; fi; done
+	@# CoreDNS: the e2e image's tag and the tenants' default tag are the
+	@# version hack/tools/coredns builds, and so is what a built bin/coredns
+	@# says it is (a stale binary from an older pin fails here too).
+	@for pair in "e2e/cluster/images.go CoreDNSVersion" "controllers/tenantcluster/reconciler.go DefaultCoreDNSTag"; do \
+	  set -- $$pair; got=$$(sed -nE "s/^[[:space:]]*$$2[[:space:]]*=[[:space:]]*\"([^\"]+)\".*/\1/p" $$1); \
+	  if [ "$$got" != "$(COREDNS_VERSION)" ]; then echo "$$1: $$2 is $$got but hack/tools/coredns builds $(COREDNS_VERSION)"; exit 1; fi; done
+	@if [ -x $(BIN)/coredns ]; then got=$$($(BIN)/coredns -version | sed -nE 's/^CoreDNS-(.*)/v\1/p'); \
+	  if [ "$$got" != "$(COREDNS_VERSION)" ]; then echo "bin/coredns is $$got but hack/tools/coredns pins $(COREDNS_VERSION) (make tools rebuilds it)"; exit 1; fi; fi
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).

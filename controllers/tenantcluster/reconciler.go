@@ -58,8 +58,11 @@ const (
 	DefaultRegistry        = "registry.k8s.io"
 	DefaultEtcdTag         = "3.6.4-0"
 	DefaultKonnectivityTag = "v0.34.0"
-	// DefaultCoreDNSTag is the CoreDNS release Kubernetes v1.34 ships with.
-	DefaultCoreDNSTag = "v1.12.1"
+	// DefaultCoreDNSTag is the CoreDNS release hack/tools/coredns builds
+	// for the e2e registry (make verify-pins keeps the two equal). CoreDNS
+	// 1.15 still serves Kubernetes v1.34's API (it watches only Services,
+	// EndpointSlices and Namespaces, all GA long before).
+	DefaultCoreDNSTag = "v1.15.0"
 )
 
 // DefaultImages returns the images of a registry (empty: registry.k8s.io),

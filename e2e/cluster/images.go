@@ -49,6 +49,11 @@ const (
 	ManagerImage              = "ghcr.io/kubefarm/kubefarm-manager:e2e"
 	PXEImage                  = "ghcr.io/kubefarm/kubefarm-pxe:e2e"
 	BusyboxImage              = "docker.io/library/busybox:kubefarm-e2e"
+
+	// CoreDNSVersion is the tenants' DNS add-on, built by hack/tools/coredns
+	// into bin/coredns, and the manager's default CoreDNS tag
+	// (controllers/tenantcluster DefaultCoreDNSTag; make verify-pins).
+	CoreDNSVersion = "v1.15.0"
 )
 
 // BuildProjectBinaries builds the project's own binaries that go into images
@@ -91,6 +96,9 @@ func (c *Cluster) Images() ([]Image, error) {
 		// The upstream Konnectivity images have their binary at the root.
 		atRoot("registry.k8s.io/kas-network-proxy/proxy-server:"+KonnectivityVersion, "proxy-server", up("konnectivity-server")),
 		atRoot("registry.k8s.io/kas-network-proxy/proxy-agent:"+KonnectivityVersion, "proxy-agent", up("konnectivity-agent")),
+		// As upstream's: /coredns as the entrypoint, to which the tenants'
+		// CoreDNS Deployment passes -conf /etc/coredns/Corefile.
+		atRoot("registry.k8s.io/coredns/coredns:"+CoreDNSVersion, "coredns", up("coredns")),
 		Image{Ref: BusyboxImage, Entrypoint: []string{"/bin/busybox"}, Files: []ImageFile{
 			{Path: "/bin/busybox", Source: "/bin/busybox", Mode: 0o755},
 			{Path: "/www/index.html", Content: "kubefarm-e2e\n"},
