@@ -516,13 +516,157 @@ Recent updates:
 	// Once the controller has retried, status exits 0.
 	after.Status = poolStatus(after, false)
 	setStatus(t, "kubefarm-rollout", after)
-	r = kubefarm(t, "rollout", "status", "workers", "-n", "rs", "--history", "0")
+	r = kubefarm(t, "rollout", "status", "workers", "-n", "rs", "--history", "0", "--watch=false")
 	r.ok(t)
 	if !strings.HasPrefix(r.out, "NodePool rs/workers (cluster cluster1): Progressing\n") || strings.Contains(r.out, "Recent updates") {
 		t.Errorf("rollout status after the retry =\n%s", r.out)
 	}
 
 	kubefarm(t, "rollout", "status", "nope", "-n", "rs").fails(t, cli.ExitError, "error: NodePool rs/nope not found\n")
+}
+
+// syncBuffer is the output of a command that runs while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// kubefarmBackground starts `kubectl kubefarm args...` as kubefarm does and
+// returns its stdout as it is written and its result once it exits.
+func kubefarmBackground(t *testing.T, args ...string) (*syncBuffer, <-chan result) {
+	t.Helper()
+	kubefarm(t, "--help").ok(t) // writes the kubeconfig once
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	done := make(chan result, 1)
+	go func() {
+		streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}
+		code := cli.Main(context.Background(), append([]string{"--kubeconfig", kubeconfigPath}, args...), streams, func() time.Time { return now })
+		done <- result{code: code, out: out.String(), errOut: errOut.String()}
+	}()
+	return out, done
+}
+
+// waitForOutput waits until out contains want, failing if the command
+// exits first or a minute passes.
+func waitForOutput(t *testing.T, out *syncBuffer, done <-chan result, want string) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !strings.Contains(out.String(), want) {
+		select {
+		case r := <-done:
+			t.Fatalf("the command exited (status %d, stderr %q) before printing %q; stdout:\n%s", r.code, r.errOut, want, r.out)
+		case <-deadline:
+			t.Fatalf("no %q in a minute; stdout:\n%s", want, out.String())
+		case <-tick.C:
+		}
+	}
+}
+
+func waitForExit(t *testing.T, done <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-done:
+		return r
+	case <-time.After(time.Minute):
+		t.Fatal("the command still runs after a minute")
+		return result{}
+	}
+}
+
+// completeStatus is the status the controllers write once every machine
+// runs the pool's image.
+func completeStatus(p *v1alpha1.NodePool) v1alpha1.NodePoolStatus {
+	st := poolStatus(p, false)
+	st.ReadyMachines, st.UpdatedMachines, st.UpdatingMachines, st.UnavailableMachines = 3, 3, 0, 0
+	g := p.Generation
+	st.Conditions[0] = cond(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutComplete", "no machine waits for an update", g)
+	st.Conditions[3] = cond(v1alpha1.ConditionComplete, metav1.ConditionTrue, "AllMachinesUpdated", "all 3 machines run the pool's image", g)
+	return st
+}
+
+// TestRolloutStatusWatches: rollout status prints the pool, waits while the
+// rollout runs, prints it again when it changes, and exits 0 once it is
+// complete, 2 once it is halted, 1 at --timeout.
+func TestRolloutStatusWatches(t *testing.T) {
+	start := func(ns string) *v1alpha1.NodePool {
+		namespace(t, ns)
+		p := examplePool(t, ns)
+		create(t, p)
+		p.Status = poolStatus(p, false)
+		setStatus(t, "kubefarm-rollout", p)
+		return p
+	}
+	progressing := func(ns string) string { return "NodePool " + ns + "/workers (cluster cluster1): Progressing\n" }
+
+	t.Run("complete", func(t *testing.T) {
+		p := start("rw-complete")
+		out, done := kubefarmBackground(t, "rollout", "status", "workers", "-n", p.Namespace, "--history", "0", "--timeout", "2m")
+		waitForOutput(t, out, done, progressing(p.Namespace))
+		first := out.String()
+
+		p = get(t, p)
+		p.Status = completeStatus(p)
+		setStatus(t, "kubefarm-rollout", p)
+		r := waitForExit(t, done)
+		r.ok(t)
+		// Each report as --watch=false prints it, a blank line between.
+		once := kubefarm(t, "rollout", "status", "workers", "-n", p.Namespace, "--history", "0", "--watch=false")
+		once.ok(t)
+		if !strings.HasPrefix(once.out, "NodePool rw-complete/workers (cluster cluster1): Complete\n") {
+			t.Fatalf("the complete pool's report:\n%s", once.out)
+		}
+		if r.out != first+"\n"+once.out {
+			t.Errorf("rollout status printed\n%s\nwant\n%s\n%s", r.out, first, once.out)
+		}
+	})
+
+	t.Run("halted", func(t *testing.T) {
+		p := start("rw-halted")
+		out, done := kubefarmBackground(t, "rollout", "status", "workers", "-n", p.Namespace, "--history", "0")
+		waitForOutput(t, out, done, progressing(p.Namespace))
+
+		p = get(t, p)
+		p.Status = poolStatus(p, true)
+		setStatus(t, "kubefarm-rollout", p)
+		r := waitForExit(t, done)
+		halted := "2 failed updates exceed the failure budget 1; annotate the pool with kubefarm.io/rollout-retry=<anything new> to retry them"
+		r.fails(t, cli.ExitHalted, "error: the rollout of NodePool rw-halted/workers is halted: "+halted+" (kubectl kubefarm rollout retry workers -n rw-halted retries)\n")
+		if !strings.Contains(r.out, "\nNodePool rw-halted/workers (cluster cluster1): Halted\n") {
+			t.Errorf("rollout status printed\n%s\nwithout the halted report", r.out)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		p := start("rw-timeout")
+		r := kubefarm(t, "rollout", "status", "workers", "-n", p.Namespace, "--history", "0", "--timeout", "1s")
+		r.fails(t, cli.ExitError, "error: timed out after 1s waiting for the rollout of NodePool rw-timeout/workers to complete; it is Progressing\n")
+		if strings.Count(r.out, "NodePool rw-timeout/workers") != 1 || !strings.HasPrefix(r.out, progressing(p.Namespace)) {
+			t.Errorf("rollout status printed\n%s", r.out)
+		}
+	})
+
+	t.Run("without --watch", func(t *testing.T) {
+		p := start("rw-once")
+		r := kubefarm(t, "rollout", "status", "workers", "-n", p.Namespace, "--history", "0", "--watch=false")
+		r.ok(t)
+		if strings.Count(r.out, "NodePool rw-once/workers") != 1 || !strings.HasPrefix(r.out, progressing(p.Namespace)) {
+			t.Errorf("rollout status printed\n%s", r.out)
+		}
+	})
 }
 
 func TestHelpSaysKubectlKubefarm(t *testing.T) {

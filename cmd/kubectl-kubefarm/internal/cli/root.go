@@ -108,7 +108,7 @@ var scheme = func() *runtime.Scheme {
 
 // client builds a client from the connection flags and returns it with the
 // namespace to work in: -n, else the kubeconfig context's, else default.
-func (e *env) client() (client.Client, string, error) {
+func (e *env) client() (client.WithWatch, string, error) {
 	cfg, err := e.flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", err
@@ -118,7 +118,8 @@ func (e *env) client() (client.Client, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	// WithWatch: `rollout status` watches its pool.
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, "", err
 	}

@@ -429,3 +429,50 @@ Machines in the rollout:
 		t.Error("a pool without conditions is Halted")
 	}
 }
+
+func TestRolloutFinished(t *testing.T) {
+	True, False := metav1.ConditionTrue, metav1.ConditionFalse
+	halted := "2 failed updates exceed the failure budget 1"
+	for _, tc := range []struct {
+		name     string
+		gen      int64
+		conds    []metav1.Condition
+		finished bool
+		failure  string
+	}{
+		{"complete", 1, rolloutConds(1), true, ""},
+		{"no conditions yet", 1, nil, false, ""},
+		{"complete, but for the previous generation", 2, rolloutConds(1), false, ""},
+		{"updating", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, True, "MachinesUpdating", "1 updating", 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "1 of 3", 1)), false, ""},
+		{"waiting for budget", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, False, "WaitingForBudget", "2 machines wait", 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "1 of 3", 1)), false, ""},
+		{"waiting for the first boot", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, False, "WaitingForFirstBoot", "3 of 3 machines have not booted yet", 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "0 of 3", 1)), false, ""},
+		{"paused", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, False, "RolloutPaused", "2 machines wait", 1),
+			cond(v1alpha1.ConditionPaused, True, "RolloutPaused", "held", 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "1 of 3", 1)), false, ""},
+		{"halted", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, False, "RolloutHalted", halted, 1),
+			cond(v1alpha1.ConditionHalted, True, "FailureBudgetExceeded", halted, 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "1 of 3", 1)), true, "halted: " + halted},
+		{"invalid strategy", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, False, "InvalidStrategy", "spec.rollout.maintenanceWindows[0].timeZone: unknown", 1),
+			cond(v1alpha1.ConditionComplete, False, "MachinesPending", "1 of 3", 1)),
+			true, "its strategy is invalid: spec.rollout.maintenanceWindows[0].timeZone: unknown"},
+		// Complete and an update in flight (a reboot asked for after the
+		// image was rolled out) is not finished.
+		{"complete with an update in flight", 1, rolloutConds(1,
+			cond(v1alpha1.ConditionProgressing, True, "MachinesUpdating", "1 updating", 1)), false, ""},
+	} {
+		p := pool("ns", "workers", tc.gen, tc.conds)
+		finished, failure := RolloutFinished(&p)
+		if finished != tc.finished || failure != tc.failure {
+			t.Errorf("%s: RolloutFinished = %t, %q; want %t, %q", tc.name, finished, failure, tc.finished, tc.failure)
+		}
+	}
+}

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 )
 
 // FieldManager is the name the plugin's writes are recorded under in
@@ -184,4 +186,33 @@ func indent(s string) string {
 		}
 	}
 	return strings.Join(lines, "")
+}
+
+// RolloutFinished tells `rollout status` whether to stop watching the pool:
+// finished with failure "" once the rollout is complete (Complete True, no
+// update in flight), or finished with failure saying why when only an
+// operator can move it on: halted (Halted True) or a strategy the
+// controller cannot evaluate (Progressing InvalidStrategy). Anything else
+// (updates in flight, waiting for the budget, a window, an image, the
+// machines' first boot, a pause) moves on by itself or by an operator's
+// resume, so it keeps waiting. Conditions of an older generation than the
+// pool's (RolloutStale), or none at all, say nothing yet: right after an
+// edit of spec.bootImage the previous rollout's Complete must not end the
+// wait.
+func RolloutFinished(p *v1alpha1.NodePool) (finished bool, failure string) {
+	conds := p.Status.Conditions
+	progressing := meta.FindStatusCondition(conds, v1alpha1.ConditionProgressing)
+	if progressing == nil || RolloutStale(p) {
+		return false, ""
+	}
+	if msg, halted := Halted(p); halted {
+		return true, "halted: " + msg
+	}
+	if progressing.Reason == plan.ReasonInvalidStrategy {
+		return true, "its strategy is invalid: " + progressing.Message
+	}
+	if progressing.Status == metav1.ConditionTrue {
+		return false, ""
+	}
+	return meta.IsStatusConditionTrue(conds, v1alpha1.ConditionComplete), ""
 }
