@@ -53,6 +53,10 @@ import (
 //     rejected, so they can only go through Konnectivity; the tenant's
 //     kubernetes Service points at the NodePort endpoint, and its
 //     ClusterIP reaches a TLS server from the pod;
+//   - the tenant's CoreDNS (from the e2e registry) is Ready, and a pod on
+//     each node resolves the web Service and kubernetes.default to their
+//     ClusterIPs through the kubelet's clusterDNS; each Node reports a
+//     containerd:// runtime version;
 //   - a pod on each node reaches the other's over the pod network, and a
 //     ClusterIP Service answers from both (make demo's check, CheckSpread);
 //   - the Machine's Events tell the boot story, and the test prints the
