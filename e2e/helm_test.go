@@ -89,7 +89,9 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 				"modules-load=ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_sh"},
 			"nodes": nodes,
 		}},
-		"tags": map[string]any{"dhcpOptions": map[string]any{"all": map[string]any{"router": serverIP}}},
+		// dns-server: CoreDNS forwards what is not cluster.local to the
+		// node's resolv.conf, and exits at start when it names no server.
+		"tags": map[string]any{"dhcpOptions": map[string]any{"all": map[string]any{"router": serverIP, "dns-server": serverIP}}},
 	}
 }
 
