@@ -27,6 +27,7 @@ import (
 
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
 	"github.com/kubefarm/kubefarm/internal/manager"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
 
@@ -187,7 +188,7 @@ func runMemoryChild(mode, kubeconfig, certDir string) (memoryFigures, error) {
 // the TenantCluster controller's workers (its sources have synced by then),
 // and prints its memory as JSON.
 func memoryChild(mode string) error {
-	logs := &syncBuffer{}
+	logs := &netnstest.LockedBuffer{}
 	ctrl.SetLogger(zap.New(zap.WriteTo(logs), zap.JSONEncoder()))
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
@@ -209,7 +210,7 @@ func memoryChild(mode string) error {
 	stop := testenv.RunManager(mgr)
 	defer stop()
 	deadline := time.Now().Add(3 * time.Minute)
-	for !logs.has(`"controller":"tenantcluster"`, "Starting workers") {
+	for !logHas(logs, `"controller":"tenantcluster"`, "Starting workers") {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the TenantCluster controller never started:\n%s", logs.String())
 		}
@@ -238,27 +239,9 @@ func rssMiB() float64 {
 	return 0
 }
 
-// syncBuffer is a log sink the child polls.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// has reports whether one log line holds every one of subs.
-func (s *syncBuffer) has(subs ...string) bool {
-	for _, line := range strings.Split(s.String(), "\n") {
+// logHas reports whether one line of log holds every one of subs.
+func logHas(log fmt.Stringer, subs ...string) bool {
+	for _, line := range strings.Split(log.String(), "\n") {
 		all := true
 		for _, sub := range subs {
 			all = all && strings.Contains(line, sub)

@@ -22,6 +22,7 @@ import (
 	"github.com/kubefarm/kubefarm/cmd/kubectl-kubefarm/internal/cli"
 	"github.com/kubefarm/kubefarm/cmd/kubectl-kubefarm/internal/plugin"
 	"github.com/kubefarm/kubefarm/internal/examples"
+	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 	"github.com/kubefarm/kubefarm/internal/testenv"
 )
@@ -525,30 +526,12 @@ Recent updates:
 	kubefarm(t, "rollout", "status", "nope", "-n", "rs").fails(t, cli.ExitError, "error: NodePool rs/nope not found\n")
 }
 
-// syncBuffer is the output of a command that runs while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // kubefarmBackground starts `kubectl kubefarm args...` as kubefarm does and
 // returns its stdout as it is written and its result once it exits.
-func kubefarmBackground(t *testing.T, args ...string) (*syncBuffer, <-chan result) {
+func kubefarmBackground(t *testing.T, args ...string) (*netnstest.LockedBuffer, <-chan result) {
 	t.Helper()
 	kubefarm(t, "--help").ok(t) // writes the kubeconfig once
-	out, errOut := &syncBuffer{}, &syncBuffer{}
+	out, errOut := &netnstest.LockedBuffer{}, &netnstest.LockedBuffer{}
 	done := make(chan result, 1)
 	go func() {
 		streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: out, ErrOut: errOut}
@@ -560,7 +543,7 @@ func kubefarmBackground(t *testing.T, args ...string) (*syncBuffer, <-chan resul
 
 // waitForOutput waits until out contains want, failing if the command
 // exits first or a minute passes.
-func waitForOutput(t *testing.T, out *syncBuffer, done <-chan result, want string) {
+func waitForOutput(t *testing.T, out *netnstest.LockedBuffer, done <-chan result, want string) {
 	t.Helper()
 	deadline := time.After(time.Minute)
 	tick := time.NewTicker(10 * time.Millisecond)
