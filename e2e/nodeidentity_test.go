@@ -150,7 +150,10 @@ func checkNodeIdentity(ctx context.Context, t *testing.T, x identityTarget) {
 		// Node 1's own client certificate, the strongest credential root
 		// there holds, asking for a certificate in another node's name or
 		// in a name that is no Machine: kubefarm-manager denies both.
-		pem := exec(t, debugNS, root.Name, "cat /host/var/lib/kubelet/pki/kubelet-client-current.pem")
+		// kubelet-client-current.pem is a symlink with an absolute target,
+		// which must be read under /host too.
+		pem := exec(t, debugNS, root.Name, "f=/host/var/lib/kubelet/pki/kubelet-client-current.pem; "+
+			"t=$(readlink $f); case \"$t\" in /*) f=/host$t ;; esac; cat $f")
 		asNode1 := rest.AnonymousClientConfig(x.tenantCfg)
 		asNode1.CertData, asNode1.KeyData = []byte(pem), []byte(pem)
 		node1, err := kubernetes.NewForConfig(asNode1)
