@@ -445,7 +445,8 @@ func TestNodeJoin(t *testing.T) {
 	})
 
 	// The join credential is handed out once, to the machine's leased IP,
-	// for its MAC, inside its boot window: from anywhere else, or again,
+	// for its MAC, with the secret of its boot, inside that boot's window:
+	// from anywhere else, without the secret, or again,
 	// kubefarm-pxe answers 403 and the Machine gets a Refused Event.
 	t.Run("/config refuses the wrong IP, an unknown MAC and a request without the boot's secret", func(t *testing.T) {
 		base := fmt.Sprintf("http://%s:%d/config/", serverIP, cluster.PXEHTTPPort)

@@ -235,7 +235,7 @@ func TestBootChain(t *testing.T) {
 	c.serverLog = pxe.Log
 
 	// Ready: the cache has synced, and the script is served for both
-	// machines. HEAD caches the artifacts without opening boot windows.
+	// machines. HEAD caches the artifacts (serving a script opens nothing).
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
 	pxe.WaitHTTP(ctx, t, c.http, 2*time.Minute,
 		fmt.Sprintf("http://%s:%d/healthz", serverIP, metricsPort), base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe")

@@ -34,7 +34,7 @@ const (
 // Params are the agent's arguments from the kernel command line.
 type Params struct {
 	// Server is kubefarm-pxe's base URL (kubefarm.server=): the replica that
-	// served this boot's script, the only one with an open boot window.
+	// issued this boot's secret, the only one that will answer /config.
 	Server bootpaths.Base
 	// Image is the root file system's digest (kubefarm.image=), which the
 	// initrd has checked the download against.

@@ -261,7 +261,7 @@ func TestTwoReplicas(t *testing.T) {
 		f.replicas[i] = r
 	}
 	// Ready: cache synced, and every machine's script served (HEAD caches
-	// the artifacts without opening boot windows).
+	// the artifacts; serving a script opens nothing).
 	for _, r := range f.replicas {
 		urls := []string{r.probes() + "/healthz"}
 		for _, m := range machines {
