@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	conntest "github.com/kubefarm/kubefarm/internal/testing/conns"
 	"github.com/kubefarm/kubefarm/pxe/httplimit"
 )
 
@@ -97,29 +97,6 @@ func startBootServer(t *testing.T, h http.Handler, args ...string) (string, *pro
 	return raw.Addr().String(), reg
 }
 
-// waitClosed reads c until the server closes it, failing after d; between
-// reads (every 20ms) it calls between, if set.
-func waitClosed(t *testing.T, c net.Conn, d time.Duration, between func()) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	buf := make([]byte, 512)
-	for time.Now().Before(deadline) {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		_, err := c.Read(buf)
-		var ne net.Error
-		switch {
-		case err == nil:
-		case errors.As(err, &ne) && ne.Timeout():
-			if between != nil {
-				between()
-			}
-		default:
-			return
-		}
-	}
-	t.Fatalf("the server did not close the connection within %s", d)
-}
-
 // get sends one GET on c and reads the status line: true for a 200.
 func get(c net.Conn) bool {
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -162,7 +139,7 @@ func TestBootHTTPServerLimits(t *testing.T) {
 		defer c.Close()
 		_, _ = io.WriteString(c, "GET /report HTTP/1.1\r\nHost: pxe\r\n")
 		n := 0
-		waitClosed(t, c, 5*time.Second, func() { n++; _, _ = fmt.Fprintf(c, "X-Slow-%d: y\r\n", n) })
+		conntest.WaitClosed(t, c, 5*time.Second, func() { n++; _, _ = fmt.Fprintf(c, "X-Slow-%d: y\r\n", n) })
 		if n == 0 {
 			t.Error("closed before any header line trickled in")
 		}
@@ -202,7 +179,7 @@ func TestBootHTTPServerLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer third.Close()
-		waitClosed(t, third, 5*time.Second, nil)
+		conntest.WaitClosed(t, third, 5*time.Second, nil)
 		if got := refused(t, reg); got != 1 {
 			t.Errorf("kubefarm_pxe_http_connections_refused_total = %v, want 1", got)
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefarm/kubefarm/internal/testing/conns"
 	"github.com/kubefarm/kubefarm/pxe/httplimit"
 )
 
@@ -39,32 +40,6 @@ func poll(t *testing.T, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// closedByPeer reads from c until the server closes it (EOF or reset),
-// failing after d. Reads time out every 20ms so the caller's f runs between
-// them (e.g. to keep dribbling bytes).
-func closedByPeer(t *testing.T, c net.Conn, d time.Duration, between func()) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	buf := make([]byte, 512)
-	for time.Now().Before(deadline) {
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
-		_, err := c.Read(buf)
-		var ne net.Error
-		switch {
-		case err == nil:
-			continue
-		case errors.As(err, &ne) && ne.Timeout():
-			if between != nil {
-				between()
-			}
-			continue
-		default:
-			return // io.EOF or a reset: closed
-		}
-	}
-	t.Fatalf("the server did not close the connection within %s", d)
 }
 
 // roundTrip sends one keep-alive GET on c and reads the response's status.
@@ -100,7 +75,7 @@ func TestSlowHeaderIsCut(t *testing.T) {
 	// Slowloris: a header line now and then, never the blank line. The
 	// deadline is the whole header's, so the trickle does not extend it.
 	n := 0
-	closedByPeer(t, c, 5*time.Second, func() {
+	conns.WaitClosed(t, c, 5*time.Second, func() {
 		n++
 		_, _ = fmt.Fprintf(c, "X-Slow-%d: y\r\n", n)
 	})
@@ -168,7 +143,7 @@ func TestConnectionCapPerIP(t *testing.T) {
 	}
 	defer extra.Close()
 	_, _ = io.WriteString(extra, "GET / HTTP/1.1\r\nHost: pxe\r\n\r\n")
-	closedByPeer(t, extra, 5*time.Second, nil)
+	conns.WaitClosed(t, extra, 5*time.Second, nil)
 	if ln.Refused() != 1 {
 		t.Errorf("refused = %d, want 1", ln.Refused())
 	}
