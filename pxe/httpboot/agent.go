@@ -86,7 +86,6 @@ func (h *Handler) secret(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		http.Error(w, "boot secrets not available", http.StatusServiceUnavailable)
 		return
 	}
-	armed := h.cfg.Windows.armedAt(mac)
 	s, ok, err := h.cfg.Windows.Issue(mac, key)
 	if err != nil {
 		log.Error(err, "minting a boot secret")
@@ -99,7 +98,7 @@ func (h *Handler) secret(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	}
 	body, err := bootsecret.Archive(s)
 	if err != nil {
-		h.cfg.Windows.Unissue(mac, key, s, armed)
+		h.cfg.Windows.Unissue(mac, key, s)
 		log.Error(err, "packing the boot secret")
 		http.Error(w, "boot secrets not available", http.StatusServiceUnavailable)
 		return
@@ -110,7 +109,7 @@ func (h *Handler) secret(w http.ResponseWriter, r *http.Request, rawMAC string) 
 	if err := h.cfg.Recorder.RecordCredential(ctx, m, cred); err != nil {
 		// Without the hash in the status no other replica, nor this one
 		// after a restart, could check the boot's heartbeats.
-		h.cfg.Windows.Unissue(mac, key, s, armed)
+		h.cfg.Windows.Unissue(mac, key, s)
 		log.Error(err, "recording the boot credential")
 		http.Error(w, "cannot record the boot credential", http.StatusServiceUnavailable)
 		return

@@ -116,6 +116,7 @@ type BootWindows struct {
 
 type bootEntry struct {
 	hash   string    // bootsecret.Secret.Hash of the boot's secret
+	armed  time.Time // when the DHCP answer armed the boot (for Unissue)
 	opened time.Time // when the secret was issued: the window's start
 	taken  bool      // the configuration was served
 }
@@ -166,13 +167,6 @@ func (w *BootWindows) Armed(mac string) bool {
 	return ok && w.now().Sub(t) <= w.ttl
 }
 
-// armedAt is when mac was armed (zero when it is not).
-func (w *BootWindows) armedAt(mac string) time.Time {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.armed[mac]
-}
-
 // Issue takes mac's arm and mints the secret of machine key's boot; false
 // when mac is not armed (no DHCP answered for it within TTL, or its secret
 // was already issued). The new secret replaces any earlier boot's.
@@ -190,21 +184,23 @@ func (w *BootWindows) Issue(mac, key string) (bootsecret.Secret, bool, error) {
 		w.armed[mac] = t
 		return "", false, err
 	}
-	w.boots[key] = &bootEntry{hash: s.Hash(), opened: now}
+	w.boots[key] = &bootEntry{hash: s.Hash(), armed: t, opened: now}
 	return s, true, nil
 }
 
 // Unissue undoes an Issue whose secret never reached the machine (the
-// status write failed): the arm is back, with its first time, and the
-// boot's entry is gone.
-func (w *BootWindows) Unissue(mac, key string, s bootsecret.Secret, armed time.Time) {
+// status write failed): the boot's entry is gone and its arm is back, with
+// its first time, unless a newer DHCP answer armed the machine meanwhile.
+func (w *BootWindows) Unissue(mac, key string, s bootsecret.Secret) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if b, ok := w.boots[key]; ok && s.Matches(b.hash) {
-		delete(w.boots, key)
+	b, ok := w.boots[key]
+	if !ok || !s.Matches(b.hash) {
+		return
 	}
+	delete(w.boots, key)
 	if _, ok := w.armed[mac]; !ok {
-		w.armed[mac] = armed
+		w.armed[mac] = b.armed
 	}
 }
 

@@ -123,9 +123,8 @@ func TestBootWindows(t *testing.T) {
 	}
 	// Unissue puts the arm back and forgets the secret.
 	w.Arm(mac)
-	armed := w.armedAt(mac)
 	s2, _, _ := w.Issue(mac, key)
-	w.Unissue(mac, key, s2, armed)
+	w.Unissue(mac, key, s2)
 	if w.Knows(key, s2) || !w.Armed(mac) {
 		t.Fatal("Unissue left the secret or took the arm")
 	}
@@ -524,5 +523,34 @@ func TestAllTag(t *testing.T) {
 	}
 	if !strings.Contains(script, "quiet all=1 nouveau.modeset=0 ") {
 		t.Errorf("kernel arguments: want the pool's, the all tag's, then gpu's, in order; script:\n%s", script)
+	}
+}
+
+// TestSecretNotRecorded: when the secret's hash cannot be written to the
+// Machine's status, /secret answers 503 and forgets the secret (no replica
+// could check that boot's heartbeats), and the arm is kept so that the
+// machine's retry gets one.
+func TestSecretNotRecorded(t *testing.T) {
+	f := newHandlerFixture(t, testr.New(t))
+	const mac, ip = "02:00:00:00:00:01", "10.0.0.11"
+	f.machines.machines[mac].Spec.IP = ip
+	f.h.cfg.Windows = NewBootWindows(10*time.Minute, nil)
+	rec := &fakeRecorder{credErr: errors.New("API down")}
+	f.h.cfg.Recorder = rec
+	f.h.cfg.Windows.Arm(mac)
+	r := httptest.NewRequest("GET", "http://10.0.0.2:8080/secret/"+mac, nil)
+	r.RemoteAddr = ip + ":40000"
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, r)
+	if w.Code != 503 || bytes.Contains(w.Body.Bytes(), []byte(bootsecret.ArchivePath)) {
+		t.Fatalf("secret with the status write failing: %d, want 503 without the archive", w.Code)
+	}
+	if !f.h.cfg.Windows.Armed(mac) {
+		t.Fatal("the failed issue took the arm")
+	}
+	rec.credErr = nil
+	s := f.bootSecret(t, mac, ip+":40000")
+	if len(rec.creds) != 1 || !s.Matches(rec.creds[0].SHA256) || !f.h.cfg.Windows.Knows("t1/m1", s) {
+		t.Fatalf("the retry's secret is not the one recorded: %+v", rec.creds)
 	}
 }
