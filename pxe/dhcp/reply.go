@@ -420,8 +420,18 @@ const optionIPXEEncap = 175
 
 func ipxeNoPXEDHCP() []byte { return []byte{0xb0, 1, 1} }
 
+// isIPXE reports whether req's user class (option 77) names iPXE, read as
+// bootRequest reads it but without the rest of the request: the DHCP
+// server asks this of every offer and ack it sends (Server.armBoot).
 func isIPXE(req *dhcpv4.DHCPv4) bool {
-	for _, c := range bootRequest(req).UserClasses {
+	raw := req.Options.Get(dhcpv4.OptionUserClassInformation)
+	if raw == nil {
+		return false
+	}
+	if string(raw) == bootfile.UserClassIPXE {
+		return true
+	}
+	for _, c := range req.UserClass() {
 		if c == bootfile.UserClassIPXE {
 			return true
 		}
