@@ -262,6 +262,14 @@ func TestRealClients(t *testing.T) {
 		}
 	})
 
+	t.Run("systemd-networkd with the node image's network file", func(t *testing.T) {
+		networkdLease(t, cliNs, cliIf, map[string]string{
+			"ADDRESS": "10.99.0.42", "NETMASK": "255.255.255.0", "ROUTER": "10.99.0.1",
+			"DNS": "10.99.0.53 10.99.0.54", "DOMAINNAME": "farm.test", "HOSTNAME": "node-42",
+			"SERVER_ADDRESS": "10.99.0.1", "LIFETIME": "600",
+		})
+	})
+
 	offered := testutil.ToFloat64(m.packets.WithLabelValues("DISCOVER", string(Offered)))
 	acked := testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked)))
 	if !t.Skipped() && (offered < 1 || acked < 1) {
@@ -658,4 +666,118 @@ func keys(m map[string]*dhcpv4.DHCPv4) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// networkdBin is where Debian installs systemd-networkd, the node image's
+// DHCP client after switch_root.
+const networkdBin = "/lib/systemd/systemd-networkd"
+
+// networkdLease runs the host's systemd-networkd (the same systemd as the
+// node image's Debian) in the client namespace with the node image's own
+// network file, its [Match] narrowed to ifName (the file matches every
+// physical Ethernet NIC, which a veth is not), and checks the lease networkd
+// records: the DNS servers there are what systemd-resolved writes into the
+// node's resolv.conf, and so what the kubelet gives CoreDNS as its upstreams.
+// networkd runs in a mount namespace of its own with /sys read-only (so it
+// does not wait for a udev this test does not run) and a fresh /run/systemd.
+func networkdLease(t *testing.T, ns, ifName string, want map[string]string) {
+	t.Helper()
+	if _, err := os.Stat(networkdBin); err != nil {
+		t.Skipf("SKIPPED, NOT PASSED: %s is not installed (apt-get install -y systemd)", networkdBin)
+	}
+	src, err := os.ReadFile(filepath.Join("..", "..", "images", "node", "rootfs", "etc", "systemd", "network", "10-kubefarm.network"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, ok := narrowMatch(string(src), ifName)
+	if !ok {
+		t.Fatalf("the node image's 10-kubefarm.network has no [Match] section to narrow:\n%s", src)
+	}
+	run := t.TempDir()
+	if err := os.WriteFile(filepath.Join(run, "10-kubefarm.network"), []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `set -e
+mount -o remount,ro /sys
+mount -t tmpfs -o mode=0755 tmpfs /run/systemd
+mount -t tmpfs -o mode=0755 tmpfs /etc/systemd/network
+mkdir -p /run/systemd/network /run/systemd/netif "$1/netif/links" "$1/netif/leases" "$1/netif/lldp"
+cp "$1/10-kubefarm.network" /run/systemd/network/
+chown -R systemd-network:systemd-network "$1/netif"
+mount --bind "$1/netif" /run/systemd/netif
+exec ` + networkdBin
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var log bytes.Buffer
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "sh", "-c", script, "sh", run)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=debug", "SYSTEMD_LOG_TARGET=console")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	var lease map[string]string
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for lease == nil {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("systemd-networkd exited before a lease: %v\n%s", err, log.String())
+		case <-ctx.Done():
+			t.Fatalf("systemd-networkd recorded no lease on %s within a minute:\n%s", ifName, log.String())
+		case <-tick.C:
+			lease = readLease(filepath.Join(run, "netif", "leases"))
+		}
+	}
+	for k, v := range want {
+		if got := lease[k]; got != v {
+			t.Errorf("systemd-networkd lease %s = %q, want %q", k, got, v)
+		}
+	}
+	if t.Failed() {
+		t.Logf("lease %v\nnetworkd:\n%s", lease, log.String())
+	}
+}
+
+// narrowMatch replaces the [Match] section's lines with Name=ifName.
+func narrowMatch(file, ifName string) (string, bool) {
+	var out []string
+	in, found := false, false
+	for _, l := range strings.Split(file, "\n") {
+		trimmed := strings.TrimSpace(l)
+		if strings.HasPrefix(trimmed, "[") {
+			in = trimmed == "[Match]"
+			out = append(out, l)
+			if in {
+				found = true
+				out = append(out, "Name="+ifName)
+			}
+			continue
+		}
+		if in && trimmed != "" && !strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n"), found
+}
+
+// readLease reads the one lease file networkd writes per link (KEY=value
+// lines), or nil while there is none.
+func readLease(dir string) map[string]string {
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return nil
+	}
+	env, err := readEnv(filepath.Join(dir, entries[0].Name()))
+	if err != nil || env["ADDRESS"] == "" {
+		return nil
+	}
+	return env
 }
