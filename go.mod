@@ -7,6 +7,7 @@ require (
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-containerregistry v0.22.1
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
+	github.com/mdlayher/ndp v1.1.0
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/pin/tftp/v3 v3.1.0
 	github.com/prometheus/client_golang v1.24.0
