@@ -1110,7 +1110,7 @@ func TestPXEDaemonSet(t *testing.T) {
 		"--event-qps=0.5",
 		"--event-burst=20",
 		"--interface=eth1",
-		"--proxy-dhcp=true",
+		"--proxy-dhcp=true", "--answer-router-solicitations=true",
 		"--workers=8",
 		"--queue=256",
 		"--ipxe-dir=/opt/ipxe",
@@ -1217,7 +1217,7 @@ func TestPXEDefaults(t *testing.T) {
 	}
 	for _, want := range []string{
 		"--server-ip=$(HOST_IP)", "--http-addr=:8080", "--http-port=0", "--tftp-addr=:69", "--interface=",
-		"--proxy-dhcp=false", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
+		"--proxy-dhcp=false", "--answer-router-solicitations=true", "--ipxe-dir=/usr/lib/ipxe", "--uefi-binary=ipxe.efi",
 		"--max-artifact-size=4294967296", "--join-token-ttl=15m", "--namespace=",
 		"--event-interval=1m", "--event-qps=5", "--event-burst=50",
 		"--metrics-addr=127.0.0.1:9090", "--http-read-header-timeout=10s", "--http-read-timeout=30s",

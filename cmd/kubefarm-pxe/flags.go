@@ -41,6 +41,7 @@ type options struct {
 	uefiBinary      string
 	cacheDir        string
 	proxyDHCP       bool
+	answerRS        bool
 	workers         int
 	queue           int
 	tftpTimeout     time.Duration
@@ -84,6 +85,9 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.cacheDir, "cache-dir", "/var/cache/kubefarm-pxe", "directory of the content-addressed artifact cache")
 	fs.BoolVar(&o.proxyDHCP, "proxy-dhcp", false,
 		"proxyDHCP mode: another DHCP server hands out addresses; answer PXE clients with boot options only")
+	fs.BoolVar(&o.answerRS, "answer-router-solicitations", true,
+		"answer IPv6 router solicitations on --interface with an advertisement of no router, no prefix and no DHCPv6, "+
+			"so iPXE ends its IPv6 autoconfiguration at once instead of after ~15 s; false where the boot network has IPv6 routers")
 	fs.IntVar(&o.workers, "workers", 0, "DHCP worker goroutines; 0 means 2 x GOMAXPROCS")
 	fs.IntVar(&o.queue, "queue", 1024, "DHCP packets that may wait for a worker before new ones are dropped")
 	fs.DurationVar(&o.tftpTimeout, "tftp-timeout", 2*time.Second, "how long TFTP waits for each acknowledgement before resending")

@@ -43,6 +43,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/imagecheck"
 	"github.com/kubefarm/kubefarm/pxe/inventory"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
+	"github.com/kubefarm/kubefarm/pxe/routeradv"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
@@ -250,6 +251,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 	}
 	var dhcpSrv *dhcp.Server
 	var dhcpConns []net.PacketConn
+	var raResponder *routeradv.Responder
 	if o.iface != "" {
 		dcfg := dhcp.Config{
 			ServerID:  serverIP,
@@ -277,6 +279,18 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 				tftpConn.Close()
 			}
 			return fmt.Errorf("dhcp: %w", err)
+		}
+		if o.answerRS {
+			if raResponder, err = listenRouterSolicitations(o.iface, reg, log); err != nil {
+				httpLn.Close()
+				if tftpConn != nil {
+					tftpConn.Close()
+				}
+				for _, c := range dhcpConns {
+					c.Close()
+				}
+				return err
+			}
 		}
 	} else {
 		log.Info("no --interface: DHCP disabled")
@@ -364,6 +378,9 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 			return dhcpSrv.Serve(ctx, dhcpConns...)
 		})
 	}
+	if raResponder != nil {
+		start("router solicitations", func() error { return raResponder.Serve(ctx) })
+	}
 	if imageCheck != nil {
 		start("bootimage check", func() error {
 			// After the sync, so its watch starts from a synced cache
@@ -377,7 +394,7 @@ func run(ctx context.Context, o options, log logr.Logger) error {
 		})
 	}
 	log.Info("serving", "serverIP", serverIP.String(), "http", httpLn.Addr().String(), "metrics", o.metricsAddr, "baseURL", baseURL,
-		"tftp", o.tftpAddr, "dhcpInterface", o.iface, "proxyDHCP", o.proxyDHCP, "ipxeDir", o.ipxeDir, "cacheDir", o.cacheDir)
+		"tftp", o.tftpAddr, "dhcpInterface", o.iface, "proxyDHCP", o.proxyDHCP, "answerRouterSolicitations", raResponder != nil, "ipxeDir", o.ipxeDir, "cacheDir", o.cacheDir)
 
 	var runErr error
 	select {
@@ -461,4 +478,23 @@ func machineEvents(rec record.EventRecorder, inv *inventory.Inventory, o options
 	}
 	r := events.New(rec, events.Config{Interval: o.eventInterval, Rate: o.eventQPS, Burst: o.eventBurst, Log: log, UID: inv.UID})
 	return r, r.Register(reg)
+}
+
+// listenRouterSolicitations opens the IPv6 router solicitation responder on
+// the boot interface. An interface without IPv6 gets none, with a warning:
+// iPXE then waits for IPv6 as it would anyway.
+func listenRouterSolicitations(iface string, reg prometheus.Registerer, log logr.Logger) (*routeradv.Responder, error) {
+	m, err := routeradv.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	r, err := routeradv.Listen(iface, 0, 0, m, log.WithName("ipv6"))
+	if errors.Is(err, routeradv.ErrNoLinkLocal) {
+		log.Info("not answering IPv6 router solicitations: iPXE waits about 15 s for IPv6 on every boot", "reason", err.Error())
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("router solicitations: %w", err)
+	}
+	return r, nil
 }
