@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -435,6 +436,7 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 	if !ipxeScript {
 		t.Errorf("no DHCP reply sent iPXE to %s", script)
 	}
+	checkIPv6Wait(t, tr, "/boot/"+v.mac+".ipxe")
 	if !kernelAck {
 		t.Errorf("no DHCP ACK for the booted kernel's client")
 	}
@@ -615,4 +617,26 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// checkIPv6Wait: iPXE fetches nothing before its IPv6 router discovery has
+// ended, which without an answer takes about 15 s of retries. kubefarm-pxe
+// answers the solicitation (pxe/routeradv): an advertisement reaches the
+// machine before it asks for its script, and iPXE solicits no more after
+// it, so it was the answer, not a timeout, that ended the wait.
+func checkIPv6Wait(t *testing.T, tr *wireTrace, scriptPath string) {
+	t.Helper()
+	get := slices.Index(tr.Order, "GET "+scriptPath)
+	if get < 0 {
+		t.Errorf("the machine never asked for %s (order on the wire %q)", scriptPath, tr.Order)
+		return
+	}
+	ra := slices.Index(tr.Order[:get], "RA")
+	if ra < 0 {
+		t.Errorf("no router advertisement reached the machine before it asked for its script (order on the wire %q)", tr.Order[:get+1])
+		return
+	}
+	if n := slices.Index(tr.Order[ra:get], "RS"); n >= 0 {
+		t.Errorf("iPXE kept soliciting routers after the advertisement (order on the wire %q)", tr.Order[:get+1])
+	}
 }

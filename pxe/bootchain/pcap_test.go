@@ -36,6 +36,11 @@ type wireTrace struct {
 	// Unreachable are the UDP ports of ICMP destination unreachable
 	// messages.
 	Unreachable []uint16
+	// Order is the machine's router discovery and HTTP requests in the
+	// order they crossed the wire: "RS" (a router solicitation from the
+	// machine), "RA" (a router advertisement to it, unicast or to all
+	// nodes) and "GET <path>".
+	Order []string
 }
 
 type dhcpReply struct {
@@ -92,6 +97,12 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 			// ICMPv6 (router or neighbour solicitations, say): the time a
 			// client spends on IPv6 shows between its IPv4 stages.
 			tr.Lines = append(tr.Lines, fmt.Sprintf("%s ICMPv6 type %d from %s", at, frame[14+40], net.IP(frame[14+8:14+24])))
+			switch typ := frame[14+40]; {
+			case typ == 133 && bytes.Equal(frame[6:12], mac):
+				tr.Order = append(tr.Order, "RS")
+			case typ == 134 && (bytes.Equal(frame[0:6], mac) || bytes.Equal(frame[0:6], []byte{0x33, 0x33, 0, 0, 0, 1})):
+				tr.Order = append(tr.Order, "RA")
+			}
 			continue
 		}
 		if len(frame) < 14+20 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
@@ -182,6 +193,10 @@ func readPcap(path string, mac net.HardwareAddr) (*wireTrace, error) {
 						line = []byte(u)
 					}
 					tr.HTTPRequests = append(tr.HTTPRequests, string(line))
+					if method == "GET " {
+						path, _, _ := strings.Cut(strings.TrimPrefix(string(line), method), " ")
+						tr.Order = append(tr.Order, "GET "+path)
+					}
 					tr.Lines = append(tr.Lines, fmt.Sprintf("%s HTTP %s -> %s: %s", at, src, dst, line))
 				}
 			}
