@@ -139,10 +139,13 @@ type Deps struct {
 	After func(time.Duration) <-chan time.Time
 }
 
-// systemctlStart starts units and waits for their start jobs: kubelet and
-// flanneld are Type=simple, so that is as soon as they run.
+// systemctlStart queues the units' start jobs and returns: flanneld's job
+// lasts until the kubelet has its client certificate (its ExecStartPre
+// waits for kubelet.conf), and the agent's own bounded wait for flanneld's
+// lease is what tells a network that never comes. A unit that does not
+// exist is still an error here.
 func systemctlStart(ctx context.Context, units ...string) error {
-	out, err := exec.CommandContext(ctx, "systemctl", append([]string{"start"}, units...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, "systemctl", append([]string{"start", "--no-block"}, units...)...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("systemctl start %s: %v: %s", strings.Join(units, " "), err, strings.TrimSpace(string(out)))
 	}
