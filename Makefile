@@ -41,8 +41,11 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(KUBERNETES_VERSION))
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
-TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector versitygw coredns) \
-  $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
+# What the admin cluster and make demo run; the rest only tests need:
+# versitygw (kubefarm-etcd's S3 tests) and the previous minor's control
+# plane (the upgrade scenario).
+DEMO_TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector coredns)
+TOOL_BINARIES := $(DEMO_TOOL_BINARIES) $(BIN)/versitygw $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
 # The subset the integration tests (envtest) start.
 # versitygw is the S3 server kubefarm-etcd's upload tests run against.
 ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller versitygw)
@@ -256,7 +259,8 @@ E2E_ARGODIFF = $(abspath $(BUILD))/e2e-argodiff
 # charts/kubefarm, two qemu machines that netboot and join it, a workload
 # across them. Everything is left running; make demo-down removes it.
 .PHONY: demo
-demo: deps node-image e2e-up ## Run a tenant cluster with two netbooted machines on this machine (root; make demo-down removes it).
+demo: deps node-image $(DEMO_TOOL_BINARIES) e2e-bin ## Run a tenant cluster with two netbooted machines on this machine (root; make demo-down removes it).
+	$(BIN)/e2e-cluster up $(E2E_FLAGS) --previous-minor=false
 	$(BIN)/e2e-cluster demo $(E2E_FLAGS) --node-image $$(cat $(BUILD)/node-image.dir)
 
 .PHONY: demo-update

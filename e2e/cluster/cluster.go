@@ -28,6 +28,10 @@ type Cluster struct {
 	StateDir string
 	// BinDir holds the pinned binaries (the repository's bin/).
 	BinDir string
+	// WithoutPreviousMinor leaves the previous minor's control plane images
+	// out of the registry (and their binaries unneeded): only the upgrade
+	// scenario starts a tenant on it, and make demo runs none.
+	WithoutPreviousMinor bool
 	// NodeName and NodeIP register the one node. NodeIP must be the address of
 	// a real interface, or kube-proxy programs nothing.
 	NodeName string

@@ -126,6 +126,9 @@ func (c *Cluster) Images() ([]Image, error) {
 	// empty and no ClusterIP answers. The upstream image carries the file.
 	kubeProxy.Files = append(kubeProxy.Files, ImageFile{Path: "/etc/protocols", Source: "/etc/protocols", Mode: 0o644, HashContent: true})
 	images = append(images, kubeProxy)
+	if c.WithoutPreviousMinor {
+		return images, nil
+	}
 	for _, k := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
 		images = append(images, bin("registry.k8s.io/"+k+":"+PreviousKubernetesVersion, k, up(filepath.Join("k8s-prev", k))))
 	}

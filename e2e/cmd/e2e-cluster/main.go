@@ -86,11 +86,13 @@ func up(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ExitOnError)
 	state := fs.String("state", "_build/e2e", "state directory: everything the cluster creates lives here")
 	bin := fs.String("bin", "bin", "directory of the pinned upstream binaries (make tools)")
+	previous := fs.Bool("previous-minor", true, "push the previous minor's control plane images (bin/k8s-prev), which only the upgrade scenario runs")
 	_ = fs.Parse(args)
 	c, err := newCluster(*state, *bin)
 	if err != nil {
 		return err
 	}
+	c.WithoutPreviousMinor = !*previous
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	begin := time.Now()
