@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	appsv1 "k8s.io/api/apps/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,7 +53,10 @@ import (
 //     rejected, so they can only go through Konnectivity; the tenant's
 //     kubernetes Service points at the NodePort endpoint, and its
 //     ClusterIP reaches a TLS server from the pod;
-//   - each Node reports a containerd:// runtime version;
+//   - the tenant's CoreDNS (from the e2e registry) is Ready, and a pod on
+//     each node resolves the web Service and kubernetes.default to their
+//     ClusterIPs through the kubelet's clusterDNS; each Node reports a
+//     containerd:// runtime version;
 //   - node identity (docs/security.md): an ordinary pod gets no answer from
 //     kubefarm-pxe, and root on node 1 gets neither node 2's configuration
 //     nor a certificate in another name;
@@ -361,6 +365,14 @@ func TestNodeJoin(t *testing.T) {
 		t.Logf("kubernetes.default (%s:443) -> %s:%d answered %q", kube.Spec.ClusterIP, host, port, lastLine(out))
 	})
 
+	// Cluster DNS (#27): the tenant's CoreDNS, from the e2e registry like
+	// every image, runs on the netbooted nodes, and a pod on each node
+	// resolves Service names through the kubelet's clusterDNS (kube-dns's
+	// ClusterIP, so kube-proxy's rules too) to their ClusterIPs.
+	t.Run("CoreDNS is Ready and a pod on each node resolves Services to their ClusterIPs", func(t *testing.T) {
+		checkClusterDNS(ctx, t, tenantCfg, tenant, nodes)
+	})
+
 	t.Run("each Node reports containerd as its container runtime", func(t *testing.T) {
 		for _, n := range nodes {
 			node, err := tenant.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
@@ -630,4 +642,191 @@ func getFromClient(ctx context.Context, cfg *rest.Config, tenant kubernetes.Inte
 		return out, fmt.Errorf("exec %q in pod client: %v (last: %v, output %q)", get, err, execErr, out)
 	}
 	return out, nil
+}
+
+// checkClusterDNS waits for the tenant's CoreDNS Deployment to be fully
+// Ready, then, from a pod of its own on each of nodes, looks up the web
+// Service (made by the ClusterIP step) and kubernetes.default by their
+// full names with busybox's nslookup, which asks the pod's resolv.conf
+// nameserver: the kubelet's clusterDNS, the kube-dns ClusterIP. Each must
+// answer with exactly the Service's ClusterIP.
+func checkClusterDNS(ctx context.Context, t *testing.T, cfg *rest.Config, tenant kubernetes.Interface, nodes []string) {
+	t.Helper()
+	var dep *appsv1.Deployment
+	err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		d, err := tenant.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		dep = d
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want &&
+			d.Status.ReadyReplicas == want && d.Status.Replicas == want, nil
+	})
+	dnsPods, listErr := tenant.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	if err != nil {
+		var status any
+		if dep != nil {
+			status = dep.Status
+		}
+		story := coreDNSPodsStory(ctx, tenant, dnsPods, listErr)
+		for _, n := range nodes {
+			story += nodeNetworkStory(ctx, cfg, tenant, n)
+		}
+		t.Fatalf("Deployment kube-system/coredns never had all its replicas Ready: %v; status %+v%s", err, status, story)
+	}
+	if listErr != nil {
+		t.Fatal(listErr)
+	}
+	for _, p := range dnsPods.Items {
+		var image string
+		if len(p.Spec.Containers) > 0 {
+			image = p.Spec.Containers[0].Image
+		}
+		t.Logf("CoreDNS pod %s on %s, %s, image %s", p.Name, p.Spec.NodeName, p.Status.Phase, image)
+	}
+
+	want := map[string]string{}
+	for _, svc := range []string{"web", "kubernetes"} {
+		s, err := tenant.CoreV1().Services("default").Get(ctx, svc, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Service default/%s: %v", svc, err)
+		}
+		want[svc+".default.svc.cluster.local"] = s.Spec.ClusterIP
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	pods := tenant.CoreV1().Pods("default")
+	var grace int64
+	for _, node := range nodes {
+		p := testPod("dns-" + node)
+		p.Spec.NodeName = node
+		p.Spec.TerminationGracePeriodSeconds = &grace
+		p.Spec.Containers[0].Command = []string{"/bin/busybox", "sleep", "3600"}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		// Gone again before the later steps drain the nodes.
+		defer func() {
+			_ = pods.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+		}()
+	}
+	for _, node := range nodes {
+		podName := "dns-" + node
+		var last *corev1.Pod
+		err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
+			p, err := pods.Get(ctx, podName, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = p
+			return podReady(p), nil
+		})
+		if err != nil {
+			var status any
+			if last != nil {
+				status = last.Status
+			}
+			t.Fatalf("pod %s never ran on %s: %v; status %+v", podName, node, err, status)
+		}
+		for _, name := range names {
+			cmd := []string{"/bin/busybox", "nslookup", name}
+			var out string
+			var execErr error
+			err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+				out, execErr = cluster.ExecIn(ctx, cfg, tenant, "default", podName, cmd)
+				got := cluster.NslookupAnswers(out)
+				return execErr == nil && len(got) == 1 && got[0] == want[name], nil
+			})
+			if err != nil {
+				resolv, _ := cluster.ExecIn(ctx, cfg, tenant, "default", podName, []string{"/bin/busybox", "cat", "/etc/resolv.conf"})
+				t.Fatalf("nslookup %s in pod %s on %s: %v; want exactly %s, got %q (last: %v, output %q); the pod's resolv.conf:\n%s",
+					name, podName, node, err, want[name], cluster.NslookupAnswers(out), execErr, out, resolv)
+			}
+			t.Logf("on %s: %s -> %s", node, name, want[name])
+		}
+	}
+}
+
+// coreDNSPodsStory is why CoreDNS is not Ready, for a failure message: each
+// pod's node and problem (as make demo's last check words it) and its last
+// log lines, of the previous container when it restarted (a CoreDNS that
+// exits at start, e.g. on a Corefile its plugins refuse, says why there).
+func coreDNSPodsStory(ctx context.Context, tenant kubernetes.Interface, pods *corev1.PodList, listErr error) string {
+	if listErr != nil {
+		return fmt.Sprintf("\nlisting the CoreDNS pods: %v", listErr)
+	}
+	var b strings.Builder
+	tail := int64(20)
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "\npod kube-system/%s on %q: %s %s", p.Name, p.Spec.NodeName, p.Status.Phase, cluster.PodProblem(&p))
+		opts := &corev1.PodLogOptions{Container: "coredns", TailLines: &tail}
+		for _, s := range p.Status.ContainerStatuses {
+			if s.Name == "coredns" && s.RestartCount > 0 {
+				opts.Previous = true
+			}
+		}
+		logs, err := tenant.CoreV1().Pods("kube-system").GetLogs(p.Name, opts).DoRaw(ctx)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  (logs: %v)", err)
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s", strings.ReplaceAll(strings.TrimSpace(string(logs)), "\n", "\n  "))
+	}
+	return b.String()
+}
+
+// nodeNetworkStory tells how a node's own name resolution is set up, for a
+// failed DNS step: networkd's links and the boot NIC's lease, resolved's
+// servers, the resolv.conf the kubelet hands to pods with dnsPolicy Default
+// (CoreDNS's upstreams) and the sandboxes' copies, and the journal of
+// networkd, resolved and udevd. It runs them on the node as root, from a
+// privileged pod in the host's namespaces, and never fails the caller.
+func nodeNetworkStory(ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, node string) string {
+	// A namespace of its own that Pod Security lets run privileged pods
+	// (the tenant enforces its level everywhere else).
+	const ns = "node-netstory"
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}
+	if _, err := tenant.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Sprintf("\nnode %s: no namespace for a shell pod: %v", node, err)
+	}
+	name := "netstory-" + node
+	priv := true
+	var grace int64
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{NodeName: node, HostNetwork: true, HostPID: true, TerminationGracePeriodSeconds: &grace,
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{Name: "shell", Image: cluster.BusyboxImage,
+				Command:         []string{"/bin/busybox", "sleep", "3600"},
+				SecurityContext: &corev1.SecurityContext{Privileged: &priv}}}},
+	}
+	pods := tenant.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Sprintf("\nnode %s: no shell pod: %v", node, err)
+	}
+	defer func() { _ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &grace}) }()
+	if err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return err == nil && podReady(p), nil
+	}); err != nil {
+		return fmt.Sprintf("\nnode %s: the shell pod never ran: %v", node, err)
+	}
+	script := `ip -br link; ip -br addr; echo '--- networkctl'; networkctl --no-pager list; networkctl --no-pager status -a -n 0;
+echo '--- resolvectl'; resolvectl --no-pager status; echo '--- /etc/resolv.conf'; ls -l /etc/resolv.conf; cat /etc/resolv.conf;
+echo '--- sandboxes'; for f in /var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/*/resolv.conf; do echo "$f:"; cat "$f"; done;
+echo '--- journal'; journalctl -b --no-pager -o short-monotonic -u systemd-networkd -u systemd-resolved -u systemd-udevd | tail -n 120`
+	out, err := cluster.ExecIn(ctx, cfg, tenant, ns, name, []string{"/bin/busybox", "nsenter", "-t", "1", "-m", "-u", "-n", "-i", "--", "/bin/sh", "-c", script})
+	if err != nil {
+		out += fmt.Sprintf("\n(exec: %v)", err)
+	}
+	return fmt.Sprintf("\nnode %s, its network as networkd and resolved see it:\n  %s", node, strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n  "))
 }

@@ -172,12 +172,23 @@ func (c *Cluster) Demo(ctx context.Context, o DemoOptions) (DemoResult, error) {
 		return res, err
 	}
 
-	// What `kubectl get pods -A` shows an operator is checked by
-	// CheckPodsSettled, not wired in yet: the tenant's CoreDNS still exits
-	// on the netbooted nodes ("plugin/forward: no valid upstream addresses
-	// found", issue #27), which would fail every demo.
+	// Last, what `kubectl get pods -A` shows an operator: the add-ons
+	// (kube-proxy, CoreDNS, flannel, the Konnectivity agents) and the
+	// workload all up, so that a pod stuck in ImagePullBackOff or
+	// CrashLoopBackOff fails the demo instead of hiding in a list nobody
+	// reads.
+	if err := step("every pod in the tenant is Running and ready, or Completed (kubectl get pods -A)", func() error {
+		return CheckPodsSettled(ctx, tenant, podsSettleTimeout, say)
+	}); err != nil {
+		return res, err
+	}
 	return res, nil
 }
+
+// podsSettleTimeout bounds how long the demo's last check waits for the
+// tenant's pods to settle (a CoreDNS replica scheduled onto a node that
+// just joined still has to pull its image and pass its readiness probe).
+const podsSettleTimeout = 5 * time.Minute
 
 // CheckPodsSettled waits up to timeout for every pod in every namespace of
 // the tenant to be Running with its containers ready, or Succeeded, and
