@@ -22,6 +22,9 @@ CERT_MANAGER_VERSION := $(call mod_version,hack/tools/cert-manager/go.mod,github
 # CoreDNS, the tenants' DNS add-on: its image tag in the e2e registry and
 # the manager's default tag (make verify-pins checks both).
 COREDNS_VERSION      := $(call mod_version,hack/tools/coredns/go.mod,github.com/coredns/coredns)
+# The node image's container runtime, built from their modules.
+CONTAINERD_VERSION   := $(call mod_version,hack/tools/containerd/go.mod,github.com/containerd/containerd/v2)
+RUNC_VERSION         := $(call mod_version,hack/tools/runc/go.mod,github.com/opencontainers/runc)
 k8s_minor := $(word 2,$(subst ., ,$(KUBERNETES_VERSION)))
 
 # The previous minor's control plane, for the e2e upgrade scenario.
@@ -41,11 +44,13 @@ K8S_LDFLAGS := $(call k8s_ldflags,$(KUBERNETES_VERSION))
 
 K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
 PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
+# The node image's container runtime (hack/tools/containerd, hack/tools/runc).
+RUNTIME_BINARIES := $(addprefix $(BIN)/,containerd containerd-shim-runc-v2 ctr runc)
 # What the admin cluster and make demo run; the rest only tests need:
 # versitygw (kubefarm-etcd's S3 tests) and the previous minor's control
 # plane (the upgrade scenario).
 DEMO_TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector coredns)
-TOOL_BINARIES := $(DEMO_TOOL_BINARIES) $(BIN)/versitygw $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES))
+TOOL_BINARIES := $(DEMO_TOOL_BINARIES) $(BIN)/versitygw $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)) $(RUNTIME_BINARIES)
 # The subset the integration tests (envtest) start.
 # versitygw is the S3 server kubefarm-etcd's upload tests run against.
 ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller versitygw)
@@ -84,6 +89,21 @@ $(BIN)/versitygw: hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
 # version, as there is no git checkout to describe.
 $(BIN)/coredns: hack/tools/coredns/go.mod hack/tools/coredns/go.sum
 	cd hack/tools/coredns && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(COREDNS_VERSION)' -o $@ github.com/coredns/coredns
+
+# containerd 2.x for the node image: static (CGO_ENABLED=0, without the
+# btrfs, devmapper and zfs snapshotters, which need cgo and the node never
+# uses: it runs overlayfs on a tmpfs), its version stamped as upstream's
+# release builds do.
+CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) -X github.com/containerd/containerd/v2/version.Revision=$(CONTAINERD_VERSION)
+$(addprefix $(BIN)/,containerd containerd-shim-runc-v2 ctr): $(BIN)/%: hack/tools/containerd/go.mod hack/tools/containerd/go.sum
+	cd hack/tools/containerd && $(TOOLS_ENV) $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' -ldflags '$(CONTAINERD_LDFLAGS)' -o $@ github.com/containerd/containerd/v2/cmd/$*
+
+# runc needs cgo (its nsenter is C) and libseccomp: static like upstream's
+# `make static` (seccomp netgo osusergo, -extldflags -static).
+$(BIN)/runc: hack/tools/runc/go.mod hack/tools/runc/go.sum
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="libseccomp-dev gcc"
+	cd hack/tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags 'seccomp urfave_cli_no_docs netgo osusergo' \
+	  -ldflags '-s -w -extldflags -static -X main.version=$(RUNC_VERSION:v%=%) -X main.gitCommit=$(RUNC_VERSION)' -o $@ github.com/opencontainers/runc
 
 $(BIN)/konnectivity-server: hack/tools/go.mod hack/tools/go.sum
 	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ sigs.k8s.io/apiserver-network-proxy/cmd/server
@@ -153,6 +173,11 @@ verify-pins: ## Fail when the cert-manager API, the e2e image versions or the te
 	  if [ "$$got" != "$(COREDNS_VERSION)" ]; then echo "$$1: $$2 is $$got but hack/tools/coredns builds $(COREDNS_VERSION)"; exit 1; fi; done
 	@if [ -x $(BIN)/coredns ]; then got=$$($(BIN)/coredns -version | sed -nE 's/^CoreDNS-(.*)/v\1/p'); \
 	  if [ "$$got" != "$(COREDNS_VERSION)" ]; then echo "bin/coredns is $$got but hack/tools/coredns pins $(COREDNS_VERSION) (make tools rebuilds it)"; exit 1; fi; fi
+	@# The node image's runtime: what built binaries say they are.
+	@if [ -x $(BIN)/containerd ]; then got=$$($(BIN)/containerd --version | awk '{print $$3}'); \
+	  if [ "$$got" != "$(CONTAINERD_VERSION)" ]; then echo "bin/containerd is $$got but hack/tools/containerd pins $(CONTAINERD_VERSION) (rm it; make node-image rebuilds it)"; exit 1; fi; fi
+	@if [ -x $(BIN)/runc ]; then got=v$$($(BIN)/runc --version | awk 'NR==1{print $$3}'); \
+	  if [ "$$got" != "$(RUNC_VERSION)" ]; then echo "bin/runc is $$got but hack/tools/runc pins $(RUNC_VERSION) (rm it; make node-image rebuilds it)"; exit 1; fi; fi
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
@@ -315,7 +340,7 @@ kubectl-plugin: ## Build bin/kubectl-kubefarm, the kubectl plugin (docs/kubectl-
 # artifact holds them, and fails unless the artifacts equal this build's
 # byte for byte (the reproducibility check).
 .PHONY: node-image
-node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel agent ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
+node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel $(RUNTIME_BINARIES) agent ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(NODE_IMAGE_APT_PACKAGES)"
 	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel AGENT=$(BIN)/kubefarm-agent images/node/build.sh) && \
 	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -tags nodeimage -count=1 -run TestBuiltImage ./images/node >&2 && \

@@ -14,6 +14,8 @@
 #   KUBELET       kubelet binary (default $REPO/bin/kubelet; required)
 #   FLANNELD      flanneld binary (default $REPO/bin/flanneld; required)
 #   FLANNEL_CNI   flannel CNI plugin (default $REPO/bin/cni/flannel; required)
+#   CONTAINERD_BIN folder with containerd, containerd-shim-runc-v2, ctr and runc
+#                 (default $REPO/bin; required: make bin/containerd bin/runc ...)
 #   AGENT         kubefarm-agent binary (default $REPO/bin/kubefarm-agent; optional:
 #                 when absent nothing is installed and the manifest says agent: none)
 #   CNI_CHAIN_DIR extra CNI plugins to chain after bandwidth (optional; a service
@@ -48,6 +50,8 @@ KUBELET="${KUBELET:-$REPO/bin/kubelet}"
 FLANNELD="${FLANNELD:-$REPO/bin/flanneld}"
 FLANNEL_CNI="${FLANNEL_CNI:-$REPO/bin/cni/flannel}"
 AGENT="${AGENT:-$REPO/bin/kubefarm-agent}"
+CONTAINERD_BIN="${CONTAINERD_BIN:-$REPO/bin}"
+RUNTIME_BINARIES=(containerd containerd-shim-runc-v2 ctr runc)
 CACHE="${KUBEFARM_CACHE:-/var/cache/kubefarm}/node-image"
 GO="${GO:-go}"
 
@@ -67,6 +71,10 @@ if command -v readelf >/dev/null; then file_is_static "$BUSYBOX" || die "$BUSYBO
 [ -x "$KUBELET" ] || die "kubelet not found at $KUBELET: build it first (make bin/kubelet, part of make tools) or set KUBELET="
 [ -x "$FLANNELD" ] || die "flanneld not found at $FLANNELD: make bin/flanneld, or set FLANNELD="
 [ -x "$FLANNEL_CNI" ] || die "flannel CNI plugin not found at $FLANNEL_CNI: make bin/cni/flannel, or set FLANNEL_CNI="
+for b in "${RUNTIME_BINARIES[@]}"; do
+	[ -x "$CONTAINERD_BIN/$b" ] || die "$b not found in $CONTAINERD_BIN: make bin/$b (hack/tools/containerd, hack/tools/runc), or set CONTAINERD_BIN="
+	file_is_static "$CONTAINERD_BIN/$b" || die "$CONTAINERD_BIN/$b is dynamically linked: the node image takes static builds (make bin/$b)"
+done
 if [ -e "$AGENT" ]; then
 	[ -x "$AGENT" ] || die "$AGENT is not executable"
 else
@@ -120,6 +128,7 @@ cache_key() {
 		echo "kubelet $(sha "$KUBELET")"
 		echo "flanneld $(sha "$FLANNELD")"
 		echo "flannel-cni $(sha "$FLANNEL_CNI")"
+		for b in "${RUNTIME_BINARIES[@]}"; do echo "$b $(sha "$CONTAINERD_BIN/$b")"; done
 		echo "agent ${AGENT:+$(sha "$AGENT")}"
 		# Only when set, so that without it the key is what it was.
 		for n in "${CHAIN[@]}"; do
@@ -222,6 +231,10 @@ done)
 install -m 0755 "$KUBELET" "$root/usr/bin/kubelet"
 install -m 0755 "$FLANNELD" "$root/usr/bin/flanneld"
 install -m 0755 "$FLANNEL_CNI" "$root/usr/lib/cni/flannel"
+# containerd 2.x and runc, built from their Go modules (not Debian's 1.6).
+for b in "${RUNTIME_BINARIES[@]}"; do
+	install -m 0755 "$CONTAINERD_BIN/$b" "$root/usr/bin/$b"
+done
 # kubefarm-agent (hook point: the agent is built elsewhere; without it the
 # image boots to containerd and waits, and the manifest says agent: none).
 if [ -n "$AGENT" ]; then
@@ -315,6 +328,8 @@ rm -f "$ird/lib/modules/$RELEASE"/*.bin
 	-source-date-epoch "$SOURCE_DATE_EPOCH" -kernel-package "$KERNEL_PACKAGE" -kernel-version "$KERNEL_VERSION" \
 	-kernel-release "$RELEASE" -kernel-deb "$kdeb" \
 	-kubelet-version "$("$KUBELET" --version | awk '{print $2}')" \
+	-containerd-version "$("$CONTAINERD_BIN/containerd" --version | awk '{print $3}')" \
+	-runc-version "$("$CONTAINERD_BIN/runc" --version | awk 'NR==1{print $3}')" \
 	-flannel-version "$("$FLANNELD" --version 2>&1 | head -n1) cni-plugin $(sed -nE 's#^require github.com/containernetworking/plugins (v[^ ]+).*#\1#p' "$REPO/hack/tools/flannel/cni/go.mod")" \
 	-modules "$MODULES_ALWAYS" -modules-ipvs "$MODULES_IPVS"
 "$NODEIMAGE" verify "$art" >&2

@@ -40,8 +40,8 @@ func TestBuiltImage(t *testing.T) {
 		"kernel package":  strings.HasPrefix(m.Kernel.Package, "linux-image-") && m.Kernel.Version != "" && m.Kernel.Release != "",
 		"kernel deb":      hexRE.MatchString(m.Kernel.DebSHA256),
 		"kubelet":         strings.HasPrefix(m.Kubelet.Version, "v1.") && hexRE.MatchString(m.Kubelet.SHA256),
-		"containerd":      m.Containerd != "",
-		"runc":            m.Runc != "",
+		"containerd":      m.Containerd == modulePin(t, "containerd", "github.com/containerd/containerd/v2"),
+		"runc":            "v"+m.Runc == modulePin(t, "runc", "github.com/opencontainers/runc"),
 		"flannel":         strings.HasPrefix(m.Flannel.Version, "v") && hexRE.MatchString(m.Flannel.SHA256),
 		"agent":           strings.HasPrefix(m.Agent, "sha256:"),
 		"conflist":        m.CNI.Conflist == "/"+ConflistPath && hexRE.MatchString(m.CNI.ConflistSHA256),
@@ -56,6 +56,13 @@ func TestBuiltImage(t *testing.T) {
 	for what, ok := range checks {
 		if !ok {
 			t.Errorf("manifest: bad %s", what)
+		}
+	}
+	// Nothing the node never runs: no Debian container runtime beside the
+	// one built from its module, no perl (usrmerge's).
+	for _, p := range []string{"containerd", "runc", "perl", "usrmerge"} {
+		if v := PackageVersion(m.Packages, p); v != "" {
+			t.Errorf("manifest: Debian package %s %s is in the image", p, v)
 		}
 	}
 	// The conflist in the image is the recipe's, byte for byte, or the
@@ -130,7 +137,7 @@ func TestBuiltImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("unsquashfs -lls: %v", err)
 	}
-	for _, f := range []string{"usr/bin/kubelet", "usr/bin/flanneld", "usr/bin/containerd", "usr/sbin/runc", "usr/lib/cni/flannel",
+	for _, f := range []string{"usr/bin/kubelet", "usr/bin/flanneld", "usr/bin/containerd", "usr/bin/containerd-shim-runc-v2", "usr/bin/ctr", "usr/bin/runc", "usr/lib/cni/flannel",
 		"usr/lib/cni/bridge", "usr/lib/cni/portmap", "usr/lib/cni/bandwidth", "usr/share/kubefarm/images/pause.tar",
 		// bookworm is merged-/usr: /lib is a link to usr/lib.
 		"usr/lib/systemd/systemd", "etc/systemd/system/multi-user.target.wants/kubelet.service",
@@ -167,4 +174,21 @@ func recipeChain(recipe, conf []byte) bool {
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
+}
+
+// modulePin is the version hack/tools/<dir>/go.mod requires of module.
+func modulePin(t *testing.T, dir, module string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "hack", "tools", dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), "require "))
+		if len(f) >= 2 && f[0] == module {
+			return f[1]
+		}
+	}
+	t.Fatalf("hack/tools/%s/go.mod does not require %s", dir, module)
+	return ""
 }

@@ -128,6 +128,8 @@ func manifest(args []string) error {
 	kdeb := fs.String("kernel-deb", "", "the kernel .deb")
 	fs.StringVar(&m.Kubelet.Version, "kubelet-version", "", "kubelet version")
 	fs.StringVar(&m.Flannel.Version, "flannel-version", "", "flannel versions")
+	fs.StringVar(&m.Containerd, "containerd-version", "", "containerd's version (containerd --version)")
+	fs.StringVar(&m.Runc, "runc-version", "", "runc's version (runc --version)")
 	always := fs.String("modules", "", "modules loaded at every boot, comma separated")
 	ipvs := fs.String("modules-ipvs", "", "modules of kube-proxy's IPVS mode, comma separated")
 	fs.Parse(args)
@@ -156,10 +158,19 @@ func manifest(args []string) error {
 	if m.Packages, err = nodeimage.DpkgPackages(*root); err != nil {
 		return err
 	}
-	m.Containerd = nodeimage.PackageVersion(m.Packages, "containerd")
-	m.Runc = nodeimage.PackageVersion(m.Packages, "runc")
+	// Built from their Go modules, not Debian's: the versions they print.
 	if m.Containerd == "" || m.Runc == "" {
-		return fmt.Errorf("manifest: containerd or runc is not installed in %s", *root)
+		return fmt.Errorf("manifest: -containerd-version and -runc-version are required")
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc"} {
+		if _, err := os.Stat(filepath.Join(*root, "usr/bin", b)); err != nil {
+			return fmt.Errorf("manifest: %s is not installed in %s: %w", b, *root, err)
+		}
+	}
+	for _, p := range []string{"containerd", "runc"} {
+		if v := nodeimage.PackageVersion(m.Packages, p); v != "" {
+			return fmt.Errorf("manifest: Debian's %s %s is installed in %s besides the one built from its module", p, v, *root)
+		}
 	}
 	m.Modules = map[string][]string{"always": split(*always), "ipvs": split(*ipvs)}
 	m.Artifacts = map[string]nodeimage.File{}
