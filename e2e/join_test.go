@@ -171,17 +171,32 @@ func TestNodeJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Power on, both at once.
-	powerOn := time.Now()
-	for i := range vms {
-		vms[i].powerOn(t)
+	// Power on, both at once; for make bench-node (which sets
+	// KUBEFARM_BOOT_STAGES_OUT) one at a time, each with the machine to
+	// itself, as the boot figures are stated.
+	stagesOut := os.Getenv("KUBEFARM_BOOT_STAGES_OUT")
+	powerOns := make([]time.Time, len(vms))
+	if stagesOut == "" {
+		for i := range vms {
+			powerOns[i] = time.Now()
+			vms[i].powerOn(t)
+		}
 	}
+	powerOn := time.Now()
 	q, qexit := vms[0].cmd, vms[0].exit
 	story := func() string { return machineStory(ctx, cs, c, machineKey, powerOn) }
 
 	var node *corev1.Node
+	vmNodes := make([]*corev1.Node, len(vms))
 	t.Run("the machines join and their Nodes are Ready", func(t *testing.T) {
-		for _, vm := range vms {
+		for i, vm := range vms {
+			if stagesOut != "" {
+				powerOns[i] = time.Now()
+				vms[i].powerOn(t)
+			}
+			if i == 0 {
+				powerOn = powerOns[0]
+			}
 			err := pollErr(ctx, 15*time.Minute, func(ctx context.Context) (bool, error) {
 				if err := vm.exited(); err != nil {
 					return false, err
@@ -193,13 +208,14 @@ func TestNodeJoin(t *testing.T) {
 				if vm.Name == hostname {
 					node = n
 				}
+				vmNodes[i] = n
 				return cluster.NodeReady(n), nil
 			})
 			if err != nil {
 				t.Fatalf("node %s never became Ready: %v%s", vm.Name, err,
-					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.Name}, powerOn))
+					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.Name}, powerOns[i]))
 			}
-			t.Logf("Node %s (%s) Ready %.0f s after power-on", vm.Name, vm.Firmware(), time.Since(powerOn).Seconds())
+			t.Logf("Node %s (%s) Ready %.0f s after power-on", vm.Name, vm.Firmware(), time.Since(powerOns[i]).Seconds())
 		}
 	})
 	if t.Failed() {
@@ -419,8 +435,28 @@ func TestNodeJoin(t *testing.T) {
 			}
 		}
 		t.Logf("boot stages, seconds after power-on:%s", story())
-		if out := os.Getenv("KUBEFARM_BOOT_STAGES_OUT"); out != "" {
-			writeStages(t, out, powerOn, events, node)
+		var report []machineStages
+		for i, vm := range vms {
+			key := client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.Name}
+			n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
+			if err != nil {
+				n = vmNodes[i]
+			}
+			var evs []cluster.BootEvent
+			for _, e := range machineEvents(ctx, cs, key) {
+				evs = append(evs, cluster.BootEvent{At: e.at, Reason: e.reason, Message: e.message})
+			}
+			st := cluster.BootStages(evs, n, powerOns[i])
+			t.Logf("%s (%s), power-on to each stage:\n%s", vm.Name, vm.Firmware(), cluster.StageTable(st))
+			if stagesOut != "" {
+				// Where the node's own boot spends its time, for the bench.
+				t.Logf("%s, systemd's critical chains:%s", vm.Name, nodeShell(ctx, tenantCfg, tenant, vm.Name,
+					"systemd-analyze critical-chain --no-pager kubefarm-agent.service kubelet.service; systemd-analyze blame --no-pager | head -n 25"))
+			}
+			report = append(report, machineStages{Machine: vm.Name, Firmware: vm.Firmware(), PowerOn: powerOns[i].UTC(), Stages: st})
+		}
+		if stagesOut != "" {
+			writeStages(t, stagesOut, report)
 		}
 	})
 
@@ -520,40 +556,20 @@ func httpStatus(t *testing.T, netns, url string) int {
 	return code
 }
 
-// writeStages writes the seconds from power-on to each boot stage as JSON
-// (make bench-node): the first Event of each reason, then the Node's
-// registration and its Ready condition.
-func writeStages(t *testing.T, path string, powerOn time.Time, events []stageEvent, node *corev1.Node) {
+// machineStages is one machine's boot in make bench-node's bench-node.json.
+type machineStages struct {
+	Machine  string              `json:"machine"`
+	Firmware string              `json:"firmware"`
+	PowerOn  time.Time           `json:"powerOn"`
+	Stages   []cluster.BootStage `json:"stages"`
+}
+
+// writeStages writes each machine's boot stages (cluster.BootStages) as
+// JSON, for make bench-node.
+
+func writeStages(t *testing.T, path string, report []machineStages) {
 	t.Helper()
-	type stage struct {
-		Stage   string  `json:"stage"`
-		Seconds float64 `json:"seconds"`
-		Detail  string  `json:"detail,omitempty"`
-	}
-	var stages []stage
-	first := map[string]bool{}
-	for _, e := range events {
-		// ImageServed once per artifact; everything else once.
-		k := e.reason
-		if e.reason == "ImageServed" {
-			k += e.message
-		}
-		if first[k] {
-			continue
-		}
-		first[k] = true
-		stages = append(stages, stage{e.reason, e.at.Sub(powerOn).Seconds(), e.message})
-	}
-	if node != nil {
-		stages = append(stages, stage{"NodeRegistered", node.CreationTimestamp.Sub(powerOn).Seconds(), node.Name})
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				stages = append(stages, stage{"NodeReady", c.LastTransitionTime.Sub(powerOn).Seconds(), node.Name})
-			}
-		}
-	}
-	sort.SliceStable(stages, func(i, j int) bool { return stages[i].Seconds < stages[j].Seconds })
-	b, err := json.MarshalIndent(map[string]any{"powerOn": powerOn.UTC(), "stages": stages}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"machines": report}, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -796,6 +812,17 @@ func coreDNSPodsStory(ctx context.Context, tenant kubernetes.Interface, pods *co
 // networkd, resolved and udevd. It runs them on the node as root, from a
 // privileged pod in the host's namespaces, and never fails the caller.
 func nodeNetworkStory(ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, node string) string {
+	script := `ip -br link; ip -br addr; echo '--- networkctl'; networkctl --no-pager list; networkctl --no-pager status -a -n 0;
+echo '--- resolvectl'; resolvectl --no-pager status; echo '--- /etc/resolv.conf'; ls -l /etc/resolv.conf; cat /etc/resolv.conf;
+echo '--- sandboxes'; for f in /var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/*/resolv.conf; do echo "$f:"; cat "$f"; done;
+echo '--- journal'; journalctl -b --no-pager -o short-monotonic -u systemd-networkd -u systemd-resolved -u systemd-udevd | tail -n 120`
+	return fmt.Sprintf("\nnode %s, its network as networkd and resolved see it:%s", node, nodeShell(ctx, cfg, tenant, node, script))
+}
+
+// nodeShell runs script on node as root, in the host's namespaces, from a
+// privileged pod, and returns what it printed, indented; it never fails the
+// caller.
+func nodeShell(ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, node, script string) string {
 	// A namespace of its own that Pod Security lets run privileged pods
 	// (the tenant enforces its level everywhere else).
 	const ns = "node-netstory"
@@ -826,13 +853,9 @@ func nodeNetworkStory(ctx context.Context, cfg *rest.Config, tenant kubernetes.I
 	}); err != nil {
 		return fmt.Sprintf("\nnode %s: the shell pod never ran: %v", node, err)
 	}
-	script := `ip -br link; ip -br addr; echo '--- networkctl'; networkctl --no-pager list; networkctl --no-pager status -a -n 0;
-echo '--- resolvectl'; resolvectl --no-pager status; echo '--- /etc/resolv.conf'; ls -l /etc/resolv.conf; cat /etc/resolv.conf;
-echo '--- sandboxes'; for f in /var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/*/resolv.conf; do echo "$f:"; cat "$f"; done;
-echo '--- journal'; journalctl -b --no-pager -o short-monotonic -u systemd-networkd -u systemd-resolved -u systemd-udevd | tail -n 120`
 	out, err := cluster.ExecIn(ctx, cfg, tenant, ns, name, []string{"/bin/busybox", "nsenter", "-t", "1", "-m", "-u", "-n", "-i", "--", "/bin/sh", "-c", script})
 	if err != nil {
 		out += fmt.Sprintf("\n(exec: %v)", err)
 	}
-	return fmt.Sprintf("\nnode %s, its network as networkd and resolved see it:\n  %s", node, strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n  "))
+	return "\n  " + strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n  ")
 }
