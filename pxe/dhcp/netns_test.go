@@ -225,32 +225,13 @@ func TestRealClients(t *testing.T) {
 		// stops it by its own handle.
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", cliNs, "dhclient", "-d", "-1", "-v",
 			"-cf", conf, "-sf", script, "-lf", filepath.Join(dir, "leases"), "-pf", filepath.Join(dir, "pid"), cliIf)
-		cmd.Stdout, cmd.Stderr = &log, &log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		defer func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}()
-		var env map[string]string
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for env == nil {
-			select {
-			case err := <-exited:
-				exited <- err
-				t.Fatalf("dhclient exited before binding: %v\n%s", err, log.String())
-			case <-ctx.Done():
-				t.Fatalf("dhclient did not bind: %s", log.String())
-			case <-tick.C:
-				if e, err := readEnv(out); err == nil {
-					env = e
-				}
+		env := runUntilBound(ctx, t, cmd, &log, "dhclient", func() map[string]string {
+			e, err := readEnv(out)
+			if err != nil {
+				return nil
 			}
-		}
+			return e
+		})
 		for k, want := range map[string]string{
 			"new_ip_address": "10.99.0.42", "new_subnet_mask": "255.255.255.0", "new_routers": "10.99.0.1",
 			"new_domain_name_servers": "10.99.0.53 10.99.0.54", "new_host_name": "node-42", "new_domain_name": "farm.test",
@@ -711,30 +692,9 @@ exec ` + networkdBin
 	var log bytes.Buffer
 	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "sh", "-c", script, "sh", run)
 	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=debug", "SYSTEMD_LOG_TARGET=console")
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-	var lease map[string]string
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for lease == nil {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("systemd-networkd exited before a lease: %v\n%s", err, log.String())
-		case <-ctx.Done():
-			t.Fatalf("systemd-networkd recorded no lease on %s within a minute:\n%s", ifName, log.String())
-		case <-tick.C:
-			lease = readLease(filepath.Join(run, "netif", "leases"))
-		}
-	}
+	lease := runUntilBound(ctx, t, cmd, &log, "systemd-networkd", func() map[string]string {
+		return readLease(filepath.Join(run, "netif", "leases"))
+	})
 	for k, v := range want {
 		if got := lease[k]; got != v {
 			t.Errorf("systemd-networkd lease %s = %q, want %q", k, got, v)
@@ -780,4 +740,37 @@ func readLease(dir string) map[string]string {
 		return nil
 	}
 	return env
+}
+
+// runUntilBound starts a real DHCP client (cmd, its output going to log)
+// and polls bound until it returns the client's record of its lease; it
+// fails the test when the client exits first or ctx ends. The client is
+// killed when the test ends.
+func runUntilBound(ctx context.Context, t *testing.T, cmd *exec.Cmd, log *bytes.Buffer, name string, bound func() map[string]string) map[string]string {
+	t.Helper()
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("%s exited before binding: %v\n%s", name, err, log.String())
+		case <-ctx.Done():
+			t.Fatalf("%s did not bind: %s", name, log.String())
+		case <-tick.C:
+			if got := bound(); got != nil {
+				return got
+			}
+		}
+	}
 }
