@@ -232,6 +232,21 @@ func bootstrapKubeconfig(nc nodeconfig.NodeConfig) ([]byte, error) {
 	return b, nil
 }
 
+// registerTaints are the taints the Node starts with: the pool's and the
+// network taint. kubefarm-pxe already puts the network taint in; it is
+// added here too in case it did not, since the scheduling guarantee rests
+// on it.
+func registerTaints(nc nodeconfig.NodeConfig) []corev1.Taint {
+	taints := make([]corev1.Taint, 0, len(nc.Taints)+1)
+	taints = append(taints, nc.Taints...)
+	if !slices.ContainsFunc(taints, func(t corev1.Taint) bool {
+		return t.Key == nodeconfig.NetworkUnavailableTaint.Key && t.Effect == nodeconfig.NetworkUnavailableTaint.Effect
+	}) {
+		taints = append(taints, nodeconfig.NetworkUnavailableTaint)
+	}
+	return taints
+}
+
 // kubeletConfiguration is /var/lib/kubelet/config.yaml.
 func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 	yes := true
@@ -245,15 +260,7 @@ func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 			return nil, fmt.Errorf("node configuration of machine %s: clusterDNS[%d] %q is not an IP address", nc.Machine, i, ip)
 		}
 	}
-	taints := make([]corev1.Taint, 0, len(nc.Taints)+1)
-	taints = append(taints, nc.Taints...)
-	// kubefarm-pxe already puts the network taint in; it is added here too
-	// in case it did not, since the scheduling guarantee rests on it.
-	if !slices.ContainsFunc(taints, func(t corev1.Taint) bool {
-		return t.Key == nodeconfig.NetworkUnavailableTaint.Key && t.Effect == nodeconfig.NetworkUnavailableTaint.Effect
-	}) {
-		taints = append(taints, nodeconfig.NetworkUnavailableTaint)
-	}
+	taints := registerTaints(nc)
 	kc := kubeletv1beta1.KubeletConfiguration{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubeletv1beta1.SchemeGroupVersion.String(), Kind: "KubeletConfiguration"},
 		Authentication: kubeletv1beta1.KubeletAuthentication{
@@ -297,22 +304,15 @@ func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 // --node-labels; the pool's extra arguments follow, sorted.
 func kubeletEnv(nc nodeconfig.NodeConfig) ([]byte, []string, error) {
 	args := []string{"--hostname-override=" + nc.Hostname}
-	var keep, dropped []string
-	for k, v := range nc.Labels {
-		if !KubeletMaySet(k) {
-			dropped = append(dropped, k)
-			continue
-		}
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return nil, nil, fmt.Errorf("node configuration of machine %s: label %q: %s", nc.Machine, k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return nil, nil, fmt.Errorf("node configuration of machine %s: label %q value %q: %s", nc.Machine, k, v, strings.Join(errs, "; "))
-		}
+	labels, dropped, err := kubeletLabels(nc)
+	if err != nil {
+		return nil, nil, err
+	}
+	keep := make([]string, 0, len(labels))
+	for k, v := range labels {
 		keep = append(keep, k+"="+v)
 	}
 	sort.Strings(keep)
-	sort.Strings(dropped)
 	if len(keep) > 0 {
 		args = append(args, "--node-labels="+strings.Join(keep, ","))
 	}
@@ -329,6 +329,50 @@ func kubeletEnv(nc nodeconfig.NodeConfig) ([]byte, []string, error) {
 		args = append(args, a)
 	}
 	return []byte("KUBELET_EXTRA_ARGS=\"" + strings.Join(args, " ") + "\"\n"), dropped, nil
+}
+
+// kubeletLabels splits the machine's labels into those the kubelet may set
+// on its own Node (validated) and the others, sorted, which the manager sets.
+func kubeletLabels(nc nodeconfig.NodeConfig) (map[string]string, []string, error) {
+	keep := map[string]string{}
+	var dropped []string
+	for k, v := range nc.Labels {
+		if !KubeletMaySet(k) {
+			dropped = append(dropped, k)
+			continue
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("node configuration of machine %s: label %q: %s", nc.Machine, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, nil, fmt.Errorf("node configuration of machine %s: label %q value %q: %s", nc.Machine, k, v, strings.Join(errs, "; "))
+		}
+		keep[k] = v
+	}
+	sort.Strings(dropped)
+	return keep, dropped, nil
+}
+
+// Node is the Node the kubelet registers for nc: its name, the labels of
+// --node-labels and the taints of registerWithTaints, nothing else.
+// kubefarm-agent creates it with the kubelet's own credential as soon as
+// the kubelet has one. The kubelet sets up its CSINode right then and
+// retries that only 0.03, 0.27 and 2.2 s later, then not before 17.6 s;
+// its own registration comes after more start-up than that on a slow
+// machine, and until the CSINode is set up the Node stays NotReady. A
+// kubelet that finds its Node already there adds its default labels
+// (hostname, OS, architecture) and keeps these; it does not apply
+// registerWithTaints to an existing Node, hence the taints here.
+func Node(nc nodeconfig.NodeConfig) (*corev1.Node, error) {
+	labels, _, err := kubeletLabels(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: nc.Hostname, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: registerTaints(nc)},
+	}, nil
 }
 
 // KubeletMaySet reports whether kubelet may put label key on its own Node:

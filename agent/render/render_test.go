@@ -219,3 +219,49 @@ func TestKubeletMaySet(t *testing.T) {
 		}
 	}
 }
+
+// TestNode: the Node the agent creates for the kubelet is the one the
+// kubelet would register: the labels it may set (those of --node-labels)
+// and the taints of registerWithTaints, the network taint always among them.
+func TestNode(t *testing.T) {
+	nc := config()
+	n, err := Node(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name != "node-1" || n.APIVersion != "v1" || n.Kind != "Node" {
+		t.Errorf("node %s %s/%s", n.Name, n.APIVersion, n.Kind)
+	}
+	wantLabels := map[string]string{"zone": "b", "example.com/rack": "r1", "node.kubernetes.io/instance-type": "big", "topology.kubernetes.io/zone": "z1"}
+	if !reflect.DeepEqual(n.Labels, wantLabels) {
+		t.Errorf("labels %v, want %v (the manager sets node-role and kubernetes.io/role)", n.Labels, wantLabels)
+	}
+	r, err := Render(Input{Config: nc, BootIface: "eth0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(file(t, r, KubeletEnv).Data)
+	for k, v := range n.Labels {
+		if !strings.Contains(env, k+"="+v) {
+			t.Errorf("label %s=%s is not in the kubelet's --node-labels: %s", k, v, env)
+		}
+	}
+	cfg := string(file(t, r, KubeletConfig).Data)
+	for _, taint := range n.Spec.Taints {
+		if !strings.Contains(cfg, "key: "+taint.Key) {
+			t.Errorf("taint %s is not among the kubelet's registerWithTaints:\n%s", taint.Key, cfg)
+		}
+	}
+	if len(n.Spec.Taints) != 2 {
+		t.Errorf("taints %v, want the pool's and the network taint", n.Spec.Taints)
+	}
+	// Without the network taint in the configuration, it is still there.
+	nc.Taints = nil
+	if n, _ := Node(nc); len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != nodeconfig.NetworkUnavailableTaint {
+		t.Errorf("taints %v, want the network taint", n.Spec.Taints)
+	}
+	nc.Labels = map[string]string{"bad key!": "x"}
+	if _, err := Node(nc); err == nil || !strings.Contains(err.Error(), `label "bad key!"`) {
+		t.Errorf("bad label: %v", err)
+	}
+}

@@ -74,8 +74,10 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kubefarm/kubefarm/agent/cnicheck"
+	"github.com/kubefarm/kubefarm/agent/noderegister"
 	"github.com/kubefarm/kubefarm/agent/podguard"
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
 	"github.com/kubefarm/kubefarm/agent/render"
@@ -100,6 +102,12 @@ type Options struct {
 	NetworkTimeout time.Duration // bounds the wait for FlannelSubnet
 	ReportTimeout  time.Duration // bounds the report, retries included
 
+	// KubeletClientCert is, in the root, the kubelet's client certificate
+	// (and key) once its CSR is approved: with it the agent creates the
+	// kubelet's Node (agent/noderegister). Empty: the kubelet does.
+	KubeletClientCert string
+	RegisterTimeout   time.Duration // bounds the wait for that certificate
+
 	HeartbeatInterval  time.Duration // between heartbeats, ±20%; 0: none
 	RebootRequiredFile string        // in the root: Debian's flag that a reboot is needed
 	SessionsDir        string        // in the root: systemd-logind's session files
@@ -113,6 +121,7 @@ func defaultOptions() Options {
 		FlannelSubnet: "/run/flannel/subnet.env",
 		FetchTimeout:  15 * time.Minute, NetworkTimeout: 5 * time.Minute, ReportTimeout: 5 * time.Minute,
 		HeartbeatInterval: 15 * time.Second, RebootRequiredFile: "/run/reboot-required", SessionsDir: "/run/systemd/sessions",
+		KubeletClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem", RegisterTimeout: 5 * time.Minute,
 	}
 }
 
@@ -288,6 +297,10 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	// 1. Configuration and files, once per boot.
 	marker := filepath.Join(in(o.StateDir), "configured")
 	var kept settings
+	// The Node the kubelet registers, and where, when this run fetched the
+	// configuration.
+	var regNode *corev1.Node
+	var apiServer string
 	if done, _ := os.ReadFile(marker); strings.TrimSpace(string(done)) == bootID {
 		log.Info("files of this boot already written; not fetching the configuration again")
 		if err := readState(in(o.StateDir), settingsFile, bootID, &kept); err != nil {
@@ -315,6 +328,12 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 		if err != nil {
 			return nil, err
 		}
+		if o.KubeletClientCert != "" {
+			if regNode, err = render.Node(nc); err != nil {
+				return nil, err
+			}
+			apiServer = nc.APIServer
+		}
 		if len(res.DroppedLabels) > 0 {
 			log.Info("labels kubelet may not set on its own Node left to kubefarm-manager", "labels", res.DroppedLabels)
 		}
@@ -334,9 +353,21 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 		}
 	}
 
-	// 2. kubelet and flanneld.
+	// 2. kubelet and flanneld; the kubelet's Node as soon as it has a
+	// credential (on a fresh configuration only: a restarted agent's
+	// kubelet registered long ago).
 	if err := d.StartUnits(ctx, "kubelet.service", "flanneld.service"); err != nil {
 		return nil, err
+	}
+	if regNode != nil {
+		go func() {
+			out, err := noderegister.Create(ctx, apiServer, in(render.CACert), in(o.KubeletClientCert), regNode, 200*time.Millisecond, o.RegisterTimeout)
+			if err != nil {
+				log.Info("the kubelet registers its Node itself", "node", regNode.Name, "reason", err.Error())
+				return
+			}
+			log.Info("the kubelet's Node", "node", regNode.Name, "outcome", string(out))
+		}()
 	}
 
 	// 3. The network: flanneld's lease, then the chain.
