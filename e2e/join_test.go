@@ -175,6 +175,7 @@ func TestNodeJoin(t *testing.T) {
 	// KUBEFARM_BOOT_STAGES_OUT) one at a time, each with the machine to
 	// itself, as the boot figures are stated.
 	stagesOut := os.Getenv("KUBEFARM_BOOT_STAGES_OUT")
+	whole := t
 	powerOns := make([]time.Time, len(vms))
 	if stagesOut == "" {
 		for i := range vms {
@@ -191,8 +192,9 @@ func TestNodeJoin(t *testing.T) {
 	t.Run("the machines join and their Nodes are Ready", func(t *testing.T) {
 		for i, vm := range vms {
 			if stagesOut != "" {
+				// The whole test's t: the machines outlive this step.
 				powerOns[i] = time.Now()
-				vms[i].powerOn(t)
+				vms[i].powerOn(whole)
 			}
 			if i == 0 {
 				powerOn = powerOns[0]
