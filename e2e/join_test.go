@@ -184,7 +184,6 @@ func TestNodeJoin(t *testing.T) {
 		}
 	}
 	powerOn := time.Now()
-	q, qexit := vms[0].cmd, vms[0].exit
 	story := func() string { return machineStory(ctx, cs, c, machineKey, powerOn) }
 
 	var node *corev1.Node
@@ -516,6 +515,9 @@ func TestNodeJoin(t *testing.T) {
 		}
 		// Power the machine off, then ask from its MAC and IP: without the
 		// boot's secret nothing is served, whatever the address.
+		// The machine's process as it is now: make bench-node powers it on
+		// inside the join step.
+		q, qexit := vms[0].cmd, vms[0].exit
 		_ = q.Process.Kill()
 		qexit <- <-qexit
 		cl := bootClient(t, mac)
