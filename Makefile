@@ -158,7 +158,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 TEST_PKGS     ?= ./...
 
 .PHONY: verify-pins
-verify-pins: ## Fail when the cert-manager API, the e2e image versions or the tenants' CoreDNS tag differ from what hack/tools builds.
+verify-pins: ## Fail when the cert-manager API, the e2e image versions, the tenants' CoreDNS tag or a built containerd/runc differ from what hack/tools builds.
 	@root="$(call mod_version,go.mod,github.com/cert-manager/cert-manager)"; \
 	if [ "$$root" != "$(CERT_MANAGER_VERSION)" ]; then \
 	  echo "go.mod pins cert-manager $$root but hack/tools/cert-manager builds $(CERT_MANAGER_VERSION)"; exit 1; fi
@@ -392,7 +392,7 @@ bench-manager-memory: envtest-tools ## kubefarm-manager's heap and RSS with 5,00
 # taint lifted) of one qemu (TCG) machine, from the Machine's Events and the
 # Node, into bench-node.json, with the image's artifact sizes.
 .PHONY: bench-node
-bench-node: node-image e2e-up ## Power-on to Node Ready by stage for the first of the join's two netbooted qemu machines (the scenario rolls them afterwards), and the node image's sizes (root; leaves the e2e cluster up).
+bench-node: node-image e2e-up ## Power-on to Node Ready by stage for each of the join's two netbooted qemu machines, powered on one at a time (the scenario rolls them afterwards), and the node image's sizes (root; leaves the e2e cluster up).
 	@mkdir -p $(BUILD)
 	@dir=$$(cat $(BUILD)/node-image.dir); echo "node image $$dir:"; \
 	for f in vmlinuz initrd rootfs.squashfs; do printf '  %-16s %6d MiB\n' $$f $$(( $$(stat -c %s $$dir/$$f) / 1048576 )); done | tee $(BUILD)/bench-node-sizes.txt

@@ -34,7 +34,7 @@ var stageMarks = []struct {
 	in string
 }{
 	{"DHCP (firmware or iPXE acked)", "Acked", ""},
-	{"iPXE script served (iPXE's IPv6 wait before it)", "ScriptServed", ""},
+	{"iPXE script served (iPXE start, its IPv6 configuration)", "ScriptServed", ""},
 	{"kernel and initrd served", "ImageServed", "initrd"},
 	{"root filesystem served (kernel boot, initrd, fetch)", "ImageServed", "root filesystem"},
 	{"configuration fetched (switch_root, systemd to the agent)", "ConfigServed", ""},
