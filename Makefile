@@ -397,7 +397,7 @@ bench-node: node-image e2e-up ## Power-on to Node Ready by stage for each of the
 	@dir=$$(cat $(BUILD)/node-image.dir); echo "node image $$dir:"; \
 	for f in vmlinuz initrd rootfs.squashfs; do printf '  %-16s %6d MiB\n' $$f $$(( $$(stat -c %s $$dir/$$f) / 1048576 )); done | tee $(BUILD)/bench-node-sizes.txt
 	KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_BOOT_STAGES_OUT=$(abspath $(BUILD))/bench-node.json \
-	  $(GO) test -tags e2e -count=1 -v -timeout 30m -run '^TestNodeJoin$$' ./e2e/ 2>&1 | tee $(BUILD)/bench-node.log
+	  $(GO) test -tags e2e -count=1 -v -timeout 45m -run '^TestNodeJoin$$' ./e2e/ 2>&1 | tee $(BUILD)/bench-node.log
 	@cat $(BUILD)/bench-node.json
 
 TENANT_BENCH_RUNS    ?= 5

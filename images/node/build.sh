@@ -256,6 +256,22 @@ for f in "$root"/usr/lib/cni/*; do
 done
 chroot "$root" systemctl enable --quiet containerd.service kubefarm-preload-images.service kubelet.service \
 	flanneld.service kubefarm-agent.service systemd-networkd.service systemd-resolved.service
+# Units a diskless node never needs, masked (TestBuiltImage checks the
+# list, MASKED_UNITS there): each is a fork and exec, or a module load,
+# while the one CPU of a slow machine starts the kubelet's path (the boot
+# figures in docs/nodes.md). Its packages come from the image, not apt; its
+# root is tmpfs (no e2scrub, no fstrim, no random seed to keep: the kernel
+# seeds itself); no pstore, DRM, FUSE, configfs or device mapper at boot (a
+# workload that loads one of those modules still can); the initrd loaded
+# loop for the root; no ip= on the command line for the network generator;
+# kube-proxy programs IPVS itself (ipvsadm's init script only restores
+# rules it saved, and the package is there for its command).
+MASKED_UNITS="apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service
+	fstrim.timer systemd-pstore.service modprobe@efi_pstore.service modprobe@drm.service modprobe@fuse.service
+	modprobe@dm_mod.service sys-fs-fuse-connections.mount modprobe@configfs.service sys-kernel-config.mount
+	modprobe@loop.service systemd-random-seed.service systemd-network-generator.service ipvsadm.service"
+# shellcheck disable=SC2086 # a list of unit names
+chroot "$root" systemctl mask --quiet $MASKED_UNITS
 ln -sf /run/systemd/resolve/resolv.conf "$root/etc/resolv.conf"
 # Extra CNI plugins (CNI_CHAIN_DIR), chained into the one conflist here, at
 # build time, rather than by their own installer racing it at node start.
