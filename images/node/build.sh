@@ -256,8 +256,8 @@ for f in "$root"/usr/lib/cni/*; do
 done
 chroot "$root" systemctl enable --quiet containerd.service kubefarm-preload-images.service kubelet.service \
 	flanneld.service kubefarm-agent.service systemd-networkd.service systemd-resolved.service
-# Units a diskless node never needs, masked (TestBuiltImage checks the
-# list, MASKED_UNITS there): each is a fork and exec, or a module load,
+# Units a diskless node never needs, masked (TestBuiltImage reads this
+# list and checks each is masked): each is a fork and exec, or a module load,
 # while the one CPU of a slow machine starts the kubelet's path (the boot
 # figures in docs/nodes.md). Its packages come from the image, not apt; its
 # root is tmpfs (no e2scrub, no fstrim, no random seed to keep: the kernel
