@@ -20,7 +20,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
-	"github.com/kubefarm/kubefarm/internal/s3test"
+	"github.com/kubefarm/kubefarm/internal/testing/s3test"
 )
 
 // TestTenantBackupS3: a tenant whose spec.etcd.backup.s3 names a bucket on

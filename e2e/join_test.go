@@ -32,7 +32,7 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
-	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 )
 
 // TestNodeJoin is the whole promise on one machine: two qemu machines (TCG;

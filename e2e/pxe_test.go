@@ -26,7 +26,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
-	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/tftp"

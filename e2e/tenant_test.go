@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
 )
 
@@ -154,8 +154,8 @@ func TestTenantCluster(t *testing.T) {
 			pod  *corev1.Pod
 			want string
 		}{
-			{probeHost, "ValidatingAdmissionPolicy '" + build.ProbeHostPolicyName + "'"},
-			{hookHost, "ValidatingAdmissionPolicy '" + build.ProbeHostPolicyName + "'"},
+			{probeHost, "ValidatingAdmissionPolicy '" + desired.ProbeHostPolicyName + "'"},
+			{hookHost, "ValidatingAdmissionPolicy '" + desired.ProbeHostPolicyName + "'"},
 			{hostNetwork, `violates PodSecurity "baseline`},
 		} {
 			// Policies are enforced once the API server has loaded them;
@@ -434,20 +434,20 @@ func podTemplateChecksum(ctx context.Context, t *testing.T, cs kubernetes.Interf
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.Spec.Template.Annotations[build.AnnotationChecksum]
+	return d.Spec.Template.Annotations[desired.AnnotationChecksum]
 }
 
 // onlyPodsWithChecksum says whether every API server pod, terminating ones
 // included, runs the pod template with the given checksum.
 func onlyPodsWithChecksum(ctx context.Context, cs kubernetes.Interface, ns, cluster, checksum string) bool {
 	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: build.LabelName + "=" + build.ComponentAPIServer + "," + build.LabelInstance + "=" + cluster,
+		LabelSelector: desired.LabelName + "=" + desired.ComponentAPIServer + "," + desired.LabelInstance + "=" + cluster,
 	})
 	if err != nil || len(pods.Items) == 0 {
 		return false
 	}
 	for _, p := range pods.Items {
-		if p.Annotations[build.AnnotationChecksum] != checksum {
+		if p.Annotations[desired.AnnotationChecksum] != checksum {
 			return false
 		}
 	}

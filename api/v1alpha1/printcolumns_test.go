@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // conditionTypes are the conditions each kind carries, as its

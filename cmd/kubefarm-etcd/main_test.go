@@ -19,8 +19,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
-	"github.com/kubefarm/kubefarm/internal/etcdtest"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/etcdtest"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // tlsFlags are the snapshot command's TLS flags.

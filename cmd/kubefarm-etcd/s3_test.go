@@ -22,10 +22,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
-	"github.com/kubefarm/kubefarm/internal/etcdtest"
 	"github.com/kubefarm/kubefarm/internal/s3target"
-	"github.com/kubefarm/kubefarm/internal/s3test"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/etcdtest"
+	"github.com/kubefarm/kubefarm/internal/testing/s3test"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // assertNoSecrets fails if any of outs holds one of the secrets.

@@ -32,9 +32,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
 )
@@ -351,7 +351,7 @@ func TestBinary(t *testing.T) {
 	// of kubefarm:token-issuer, whose tenant Role (the API server under
 	// test plays the tenant too) is the one the controller applies. The
 	// failed request left the window open: now the machine gets its token.
-	role, binding := build.TokenIssuerRBAC()
+	role, binding := desired.TokenIssuerRBAC()
 	for _, o := range []client.Object{role, binding} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)

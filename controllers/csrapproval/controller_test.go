@@ -33,8 +33,8 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // The tenant stand-in: this test has one real API server (envtest), and it

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 )
 
 // Cache indexes of the address claims (docs/addresses.md).
@@ -101,7 +101,7 @@ func (c addressConflict) String() string {
 // pool (poolsOfClaim).
 func (r *Reconciler) claimAddresses(ctx context.Context, want *v1alpha1.Machine) ([]addressConflict, error) {
 	var conflicts []addressConflict
-	for _, c := range build.Claims(want) {
+	for _, c := range desired.Claims(want) {
 		held := &v1alpha1.AddressClaim{}
 		err := r.Client.Get(ctx, client.ObjectKey{Name: c.Name}, held)
 		if apierrors.IsNotFound(err) {
@@ -125,20 +125,20 @@ func (r *Reconciler) claimAddresses(ctx context.Context, want *v1alpha1.Machine)
 }
 
 // releaseClaims deletes the claims the pool namespace/name holds that none
-// of desired needs (all of them when the pool is gone or going) and whose
+// of want needs (all of them when the pool is gone or going) and whose
 // Machine no longer uses the address, read from the API server: a claim is
 // never freed while a Machine that holds it still lists the address, so
 // another pool cannot take an address that is still served. A claim still
 // in use is kept; the Machine's deletion or update wakes the pool again
 // (it owns the Machine). The delete carries the claim's UID: a claim is
 // immutable, so the same UID is the same holder.
-func (r *Reconciler) releaseClaims(ctx context.Context, namespace, name string, desired []*v1alpha1.Machine) error {
+func (r *Reconciler) releaseClaims(ctx context.Context, namespace, name string, want []*v1alpha1.Machine) error {
 	held := &v1alpha1.AddressClaimList{}
 	if err := r.Client.List(ctx, held, client.MatchingFields{ClaimHolderIndex: holderKey(namespace, name)}); err != nil {
 		return fmt.Errorf("listing the AddressClaims of NodePool %s/%s: %w", namespace, name, err)
 	}
 	cached, live := map[string]*v1alpha1.Machine{}, map[string]*v1alpha1.Machine{}
-	for _, c := range build.Unwanted(held.Items, desired) {
+	for _, c := range desired.Unwanted(held.Items, want) {
 		// The cache first: a Machine it still shows using the address
 		// keeps the claim without a call (its deletion wakes the pool
 		// again), which matters while a pool of 250 is being deleted and
@@ -148,13 +148,13 @@ func (r *Reconciler) releaseClaims(ctx context.Context, namespace, name string, 
 		if err != nil {
 			return err
 		}
-		if build.Uses(m, c) {
+		if desired.Uses(m, c) {
 			continue
 		}
 		if m, err = holder(ctx, r.APIReader, live, namespace, c); err != nil {
 			return err
 		}
-		if build.Uses(m, c) {
+		if desired.Uses(m, c) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {

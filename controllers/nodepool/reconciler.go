@@ -36,7 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 )
@@ -204,13 +204,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // buildMachines runs the builder. A pool it refuses is an invalid spec:
 // retrying cannot help, and the pool's next edit brings the next pass.
 func (r *Reconciler) buildMachines(ctx context.Context, s *scope) (bool, error) {
-	desired, err := build.Machines(s.pool)
+	want, err := desired.Machines(s.pool)
 	if err != nil {
 		s.invalid = err
 		log.FromContext(ctx).Info("invalid NodePool", "error", err.Error())
 		return true, nil
 	}
-	s.desired = desired
+	s.desired = want
 	return false, nil
 }
 
@@ -309,7 +309,7 @@ func upToDate(live, want *v1alpha1.Machine) bool {
 // controller's field manager.
 func (r *Reconciler) setInitialServedImage(ctx context.Context, m *v1alpha1.Machine, img *v1alpha1.BootImage) error {
 	patch := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace}}
-	patch.Status.ServedImage = build.InitialServedImage(img)
+	patch.Status.ServedImage = desired.InitialServedImage(img)
 	if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, patch); err != nil {
 		return err
 	}
@@ -325,7 +325,7 @@ func (r *Reconciler) setInitialServedImage(ctx context.Context, m *v1alpha1.Mach
 func (r *Reconciler) pruneMachines(ctx context.Context, s *scope) (bool, error) {
 	list := &v1alpha1.MachineList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.pool.Namespace),
-		client.MatchingLabels{build.LabelPool: s.pool.Name}); err != nil {
+		client.MatchingLabels{desired.LabelPool: s.pool.Name}); err != nil {
 		return false, fmt.Errorf("listing the Machines of NodePool %s: %w", s.pool.Name, err)
 	}
 	wanted := make(map[string]bool, len(s.desired))

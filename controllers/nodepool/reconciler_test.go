@@ -17,10 +17,10 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
-	"github.com/kubefarm/kubefarm/internal/examples"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/manager"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 var env *testenv.Env
@@ -292,7 +292,7 @@ func TestForeignMachineIsLeftAlone(t *testing.T) {
 		Spec: v1alpha1.MachineSpec{Pool: "other", Cluster: "cluster1", Hostname: "x", MACs: []string{"02:53:ff:00:00:01"},
 			IP: "10.53.9.9", DesiredImage: "mine"},
 	}
-	for _, c := range build.Claims(foreign) {
+	for _, c := range desired.Claims(foreign) {
 		c.Labels = nil // made by hand, not by the controller
 		if err := env.Client.Create(ctx, c); err != nil {
 			t.Fatal(err)

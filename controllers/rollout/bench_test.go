@@ -22,7 +22,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/procstat"
+	"github.com/kubefarm/kubefarm/internal/testing/procstat"
 )
 
 const (

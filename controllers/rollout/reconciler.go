@@ -48,7 +48,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 	"github.com/kubefarm/kubefarm/controllers/rollout/window"
@@ -214,7 +214,7 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 	}
 
 	list := &v1alpha1.MachineList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{build.LabelPool: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{desired.LabelPool: pool.Name}); err != nil {
 		return sum, fmt.Errorf("listing the Machines of NodePool %s: %w", pool.Name, err)
 	}
 	var ms []*v1alpha1.Machine

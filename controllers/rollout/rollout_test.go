@@ -33,8 +33,8 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/power"
 )
 

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // DefaultAddonsResync is how often the tenant's add-ons are applied again
@@ -42,7 +42,7 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, s *scope) (cond
 		return fail(v1alpha1.ReasonApplyFailed, "tenant client: %v", err)
 	}
 	rbac := make([]client.Object, 0, 3)
-	for _, crb := range build.TenantRBAC(c) {
+	for _, crb := range desired.TenantRBAC(c) {
 		rbac = append(rbac, crb)
 	}
 	if err := applyInTenant(ctx, tenant, rbac); err != nil {
@@ -54,7 +54,7 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, s *scope) (cond
 		return fail(v1alpha1.ReasonEndpointPending, "the add-ons need the external endpoint nodes use, which is not known yet")
 	}
 	in := addonInputs(tc, c, secrets, s.service, s.endpoint)
-	objs, err := build.Addons(c, in)
+	objs, err := desired.Addons(c, in)
 	if err != nil {
 		return fail(v1alpha1.ReasonApplyFailed, "%v", err)
 	}
@@ -73,11 +73,11 @@ func (r *Reconciler) reconcileTenantObjects(ctx context.Context, s *scope) (cond
 }
 
 // addonInputs gathers what the add-on builders need beyond the Cluster.
-func addonInputs(tc *v1alpha1.TenantCluster, c *build.Cluster, secrets build.SecretData, svc *corev1.Service, endpoint string) build.AddonInputs {
+func addonInputs(tc *v1alpha1.TenantCluster, c *desired.Cluster, secrets desired.SecretData, svc *corev1.Service, endpoint string) desired.AddonInputs {
 	on := func(b *bool) bool { return b == nil || *b }
-	in := build.AddonInputs{
+	in := desired.AddonInputs{
 		Endpoint:        endpoint,
-		CACert:          secrets[c.SecretName(build.RoleCA)]["tls.crt"],
+		CACert:          secrets[c.SecretName(desired.RoleCA)]["tls.crt"],
 		KubeProxyMode:   tc.Spec.KubeProxy.Mode,
 		CoreDNS:         on(tc.Spec.Addons.CoreDNS),
 		ProbeHostPolicy: on(tc.Spec.Addons.ProbeHostPolicy),
@@ -98,10 +98,10 @@ func addonInputs(tc *v1alpha1.TenantCluster, c *build.Cluster, secrets build.Sec
 // pruneAddons deletes the add-ons the TenantCluster no longer wants (CoreDNS
 // or the probe-host policy switched off, kube-proxy mode none): the objects
 // every switch on would yield, and those earlier versions applied
-// (build.RetiredAddons), minus the wanted ones. Only objects that
+// (desired.RetiredAddons), minus the wanted ones. Only objects that
 // carry kubefarm's managed-by label are deleted, so a kube-proxy or CoreDNS
 // the tenant installed itself after switching ours off is left alone.
-func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in build.AddonInputs, wanted []client.Object) (int, error) {
+func pruneAddons(ctx context.Context, tenant client.Client, c *desired.Cluster, in desired.AddonInputs, wanted []client.Object) (int, error) {
 	all := in
 	all.CoreDNS, all.ProbeHostPolicy = true, true
 	if all.KubeProxyMode == "none" {
@@ -109,17 +109,17 @@ func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in
 	}
 	full := *c
 	full.Konnectivity = true
-	candidates, err := build.Addons(&full, all)
+	candidates, err := desired.Addons(&full, all)
 	if err != nil {
 		return 0, err
 	}
 	// The kubernetes Service's endpoints are kubefarm's only while the API
 	// server Service is NodePort; afterwards the API servers' own
 	// reconciler writes them again.
-	candidates = append(candidates, build.KubernetesServiceEndpointNames()...)
+	candidates = append(candidates, desired.KubernetesServiceEndpointNames()...)
 	// Objects earlier versions applied and this one no longer does (the
 	// bootstrappers' nodeclient auto-approval) go the same way.
-	candidates = append(candidates, build.RetiredAddons()...)
+	candidates = append(candidates, desired.RetiredAddons()...)
 	keep := map[string]bool{}
 	for _, o := range wanted {
 		keep[addonKey(o)] = true
@@ -138,7 +138,7 @@ func pruneAddons(ctx context.Context, tenant client.Client, c *build.Cluster, in
 		if err != nil {
 			return deleted, fmt.Errorf("reading %s %s in the tenant cluster: %w", live.GetKind(), objectName(o), err)
 		}
-		if live.GetLabels()[build.LabelManagedBy] != "kubefarm" || !live.GetDeletionTimestamp().IsZero() {
+		if live.GetLabels()[desired.LabelManagedBy] != "kubefarm" || !live.GetDeletionTimestamp().IsZero() {
 			continue
 		}
 		uid := live.GetUID()

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // testAddonsResync is the add-on resync of the manager under test: short,
@@ -35,7 +35,7 @@ const tenantServiceCIDR = "10.96.0.0/12"
 func addonObjects() []client.Object {
 	return []client.Object{
 		&corev1.ConfigMap{ObjectMeta: objMeta("kube-public", "cluster-info")},
-		&corev1.ConfigMap{ObjectMeta: objMeta("kube-system", build.KubeletConfigMapName)},
+		&corev1.ConfigMap{ObjectMeta: objMeta("kube-system", desired.KubeletConfigMapName)},
 		// kubefarm-pxe's token issuer may manage bootstrap tokens.
 		&rbacv1.Role{ObjectMeta: objMeta("kube-system", "kubefarm:token-issuer")},
 		&rbacv1.RoleBinding{ObjectMeta: objMeta("kube-system", "kubefarm:token-issuer")},
@@ -44,10 +44,10 @@ func addonObjects() []client.Object {
 		&appsv1.Deployment{ObjectMeta: objMeta("kube-system", "coredns")},
 		&corev1.Service{ObjectMeta: objMeta("kube-system", "kube-dns")},
 		// ...and may only create kubefarm bootstrap tokens with it.
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", build.TokenIssuerPolicyName)},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", build.TokenIssuerPolicyName)},
-		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", build.ProbeHostPolicyName)},
-		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", build.ProbeHostPolicyName)},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", desired.TokenIssuerPolicyName)},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", desired.TokenIssuerPolicyName)},
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: objMeta("", desired.ProbeHostPolicyName)},
+		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: objMeta("", desired.ProbeHostPolicyName)},
 	}
 }
 
@@ -60,7 +60,7 @@ func checkTenantAddons(ctx context.Context, t *testing.T, endpoint string) {
 			t.Errorf("%T %s in the tenant: %v", o, client.ObjectKeyFromObject(o), err)
 			continue
 		}
-		if o.GetLabels()[build.LabelManagedBy] != "kubefarm" {
+		if o.GetLabels()[desired.LabelManagedBy] != "kubefarm" {
 			t.Errorf("%T %s lacks the managed-by label", o, o.GetName())
 		}
 	}
@@ -88,8 +88,8 @@ func checkTenantAddons(ctx context.Context, t *testing.T, endpoint string) {
 	// A tenant made by an earlier kubefarm still has the bootstrappers'
 	// nodeclient auto-approval, which would approve a token's request
 	// for any node name: the next resync deletes it.
-	retired := build.RetiredAddons()[0].(*rbacv1.ClusterRoleBinding)
-	if retired.Name != build.RetiredNodeClientApproval {
+	retired := desired.RetiredAddons()[0].(*rbacv1.ClusterRoleBinding)
+	if retired.Name != desired.RetiredNodeClientApproval {
 		t.Fatalf("retired add-on %s", retired.Name)
 	}
 	if err := env.Client.Create(ctx, retired.DeepCopy()); err != nil {

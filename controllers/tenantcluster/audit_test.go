@@ -19,9 +19,9 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // TestAuditOnARealAPIServer starts a real kube-apiserver with the audit
@@ -36,19 +36,19 @@ func TestAuditOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.Namespace = "audit"
-	c, err := build.Resolve(tc, build.Options{Images: build.Images{Registry: "r", EtcdTag: "t", KonnectivityTag: "t"}})
+	c, err := desired.Resolve(tc, desired.Options{Images: desired.Images{Registry: "r", EtcdTag: "t", KonnectivityTag: "t"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Audit.Mode != v1alpha1.AuditFile {
 		t.Fatalf("the example's audit mode is %q, want the default File", c.Audit.Mode)
 	}
-	all, err := build.APIServerFlags(c)
+	all, err := desired.APIServerFlags(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	policyFile, logFile := filepath.Join(dir, build.ConfigKeyAuditPolicy), filepath.Join(dir, "audit.log")
+	policyFile, logFile := filepath.Join(dir, desired.ConfigKeyAuditPolicy), filepath.Join(dir, "audit.log")
 	if err := os.WriteFile(policyFile, c.Audit.Policy, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +62,8 @@ func TestAuditOnARealAPIServer(t *testing.T) {
 		case "audit-policy-file":
 			v = policyFile
 		case "audit-log-path":
-			if v != build.AuditLogFile {
-				t.Fatalf("--audit-log-path=%s, want %s", v, build.AuditLogFile)
+			if v != desired.AuditLogFile {
+				t.Fatalf("--audit-log-path=%s, want %s", v, desired.AuditLogFile)
 			}
 			v = logFile
 		}

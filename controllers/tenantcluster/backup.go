@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
@@ -28,14 +28,14 @@ import (
 // certificate, and keeps the snapshots.
 func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
-	cj, err := build.EtcdBackupCronJob(c)
+	cj, err := desired.EtcdBackupCronJob(c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if cj == nil {
 		return ctrl.Result{}, r.removeBackup(ctx, s)
 	}
-	if claim := build.EtcdBackupClaim(c); claim != nil {
+	if claim := desired.EtcdBackupClaim(c); claim != nil {
 		// No owner reference: the snapshots must outlive the TenantCluster.
 		if err := r.applyUnowned(ctx, claim, nil); err != nil {
 			return ctrl.Result{}, fmt.Errorf("applying the etcd backup claim %s: %w", claim.Name, err)
@@ -73,7 +73,7 @@ func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMi
 	case err != nil:
 		return fmt.Errorf("reading the S3 credentials Secret %s: %w", s3.CredentialsSecret, err)
 	default:
-		for _, key := range []string{build.S3AccessKeyIDKey, build.S3SecretAccessKeyKey} {
+		for _, key := range []string{desired.S3AccessKeyIDKey, desired.S3SecretAccessKeyKey} {
 			if len(secret.Data[key]) == 0 {
 				msg = fmt.Sprintf("the S3 credentials Secret %s/%s (spec.etcd.backup.s3.credentialsSecret) has no key %s",
 					s.cluster.Namespace, s3.CredentialsSecret, key)
@@ -111,7 +111,7 @@ func (r *Reconciler) removeBackup(ctx context.Context, s *scope) error {
 		}
 	}
 	cert := &cmapi.Certificate{}
-	name := c.SecretName(build.RoleEtcdBackupClient)
+	name := c.SecretName(desired.RoleEtcdBackupClient)
 	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, cert); err != nil {
 		return err
 	} else if found && metav1.IsControlledBy(cert, s.tc) {
@@ -122,7 +122,7 @@ func (r *Reconciler) removeBackup(ctx context.Context, s *scope) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	if found, err := r.getLive(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 		return err
-	} else if found && secret.Labels[build.LabelTenantCluster] == c.Name {
+	} else if found && secret.Labels[desired.LabelTenantCluster] == c.Name {
 		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting Secret %s: %w", name, err)
 		}
@@ -200,7 +200,7 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	c := s.cluster
 	jobs := &batchv1.JobList{}
 	if err := r.Client.List(ctx, jobs, client.InNamespace(c.Namespace),
-		client.MatchingLabels{build.LabelName: build.ComponentEtcdBackup, build.LabelInstance: c.Name}); err != nil {
+		client.MatchingLabels{desired.LabelName: desired.ComponentEtcdBackup, desired.LabelInstance: c.Name}); err != nil {
 		return fmt.Errorf("listing the etcd backup Jobs: %w", err)
 	}
 	st := &v1alpha1.EtcdBackupStatus{}
@@ -329,7 +329,7 @@ func truncate(s string, n int) string {
 
 // isBackupJob selects the backup runs of every tenant, for the watch.
 func isBackupJob(o client.Object) bool {
-	return o.GetLabels()[build.LabelName] == build.ComponentEtcdBackup
+	return o.GetLabels()[desired.LabelName] == desired.ComponentEtcdBackup
 }
 
 // snapshotPlace says where a snapshot is, for messages.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // TestEtcdBackupReported: a TenantCluster with spec.etcd.backup gets its
@@ -54,7 +54,7 @@ func TestEtcdBackupReported(t *testing.T) {
 	if cj.Spec.Schedule != "15 3 * * *" || !metav1.IsControlledBy(cj, mustTC(ctx, t, key)) {
 		t.Errorf("CronJob schedule %q, owners %v", cj.Spec.Schedule, cj.OwnerReferences)
 	}
-	if cj.Labels[build.LabelName] != build.ComponentEtcdBackup || cj.Spec.JobTemplate.Labels[build.LabelTenantCluster] != "bk" {
+	if cj.Labels[desired.LabelName] != desired.ComponentEtcdBackup || cj.Spec.JobTemplate.Labels[desired.LabelTenantCluster] != "bk" {
 		t.Errorf("CronJob labels %v, job template labels %v: the runs are watched by them", cj.Labels, cj.Spec.JobTemplate.Labels)
 	}
 	if img := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; img != testToolsImage {

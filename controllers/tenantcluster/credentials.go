@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
@@ -40,9 +40,9 @@ func InternalAdminKubeconfigSecretName(cluster string) string {
 
 // readSecrets reads the Secret of every Certificate the pass applied, for
 // the checksums and the kubeconfigs; missing names the ones not there yet.
-func (r *Reconciler) readSecrets(ctx context.Context, s *scope) (build.SecretData, []string, error) {
+func (r *Reconciler) readSecrets(ctx context.Context, s *scope) (desired.SecretData, []string, error) {
 	c := s.cluster
-	data := build.SecretData{}
+	data := desired.SecretData{}
 	var missing []string
 	for _, cert := range s.certificates {
 		secret := &corev1.Secret{}
@@ -64,9 +64,9 @@ func (r *Reconciler) readSecrets(ctx context.Context, s *scope) (build.SecretDat
 // than none, and status.adminKubeconfigSecret tells when it is there.
 func (r *Reconciler) applyKubeconfigs(ctx context.Context, s *scope) error {
 	tc, c, endpoint, secrets := s.tc, s.cluster, s.endpoint, s.secrets
-	admin := secrets[c.SecretName(build.RoleAdmin)]
+	admin := secrets[c.SecretName(desired.RoleAdmin)]
 	ca, crt, key := admin["ca.crt"], admin["tls.crt"], admin["tls.key"]
-	internal, err := build.AdminKubeconfig(c, false, ca, crt, key)
+	internal, err := desired.AdminKubeconfig(c, false, ca, crt, key)
 	if err != nil {
 		return err
 	}
@@ -79,10 +79,10 @@ func (r *Reconciler) applyKubeconfigs(ctx context.Context, s *scope) error {
 	if endpoint == "" {
 		return nil
 	}
-	// Built from the endpoint rather than build.AdminKubeconfig(c, true, ...):
+	// Built from the endpoint rather than desired.AdminKubeconfig(c, true, ...):
 	// for NodePort the port clients use is the node port, not the
 	// Service port the builder knows.
-	external, err := build.Kubeconfig(c.Name, endpoint, build.UserAdmin, build.ClientCredentials{CAData: ca, CertData: crt, KeyData: key})
+	external, err := desired.Kubeconfig(c.Name, endpoint, desired.UserAdmin, desired.ClientCredentials{CAData: ca, CertData: crt, KeyData: key})
 	if err != nil {
 		return err
 	}
@@ -94,12 +94,12 @@ func (r *Reconciler) applyKubeconfigs(ctx context.Context, s *scope) error {
 	return nil
 }
 
-func (r *Reconciler) kubeconfigSecret(c *build.Cluster, name string, kubeconfig []byte) *corev1.Secret {
+func (r *Reconciler) kubeconfigSecret(c *desired.Cluster, name string, kubeconfig []byte) *corev1.Secret {
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: map[string]string{
-			build.LabelTenantCluster: c.Name,
-			build.LabelManagedBy:     "kubefarm",
+			desired.LabelTenantCluster: c.Name,
+			desired.LabelManagedBy:     "kubefarm",
 		}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{AdminKubeconfigKey: kubeconfig},
@@ -112,18 +112,18 @@ func (r *Reconciler) kubeconfigSecret(c *build.Cluster, name string, kubeconfig 
 // reach the external address. The Secret is in another namespace than the
 // TenantCluster, so it can have no owner reference; reconcileDelete
 // deletes it.
-func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *build.Cluster, secrets build.SecretData, endpoint string) error {
+func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *desired.Cluster, secrets desired.SecretData, endpoint string) error {
 	if r.PXENamespace == "" {
 		return nil
 	}
-	s := secrets[c.SecretName(build.RoleTokenIssuer)]
-	kubeconfig, err := build.Kubeconfig(c.Name, c.InClusterEndpoint(), build.UserTokenIssuer,
-		build.ClientCredentials{CAData: s["ca.crt"], CertData: s["tls.crt"], KeyData: s["tls.key"]})
+	s := secrets[c.SecretName(desired.RoleTokenIssuer)]
+	kubeconfig, err := desired.Kubeconfig(c.Name, c.InClusterEndpoint(), desired.UserTokenIssuer,
+		desired.ClientCredentials{CAData: s["ca.crt"], CertData: s["tls.crt"], KeyData: s["tls.key"]})
 	if err != nil {
 		return err
 	}
 	labels := bootstraptoken.CredentialLabels(c.Namespace, c.Name)
-	labels[build.LabelManagedBy] = "kubefarm"
+	labels[desired.LabelManagedBy] = "kubefarm"
 	secret := &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -172,7 +172,7 @@ func (r *Reconciler) deleteTokenIssuerCredential(ctx context.Context, tc *v1alph
 // nodeFacts are the tenant as its nodes see it: the external endpoint (the
 // one people use too: nodes boot outside the admin cluster), the tenant CA,
 // the DNS Service address and domain, and the pod network.
-func nodeFacts(c *build.Cluster, endpoint string, ca []byte) bootstraptoken.NodeFacts {
+func nodeFacts(c *desired.Cluster, endpoint string, ca []byte) bootstraptoken.NodeFacts {
 	f := bootstraptoken.NodeFacts{APIServer: endpoint, CACert: ca, ClusterDomain: c.ClusterDomain}
 	if c.DNSServiceIP.IsValid() {
 		f.ClusterDNS = []string{c.DNSServiceIP.String()}

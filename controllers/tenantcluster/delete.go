@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // reconcileDelete runs while the TenantCluster is being deleted. Everything
@@ -63,7 +63,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 			// restore needs them.
 			r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "EncryptionKeysRetained", "Delete",
 				"kept the encryption key Secret %s: the etcd snapshots %s need it to be restored; delete both when they are no longer needed",
-				build.EncryptionKeySecretName(tc.Name), build.EtcdBackupPlace(tc))
+				desired.EncryptionKeySecretName(tc.Name), desired.EtcdBackupPlace(tc))
 		}
 		for i := range pvcs {
 			if !pvcs[i].DeletionTimestamp.IsZero() {
@@ -80,7 +80,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 	} else if len(pvcs) > 0 {
 		r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "VolumesRetained", "Delete",
 			"kept %d etcd volume claims and the encryption key Secret %s (volumeReclaimPolicy Retain); a TenantCluster of the same name reuses them",
-			len(pvcs), build.EncryptionKeySecretName(tc.Name))
+			len(pvcs), desired.EncryptionKeySecretName(tc.Name))
 	}
 	base := tc.DeepCopy()
 	controllerutil.RemoveFinalizer(tc, Finalizer)
@@ -122,7 +122,7 @@ const (
 // the collection deletes. It does not wait for the kubelets, which may be
 // gone.
 func (r *Reconciler) stopControlPlane(ctx context.Context, tc *v1alpha1.TenantCluster) (stopped bool, err error) {
-	sel := build.ControlPlaneSelector(tc.Name)
+	sel := desired.ControlPlaneSelector(tc.Name)
 	inNS := client.InNamespace(tc.Namespace)
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &appsv1.StatefulSet{}} {
 		if err := r.Client.DeleteAllOf(ctx, obj, inNS, client.MatchingLabels(sel), client.PropagationPolicy(metav1.DeletePropagationOrphan)); err != nil {
@@ -144,7 +144,7 @@ func (r *Reconciler) stopControlPlane(ctx context.Context, tc *v1alpha1.TenantCl
 	for i := range list.Items {
 		p := &list.Items[i]
 		grace := deletionGrace
-		if p.Labels[build.LabelName] == build.ComponentEtcd {
+		if p.Labels[desired.LabelName] == desired.ComponentEtcd {
 			grace = etcdDeletionGrace
 		}
 		if p.DeletionTimestamp.IsZero() || p.DeletionGracePeriodSeconds == nil || *p.DeletionGracePeriodSeconds > grace {
@@ -160,11 +160,11 @@ var podGraces = func() []struct {
 	req   labels.Requirement
 	grace int64
 } {
-	etcd, err := labels.NewRequirement(build.LabelName, selection.Equals, []string{build.ComponentEtcd})
+	etcd, err := labels.NewRequirement(desired.LabelName, selection.Equals, []string{desired.ComponentEtcd})
 	if err != nil {
 		panic(err)
 	}
-	notEtcd, err := labels.NewRequirement(build.LabelName, selection.NotEquals, []string{build.ComponentEtcd})
+	notEtcd, err := labels.NewRequirement(desired.LabelName, selection.NotEquals, []string{desired.ComponentEtcd})
 	if err != nil {
 		panic(err)
 	}
@@ -207,8 +207,8 @@ func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) 
 		return false, nil
 	}
 	list := &corev1.SecretList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{build.LabelTenantCluster: tc.Name},
-		client.HasLabels{build.LabelPKIRole}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{desired.LabelTenantCluster: tc.Name},
+		client.HasLabels{desired.LabelPKIRole}); err != nil {
 		return false, err
 	}
 	for i := range list.Items {

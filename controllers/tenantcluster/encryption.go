@@ -14,12 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // Encryption at rest of the tenant's Secrets (docs/encryption.md): the key
 // Secret, the configuration rendered from it, and the rotation steps that
-// build.DecideRotation chooses. Key material never enters a log line, an
+// desired.DecideRotation chooses. Key material never enters a log line, an
 // Event or a condition: they name keys (key-<n>), never their bytes.
 
 // encryptionRetry is how soon a failed rewrite of the tenant's Secrets is
@@ -28,7 +28,7 @@ const encryptionRetry = tenantRetry
 
 // newEncryptionKey draws a secretbox key.
 func newEncryptionKey() ([]byte, error) {
-	key := make([]byte, build.EncryptionKeySize)
+	key := make([]byte, desired.EncryptionKeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("drawing an encryption key: %w", err)
 	}
@@ -55,7 +55,7 @@ func (r *Reconciler) encryptionKeySecret(ctx context.Context, s *scope) (*corev1
 	if err != nil {
 		return nil, err
 	}
-	secret, err = build.NewEncryptionKeySecret(c, raw, s.tc.Annotations[build.AnnotationRotateEncryptionKey])
+	secret, err = desired.NewEncryptionKeySecret(c, raw, s.tc.Annotations[desired.AnnotationRotateEncryptionKey])
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (r *Reconciler) encryptionKeySecret(ctx context.Context, s *scope) (*corev1
 	switch {
 	case err == nil:
 		r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "EncryptionKeyCreated", "Create",
-			"created the encryption key Secret %s with key %s", secret.Name, build.EncryptionKeyPrefix+"1")
+			"created the encryption key Secret %s with key %s", secret.Name, desired.EncryptionKeyPrefix+"1")
 		return secret, nil
 	case apierrors.IsAlreadyExists(err):
 		secret = &corev1.Secret{}
@@ -83,13 +83,13 @@ func (r *Reconciler) reconcileEncryption(ctx context.Context, s *scope) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	keys, err := build.ParseEncryptionKeys(secret)
+	keys, err := desired.ParseEncryptionKeys(secret)
 	if err != nil {
 		// Never repaired by generating a key: a damaged key Secret needs a
 		// person with the backup (docs/encryption.md).
 		return ctrl.Result{}, err
 	}
-	cfg, err := build.EncryptionConfigSecret(s.cluster, keys)
+	cfg, err := desired.EncryptionConfigSecret(s.cluster, keys)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -99,14 +99,14 @@ func (r *Reconciler) reconcileEncryption(ctx context.Context, s *scope) (ctrl.Re
 	}
 	s.encryptionSecret, s.encryptionKeys = secret, keys
 	if s.secrets == nil {
-		s.secrets = build.SecretData{}
+		s.secrets = desired.SecretData{}
 	}
 	s.secrets[applied.Name] = applied.Data
 	return ctrl.Result{}, nil
 }
 
 // reconcileEncryptionRotation takes the next step of a key rotation (see
-// build.DecideRotation), once the API servers were applied with the
+// desired.DecideRotation), once the API servers were applied with the
 // configuration of the current keys. The state is written to the key
 // Secret with optimistic locking: two passes that read the same version
 // cannot both take a step.
@@ -115,18 +115,18 @@ func (r *Reconciler) reconcileEncryptionRotation(ctx context.Context, s *scope) 
 		return ctrl.Result{}, nil
 	}
 	tc, keys := s.tc, s.encryptionKeys
-	request := tc.Annotations[build.AnnotationRotateEncryptionKey]
-	step := build.DecideRotation(keys, request, rolledOut(s.apiServer))
+	request := tc.Annotations[desired.AnnotationRotateEncryptionKey]
+	step := desired.DecideRotation(keys, request, rolledOut(s.apiServer))
 	switch step {
-	case build.StepNone:
+	case desired.StepNone:
 		r.setCondition(tc, metav1.Condition{Type: v1alpha1.ConditionEncryptionKeyRotated, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonKeyInUse, Message: fmt.Sprintf("Secrets are encrypted with %s", keys.Write)})
 		return ctrl.Result{}, nil
-	case build.StepWaitRollout:
+	case desired.StepWaitRollout:
 		r.setCondition(tc, notReady(v1alpha1.ConditionEncryptionKeyRotated, v1alpha1.ReasonWaitingForRollout,
 			fmt.Sprintf("rotation %s: waiting for every API server to run the current keys", stageOrRequested(keys))))
 		return ctrl.Result{}, nil
-	case build.StepRewrite:
+	case desired.StepRewrite:
 		n, err := r.rewriteTenantSecrets(ctx, s)
 		if err != nil {
 			log.FromContext(ctx).Info("rewriting the tenant's Secrets failed", "error", err.Error())
@@ -138,7 +138,7 @@ func (r *Reconciler) reconcileEncryptionRotation(ctx context.Context, s *scope) 
 			"rewrote %d Secrets with %s", n, keys.Write)
 	}
 	var newKey []byte
-	if step == build.StepAddKey {
+	if step == desired.StepAddKey {
 		var err error
 		if newKey, err = newEncryptionKey(); err != nil {
 			return ctrl.Result{}, err
@@ -161,7 +161,7 @@ func (r *Reconciler) reconcileEncryptionRotation(ctx context.Context, s *scope) 
 	msg := rotationMessage(step, keys, next)
 	r.Recorder.Eventf(tc, nil, corev1.EventTypeNormal, "EncryptionKeyRotation", string(step), "%s", msg)
 	cond := notReady(v1alpha1.ConditionEncryptionKeyRotated, string(next.Stage), msg)
-	if next.Stage == build.RotationNone {
+	if next.Stage == desired.RotationNone {
 		cond = metav1.Condition{Type: v1alpha1.ConditionEncryptionKeyRotated, Status: metav1.ConditionTrue,
 			Reason: v1alpha1.ReasonKeyInUse, Message: msg}
 	}
@@ -169,23 +169,23 @@ func (r *Reconciler) reconcileEncryptionRotation(ctx context.Context, s *scope) 
 	return ctrl.Result{}, nil
 }
 
-func stageOrRequested(k build.EncryptionKeys) string {
-	if k.Stage == build.RotationNone {
+func stageOrRequested(k desired.EncryptionKeys) string {
+	if k.Stage == desired.RotationNone {
 		return "requested"
 	}
 	return string(k.Stage)
 }
 
 // rotationMessage says what a step did, naming keys only.
-func rotationMessage(step build.RotationStep, before, after build.EncryptionKeys) string {
+func rotationMessage(step desired.RotationStep, before, after desired.EncryptionKeys) string {
 	switch step {
-	case build.StepAddKey:
+	case desired.StepAddKey:
 		return fmt.Sprintf("added %s after the write key %s; the API servers roll", after.Newest(), after.Write)
-	case build.StepPromote:
+	case desired.StepPromote:
 		return fmt.Sprintf("%s is the write key, %s still reads; the API servers roll", after.Write, before.Write)
-	case build.StepRewrite:
+	case desired.StepRewrite:
 		return fmt.Sprintf("every Secret was rewritten with %s", after.Write)
-	case build.StepDropOld:
+	case desired.StepDropOld:
 		return fmt.Sprintf("rotation done: Secrets are encrypted with %s, the old keys are removed; the API servers roll", after.Write)
 	}
 	return string(step)
@@ -242,7 +242,7 @@ func RewriteSecrets(ctx context.Context, c client.Client) (int, error) {
 // the volumes, or the retained data could never be read again.
 func (r *Reconciler) deleteEncryptionKeys(ctx context.Context, tc *v1alpha1.TenantCluster) error {
 	s := &corev1.Secret{}
-	s.Namespace, s.Name = tc.Namespace, build.EncryptionKeySecretName(tc.Name)
+	s.Namespace, s.Name = tc.Namespace, desired.EncryptionKeySecretName(tc.Name)
 	err := r.Client.Delete(ctx, s)
 	if apierrors.IsNotFound(err) {
 		return nil

@@ -21,16 +21,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // encryptionKeys reads and parses a tenant's key Secret.
-func encryptionKeys(ctx context.Context, key types.NamespacedName) (build.EncryptionKeys, *corev1.Secret, error) {
+func encryptionKeys(ctx context.Context, key types.NamespacedName) (desired.EncryptionKeys, *corev1.Secret, error) {
 	s := &corev1.Secret{}
-	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: build.EncryptionKeySecretName(key.Name)}, s); err != nil {
-		return build.EncryptionKeys{}, nil, err
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: desired.EncryptionKeySecretName(key.Name)}, s); err != nil {
+		return desired.EncryptionKeys{}, nil, err
 	}
-	k, err := build.ParseEncryptionKeys(s)
+	k, err := desired.ParseEncryptionKeys(s)
 	return k, s, err
 }
 
@@ -42,11 +42,11 @@ func renderedKeys(ctx context.Context, key types.NamespacedName) ([]apiserverv1.
 		return nil, err
 	}
 	var cfg apiserverv1.EncryptionConfiguration
-	if err := json.Unmarshal(s.Data[build.EncryptionConfigKey], &cfg); err != nil {
+	if err := json.Unmarshal(s.Data[desired.EncryptionConfigKey], &cfg); err != nil {
 		return nil, err
 	}
 	if len(cfg.Resources) != 1 || len(cfg.Resources[0].Providers) != 2 || cfg.Resources[0].Providers[0].Secretbox == nil {
-		return nil, fmt.Errorf("unexpected configuration %s", s.Data[build.EncryptionConfigKey])
+		return nil, fmt.Errorf("unexpected configuration %s", s.Data[desired.EncryptionConfigKey])
 	}
 	return cfg.Resources[0].Providers[0].Secretbox.Keys, nil
 }
@@ -67,7 +67,7 @@ func checkEncryptionSetup(ctx context.Context, t *testing.T, key types.Namespace
 	if err != nil {
 		t.Fatal(err)
 	}
-	if keys.Write != "key-1" || len(keys.Keys) != 1 || keys.Stage != build.RotationNone {
+	if keys.Write != "key-1" || len(keys.Keys) != 1 || keys.Stage != desired.RotationNone {
 		t.Errorf("new tenant's keys: %v write %s stage %q", keys.Order(), keys.Write, keys.Stage)
 	}
 	if len(s.OwnerReferences) != 0 {
@@ -126,7 +126,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if err := env.Client.Get(ctx, depKey, dep); err != nil {
 		t.Fatal(err)
 	}
-	checksumBefore := dep.Spec.Template.Annotations[build.AnnotationChecksum]
+	checksumBefore := dep.Spec.Template.Annotations[desired.AnnotationChecksum]
 
 	cur, err := getTC(ctx, key)
 	if err != nil {
@@ -136,13 +136,13 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if cur.Annotations == nil {
 		cur.Annotations = map[string]string{}
 	}
-	cur.Annotations[build.AnnotationRotateEncryptionKey] = "2026-11-24"
+	cur.Annotations[desired.AnnotationRotateEncryptionKey] = "2026-11-24"
 	if err := env.Client.Patch(ctx, cur, patch); err != nil {
 		t.Fatal(err)
 	}
 	// Each step that changes keys waits for the API servers' rollout,
 	// which markReady plays; the stages seen on the way are recorded.
-	stages := map[build.RotationStage]bool{}
+	stages := map[desired.RotationStage]bool{}
 	poll(ctx, t, "key rotation finished", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := markReady(ctx); err != nil {
 			return false, "", err
@@ -163,7 +163,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 		if err != nil {
 			return false, "", err
 		}
-		done := keys.Write == "key-2" && len(keys.Keys) == 1 && keys.Stage == build.RotationNone &&
+		done := keys.Write == "key-2" && len(keys.Keys) == 1 && keys.Stage == desired.RotationNone &&
 			c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "key-2") &&
 			slices.Equal(keyNames(rendered), []string{"key-2"})
 		return done, fmt.Sprintf("keys %v write %s stage %q, rendered %v; %s", keys.Order(), keys.Write, keys.Stage,
@@ -186,7 +186,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if err := env.Client.Get(ctx, depKey, dep); err != nil {
 		t.Fatal(err)
 	}
-	if dep.Spec.Template.Annotations[build.AnnotationChecksum] == checksumBefore {
+	if dep.Spec.Template.Annotations[desired.AnnotationChecksum] == checksumBefore {
 		t.Error("the API servers did not roll onto the new key")
 	}
 	// Every step is an Event; no Event and no condition carries a key.
@@ -227,7 +227,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 			}
 		}
 		var missing []string
-		for _, a := range []string{string(build.StepAddKey), string(build.StepPromote), string(build.StepRewrite), string(build.StepDropOld), "rewrote"} {
+		for _, a := range []string{string(desired.StepAddKey), string(desired.StepPromote), string(desired.StepRewrite), string(desired.StepDropOld), "rewrote"} {
 			if !actions[a] {
 				missing = append(missing, a)
 			}
@@ -241,7 +241,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 			}
 		}
 	}
-	if !stages[build.RotationAdded] && !stages[build.RotationPromoted] {
+	if !stages[desired.RotationAdded] && !stages[desired.RotationPromoted] {
 		t.Logf("stages observed on the way: %v (the steps are fast; the Events above prove each was taken)", stages)
 	}
 }

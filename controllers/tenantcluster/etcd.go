@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // What etcd's state is decided from: the StatefulSet and the volumes of
@@ -29,32 +29,32 @@ import (
 //     recreated after deletion with volumeReclaimPolicy Retain): the data
 //     is a cluster that already exists;
 //   - otherwise nothing was ever bootstrapped.
-func decideEtcdState(sts *appsv1.StatefulSet, state *corev1.ConfigMap, existingVolumes int) build.EtcdClusterState {
-	if state != nil && state.Data[build.EtcdStateKey] == string(build.EtcdClusterExisting) {
-		return build.EtcdClusterExisting
+func decideEtcdState(sts *appsv1.StatefulSet, state *corev1.ConfigMap, existingVolumes int) desired.EtcdClusterState {
+	if state != nil && state.Data[desired.EtcdStateKey] == string(desired.EtcdClusterExisting) {
+		return desired.EtcdClusterExisting
 	}
 	if sts == nil {
 		if existingVolumes > 0 {
-			return build.EtcdClusterExisting
+			return desired.EtcdClusterExisting
 		}
-		return build.EtcdClusterNew
+		return desired.EtcdClusterNew
 	}
-	if etcdStateOf(sts) == build.EtcdClusterExisting || sts.Status.ReadyReplicas > 0 {
-		return build.EtcdClusterExisting
+	if etcdStateOf(sts) == desired.EtcdClusterExisting || sts.Status.ReadyReplicas > 0 {
+		return desired.EtcdClusterExisting
 	}
-	return build.EtcdClusterNew
+	return desired.EtcdClusterNew
 }
 
 // etcdStateOf reads --initial-cluster-state back from a StatefulSet made by
 // an earlier kubefarm, which had it as a flag.
-func etcdStateOf(sts *appsv1.StatefulSet) build.EtcdClusterState {
+func etcdStateOf(sts *appsv1.StatefulSet) desired.EtcdClusterState {
 	for _, c := range sts.Spec.Template.Spec.Containers {
-		if c.Name != build.ComponentEtcd {
+		if c.Name != desired.ComponentEtcd {
 			continue
 		}
 		for _, a := range c.Args {
 			if v, ok := strings.CutPrefix(a, "--initial-cluster-state="); ok {
-				return build.EtcdClusterState(v)
+				return desired.EtcdClusterState(v)
 			}
 		}
 	}
@@ -67,9 +67,9 @@ func etcdStateOf(sts *appsv1.StatefulSet) build.EtcdClusterState {
 func (r *Reconciler) etcdVolumes(ctx context.Context, tc *v1alpha1.TenantCluster) ([]corev1.PersistentVolumeClaim, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	err := r.APIReader.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{
-		build.LabelInstance:      tc.Name,
-		build.LabelName:          build.ComponentEtcd,
-		build.LabelTenantCluster: tc.Name,
+		desired.LabelInstance:      tc.Name,
+		desired.LabelName:          desired.ComponentEtcd,
+		desired.LabelTenantCluster: tc.Name,
 	})
 	return list.Items, err
 }

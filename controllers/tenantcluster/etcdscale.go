@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/etcdmembers"
 )
@@ -53,17 +53,17 @@ func dialEtcd(ctx context.Context, endpoint string, tlsConfig *tls.Config) (*cli
 
 // etcdScaling says whether a membership change is under way: the live
 // StatefulSet runs another count than the spec's, or a step marked it
-// (build.AnnotationEtcdScaling) or the last pass left EtcdScaling True: a
+// (desired.AnnotationEtcdScaling) or the last pass left EtcdScaling True: a
 // change whose StatefulSet already has the spec's count but whose last
 // learner is not promoted yet, or one interrupted. The mark is what
 // survives a lost status write.
 // Nothing changes before etcd was bootstrapped: a first bootstrap, or a
 // restore, creates the spec's members at once.
-func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state build.EtcdClusterState, want int32) bool {
-	if live == nil || state != build.EtcdClusterExisting || live.Spec.Replicas == nil {
+func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state desired.EtcdClusterState, want int32) bool {
+	if live == nil || state != desired.EtcdClusterExisting || live.Spec.Replicas == nil {
 		return false
 	}
-	_, marked := live.Annotations[build.AnnotationEtcdScaling]
+	_, marked := live.Annotations[desired.AnnotationEtcdScaling]
 	return *live.Spec.Replicas != want || marked || meta.IsStatusConditionTrue(tc.Status.Conditions, v1alpha1.ConditionEtcdScaling)
 }
 
@@ -73,9 +73,9 @@ func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state bui
 // the initial cluster lists them, and the API servers (and the backup)
 // use member 0 only. Member 0 is never removed, and a learner, which
 // refuses most requests, must never be an API server's endpoint.
-func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *appsv1.StatefulSet, state build.EtcdClusterState) (ctrl.Result, error) {
+func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *appsv1.StatefulSet, state desired.EtcdClusterState) (ctrl.Result, error) {
 	c := s.cluster
-	if live != nil && live.Spec.Replicas != nil && state != build.EtcdClusterExisting && *live.Spec.Replicas != c.EtcdReplicas {
+	if live != nil && live.Spec.Replicas != nil && state != desired.EtcdClusterExisting && *live.Spec.Replicas != c.EtcdReplicas {
 		// The spec changed while the first members bootstrap: they
 		// bootstrap as they started (a member that already has data keeps
 		// its initial cluster, another listing more members would never
@@ -126,7 +126,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope, live *a
 // etcdStep dials member 0 and makes one step.
 func (r *Reconciler) etcdStep(ctx context.Context, s *scope, ready int32) (etcdmembers.Result, error) {
 	c := s.cluster
-	tlsConfig, err := build.EtcdClientTLS(c, s.secrets)
+	tlsConfig, err := desired.EtcdClientTLS(c, s.secrets)
 	if err != nil {
 		return etcdmembers.Result{}, err
 	}
@@ -148,7 +148,7 @@ func (r *Reconciler) etcdStep(ctx context.Context, s *scope, ready int32) (etcdm
 // as its only etcd server: the Deployment, as the last pass applied it
 // with EtcdServers 1, fully rolled out, no pod of an older template left.
 // No Deployment yet is fine: no API server uses etcd.
-func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *build.Cluster) (bool, string) {
+func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *desired.Cluster) (bool, string) {
 	d := &appsv1.Deployment{}
 	found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.APIServerServiceName()}, d)
 	if err != nil {
@@ -185,6 +185,6 @@ func (r *Reconciler) apiServersOnMemberZero(ctx context.Context, c *build.Cluste
 
 // apiServerHasArg says whether pod's kube-apiserver container has arg.
 func apiServerHasArg(pod *corev1.PodSpec, arg string) bool {
-	i := slices.IndexFunc(pod.Containers, func(ctr corev1.Container) bool { return ctr.Name == build.ComponentAPIServer })
+	i := slices.IndexFunc(pod.Containers, func(ctr corev1.Container) bool { return ctr.Name == desired.ComponentAPIServer })
 	return i >= 0 && slices.Contains(pod.Containers[i].Args, arg)
 }

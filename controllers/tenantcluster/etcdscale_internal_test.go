@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // TestEtcdScalingDecision: when a pass treats the membership as changing.
@@ -19,7 +19,7 @@ func TestEtcdScalingDecision(t *testing.T) {
 	sts := func(replicas int32, marked bool) *appsv1.StatefulSet {
 		s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &replicas}}
 		if marked {
-			s.Annotations = map[string]string{build.AnnotationEtcdScaling: "3"}
+			s.Annotations = map[string]string{desired.AnnotationEtcdScaling: "3"}
 		}
 		return s
 	}
@@ -34,16 +34,16 @@ func TestEtcdScalingDecision(t *testing.T) {
 		name  string
 		tc    *v1alpha1.TenantCluster
 		live  *appsv1.StatefulSet
-		state build.EtcdClusterState
+		state desired.EtcdClusterState
 		want  bool
 	}{
-		{"at the spec's count, nothing under way", tenant(metav1.ConditionFalse), sts(3, false), build.EtcdClusterExisting, false},
-		{"another count than the spec's", tenant(""), sts(2, false), build.EtcdClusterExisting, true},
-		{"EtcdScaling True from the last pass", tenant(metav1.ConditionTrue), sts(3, false), build.EtcdClusterExisting, true},
-		{"the last step's status write lost: the mark alone", tenant(metav1.ConditionFalse), sts(3, true), build.EtcdClusterExisting, true},
-		{"the mark, no status at all", tenant(""), sts(3, true), build.EtcdClusterExisting, true},
-		{"bootstrapping: the members start as they are", tenant(""), sts(1, false), build.EtcdClusterNew, false},
-		{"no StatefulSet yet", tenant(""), nil, build.EtcdClusterExisting, false},
+		{"at the spec's count, nothing under way", tenant(metav1.ConditionFalse), sts(3, false), desired.EtcdClusterExisting, false},
+		{"another count than the spec's", tenant(""), sts(2, false), desired.EtcdClusterExisting, true},
+		{"EtcdScaling True from the last pass", tenant(metav1.ConditionTrue), sts(3, false), desired.EtcdClusterExisting, true},
+		{"the last step's status write lost: the mark alone", tenant(metav1.ConditionFalse), sts(3, true), desired.EtcdClusterExisting, true},
+		{"the mark, no status at all", tenant(""), sts(3, true), desired.EtcdClusterExisting, true},
+		{"bootstrapping: the members start as they are", tenant(""), sts(1, false), desired.EtcdClusterNew, false},
+		{"no StatefulSet yet", tenant(""), nil, desired.EtcdClusterExisting, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := etcdScaling(tt.tc, tt.live, tt.state, 3); got != tt.want {

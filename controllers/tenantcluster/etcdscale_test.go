@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
-	"github.com/kubefarm/kubefarm/internal/etcdtest"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/testing/etcdtest"
 )
 
 // testEtcds maps a member's client URL, as the controller dials it, to the
@@ -241,7 +241,7 @@ func TestEtcdScaleController(t *testing.T) {
 		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "sc-etcd-state"}, cm); err != nil {
 			t.Fatal(err)
 		}
-		return cm.Data[build.EtcdInitialClusterKey]
+		return cm.Data[desired.EtcdInitialClusterKey]
 	}
 	setReplicas := func(n int32) {
 		t.Helper()
@@ -331,8 +331,8 @@ func TestEtcdScaleController(t *testing.T) {
 	if s := sts(ctx); !equality.Semantic.DeepEqual(s.Spec.Template, template) {
 		t.Error("the etcd pod template changed during the change: the running members would restart")
 	}
-	if got := sts(ctx).Annotations[build.AnnotationEtcdScaling]; got != "3" {
-		t.Errorf("StatefulSet mark %s=%q during the change towards 3 members, want \"3\"", build.AnnotationEtcdScaling, got)
+	if got := sts(ctx).Annotations[desired.AnnotationEtcdScaling]; got != "3" {
+		t.Errorf("StatefulSet mark %s=%q during the change towards 3 members, want \"3\"", desired.AnnotationEtcdScaling, got)
 	}
 	if servers, _ := etcdServers(ctx); servers != member(0, 2379) {
 		t.Errorf("API servers on %q during the change, want member 0 only", servers)
@@ -373,7 +373,7 @@ func TestEtcdScaleController(t *testing.T) {
 	if len(members.Members) != 1 {
 		t.Errorf("etcd members %v, want member 0 alone", members.Members)
 	}
-	if a, ok := sts(ctx).Annotations[build.AnnotationEtcdScaling]; ok {
-		t.Errorf("the StatefulSet is still marked %s=%s after the change", build.AnnotationEtcdScaling, a)
+	if a, ok := sts(ctx).Annotations[desired.AnnotationEtcdScaling]; ok {
+		t.Errorf("the StatefulSet is still marked %s=%s after the change", desired.AnnotationEtcdScaling, a)
 	}
 }

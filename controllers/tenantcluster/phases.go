@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // scope is one pass over one TenantCluster. Each phase reads what the
@@ -31,7 +31,7 @@ type scope struct {
 	tc *v1alpha1.TenantCluster
 	// cluster is the resolved spec, with the address the admin cluster
 	// published for the API server Service fed back in.
-	cluster *build.Cluster
+	cluster *desired.Cluster
 	// service is the API server Service as applied, and endpoint
 	// status.endpoint derived from it ("" while unknown).
 	service  *corev1.Service
@@ -39,13 +39,13 @@ type scope struct {
 	// certificates are the tenant's Certificates as built; their Secrets
 	// are read back into secrets once all are issued.
 	certificates []*cmapi.Certificate
-	secrets      build.SecretData
+	secrets      desired.SecretData
 	// config is the control plane ConfigMap as applied.
 	config *corev1.ConfigMap
 	// encryptionSecret is the encryption key Secret as read, and
 	// encryptionKeys its content.
 	encryptionSecret *corev1.Secret
-	encryptionKeys   build.EncryptionKeys
+	encryptionKeys   desired.EncryptionKeys
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
@@ -172,7 +172,7 @@ func soonest(a, b ctrl.Result) ctrl.Result {
 // Service's name, then with the address the admin cluster published for
 // that Service.
 func (r *Reconciler) resolve(ctx context.Context, s *scope) (ctrl.Result, error) {
-	c, err := build.Resolve(s.tc, r.options(""))
+	c, err := desired.Resolve(s.tc, r.options(""))
 	if err != nil {
 		// The spec is wrong, not the world: retrying cannot help, and the
 		// watch on the TenantCluster brings the next pass when it is edited.
@@ -194,7 +194,7 @@ func (r *Reconciler) resolve(ctx context.Context, s *scope) (ctrl.Result, error)
 		}
 		nodeAddr = nodeAddress(nodes.Items)
 	}
-	if s.cluster, err = build.Resolve(s.tc, r.options(observedAddress(svc, nodeAddr))); err != nil {
+	if s.cluster, err = desired.Resolve(s.tc, r.options(observedAddress(svc, nodeAddr))); err != nil {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil
@@ -205,11 +205,11 @@ func (r *Reconciler) resolve(ctx context.Context, s *scope) (ctrl.Result, error)
 // one reissue and one rollout.
 func (r *Reconciler) reconcileServices(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
-	if err := r.apply(ctx, s.tc, build.EtcdService(c), nil); err != nil {
+	if err := r.apply(ctx, s.tc, desired.EtcdService(c), nil); err != nil {
 		return ctrl.Result{}, err
 	}
 	s.service = &corev1.Service{}
-	if err := r.apply(ctx, s.tc, build.APIServerService(c), s.service); err != nil {
+	if err := r.apply(ctx, s.tc, desired.APIServerService(c), s.service); err != nil {
 		return ctrl.Result{}, err
 	}
 	s.endpoint = endpointURL(c.ExternalAddress, endpointPort(s.service, c.ServicePort))
@@ -224,12 +224,12 @@ func (r *Reconciler) reconcileServices(ctx context.Context, s *scope) (ctrl.Resu
 // reissue after a SAN change) keeps running and is reported as it is.
 func (r *Reconciler) reconcilePKI(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
-	for _, is := range build.Issuers(c) {
+	for _, is := range desired.Issuers(c) {
 		if err := r.apply(ctx, s.tc, is, nil); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
-	s.certificates = build.Certificates(c)
+	s.certificates = desired.Certificates(c)
 	certs := make([]namedCertificate, 0, len(s.certificates))
 	for _, want := range s.certificates {
 		got := &cmapi.Certificate{}
@@ -268,7 +268,7 @@ func (r *Reconciler) reconcilePKI(ctx context.Context, s *scope) (ctrl.Result, e
 // observeWhileIssuing reports etcd and the API server from the cache while
 // certificates are being issued: WaitingForCertificates when they were never
 // deployed, their observed readiness otherwise.
-func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *build.Cluster) (etcd, api metav1.Condition, err error) {
+func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *desired.Cluster) (etcd, api metav1.Condition, err error) {
 	waiting := "waiting for certificates"
 	etcd = notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonWaitingForCertificates, waiting)
 	api = notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForCertificates, waiting)
@@ -293,7 +293,7 @@ func (r *Reconciler) observeWhileIssuing(ctx context.Context, c *build.Cluster) 
 // reconcileConfig applies the control plane ConfigMap, which the workloads'
 // checksums then hash as applied, and the kubeconfigs.
 func (r *Reconciler) reconcileConfig(ctx context.Context, s *scope) (ctrl.Result, error) {
-	desired, err := build.ConfigMap(s.cluster)
+	desired, err := desired.ConfigMap(s.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -349,14 +349,14 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	state, err := build.EtcdStateConfigMap(c, decided)
+	state, err := desired.EtcdStateConfigMap(c, decided)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.apply(ctx, s.tc, state, &corev1.ConfigMap{}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if c.RestoreFrom != nil && decided == build.EtcdClusterExisting {
+	if c.RestoreFrom != nil && decided == desired.EtcdClusterExisting {
 		// Restoring is for the bootstrap only. Once etcd exists the
 		// members drop the restore (one rolling restart), so that a
 		// member recreated later never reads the snapshot and the pods no
@@ -370,7 +370,7 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 		held.RestoreFrom = nil
 		c = &held
 	}
-	desired, err := build.EtcdStatefulSet(c, s.secrets)
+	desired, err := desired.EtcdStatefulSet(c, s.secrets)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -412,7 +412,7 @@ func (r *Reconciler) reconcileAPIServer(ctx context.Context, s *scope) (ctrl.Res
 			return ctrl.Result{}, nil
 		}
 	}
-	desired, err := build.APIServerDeployment(c, s.config, s.secrets)
+	desired, err := desired.APIServerDeployment(c, s.config, s.secrets)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -455,7 +455,7 @@ func (r *Reconciler) reconcileTenant(ctx context.Context, s *scope) (ctrl.Result
 func (r *Reconciler) reconcilePDBs(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
 	wanted := map[string]bool{}
-	for _, pdb := range build.PodDisruptionBudgets(c) {
+	for _, pdb := range desired.PodDisruptionBudgets(c) {
 		wanted[pdb.Name] = true
 		if err := r.apply(ctx, s.tc, pdb, nil); err != nil {
 			return ctrl.Result{}, err
@@ -496,8 +496,8 @@ func (r *Reconciler) reconcileFollowers(ctx context.Context, s *scope) (ctrl.Res
 	}
 	for _, b := range []struct {
 		what  string
-		build func(*build.Cluster, *corev1.ConfigMap, build.SecretData) (*appsv1.Deployment, error)
-	}{{"kube-controller-manager", build.ControllerManagerDeployment}, {"kube-scheduler", build.SchedulerDeployment}} {
+		build func(*desired.Cluster, *corev1.ConfigMap, desired.SecretData) (*appsv1.Deployment, error)
+	}{{"kube-controller-manager", desired.ControllerManagerDeployment}, {"kube-scheduler", desired.SchedulerDeployment}} {
 		d, err := b.build(follower, s.config, s.secrets)
 		if err != nil {
 			return ctrl.Result{}, err

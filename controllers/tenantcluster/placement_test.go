@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // TestPlacedWorkloadsAdmitted: the workloads and Service of a tenant with
@@ -35,31 +35,31 @@ func TestPlacedWorkloadsAdmitted(t *testing.T) {
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("300Mi")},
 		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
-	c, err := build.Resolve(tc, build.Options{Images: build.Images{Registry: "r.example.com", EtcdTag: "3.6.5-0", KonnectivityTag: "v0.34.0"},
+	c, err := desired.Resolve(tc, desired.Options{Images: desired.Images{Registry: "r.example.com", EtcdTag: "3.6.5-0", KonnectivityTag: "v0.34.0"},
 		ObservedExternalAddress: "192.0.2.10"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	config, err := build.ConfigMap(c)
+	config, err := desired.ConfigMap(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts, err := build.EtcdStatefulSet(c, nil)
+	sts, err := desired.EtcdStatefulSet(c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := build.APIServerDeployment(c, config, nil)
+	api, err := desired.APIServerDeployment(c, config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kcm, err := build.ControllerManagerDeployment(c, config, nil)
+	kcm, err := desired.ControllerManagerDeployment(c, config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := build.APIServerService(c)
+	svc := desired.APIServerService(c)
 	// The kubernetes Service's endpoints the NodePort add-ons write in the
 	// tenant (checked here in this namespace rather than default).
-	eps, err := build.KubernetesServiceEndpoints("https://192.0.2.10:31443")
+	eps, err := desired.KubernetesServiceEndpoints("https://192.0.2.10:31443")
 	if err != nil {
 		t.Fatal(err)
 	}

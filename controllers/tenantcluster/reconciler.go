@@ -43,7 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
@@ -67,11 +67,11 @@ const (
 
 // DefaultImages returns the images of a registry (empty: registry.k8s.io),
 // with the pinned etcd and Konnectivity tags, and the etcd tools image.
-func DefaultImages(registry, tools string) build.Images {
+func DefaultImages(registry, tools string) desired.Images {
 	if registry == "" {
 		registry = DefaultRegistry
 	}
-	return build.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag, CoreDNSTag: DefaultCoreDNSTag,
+	return desired.Images{Registry: registry, EtcdTag: DefaultEtcdTag, KonnectivityTag: DefaultKonnectivityTag, CoreDNSTag: DefaultCoreDNSTag,
 		Tools: tools}
 }
 
@@ -87,7 +87,7 @@ type Reconciler struct {
 	Scheme    *runtime.Scheme
 	Recorder  events.EventRecorder
 	// Images and AdminClusterDomain are passed to the builders.
-	Images             build.Images
+	Images             desired.Images
 	AdminClusterDomain string
 	// AddonsResync is how often the add-ons are applied again to repair
 	// changes made inside the tenant; zero means DefaultAddonsResync.
@@ -135,8 +135,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// either (see reconcileDelete) and whose changes carry a key rotation
 	// from one step to the next.
 	pkiSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, pki := o.GetLabels()[build.LabelPKIRole]
-		_, keys := o.GetAnnotations()[build.AnnotationEncryptionWriteKey]
+		_, pki := o.GetLabels()[desired.LabelPKIRole]
+		_, keys := o.GetAnnotations()[desired.AnnotationEncryptionWriteKey]
 		return pki || keys
 	})
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupCredentialsIndex, backupCredentialsOf); err != nil {
@@ -199,7 +199,7 @@ func (r *Reconciler) tenantsOfCredentials(ctx context.Context, o client.Object) 
 }
 
 func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[build.LabelTenantCluster]
+	name := o.GetLabels()[desired.LabelTenantCluster]
 	if name == "" {
 		return nil
 	}
@@ -308,8 +308,8 @@ func (r *Reconciler) summarise(s *scope, err error) {
 	r.setCondition(tc, readyCondition(s.conditions, s.notReady))
 }
 
-func (r *Reconciler) options(observedAddress string) build.Options {
-	return build.Options{Images: r.Images, AdminClusterDomain: r.AdminClusterDomain, ObservedExternalAddress: observedAddress}
+func (r *Reconciler) options(observedAddress string) desired.Options {
+	return desired.Options{Images: r.Images, AdminClusterDomain: r.AdminClusterDomain, ObservedExternalAddress: observedAddress}
 }
 
 func (r *Reconciler) setCondition(tc *v1alpha1.TenantCluster, c metav1.Condition) {

@@ -37,11 +37,11 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/examples"
 	"github.com/kubefarm/kubefarm/internal/manager"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 var (
@@ -264,7 +264,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 			t.Errorf("admin client certificate does not chain to the cluster CA: %v", err)
 		}
-		if leaf.Subject.CommonName != build.UserAdmin || !slices.Equal(leaf.Subject.Organization, []string{build.GroupClusterAdmins}) {
+		if leaf.Subject.CommonName != desired.UserAdmin || !slices.Equal(leaf.Subject.Organization, []string{desired.GroupClusterAdmins}) {
 			t.Errorf("admin identity = CN %q O %v", leaf.Subject.CommonName, leaf.Subject.Organization)
 		}
 		if len(user.ClientKeyData) == 0 {
@@ -466,11 +466,11 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			t.Errorf("etcd image %s", img)
 		}
 		api := owned["Deployment "+name+"-apiserver"].(*appsv1.Deployment)
-		if api.Spec.Template.Annotations[build.AnnotationChecksum] == "" {
+		if api.Spec.Template.Annotations[desired.AnnotationChecksum] == "" {
 			t.Error("API server pod template has no checksum annotation")
 		}
 		for _, c := range api.Spec.Template.Spec.Containers {
-			if c.Name == build.ComponentAPIServer && c.Image != "registry.k8s.io/kube-apiserver:v1.34.4" {
+			if c.Name == desired.ComponentAPIServer && c.Image != "registry.k8s.io/kube-apiserver:v1.34.4" {
 				t.Errorf("kube-apiserver image %s", c.Image)
 			}
 		}
@@ -628,13 +628,13 @@ func TestTenantClusterLifecycle(t *testing.T) {
 				if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
 					t.Fatal(err)
 				}
-				out[d] = dep.Spec.Template.Annotations[build.AnnotationChecksum]
+				out[d] = dep.Spec.Template.Annotations[desired.AnnotationChecksum]
 			}
 			s := &appsv1.StatefulSet{}
 			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, s); err != nil {
 				t.Fatal(err)
 			}
-			out["-etcd"] = s.Spec.Template.Annotations[build.AnnotationChecksum]
+			out["-etcd"] = s.Spec.Template.Annotations[desired.AnnotationChecksum]
 			return out
 		}
 		before := checksums()
@@ -704,7 +704,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			return p
 		}
 		otherLabels := maps.Clone(api.Spec.Template.Labels)
-		otherLabels[build.LabelTenantCluster], otherLabels[build.LabelInstance] = "other", "other"
+		otherLabels[desired.LabelTenantCluster], otherLabels[desired.LabelInstance] = "other", "other"
 		pods := []*corev1.Pod{fakePod(name+"-etcd-0", sts.Spec.Template.Labels), fakePod(name+"-apiserver-x", api.Spec.Template.Labels)}
 		other := fakePod("other-apiserver-x", otherLabels)
 
@@ -765,7 +765,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		// cert-manager's Secrets have no owner; the finalizer deletes them.
 		secrets := &corev1.SecretList{}
-		if err := env.Client.List(ctx, secrets, client.InNamespace(ns), client.HasLabels{build.LabelPKIRole}); err != nil {
+		if err := env.Client.List(ctx, secrets, client.InNamespace(ns), client.HasLabels{desired.LabelPKIRole}); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range secrets.Items {
@@ -791,7 +791,7 @@ func etcdState(ctx context.Context, t *testing.T, ns, name string) string {
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd-state"}, cm); err != nil {
 		t.Fatalf("the etcd state ConfigMap: %v", err)
 	}
-	return cm.Data[build.EtcdStateKey]
+	return cm.Data[desired.EtcdStateKey]
 }
 
 func ignoreConflict(err error) error {

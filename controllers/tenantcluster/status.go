@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // namedCertificate is a Certificate the reconciler applied, with what it read
@@ -174,7 +174,7 @@ func followerVersion(desired, observed string, api *appsv1.Deployment) string {
 // images of the given version tag.
 func runsVersion(d *appsv1.Deployment, version string) bool {
 	for _, c := range d.Spec.Template.Spec.Containers {
-		if c.Name == build.ComponentAPIServer {
+		if c.Name == desired.ComponentAPIServer {
 			return strings.HasSuffix(c.Image, ":"+version)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 func cert(gen, readyGen int64, status cmmeta.ConditionStatus) *cmapi.Certificate {
@@ -55,13 +55,13 @@ func TestCertificatesCondition(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func sts(replicas, gen, observed, ready int32, state build.EtcdClusterState) *appsv1.StatefulSet {
+func sts(replicas, gen, observed, ready int32, state desired.EtcdClusterState) *appsv1.StatefulSet {
 	s := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Generation: int64(gen)}}
 	s.Spec.Replicas = ptr(replicas)
 	s.Status.ObservedGeneration = int64(observed)
 	s.Status.ReadyReplicas = ready
 	if state != "" {
-		s.Spec.Template.Spec.Containers = []corev1.Container{{Name: build.ComponentEtcd, Args: []string{"--data-dir=/x", "--initial-cluster-state=" + string(state)}}}
+		s.Spec.Template.Spec.Containers = []corev1.Container{{Name: desired.ComponentEtcd, Args: []string{"--data-dir=/x", "--initial-cluster-state=" + string(state)}}}
 	}
 	return s
 }
@@ -159,25 +159,25 @@ func TestReadyCondition(t *testing.T) {
 }
 
 func TestDecideEtcdState(t *testing.T) {
-	cm := func(state build.EtcdClusterState) *corev1.ConfigMap {
-		return &corev1.ConfigMap{Data: map[string]string{build.EtcdStateKey: string(state)}}
+	cm := func(state desired.EtcdClusterState) *corev1.ConfigMap {
+		return &corev1.ConfigMap{Data: map[string]string{desired.EtcdStateKey: string(state)}}
 	}
 	for _, tc := range []struct {
 		name    string
 		sts     *appsv1.StatefulSet
 		state   *corev1.ConfigMap
 		volumes int
-		want    build.EtcdClusterState
+		want    desired.EtcdClusterState
 	}{
-		{"first install", nil, nil, 0, build.EtcdClusterNew},
-		{"recreated over retained volumes", nil, nil, 3, build.EtcdClusterExisting},
-		{"bootstrapping, nobody ready yet", sts(3, 1, 1, 0, ""), cm(build.EtcdClusterNew), 0, build.EtcdClusterNew},
-		{"bootstrapped: a member is ready", sts(3, 1, 1, 1, ""), cm(build.EtcdClusterNew), 0, build.EtcdClusterExisting},
-		{"existing stays existing with no member ready", sts(3, 2, 2, 0, ""), cm(build.EtcdClusterExisting), 0, build.EtcdClusterExisting},
-		{"existing stays existing with no StatefulSet", nil, cm(build.EtcdClusterExisting), 0, build.EtcdClusterExisting},
-		{"an earlier kubefarm's flag says existing", sts(3, 2, 2, 0, build.EtcdClusterExisting), nil, 0, build.EtcdClusterExisting},
-		{"an earlier kubefarm's flag says new, nobody ready", sts(3, 1, 1, 0, build.EtcdClusterNew), nil, 0, build.EtcdClusterNew},
-		{"StatefulSet without an etcd container", sts(3, 1, 1, 0, ""), nil, 3, build.EtcdClusterNew},
+		{"first install", nil, nil, 0, desired.EtcdClusterNew},
+		{"recreated over retained volumes", nil, nil, 3, desired.EtcdClusterExisting},
+		{"bootstrapping, nobody ready yet", sts(3, 1, 1, 0, ""), cm(desired.EtcdClusterNew), 0, desired.EtcdClusterNew},
+		{"bootstrapped: a member is ready", sts(3, 1, 1, 1, ""), cm(desired.EtcdClusterNew), 0, desired.EtcdClusterExisting},
+		{"existing stays existing with no member ready", sts(3, 2, 2, 0, ""), cm(desired.EtcdClusterExisting), 0, desired.EtcdClusterExisting},
+		{"existing stays existing with no StatefulSet", nil, cm(desired.EtcdClusterExisting), 0, desired.EtcdClusterExisting},
+		{"an earlier kubefarm's flag says existing", sts(3, 2, 2, 0, desired.EtcdClusterExisting), nil, 0, desired.EtcdClusterExisting},
+		{"an earlier kubefarm's flag says new, nobody ready", sts(3, 1, 1, 0, desired.EtcdClusterNew), nil, 0, desired.EtcdClusterNew},
+		{"StatefulSet without an etcd container", sts(3, 1, 1, 0, ""), nil, 3, desired.EtcdClusterNew},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := decideEtcdState(tc.sts, tc.state, tc.volumes); got != tc.want {
@@ -258,7 +258,7 @@ func TestNodeAddress(t *testing.T) {
 }
 
 func TestTenantOfLabel(t *testing.T) {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-apiserver", Labels: map[string]string{build.LabelTenantCluster: "c1"}}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-apiserver", Labels: map[string]string{desired.LabelTenantCluster: "c1"}}}
 	if got := tenantOfLabel(context.Background(), s); len(got) != 1 || got[0].Namespace != "ns" || got[0].Name != "c1" {
 		t.Errorf("labelled Secret maps to %v, want ns/c1", got)
 	}
@@ -270,8 +270,8 @@ func TestTenantOfLabel(t *testing.T) {
 func TestFollowerVersion(t *testing.T) {
 	withImage := func(d *appsv1.Deployment, version string) *appsv1.Deployment {
 		d.Spec.Template.Spec.Containers = []corev1.Container{
-			{Name: build.ComponentAPIServer, Image: "registry.k8s.io/kube-apiserver:" + version},
-			{Name: build.ComponentKonnectivity, Image: "registry.k8s.io/kas-network-proxy/proxy-server:v0.34.0"},
+			{Name: desired.ComponentAPIServer, Image: "registry.k8s.io/kube-apiserver:" + version},
+			{Name: desired.ComponentKonnectivity, Image: "registry.k8s.io/kas-network-proxy/proxy-server:v0.34.0"},
 		}
 		return d
 	}
@@ -307,18 +307,18 @@ func TestEtcdScaling(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		sts   *appsv1.StatefulSet
-		state build.EtcdClusterState
+		state desired.EtcdClusterState
 		cond  func(*v1alpha1.TenantCluster)
 		want  int32
 		is    bool
 	}{
-		{"no StatefulSet: the first bootstrap makes the spec's members", nil, build.EtcdClusterNew, nil, 3, false},
-		{"bootstrapping: no change before the cluster exists", sts(1, 1, 1, 0, ""), build.EtcdClusterNew, nil, 3, false},
-		{"steady", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, nil, 3, false},
-		{"steady after an earlier change", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, done, 3, false},
-		{"grow asked", sts(1, 1, 1, 1, ""), build.EtcdClusterExisting, nil, 3, true},
-		{"shrink asked", sts(3, 1, 1, 3, ""), build.EtcdClusterExisting, nil, 1, true},
-		{"the StatefulSet has the count, the last learner is not promoted", sts(3, 2, 2, 2, ""), build.EtcdClusterExisting, inProgress, 3, true},
+		{"no StatefulSet: the first bootstrap makes the spec's members", nil, desired.EtcdClusterNew, nil, 3, false},
+		{"bootstrapping: no change before the cluster exists", sts(1, 1, 1, 0, ""), desired.EtcdClusterNew, nil, 3, false},
+		{"steady", sts(3, 1, 1, 3, ""), desired.EtcdClusterExisting, nil, 3, false},
+		{"steady after an earlier change", sts(3, 1, 1, 3, ""), desired.EtcdClusterExisting, done, 3, false},
+		{"grow asked", sts(1, 1, 1, 1, ""), desired.EtcdClusterExisting, nil, 3, true},
+		{"shrink asked", sts(3, 1, 1, 3, ""), desired.EtcdClusterExisting, nil, 1, true},
+		{"the StatefulSet has the count, the last learner is not promoted", sts(3, 2, 2, 2, ""), desired.EtcdClusterExisting, inProgress, 3, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tc := &v1alpha1.TenantCluster{}

@@ -8,7 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
@@ -25,11 +25,11 @@ const tenantClientTimeout = 10 * time.Second
 // in-cluster name: the manager runs in the admin cluster, which may not
 // reach the external endpoint, and the super-admin (system:masters) is the
 // only identity with permissions before the bindings below exist.
-func tenantRESTConfig(c *build.Cluster, secrets build.SecretData) (*rest.Config, error) {
-	s := secrets[c.SecretName(build.RoleSuperAdmin)]
+func tenantRESTConfig(c *desired.Cluster, secrets desired.SecretData) (*rest.Config, error) {
+	s := secrets[c.SecretName(desired.RoleSuperAdmin)]
 	ca, crt, key := s["ca.crt"], s["tls.crt"], s["tls.key"]
 	if len(ca) == 0 || len(crt) == 0 || len(key) == 0 {
-		return nil, fmt.Errorf("the super-admin Secret %s lacks ca.crt, tls.crt or tls.key", c.SecretName(build.RoleSuperAdmin))
+		return nil, fmt.Errorf("the super-admin Secret %s lacks ca.crt, tls.crt or tls.key", c.SecretName(desired.RoleSuperAdmin))
 	}
 	return &rest.Config{
 		Host:            c.InClusterEndpoint(),

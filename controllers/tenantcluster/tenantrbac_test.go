@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // The integration environment has no tenant API servers: dialFakeTenant
@@ -67,16 +67,16 @@ func checkTenantRBAC(ctx context.Context, t *testing.T, name, ns string) {
 		t.Fatalf("the reconciler never connected to the tenant at %s", host)
 	}
 	cert := parseCert(t, cfg.CertData)
-	if cert.Subject.CommonName != build.UserSuperAdmin || strings.Join(cert.Subject.Organization, ",") != build.GroupMasters {
-		t.Errorf("tenant client identity %s %v, want %s in %s", cert.Subject.CommonName, cert.Subject.Organization, build.UserSuperAdmin, build.GroupMasters)
+	if cert.Subject.CommonName != desired.UserSuperAdmin || strings.Join(cert.Subject.Organization, ",") != desired.GroupMasters {
+		t.Errorf("tenant client identity %s %v, want %s in %s", cert.Subject.CommonName, cert.Subject.Organization, desired.UserSuperAdmin, desired.GroupMasters)
 	}
 	if len(cfg.CAData) == 0 || len(cfg.KeyData) == 0 {
 		t.Error("tenant client without CA or key")
 	}
 	for _, want := range []struct{ name, role, kind, subject string }{
-		{"kubefarm:cluster-admins", "cluster-admin", rbacv1.GroupKind, build.GroupClusterAdmins},
-		{"kubefarm:apiserver-kubelet-client", "system:kubelet-api-admin", rbacv1.UserKind, build.UserKubeletClient},
-		{"kubefarm:konnectivity-server", "system:auth-delegator", rbacv1.UserKind, build.UserKonnectivityServer},
+		{"kubefarm:cluster-admins", "cluster-admin", rbacv1.GroupKind, desired.GroupClusterAdmins},
+		{"kubefarm:apiserver-kubelet-client", "system:kubelet-api-admin", rbacv1.UserKind, desired.UserKubeletClient},
+		{"kubefarm:konnectivity-server", "system:auth-delegator", rbacv1.UserKind, desired.UserKonnectivityServer},
 	} {
 		crb := &rbacv1.ClusterRoleBinding{}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: want.name}, crb); err != nil {

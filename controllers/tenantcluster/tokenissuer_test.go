@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
@@ -27,12 +27,12 @@ import (
 func TestTokenIssuerPolicy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	role, binding := build.TokenIssuerRBAC()
-	policy, policyBinding := build.TokenIssuerPolicy()
+	role, binding := desired.TokenIssuerRBAC()
+	policy, policyBinding := desired.TokenIssuerPolicy()
 	for _, o := range []client.Object{role, binding, policy, policyBinding} {
 		// kube-system appears shortly after the API server starts; the
 		// add-ons may already be there from another test's tenant.
-		poll(ctx, t, "creating "+build.ObjectName(o), time.Minute, func(ctx context.Context) (bool, string, error) {
+		poll(ctx, t, "creating "+desired.ObjectName(o), time.Minute, func(ctx context.Context) (bool, string, error) {
 			err := env.Client.Create(ctx, o.DeepCopyObject().(client.Object))
 			if apierrors.IsNotFound(err) {
 				return false, err.Error(), nil
@@ -41,7 +41,7 @@ func TestTokenIssuerPolicy(t *testing.T) {
 		})
 	}
 	cfg := rest.CopyConfig(env.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: build.UserTokenIssuer}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: desired.UserTokenIssuer}
 	issuer, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +64,7 @@ func TestTokenIssuerPolicy(t *testing.T) {
 			Annotations: map[string]string{corev1.ServiceAccountNameKey: "clusterrole-aggregation-controller"}},
 		Type: corev1.SecretTypeServiceAccountToken,
 	}
-	const policyDenied = "ValidatingAdmissionPolicy '" + build.TokenIssuerPolicyName + "'"
+	const policyDenied = "ValidatingAdmissionPolicy '" + desired.TokenIssuerPolicyName + "'"
 	// The policy is in force once the API server's policy informer has it:
 	// until then the dry run of a service-account token Secret passes RBAC.
 	poll(ctx, t, "the policy refuses a service-account token Secret", time.Minute, func(ctx context.Context) (bool, string, error) {
@@ -135,7 +135,7 @@ func TestTokenIssuerPolicy(t *testing.T) {
 			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets"}, Verbs: []string{"*"}}}}
 		widerBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "test:token-issuer-wider"},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: wider.Name},
-			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: build.UserTokenIssuer}}}
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: desired.UserTokenIssuer}}}
 		for _, o := range []client.Object{wider, widerBinding} {
 			if err := env.Client.Create(ctx, o); err != nil {
 				t.Fatal(err)

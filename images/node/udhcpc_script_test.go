@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 )
 
 // TestUdhcpcScriptDNS runs the initrd's udhcpc hook as busybox udhcpc

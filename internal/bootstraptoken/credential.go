@@ -15,7 +15,7 @@ const (
 	// organization) that issues join tokens, and does nothing else: the
 	// tenant's Role IssuerRole in kube-system, bound to this user alone,
 	// allows only creating Secrets, and an admission policy only kubefarm
-	// bootstrap tokens among them (controllers/tenantcluster/build).
+	// bootstrap tokens among them (controllers/tenantcluster/desired).
 	IssuerUser = "kubefarm:token-issuer"
 	// IssuerRole names the tenant Role and RoleBinding of IssuerUser.
 	IssuerRole = "kubefarm:token-issuer"

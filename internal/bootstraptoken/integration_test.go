@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // TestAuthenticatesAgainstAPIServer issues tokens in a real kube-apiserver

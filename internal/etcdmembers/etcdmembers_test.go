@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kubefarm/kubefarm/internal/etcdmembers"
-	"github.com/kubefarm/kubefarm/internal/etcdtest"
+	"github.com/kubefarm/kubefarm/internal/testing/etcdtest"
 )
 
 // cluster is up to three etcd processes numbered as a StatefulSet's pods.

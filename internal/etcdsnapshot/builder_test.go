@@ -4,23 +4,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
 )
 
 // TestMembersFlagsRestore: the restore tool takes the values the etcd
-// members run with (controllers/tenantcluster/build's EtcdFlags, with
+// members run with (controllers/tenantcluster/desired's EtcdFlags, with
 // $(POD_NAME) as the kubelet expands it, and the initial cluster of the
 // etcd state ConfigMap, which the members read from their environment),
 // for every member, and its default data directory is theirs.
 func TestMembersFlagsRestore(t *testing.T) {
 	for _, replicas := range []int32{1, 3} {
-		c := &build.Cluster{Name: "alpha", Namespace: "tenants", EtcdReplicas: replicas, EtcdMembers: replicas, AdminClusterDomain: "cluster.local"}
-		raw, err := build.EtcdFlags(c)
+		c := &desired.Cluster{Name: "alpha", Namespace: "tenants", EtcdReplicas: replicas, EtcdMembers: replicas, AdminClusterDomain: "cluster.local"}
+		raw, err := desired.EtcdFlags(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cm, err := build.EtcdStateConfigMap(c, build.EtcdClusterNew)
+		cm, err := desired.EtcdStateConfigMap(c, desired.EtcdClusterNew)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestMembersFlagsRestore(t *testing.T) {
 				Snapshot:          "/backup/tenants-alpha-20260101T000000Z.db",
 				DataDir:           flags["data-dir"],
 				Name:              expand(flags["name"]),
-				InitialCluster:    cm.Data[build.EtcdInitialClusterKey],
+				InitialCluster:    cm.Data[desired.EtcdInitialClusterKey],
 				AdvertisePeerURLs: etcdsnapshot.SplitList(expand(flags["initial-advertise-peer-urls"])),
 				Token:             flags["initial-cluster-token"],
 			}

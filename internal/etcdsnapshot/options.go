@@ -21,7 +21,7 @@ const (
 	DefaultRetain         = 7
 	DefaultTerminationLog = "/dev/termination-log"
 	// DefaultDataDir is where a tenant's etcd members keep their data
-	// (--data-dir in controllers/tenantcluster/build's EtcdFlags; a test
+	// (--data-dir in controllers/tenantcluster/desired's EtcdFlags; a test
 	// holds the two together).
 	DefaultDataDir = "/var/lib/etcd/data"
 	// PodNameEnv names the member by default, as etcd's --name=$(POD_NAME)

@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/manager"
-	"github.com/kubefarm/kubefarm/internal/netnstest"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // benchChildEnv, when set, makes the test binary the memory benchmark's
@@ -63,9 +63,9 @@ func TestSecretCache(t *testing.T) {
 	}
 	// Theirs first: a cache holding every Secret would have it before ours.
 	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "theirs",
-		Labels: map[string]string{build.LabelManagedBy: "Helm"}}, Data: map[string][]byte{"password": []byte("p")}}
+		Labels: map[string]string{desired.LabelManagedBy: "Helm"}}, Data: map[string][]byte{"password": []byte("p")}}
 	ours := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1-admin-kubeconfig",
-		Labels: map[string]string{build.LabelManagedBy: "kubefarm", build.LabelTenantCluster: "c1"}}, Data: map[string][]byte{"kubeconfig": []byte("k")}}
+		Labels: map[string]string{desired.LabelManagedBy: "kubefarm", desired.LabelTenantCluster: "c1"}}, Data: map[string][]byte{"kubeconfig": []byte("k")}}
 	for _, s := range []*corev1.Secret{theirs, ours} {
 		if err := env.Client.Create(ctx, s); err != nil {
 			t.Fatal(err)

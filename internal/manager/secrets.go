@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
 // Which Secrets the manager keeps in memory. Its informer cache would
@@ -24,10 +24,10 @@ import (
 //
 //   - the admin kubeconfigs (tenantcluster.kubeconfigSecret) and the token
 //     issuer credentials in kubefarm-pxe's namespace;
-//   - the encryption key and configuration (build.NewEncryptionKeySecret,
-//     build.EncryptionConfigSecret);
+//   - the encryption key and configuration (desired.NewEncryptionKeySecret,
+//     desired.EncryptionConfigSecret);
 //   - the PKI, written by cert-manager with the labels of each
-//     Certificate's spec.secretTemplate (build.Certificates), the etcd
+//     Certificate's spec.secretTemplate (desired.Certificates), the etcd
 //     backup client's among them.
 //
 // The one Secret it reads that is not kubefarm's is the S3 credentials
@@ -39,11 +39,11 @@ import (
 // TenantCluster. Selecting on both keeps other tools' Secrets that happen to
 // say managed-by=kubefarm, or to name a tenant, out of memory.
 func OwnedSecrets() labels.Selector {
-	managed, err := labels.NewRequirement(build.LabelManagedBy, selection.Equals, []string{"kubefarm"})
+	managed, err := labels.NewRequirement(desired.LabelManagedBy, selection.Equals, []string{"kubefarm"})
 	if err != nil {
 		panic(err) // constant arguments
 	}
-	tenant, err := labels.NewRequirement(build.LabelTenantCluster, selection.Exists, nil)
+	tenant, err := labels.NewRequirement(desired.LabelTenantCluster, selection.Exists, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 func TestOwnedSecrets(t *testing.T) {
-	withManaged := func(l map[string]string) map[string]string { l[build.LabelManagedBy] = "kubefarm"; return l }
+	withManaged := func(l map[string]string) map[string]string { l[desired.LabelManagedBy] = "kubefarm"; return l }
 	for _, tc := range []struct {
 		name   string
 		labels map[string]string
@@ -21,19 +21,19 @@ func TestOwnedSecrets(t *testing.T) {
 	}{
 		// The labels each kind of kubefarm Secret carries.
 		{"token issuer credential", withManaged(bootstraptoken.CredentialLabels("ns", "c1")), true},
-		{"admin kubeconfig", map[string]string{build.LabelTenantCluster: "c1", build.LabelManagedBy: "kubefarm"}, true},
-		{"PKI (cert-manager, secretTemplate)", build.Certificates(testCluster(t))[0].Spec.SecretTemplate.Labels, true},
+		{"admin kubeconfig", map[string]string{desired.LabelTenantCluster: "c1", desired.LabelManagedBy: "kubefarm"}, true},
+		{"PKI (cert-manager, secretTemplate)", desired.Certificates(testCluster(t))[0].Spec.SecretTemplate.Labels, true},
 		{"unlabelled", nil, false},
 		{"a Helm release", map[string]string{"owner": "helm", "name": "x"}, false},
-		{"managed-by kubefarm, no tenant", map[string]string{build.LabelManagedBy: "kubefarm"}, false},
-		{"a tenant, managed by another", map[string]string{build.LabelTenantCluster: "c1", build.LabelManagedBy: "Helm"}, false},
+		{"managed-by kubefarm, no tenant", map[string]string{desired.LabelManagedBy: "kubefarm"}, false},
+		{"a tenant, managed by another", map[string]string{desired.LabelTenantCluster: "c1", desired.LabelManagedBy: "Helm"}, false},
 	} {
 		if got := OwnedSecrets().Matches(labels.Set(tc.labels)); got != tc.want {
 			t.Errorf("%s (%v): %t, want %t", tc.name, tc.labels, got, tc.want)
 		}
 	}
 	// Every Secret cert-manager writes for a tenant: CAs and leaves.
-	for _, cert := range build.Certificates(testCluster(t)) {
+	for _, cert := range desired.Certificates(testCluster(t)) {
 		if cert.Spec.SecretTemplate == nil || !OwnedSecrets().Matches(labels.Set(cert.Spec.SecretTemplate.Labels)) {
 			t.Errorf("Certificate %s: its Secret's labels %v are not selected", cert.Name, cert.Spec.SecretTemplate)
 		}
@@ -42,11 +42,11 @@ func TestOwnedSecrets(t *testing.T) {
 
 // testCluster is a TenantCluster as the builders see it, enough for its
 // Certificates.
-func testCluster(t *testing.T) *build.Cluster {
+func testCluster(t *testing.T) *desired.Cluster {
 	t.Helper()
 	tc := &v1alpha1.TenantCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "tenants"},
 		Spec: v1alpha1.TenantClusterSpec{Version: "v1.34.4"}}
-	c, err := build.Resolve(tc, build.Options{Images: build.Images{Registry: "registry.k8s.io", EtcdTag: "3.6.5-0", KonnectivityTag: "v0.34.0"}})
+	c, err := desired.Resolve(tc, desired.Options{Images: desired.Images{Registry: "registry.k8s.io", EtcdTag: "3.6.5-0", KonnectivityTag: "v0.34.0"}})
 	if err != nil {
 		t.Fatal(err)
 	}

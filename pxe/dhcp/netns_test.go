@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/leases"
 )

@@ -19,7 +19,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/dynamic"
 	"github.com/kubefarm/kubefarm/pxe/leases"

@@ -1,7 +1,7 @@
 package httpboot_test
 
 // The status writes of /report and /heartbeat against a real API server
-// (internal/testenv): the CRD's conditions list is a map keyed by type, so
+// (internal/testing/testenv): the CRD's conditions list is a map keyed by type, so
 // the heartbeat's apply of RebootRequired alone leaves every other field
 // as it was, and the report's merge patch and the apply get along.
 
@@ -23,7 +23,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/ssa"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"

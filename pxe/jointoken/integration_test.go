@@ -22,9 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster/build"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 )
 
@@ -50,8 +50,8 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 	// Tenant side: the token issuer's Role, binding and admission
 	// policy. kube-system is created by the API server shortly after it
 	// starts.
-	role, binding := build.TokenIssuerRBAC()
-	policy, policyBinding := build.TokenIssuerPolicy()
+	role, binding := desired.TokenIssuerRBAC()
+	policy, policyBinding := desired.TokenIssuerPolicy()
 	for _, o := range []client.Object{role, binding, policy, policyBinding} {
 		eventually("creating "+o.GetName(), func(ctx context.Context) (bool, error) {
 			err := env.Client.Create(ctx, o)
@@ -126,7 +126,7 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 	}
 	eventually("the token issuer policy in force", func(ctx context.Context) (bool, error) {
 		err := issuerClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "not-a-token"}}, client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), build.TokenIssuerPolicyName), nil
+		return err != nil && strings.Contains(err.Error(), desired.TokenIssuerPolicyName), nil
 	})
 
 	is, err := jointoken.New(jointoken.Config{Reader: c, Namespace: pxeNS, TTL: 30 * time.Minute})
@@ -165,8 +165,8 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 	if want := "system:bootstrap:" + tok.ID; user.Username != want {
 		t.Errorf("authenticated as %q, want %q", user.Username, want)
 	}
-	if !slices.Contains(user.Groups, build.GroupBootstrappers) {
-		t.Errorf("groups %v lack %s", user.Groups, build.GroupBootstrappers)
+	if !slices.Contains(user.Groups, desired.GroupBootstrappers) {
+		t.Errorf("groups %v lack %s", user.Groups, desired.GroupBootstrappers)
 	}
 
 	s := &corev1.Secret{}

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/net/ipv6"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubefarm/kubefarm/internal/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 )
 
 // pair makes a server and a client namespace joined by a veth pair, with

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // The tests run Step against a real kube-apiserver and etcd (envtest), so

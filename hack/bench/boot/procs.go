@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubefarm/kubefarm/internal/procstat"
+	"github.com/kubefarm/kubefarm/internal/testing/procstat"
 )
 
 // server is one process tree under test.

@@ -23,10 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/build"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/hack/bench/internal/affinity"
-	"github.com/kubefarm/kubefarm/internal/procstat"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/procstat"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 const (
@@ -39,8 +39,8 @@ const (
 )
 
 // farm is the admin API kubefarm-pxe reads in an operator's cluster: a real
-// kube-apiserver and etcd (internal/testenv) holding the bench's machines
-// as the NodePool controller writes them (build.Machines, one pool of
+// kube-apiserver and etcd (internal/testing/testenv) holding the bench's machines
+// as the NodePool controller writes them (desired.Machines, one pool of
 // machinesPerPool machines per tenant namespace), and a client identity
 // that has only kubefarm-pxe's generated RBAC (config/rbac-pxe).
 type farm struct {
@@ -200,7 +200,7 @@ func createMachines(ctx context.Context, c client.Client, machines, perPool int,
 		if err := c.Create(ctx, pool); err != nil {
 			return fmt.Errorf("NodePool %s/%s: %w", ns, poolName, err)
 		}
-		ms, err := build.Machines(pool)
+		ms, err := desired.Machines(pool)
 		if err != nil {
 			return err
 		}

@@ -5,7 +5,7 @@
 // kubefarm-pxe runs the way an operator runs it: the real binary
 // (cmd/kubefarm-pxe, built by the bench) with the chart's default flags,
 // Events on, reading its machines from a real kube-apiserver and etcd
-// (internal/testenv) as the identity of its generated RBAC
+// (internal/testing/testenv) as the identity of its generated RBAC
 // (config/rbac-pxe) and nothing more. The API holds -machines Machines, as
 // the NodePool controller writes them, in NodePools of -per-pool machines,
 // one per tenant namespace. dnsmasq, the peer, reads the same machines

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kubefarm/kubefarm/internal/procstat"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/procstat"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // benchServer is one server under test, running.

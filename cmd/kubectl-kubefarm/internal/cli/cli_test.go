@@ -21,10 +21,10 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/cmd/kubectl-kubefarm/internal/cli"
 	"github.com/kubefarm/kubefarm/cmd/kubectl-kubefarm/internal/plugin"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/netnstest"
 	"github.com/kubefarm/kubefarm/internal/ssa"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 // The commands run in-process through cli.Main, with the flags an operator

@@ -64,8 +64,8 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
 	"github.com/kubefarm/kubefarm/hack/bench/internal/stats"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 const (
@@ -459,7 +459,7 @@ func (b *bench) waitReady(ctx context.Context, tc *kubefarmv1.TenantCluster, see
 // createVolume makes a fresh hostPath PersistentVolume for the run's one
 // etcd member, pre-bound to its claim: the StatefulSet names the claim
 // <template>-<set>-<ordinal>, with the template "data" and the set
-// "<tenant>-etcd" (controllers/tenantcluster/build). Pre-binding makes the
+// "<tenant>-etcd" (controllers/tenantcluster/desired). Pre-binding makes the
 // binder take this volume and no other, and leaves the cluster's static
 // volumes to the e2e scenarios.
 func (b *bench) createVolume(ctx context.Context, namespace string) (*corev1.PersistentVolume, error) {

@@ -1,7 +1,7 @@
 // Command tenant-scale-bench is the TenantCluster scale benchmark of
 // `make bench`: the kubefarm-manager's memory and reconcile time with N
 // (default 50) TenantClusters, against a real kube-apiserver and etcd
-// (internal/testenv) with the real cert-manager controllers issuing every
+// (internal/testing/testenv) with the real cert-manager controllers issuing every
 // tenant's PKI.
 //
 // The manager is the real binary (cmd/kubefarm-manager), run as its own
@@ -63,8 +63,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/examples"
-	"github.com/kubefarm/kubefarm/internal/testenv"
+	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
 const (
@@ -163,7 +163,7 @@ func run() error {
 		}
 	}
 
-	fmt.Println("tenantcluster-scale: starting kube-apiserver, etcd and cert-manager (internal/testenv)")
+	fmt.Println("tenantcluster-scale: starting kube-apiserver, etcd and cert-manager (internal/testing/testenv)")
 	env, err := testenv.Start(testenv.Options{CertManager: true})
 	if env != nil {
 		defer func() {
