@@ -2,13 +2,30 @@ package rollout
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 )
+
+// tenantNodes is the rollout's one way into the pool's tenant: a client to
+// cordon, evict and uncordon with, and the tenant's Nodes as the planner
+// reads them, by name.
+func (r *Reconciler) tenantNodes(ctx context.Context, pool *v1alpha1.NodePool) (kubernetes.Interface, map[string]*plan.Node, error) {
+	cs, err := r.Tenants.Clientset(ctx, pool.Namespace, pool.Spec.Cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes, err := listNodes(ctx, cs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the Nodes of TenantCluster %s: %w", pool.Spec.Cluster, err)
+	}
+	return cs, nodes, nil
+}
 
 // nodeListPage bounds one page of the tenant's Node list.
 const nodeListPage = 500

@@ -229,15 +229,11 @@ func (r *Reconciler) run(ctx context.Context, p *pass) (plan.Summary, error) {
 		return sum, nil
 	}
 
-	cs, err := r.Tenants.Clientset(ctx, pool.Namespace, pool.Spec.Cluster)
+	cs, nodes, err := r.tenantNodes(ctx, pool)
 	if err != nil {
 		return sum, err
 	}
 	p.cs = cs
-	nodes, err := listNodes(ctx, cs)
-	if err != nil {
-		return sum, fmt.Errorf("listing the Nodes of TenantCluster %s: %w", pool.Spec.Cluster, err)
-	}
 	for _, m := range ms {
 		p.machines = append(p.machines, plan.Machine{M: m, Node: nodes[m.Spec.Hostname]})
 	}
