@@ -340,12 +340,6 @@ const (
 	DefaultMinReadySeconds = 30
 )
 
-// AnnotationRolloutRetry on a NodePool restarts a halted rollout: when its
-// value differs from status.observedRetry, failed machines are tried again
-// and the failure count starts from zero. `kubectl kubefarm rollout
-// retry` sets it to the current time.
-const AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
-
 // RolloutStrategy governs the rolling reboot-to-update of a pool.
 type RolloutStrategy struct {
 	// MaxUnavailable is how many machines of the pool may be unavailable at

@@ -1,0 +1,64 @@
+package v1alpha1
+
+// The label, annotation and finalizer keys kubefarm writes on objects, in
+// one place: operators select on them, other tools read them, and two
+// packages that meant the same key must not spell it twice. The standard
+// app.kubernetes.io keys stay with the builders that set them.
+const (
+	// LabelTenantCluster names the TenantCluster an object belongs to: the
+	// control plane's objects, the pools' Machines, and the credentials of
+	// a tenant (Secrets that live in another namespace than their tenant
+	// also carry LabelTenantNamespace). One selector finds everything of a
+	// tenant.
+	LabelTenantCluster = "kubefarm.io/tenant-cluster"
+	// LabelTenantNamespace is the namespace of the TenantCluster a
+	// credential Secret in kubefarm's own namespace belongs to.
+	LabelTenantNamespace = "kubefarm.io/tenant-namespace"
+	// LabelPool names the NodePool a Machine was built for; the pool
+	// deletes the Machines whose entry is gone by it.
+	LabelPool = "kubefarm.io/pool"
+	// LabelMachine names the Machine a bootstrap token was issued for;
+	// pruning and an operator looking for a machine's tokens select on it.
+	LabelMachine = "kubefarm.io/machine"
+	// LabelCredential marks the Secrets kubefarm-pxe may read: its cache
+	// selects on it, so nothing else in its namespace enters its memory.
+	LabelCredential = "kubefarm.io/credential"
+	// LabelPKIRole marks certificate Secrets of one role of a tenant's PKI.
+	LabelPKIRole = "kubefarm.io/pki-role"
+
+	// AnnotationChecksum on a pod template holds the hash of the
+	// certificate Secrets and configuration the pods mount; it changes
+	// when cert-manager renews a certificate, which rolls the pods onto the
+	// new files.
+	AnnotationChecksum = "kubefarm.io/checksum"
+	// AnnotationEtcdScaling on a tenant's etcd StatefulSet marks a
+	// membership change under way (its value: the member count it goes
+	// to), written in the same apply as the replicas a step sets, so a
+	// change whose last status write was lost is still seen and finished.
+	AnnotationEtcdScaling = "kubefarm.io/etcd-scaling"
+	// AnnotationEncryptionWriteKey on the encryption key Secret names the
+	// key new writes use.
+	AnnotationEncryptionWriteKey = "kubefarm.io/encryption-write-key"
+	// AnnotationEncryptionRotation on the key Secret is the stage of a
+	// rotation in progress (absent: none).
+	AnnotationEncryptionRotation = "kubefarm.io/encryption-rotation"
+	// AnnotationEncryptionHandled on the key Secret is the value of the
+	// TenantCluster's AnnotationRotateEncryptionKey the last rotation was
+	// started for.
+	AnnotationEncryptionHandled = "kubefarm.io/encryption-rotation-handled"
+	// AnnotationRotateEncryptionKey on a TenantCluster requests a key
+	// rotation: a value the key Secret has not handled yet starts one (the
+	// date, say). A request during a rotation waits for it to finish.
+	AnnotationRotateEncryptionKey = "kubefarm.io/rotate-encryption-key"
+	// AnnotationRolloutRetry on a NodePool restarts a halted rollout: when
+	// its value differs from status.observedRetry, failed machines are
+	// tried again and the failure count starts from zero. `kubectl
+	// kubefarm rollout retry` sets it to the current time.
+	AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
+
+	// FinalizerTenantCluster holds a TenantCluster until its controller
+	// has handled what garbage collection cannot: the token issuer
+	// credential in another namespace, and etcd's volumes and the PKI per
+	// spec.volumeReclaimPolicy.
+	FinalizerTenantCluster = "kubefarm.io/tenantcluster"
+)
