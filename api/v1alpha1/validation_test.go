@@ -19,14 +19,7 @@ import (
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "validation-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.NewNamespace(t, "validation-") }
 
 func validPool(ns string) *kubefarmv1.NodePool {
 	return &kubefarmv1.NodePool{

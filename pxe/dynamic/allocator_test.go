@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -93,12 +92,7 @@ func (r *replica) sees(t *testing.T, p *kubefarmv1.NodePool) {
 	})
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "dynamic-"}}
-	must(t, env.Client.Create(context.Background(), ns))
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.NewNamespace(t, "dynamic-") }
 
 // newPool creates a catch-all pool on 10.<net>.0.0/24 with a range from
 // .<first> to .<last>.

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,14 +32,7 @@ func TestMain(m *testing.M) {
 	testenv.MainWithWebhooks(m, &env, &stopManager, "an unclaimed Machine is refused", answers)
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "claims-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.NewNamespace(t, "claims-") }
 
 func machine(ns, name, pool, ip string, macs ...string) *kubefarmv1.Machine {
 	return &kubefarmv1.Machine{

@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,14 +30,7 @@ func TestMain(m *testing.M) {
 	testenv.MainWithWebhooks(m, &env, &stopManager, "a valid NodePool is admitted", answers)
 }
 
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "addresses-"}}
-	if err := env.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
+func newNamespace(t *testing.T) string { return env.NewNamespace(t, "addresses-") }
 
 func machine(name, mac, ip string) kubefarmv1.MachineEntry {
 	return kubefarmv1.MachineEntry{Name: name, MACs: []string{mac}, IP: ip}

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -348,4 +350,15 @@ func RunManager(mgr interface{ Start(context.Context) error }) (stop func()) {
 		cancel()
 		<-done
 	}
+}
+
+// NewNamespace creates a namespace named prefix plus a random suffix, so
+// each test owns its objects on the shared API server, and returns its name.
+func (e *Env) NewNamespace(t testing.TB, prefix string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a namespace %q...: %v", prefix, err)
+	}
+	return ns.Name
 }
