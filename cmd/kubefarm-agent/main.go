@@ -84,6 +84,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // Options are the agent's flags. Paths named "in the root" are joined to
@@ -251,6 +252,56 @@ func systemctlReboot(ctx context.Context) error {
 // run does one boot's work up to the report and returns the heartbeats
 // that follow it; see the package comment.
 func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, error) {
+	d = d.withDefaults()
+	b, err := readBoot(o)
+	if err != nil {
+		return nil, err
+	}
+	log = log.WithValues("server", b.params.Server.String(), "mac", b.mac, "bootID", b.bootID)
+	// First of all, before kubelet can start a pod: pods must not reach
+	// kubefarm-pxe in the node's name.
+	if err := guardPods(ctx, d, b.params.Server); err != nil {
+		return nil, fmt.Errorf("guarding kubefarm-pxe from this node's pods: %w", err)
+	}
+	secret, err := readBootSecret(o.BootSecretFile)
+	if err != nil {
+		return nil, err
+	}
+	pxe := &pxeclient.Client{Base: b.params.Server, Secret: secret, HTTP: d.HTTP, Log: log}
+
+	// 1. Configuration and files, once per boot.
+	kept, reg, err := configure(ctx, o, d, pxe, b, log)
+	if err != nil {
+		return nil, err
+	}
+
+	// 2. kubelet and flanneld; the kubelet's Node as soon as it has a
+	// credential (on a fresh configuration only: a restarted agent's
+	// kubelet registered long ago).
+	if err := d.StartUnits(ctx, "kubelet.service", "flanneld.service"); err != nil {
+		return nil, err
+	}
+	if reg != nil {
+		go reg.create(ctx, o, log)
+	}
+
+	// 3. The network: flanneld's lease, then the chain.
+	verdict := waitNetwork(ctx, filepath.Join(o.Root, o.FlannelSubnet), o.NetworkTimeout, d.Poll)
+	if verdict.OK {
+		verdict = checkChain(o)
+	}
+	log.Info("CNI chain checked", "verified", verdict.OK, "reason", verdict.Reason)
+
+	// 4. The report.
+	if err := report(ctx, o, pxe, b, verdict); err != nil {
+		return nil, err
+	}
+	log.Info("boot reported")
+	return newHeartbeats(o, d, pxe, b.mac, b.bootID, kept.RebootAfterLogin, log), nil
+}
+
+// withDefaults fills in what a test's Deps leave out.
+func (d Deps) withDefaults() Deps {
 	if d.Poll <= 0 {
 		d.Poll = time.Second
 	}
@@ -260,133 +311,146 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	if d.After == nil {
 		d.After = time.After
 	}
-	in := func(p string) string { return filepath.Join(o.Root, p) }
+	return d
+}
 
+// boot is what the kernel and the initrd say of this boot.
+type boot struct {
+	params bootproto.Params
+	bootID string
+	iface  string // the boot interface
+	mac    string // its MAC, the machine's name to kubefarm-pxe
+}
+
+// readBoot reads the kernel command line, the boot ID and the boot
+// interface.
+func readBoot(o Options) (boot, error) {
 	cmdline, err := os.ReadFile(o.Cmdline)
 	if err != nil {
-		return nil, err
+		return boot{}, err
 	}
 	params, err := bootproto.Parse(string(cmdline))
 	if err != nil {
-		return nil, err
+		return boot{}, err
 	}
 	b, err := os.ReadFile(o.BootIDFile)
 	if err != nil {
-		return nil, err
+		return boot{}, err
 	}
 	bootID, err := bootproto.ParseBootID(string(b))
 	if err != nil {
-		return nil, err
+		return boot{}, err
 	}
 	iface, mac, err := bootInterface(o, params)
 	if err != nil {
-		return nil, err
+		return boot{}, err
 	}
-	log = log.WithValues("server", params.Server.String(), "mac", mac, "bootID", bootID)
-	// First of all, before kubelet can start a pod: pods must not reach
-	// kubefarm-pxe in the node's name.
-	if err := guardPods(ctx, d, params.Server); err != nil {
-		return nil, fmt.Errorf("guarding kubefarm-pxe from this node's pods: %w", err)
+	return boot{params: params, bootID: bootID, iface: iface, mac: mac}, nil
+}
+
+// registration is the Node the kubelet registers, and where: known when
+// this run fetched the configuration and the agent creates the Node.
+type registration struct {
+	node      *corev1.Node
+	apiServer string
+}
+
+// create creates the kubelet's Node once its client certificate is
+// there; failing that, the kubelet registers it itself.
+func (r *registration) create(ctx context.Context, o Options, log logr.Logger) {
+	in := func(p string) string { return filepath.Join(o.Root, p) }
+	out, err := noderegister.Create(ctx, r.apiServer, in(render.CACert), in(o.KubeletClientCert), r.node, 200*time.Millisecond, o.RegisterTimeout)
+	if err != nil {
+		log.Info("the kubelet registers its Node itself", "node", r.node.Name, "reason", err.Error())
+		return
 	}
-	secret, err := readBootSecret(o.BootSecretFile)
+	log.Info("the kubelet's Node", "node", r.node.Name, "outcome", string(out))
+}
+
+// configure writes this boot's files from the configuration kubefarm-pxe
+// serves, once per boot: a restarted agent finds the marker of this boot
+// and keeps what the first run wrote. The registration is nil then.
+func configure(ctx context.Context, o Options, d Deps, pxe *pxeclient.Client, b boot, log logr.Logger) (settings, *registration, error) {
+	stateDir := filepath.Join(o.Root, o.StateDir)
+	marker := filepath.Join(stateDir, "configured")
+	if done, _ := os.ReadFile(marker); strings.TrimSpace(string(done)) == b.bootID {
+		log.Info("files of this boot already written; not fetching the configuration again")
+		var kept settings
+		if err := readState(stateDir, settingsFile, b.bootID, &kept); err != nil {
+			log.Error(err, "what this boot's configuration said beyond the files is lost; no reboot after a login")
+		}
+		return kept, nil, nil
+	}
+	fctx, cancel := context.WithTimeout(ctx, o.FetchTimeout)
+	nc, err := pxe.FetchConfig(fctx, b.mac)
+	cancel()
+	if err != nil {
+		return settings{}, nil, fmt.Errorf("fetching the node configuration: %w", err)
+	}
+	// Never the whole NodeConfig: it holds the join token.
+	log.Info("fetched the node configuration", "machine", nc.Machine, "cluster", nc.Cluster, "hostname", nc.Hostname, "apiServer", nc.APIServer)
+	if nc.ImageDigest != "" && nc.ImageDigest != b.params.Image {
+		log.Info("kubefarm-pxe serves another image than this boot's", "served", nc.ImageDigest, "booted", b.params.Image)
+	}
+	reg, err := writeConfig(o, d, nc, b.iface, log)
+	if err != nil {
+		return settings{}, nil, err
+	}
+	// Before the marker: a marker of this boot means both are there.
+	kept := settings{BootID: b.bootID, RebootAfterLogin: nc.RebootAfterLogin}
+	if err := writeState(stateDir, settingsFile, kept); err != nil {
+		return settings{}, nil, err
+	}
+	if err := os.WriteFile(marker, []byte(b.bootID+"\n"), 0o600); err != nil {
+		return settings{}, nil, err
+	}
+	return kept, reg, nil
+}
+
+// writeConfig renders nc into the root's files and sets the host name; the
+// registration is nil unless the agent creates the kubelet's Node.
+func writeConfig(o Options, d Deps, nc nodeconfig.NodeConfig, iface string, log logr.Logger) (*registration, error) {
+	rin := render.Input{Config: nc, BootIface: iface}
+	if nc.RootPasswordHash != "" {
+		var err error
+		if rin.Shadow, err = os.ReadFile(filepath.Join(o.Root, render.Shadow)); err != nil {
+			return nil, err
+		}
+	}
+	res, err := render.Render(rin)
 	if err != nil {
 		return nil, err
 	}
-	pxe := &pxeclient.Client{Base: params.Server, Secret: secret, HTTP: d.HTTP, Log: log}
-
-	// 1. Configuration and files, once per boot.
-	marker := filepath.Join(in(o.StateDir), "configured")
-	var kept settings
-	// The Node the kubelet registers, and where, when this run fetched the
-	// configuration.
-	var regNode *corev1.Node
-	var apiServer string
-	if done, _ := os.ReadFile(marker); strings.TrimSpace(string(done)) == bootID {
-		log.Info("files of this boot already written; not fetching the configuration again")
-		if err := readState(in(o.StateDir), settingsFile, bootID, &kept); err != nil {
-			log.Error(err, "what this boot's configuration said beyond the files is lost; no reboot after a login")
-		}
-	} else {
-		fctx, cancel := context.WithTimeout(ctx, o.FetchTimeout)
-		nc, err := pxe.FetchConfig(fctx, mac)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("fetching the node configuration: %w", err)
-		}
-		// Never the whole NodeConfig: it holds the join token.
-		log.Info("fetched the node configuration", "machine", nc.Machine, "cluster", nc.Cluster, "hostname", nc.Hostname, "apiServer", nc.APIServer)
-		if nc.ImageDigest != "" && nc.ImageDigest != params.Image {
-			log.Info("kubefarm-pxe serves another image than this boot's", "served", nc.ImageDigest, "booted", params.Image)
-		}
-		rin := render.Input{Config: nc, BootIface: iface}
-		if nc.RootPasswordHash != "" {
-			if rin.Shadow, err = os.ReadFile(in(render.Shadow)); err != nil {
-				return nil, err
-			}
-		}
-		res, err := render.Render(rin)
+	var reg *registration
+	if o.KubeletClientCert != "" {
+		node, err := render.Node(nc)
 		if err != nil {
 			return nil, err
 		}
-		if o.KubeletClientCert != "" {
-			if regNode, err = render.Node(nc); err != nil {
-				return nil, err
-			}
-			apiServer = nc.APIServer
-		}
-		if len(res.DroppedLabels) > 0 {
-			log.Info("labels kubelet may not set on its own Node left to kubefarm-manager", "labels", res.DroppedLabels)
-		}
-		if err := writeFiles(o.Root, res.Files); err != nil {
-			return nil, err
-		}
-		if err := d.SetHostname(nc.Hostname); err != nil {
-			return nil, fmt.Errorf("setting the host name %q: %w", nc.Hostname, err)
-		}
-		// Before the marker: a marker of this boot means both are there.
-		kept = settings{BootID: bootID, RebootAfterLogin: nc.RebootAfterLogin}
-		if err := writeState(in(o.StateDir), settingsFile, kept); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(marker, []byte(bootID+"\n"), 0o600); err != nil {
-			return nil, err
-		}
+		reg = &registration{node: node, apiServer: nc.APIServer}
 	}
-
-	// 2. kubelet and flanneld; the kubelet's Node as soon as it has a
-	// credential (on a fresh configuration only: a restarted agent's
-	// kubelet registered long ago).
-	if err := d.StartUnits(ctx, "kubelet.service", "flanneld.service"); err != nil {
+	if len(res.DroppedLabels) > 0 {
+		log.Info("labels kubelet may not set on its own Node left to kubefarm-manager", "labels", res.DroppedLabels)
+	}
+	if err := writeFiles(o.Root, res.Files); err != nil {
 		return nil, err
 	}
-	if regNode != nil {
-		go func() {
-			out, err := noderegister.Create(ctx, apiServer, in(render.CACert), in(o.KubeletClientCert), regNode, 200*time.Millisecond, o.RegisterTimeout)
-			if err != nil {
-				log.Info("the kubelet registers its Node itself", "node", regNode.Name, "reason", err.Error())
-				return
-			}
-			log.Info("the kubelet's Node", "node", regNode.Name, "outcome", string(out))
-		}()
+	if err := d.SetHostname(nc.Hostname); err != nil {
+		return nil, fmt.Errorf("setting the host name %q: %w", nc.Hostname, err)
 	}
+	return reg, nil
+}
 
-	// 3. The network: flanneld's lease, then the chain.
-	verdict := waitNetwork(ctx, in(o.FlannelSubnet), o.NetworkTimeout, d.Poll)
-	if verdict.OK {
-		verdict = checkChain(o)
-	}
-	log.Info("CNI chain checked", "verified", verdict.OK, "reason", verdict.Reason)
-
-	// 4. The report.
-	rep := bootproto.BootReport{MAC: mac, BootID: bootID, ImageDigest: params.Image,
+// report tells kubefarm-pxe what booted and whether the network works.
+func report(ctx context.Context, o Options, pxe *pxeclient.Client, b boot, verdict cnicheck.Verdict) error {
+	rep := bootproto.BootReport{MAC: b.mac, BootID: b.bootID, ImageDigest: b.params.Image,
 		Network: &bootproto.NetworkVerdict{Verified: verdict.OK, Reason: clip(verdict.Reason, bootproto.MaxNetworkReason)}}
 	rctx, cancel := context.WithTimeout(ctx, o.ReportTimeout)
 	defer cancel()
 	if err := pxe.Report(rctx, rep); err != nil {
-		return nil, fmt.Errorf("reporting the boot: %w", err)
+		return fmt.Errorf("reporting the boot: %w", err)
 	}
-	log.Info("boot reported")
-	return newHeartbeats(o, d, pxe, mac, bootID, kept.RebootAfterLogin, log), nil
+	return nil
 }
 
 // readBootSecret reads this boot's secret (package bootsecret), which the
