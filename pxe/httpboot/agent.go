@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/events"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // forbidden answers 403 with one body for every reason, so that a prober
@@ -164,26 +166,48 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		return
 	}
 	log := h.log.WithValues("machine", key, "peer", r.RemoteAddr)
+	nc, ok := h.nodeConfig(w, m, log)
+	if !ok {
+		return
+	}
+	if !h.joinable(w, r, m, s, &nc, log) {
+		return
+	}
+	h.issueConfig(w, r, m, s, nc, log)
+}
+
+// nodeConfig is m's configuration built from its pool, without the join
+// token; false when it answered 503 (the agent retries).
+func (h *Handler) nodeConfig(w http.ResponseWriter, m *kubefarmv1.Machine, log logr.Logger) (nodeconfig.NodeConfig, bool) {
 	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
 	if !ok {
 		log.Info("machine's pool not found", "pool", m.Spec.Pool)
 		http.Error(w, "node pool not available", http.StatusServiceUnavailable)
-		return
+		return nodeconfig.NodeConfig{}, false
 	}
 	nc, err := NodeConfigFor(m, pool)
 	if err != nil {
 		log.Error(err, "building node configuration")
 		http.Error(w, "cannot build node configuration", http.StatusServiceUnavailable)
-		return
+		return nodeconfig.NodeConfig{}, false
 	}
+	return nc, true
+}
+
+// joinable checks that a join token can be issued to the boot of s and
+// sets the tenant's facts on nc; false when it answered. Nothing here
+// consumes the boot's window.
+func (h *Handler) joinable(w http.ResponseWriter, r *http.Request, m *kubefarmv1.Machine, s bootsecret.Secret,
+	nc *nodeconfig.NodeConfig, log logr.Logger) bool {
+	key := machineKey(m)
 	if h.cfg.Tokens == nil {
 		if h.cfg.Windows.Pending(key, s) {
 			log.Info("no join token issuer configured")
 			http.Error(w, "join credentials not available", http.StatusServiceUnavailable)
-			return
+			return false
 		}
 		h.refused(w, r, m, noWindow)
-		return
+		return false
 	}
 	if h.cfg.Tenants != nil && h.cfg.Windows.Pending(key, s) {
 		// Before the window is consumed: a tenant not reachable yet costs
@@ -194,10 +218,19 @@ func (h *Handler) config(w http.ResponseWriter, r *http.Request, rawMAC string) 
 		if err != nil {
 			log.Error(err, "looking up the tenant cluster's facts")
 			http.Error(w, "tenant cluster not available", http.StatusServiceUnavailable)
-			return
+			return false
 		}
 		nc.TenantFacts = facts
 	}
+	return true
+}
+
+// issueConfig consumes the boot's window, issues the join token into nc
+// and serves it. A failure after the window was consumed restores it, so
+// the agent's retry is still served.
+func (h *Handler) issueConfig(w http.ResponseWriter, r *http.Request, m *kubefarmv1.Machine, s bootsecret.Secret,
+	nc nodeconfig.NodeConfig, log logr.Logger) {
+	key := machineKey(m)
 	opened, ok := h.cfg.Windows.Consume(key, s)
 	if !ok {
 		h.refused(w, r, m, noWindow)
