@@ -153,81 +153,104 @@ func buildAddons(c *Cluster, in AddonInputs) ([]client.Object, error) {
 		// Not a user error: the manager is misconfigured.
 		return nil, field.Required(field.NewPath("options", "images", "coreDNSTag"), "required when spec.addons.coreDNS is true")
 	}
-	kubeProxy := mode != v1alpha1.KubeProxyMode("none")
 
-	var (
-		clusterRoles, clusterRoleBindings, roles, roleBindings []client.Object
-		serviceAccounts, configMaps, services, workloads       []client.Object
-		policies                                               []client.Object
-	)
-
-	clusterRoleBindings = append(clusterRoleBindings, bootstrapClusterRoleBindings()...)
-	nr, nrb := nodeNetworkRBAC()
-	clusterRoles, clusterRoleBindings = append(clusterRoles, nr), append(clusterRoleBindings, nrb)
-	r, rb := clusterInfoRBAC()
-	roles, roleBindings = append(roles, r), append(roleBindings, rb)
-	r, rb = kubeletConfigRBAC()
-	roles, roleBindings = append(roles, r), append(roleBindings, rb)
-	r, rb = TokenIssuerRBAC()
-	roles, roleBindings = append(roles, r), append(roleBindings, rb)
-
-	ci, err := clusterInfo(c, in)
-	if err != nil {
+	var a addonObjects
+	if err := a.addBase(c, in); err != nil {
 		return nil, err
 	}
-	kc, err := kubeletConfigMap(c)
-	if err != nil {
+	if err := a.addOptional(c, in, mode); err != nil {
 		return nil, err
-	}
-	configMaps = append(configMaps, ci, kc)
-
-	if c.Konnectivity {
-		host, port, err := konnectivityAgentTarget(in)
-		if err != nil {
-			return nil, err
-		}
-		serviceAccounts = append(serviceAccounts, serviceAccount(konnectivityAgentName))
-		workloads = append(workloads, konnectivityAgentDaemonSet(c, host, port))
-	}
-	if kubeProxy {
-		cm, err := kubeProxyConfigMap(c, in.Endpoint, mode)
-		if err != nil {
-			return nil, err
-		}
-		clusterRoleBindings = append(clusterRoleBindings, kubeProxyClusterRoleBinding())
-		serviceAccounts = append(serviceAccounts, serviceAccount(kubeProxyName))
-		configMaps = append(configMaps, cm)
-		workloads = append(workloads, kubeProxyDaemonSet(c, cm))
-	}
-	if in.CoreDNS {
-		cr, crb := coreDNSRBAC()
-		clusterRoles = append(clusterRoles, cr)
-		clusterRoleBindings = append(clusterRoleBindings, crb)
-		serviceAccounts = append(serviceAccounts, serviceAccount(coreDNSName))
-		configMaps = append(configMaps, coreDNSConfigMap(c))
-		services = append(services, coreDNSService(c))
-		workloads = append(workloads, coreDNSDeployment(c))
 	}
 	tp, tb := TokenIssuerPolicy()
-	policies = append(policies, tp, tb)
+	a.policies = append(a.policies, tp, tb)
 	if in.ProbeHostPolicy {
 		p, b := probeHostPolicy()
-		policies = append(policies, p, b)
+		a.policies = append(a.policies, p, b)
 	}
 	if c.ExposeType == v1alpha1.ExposeNodePort && in.Endpoint != "" {
 		eps, err := KubernetesServiceEndpoints(in.Endpoint)
 		if err != nil {
 			return nil, err
 		}
-		services = append(services, eps...)
+		a.services = append(a.services, eps...)
 	}
+	return a.ordered(), nil
+}
 
+// addonObjects collects the add-ons by kind, so that they come out in the
+// order ordered gives whatever order they were built in.
+type addonObjects struct {
+	clusterRoles, clusterRoleBindings, roles, roleBindings []client.Object
+	serviceAccounts, configMaps, services, workloads       []client.Object
+	policies                                               []client.Object
+}
+
+// ordered lists the kube-system Namespace, then the objects kind by kind.
+func (a *addonObjects) ordered() []client.Object {
 	out := []client.Object{kubeSystemNamespace()}
-	for _, group := range [][]client.Object{clusterRoles, clusterRoleBindings, roles, roleBindings,
-		serviceAccounts, configMaps, services, workloads, policies} {
+	for _, group := range [][]client.Object{a.clusterRoles, a.clusterRoleBindings, a.roles, a.roleBindings,
+		a.serviceAccounts, a.configMaps, a.services, a.workloads, a.policies} {
 		out = append(out, group...)
 	}
-	return out, nil
+	return out
+}
+
+// addBase adds what every tenant gets: the bootstrap and node RBAC and the
+// cluster-info and kubelet configuration ConfigMaps.
+func (a *addonObjects) addBase(c *Cluster, in AddonInputs) error {
+	a.clusterRoleBindings = append(a.clusterRoleBindings, bootstrapClusterRoleBindings()...)
+	nr, nrb := nodeNetworkRBAC()
+	a.clusterRoles, a.clusterRoleBindings = append(a.clusterRoles, nr), append(a.clusterRoleBindings, nrb)
+	r, rb := clusterInfoRBAC()
+	a.roles, a.roleBindings = append(a.roles, r), append(a.roleBindings, rb)
+	r, rb = kubeletConfigRBAC()
+	a.roles, a.roleBindings = append(a.roles, r), append(a.roleBindings, rb)
+	r, rb = TokenIssuerRBAC()
+	a.roles, a.roleBindings = append(a.roles, r), append(a.roleBindings, rb)
+
+	ci, err := clusterInfo(c, in)
+	if err != nil {
+		return err
+	}
+	kc, err := kubeletConfigMap(c)
+	if err != nil {
+		return err
+	}
+	a.configMaps = append(a.configMaps, ci, kc)
+	return nil
+}
+
+// addOptional adds the Konnectivity agent, kube-proxy (unless mode is
+// "none") and CoreDNS, as the cluster and in ask.
+func (a *addonObjects) addOptional(c *Cluster, in AddonInputs, mode v1alpha1.KubeProxyMode) error {
+	if c.Konnectivity {
+		host, port, err := konnectivityAgentTarget(in)
+		if err != nil {
+			return err
+		}
+		a.serviceAccounts = append(a.serviceAccounts, serviceAccount(konnectivityAgentName))
+		a.workloads = append(a.workloads, konnectivityAgentDaemonSet(c, host, port))
+	}
+	if mode != v1alpha1.KubeProxyMode("none") {
+		cm, err := kubeProxyConfigMap(c, in.Endpoint, mode)
+		if err != nil {
+			return err
+		}
+		a.clusterRoleBindings = append(a.clusterRoleBindings, kubeProxyClusterRoleBinding())
+		a.serviceAccounts = append(a.serviceAccounts, serviceAccount(kubeProxyName))
+		a.configMaps = append(a.configMaps, cm)
+		a.workloads = append(a.workloads, kubeProxyDaemonSet(c, cm))
+	}
+	if in.CoreDNS {
+		cr, crb := coreDNSRBAC()
+		a.clusterRoles = append(a.clusterRoles, cr)
+		a.clusterRoleBindings = append(a.clusterRoleBindings, crb)
+		a.serviceAccounts = append(a.serviceAccounts, serviceAccount(coreDNSName))
+		a.configMaps = append(a.configMaps, coreDNSConfigMap(c))
+		a.services = append(a.services, coreDNSService(c))
+		a.workloads = append(a.workloads, coreDNSDeployment(c))
+	}
+	return nil
 }
 
 // validateAddonEndpoint checks the inputs only Addons needs.

@@ -271,6 +271,36 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 	if c.Images.Tools == "" {
 		return nil, fmt.Errorf("spec.etcd.backup needs the etcd tools image: the manager runs without --etcd-tools-image")
 	}
+	pod := c.etcdBackupPod()
+	labels := c.labels(ComponentEtcdBackup)
+	return &batchv1.CronJob{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdBackupName(), Namespace: c.Namespace, Labels: labels},
+		Spec: batchv1.CronJobSpec{
+			Schedule:                   c.Backup.Schedule,
+			TimeZone:                   cloneStringPtr(c.Backup.TimeZone),
+			Suspend:                    ptrTo(c.Backup.Suspend),
+			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
+			StartingDeadlineSeconds:    ptrTo(backupStartingDeadline),
+			SuccessfulJobsHistoryLimit: ptrTo(backupHistory),
+			FailedJobsHistoryLimit:     ptrTo(backupHistory),
+			JobTemplate: batchv1.JobTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: batchv1.JobSpec{
+					BackoffLimit:          ptrTo(backupAttempts - 1),
+					ActiveDeadlineSeconds: ptrTo(backupRunDeadlineSeconds),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec:       pod,
+					},
+				},
+			},
+		},
+	}, nil
+}
+
+// etcdBackupPod is the pod of one snapshot run; c.Backup is set.
+func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 	pki := path.Join(pkiDir, string(RoleEtcdBackupClient))
 	args := []string{
 		"snapshot",
@@ -291,22 +321,9 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 	var s3Mounts []corev1.VolumeMount
 	if s3 := c.Backup.S3; s3 != nil {
 		backupSource = corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
-		args = append(args, "--s3-endpoint="+s3.Endpoint, "--s3-bucket="+s3.Bucket, "--s3-prefix="+s3.Prefix)
-		if s3.Region != "" {
-			args = append(args, "--s3-region="+s3.Region)
-		}
-		env = []corev1.EnvVar{
-			envFromSecret(s3target.EnvAccessKeyID, s3.CredentialsSecret, S3AccessKeyIDKey),
-			envFromSecret(s3target.EnvSecretAccessKey, s3.CredentialsSecret, S3SecretAccessKeyKey),
-		}
-		if s3.CAConfigMap != "" {
-			args = append(args, "--s3-ca-file="+path.Join(s3CAMount, S3CAKey))
-			s3Mounts = []corev1.VolumeMount{{Name: volumeS3CA, MountPath: s3CAMount, ReadOnly: true}}
-			s3Volumes = []corev1.Volume{{Name: volumeS3CA, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-				LocalObjectReference: corev1.LocalObjectReference{Name: s3.CAConfigMap},
-				Items:                []corev1.KeyToPath{{Key: S3CAKey, Path: S3CAKey}},
-			}}}}
-		}
+		var s3Args []string
+		s3Args, env, s3Mounts, s3Volumes = backupS3Wiring(s3)
+		args = append(args, s3Args...)
 	}
 	// The tool writes its JSON result to the termination message, which
 	// the controller reads back; a run that dies before writing it leaves
@@ -337,31 +354,30 @@ func EtcdBackupCronJob(c *Cluster) (*batchv1.CronJob, error) {
 		}}},
 	}
 	pod.Volumes = append(pod.Volumes, s3Volumes...)
-	labels := c.labels(ComponentEtcdBackup)
-	return &batchv1.CronJob{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "CronJob"},
-		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdBackupName(), Namespace: c.Namespace, Labels: labels},
-		Spec: batchv1.CronJobSpec{
-			Schedule:                   c.Backup.Schedule,
-			TimeZone:                   cloneStringPtr(c.Backup.TimeZone),
-			Suspend:                    ptrTo(c.Backup.Suspend),
-			ConcurrencyPolicy:          batchv1.ForbidConcurrent,
-			StartingDeadlineSeconds:    ptrTo(backupStartingDeadline),
-			SuccessfulJobsHistoryLimit: ptrTo(backupHistory),
-			FailedJobsHistoryLimit:     ptrTo(backupHistory),
-			JobTemplate: batchv1.JobTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: batchv1.JobSpec{
-					BackoffLimit:          ptrTo(backupAttempts - 1),
-					ActiveDeadlineSeconds: ptrTo(backupRunDeadlineSeconds),
-					Template: corev1.PodTemplateSpec{
-						ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec:       pod,
-					},
-				},
-			},
-		},
-	}, nil
+	return pod
+}
+
+// backupS3Wiring is what the snapshot container needs to upload to s3:
+// its arguments, the credentials as environment variables and the CA
+// bundle's mount and volume, if any.
+func backupS3Wiring(s3 *BackupS3) (args []string, env []corev1.EnvVar, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
+	args = []string{"--s3-endpoint=" + s3.Endpoint, "--s3-bucket=" + s3.Bucket, "--s3-prefix=" + s3.Prefix}
+	if s3.Region != "" {
+		args = append(args, "--s3-region="+s3.Region)
+	}
+	env = []corev1.EnvVar{
+		envFromSecret(s3target.EnvAccessKeyID, s3.CredentialsSecret, S3AccessKeyIDKey),
+		envFromSecret(s3target.EnvSecretAccessKey, s3.CredentialsSecret, S3SecretAccessKeyKey),
+	}
+	if s3.CAConfigMap != "" {
+		args = append(args, "--s3-ca-file="+path.Join(s3CAMount, S3CAKey))
+		mounts = []corev1.VolumeMount{{Name: volumeS3CA, MountPath: s3CAMount, ReadOnly: true}}
+		volumes = []corev1.Volume{{Name: volumeS3CA, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: s3.CAConfigMap},
+			Items:                []corev1.KeyToPath{{Key: S3CAKey, Path: S3CAKey}},
+		}}}}
+	}
+	return args, env, mounts, volumes
 }
 
 // envFromSecret is an environment variable read from a Secret's key: the

@@ -202,7 +202,6 @@ var versionRE = regexp.MustCompile(`^v1\.[0-9]+\.[0-9]+$`)
 // in a condition unchanged. The Cluster shares no memory with tc, so built
 // objects do not change if the caller later mutates the TenantCluster.
 func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
-	var errs field.ErrorList
 	spec := &tc.Spec
 	c := &Cluster{
 		Name:                  tc.Name,
@@ -224,6 +223,37 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 		AdminClusterDomain:    opts.AdminClusterDomain,
 	}
 
+	// The order of the steps is the order of the errors in the aggregate.
+	sp := field.NewPath("spec")
+	var errs field.ErrorList
+	errs = append(errs, c.resolveMeta()...)
+	errs = append(errs, c.resolveReplicas(spec, sp)...)
+	errs = append(errs, c.resolveEtcd(spec, sp, opts)...)
+	errs = append(errs, c.resolveNetwork(spec, sp.Child("network"))...)
+	errs = append(errs, c.resolveExpose(spec, sp, opts)...)
+	errs = append(errs, c.resolvePodSecurity(sp.Child("podSecurity"))...)
+
+	audit, auditErrs := resolveAudit(spec.APIServer.Audit, sp.Child("apiServer", "audit"))
+	c.Audit = audit
+	errs = append(errs, auditErrs...)
+	errs = append(errs, resolvePlacement(c, spec, sp)...)
+
+	if c.AdminClusterDomain == "" {
+		c.AdminClusterDomain = defaultAdminClusterDomain
+	}
+	if c.Images.Registry == "" || c.Images.EtcdTag == "" || (c.Konnectivity && c.Images.KonnectivityTag == "") {
+		// Not a user error: the manager is misconfigured.
+		errs = append(errs, field.Required(field.NewPath("options", "images"), "registry, etcd tag and (with Konnectivity) konnectivity tag are required"))
+	}
+	if err := errs.ToAggregate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// resolveMeta checks the name and namespace every derived object uses.
+func (c *Cluster) resolveMeta() field.ErrorList {
+	var errs field.ErrorList
 	meta := field.NewPath("metadata")
 	if c.Namespace == "" {
 		errs = append(errs, field.Required(meta.Child("namespace"), "the control plane runs in the TenantCluster's namespace"))
@@ -234,8 +264,13 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 		// Service names derived from it must be DNS-1035 labels.
 		errs = append(errs, field.Invalid(meta.Child("name"), c.Name, strings.Join(msgs, "; ")))
 	}
+	return errs
+}
 
-	sp := field.NewPath("spec")
+// resolveReplicas checks spec.version and defaults and checks the API
+// server and etcd replica counts.
+func (c *Cluster) resolveReplicas(spec *v1alpha1.TenantClusterSpec, sp *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if !versionRE.MatchString(c.Version) {
 		errs = append(errs, field.Invalid(sp.Child("version"), c.Version, "must look like v1.34.4"))
 	}
@@ -252,6 +287,12 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 		errs = append(errs, field.NotSupported(sp.Child("etcd", "replicas"), c.EtcdReplicas, []string{"1", "3"}))
 	}
 	c.EtcdMembers, c.EtcdServers = c.EtcdReplicas, c.EtcdReplicas
+	return errs
+}
+
+// resolveEtcd defaults and checks etcd's storage, backup and restore.
+func (c *Cluster) resolveEtcd(spec *v1alpha1.TenantClusterSpec, sp *field.Path, opts Options) field.ErrorList {
+	var errs field.ErrorList
 	if spec.Etcd.StorageSize != nil {
 		c.EtcdStorageSize = spec.Etcd.StorageSize.DeepCopy()
 	} else {
@@ -272,8 +313,12 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 		}
 		errs = append(errs, field.Forbidden(what, "this kubefarm-manager runs without --etcd-tools-image, the image with kubefarm-etcd"))
 	}
+	return errs
+}
 
-	net := sp.Child("network")
+// resolveNetwork defaults and checks spec.network (at net).
+func (c *Cluster) resolveNetwork(spec *v1alpha1.TenantClusterSpec, net *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	serviceCIDR := spec.Network.ServiceCIDR
 	if serviceCIDR == "" {
 		serviceCIDR = defaultServiceCIDR
@@ -312,7 +357,12 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 	if msgs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(msgs) > 0 {
 		errs = append(errs, field.Invalid(net.Child("clusterDomain"), c.ClusterDomain, strings.Join(msgs, "; ")))
 	}
+	return errs
+}
 
+// resolveExpose defaults and checks spec.apiServer.expose and certSANs.
+func (c *Cluster) resolveExpose(spec *v1alpha1.TenantClusterSpec, sp *field.Path, opts Options) field.ErrorList {
+	var errs field.ErrorList
 	expose := sp.Child("apiServer", "expose")
 	if c.ExposeType == "" {
 		c.ExposeType = v1alpha1.ExposeLoadBalancer
@@ -357,7 +407,12 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 			errs = append(errs, field.Invalid(sp.Child("apiServer", "certSANs").Index(i), san, "must be an IP address or a DNS name"))
 		}
 	}
+	return errs
+}
 
+// resolvePodSecurity defaults and checks spec.podSecurity (at ps).
+func (c *Cluster) resolvePodSecurity(ps *field.Path) field.ErrorList {
+	var errs field.ErrorList
 	if c.PodSecurity.Enforce == "" {
 		c.PodSecurity.Enforce = "baseline"
 	}
@@ -367,7 +422,6 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 	if c.PodSecurity.Warn == "" {
 		c.PodSecurity.Warn = "restricted"
 	}
-	ps := sp.Child("podSecurity")
 	for _, l := range []struct {
 		name  string
 		level v1alpha1.PodSecurityLevel
@@ -378,23 +432,7 @@ func Resolve(tc *v1alpha1.TenantCluster, opts Options) (*Cluster, error) {
 			errs = append(errs, field.NotSupported(ps.Child(l.name), l.level, []string{"privileged", "baseline", "restricted"}))
 		}
 	}
-
-	audit, auditErrs := resolveAudit(spec.APIServer.Audit, sp.Child("apiServer", "audit"))
-	c.Audit = audit
-	errs = append(errs, auditErrs...)
-	errs = append(errs, resolvePlacement(c, spec, sp)...)
-
-	if c.AdminClusterDomain == "" {
-		c.AdminClusterDomain = defaultAdminClusterDomain
-	}
-	if c.Images.Registry == "" || c.Images.EtcdTag == "" || (c.Konnectivity && c.Images.KonnectivityTag == "") {
-		// Not a user error: the manager is misconfigured.
-		errs = append(errs, field.Required(field.NewPath("options", "images"), "registry, etcd tag and (with Konnectivity) konnectivity tag are required"))
-	}
-	if err := errs.ToAggregate(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return errs
 }
 
 // nthAddr returns the n-th address of p (0 is the network address), or an

@@ -71,6 +71,64 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	if err != nil {
 		return nil, err
 	}
+	ctr := c.etcdContainer(args)
+
+	pod := c.basePodSpec(ComponentEtcd)
+	pod.Containers = []corev1.Container{ctr}
+	pod.Volumes = c.podVolumes(etcdMounts, nil)
+	if c.RestoreFrom != nil {
+		if c.Images.Tools == "" {
+			return nil, fmt.Errorf("spec.etcd.restoreFrom needs the etcd tools image: the manager runs without --etcd-tools-image")
+		}
+		restore := c.restoreInitContainer()
+		restore.Env = ctr.Env
+		pod.InitContainers = []corev1.Container{restore}
+		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: volumeRestore, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true},
+		}})
+	}
+
+	whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+	if c.VolumeReclaim == v1alpha1.VolumeReclaimDelete {
+		whenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	}
+	var annotations map[string]string
+	if c.EtcdScaling {
+		annotations = map[string]string{AnnotationEtcdScaling: strconv.Itoa(int(c.EtcdReplicas))}
+	}
+	return &appsv1.StatefulSet{
+		TypeMeta: statefulSetMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdServiceName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd),
+			Annotations: annotations},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptrTo(c.EtcdMembers),
+			ServiceName: c.EtcdServiceName(),
+			Selector:    &metav1.LabelSelector{MatchLabels: c.selector(ComponentEtcd)},
+			// Parallel, not OrderedReady: member 0 is not ready until a
+			// quorum exists, so ordered creation would never start member 1.
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
+			// A removed member's data is harmful, not useful: if the
+			// volume were kept and the set scaled up again, the member
+			// would start with an identity the cluster has removed.
+			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+				WhenDeleted: whenDeleted,
+				WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+			},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels:      c.labels(ComponentEtcd),
+					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, etcdMounts, nil, nil)},
+				},
+				Spec: pod,
+			},
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{c.etcdDataClaim()},
+		},
+	}, nil
+}
+
+// etcdContainer is the etcd member's container, run with args.
+func (c *Cluster) etcdContainer(args []string) corev1.Container {
 	ctr := container(ComponentEtcd, c.etcdImage(), []string{"etcd"}, args)
 	ctr.Env = []corev1.EnvVar{
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
@@ -103,26 +161,11 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	ctr.LivenessProbe = httpProbe("/livez", EtcdMetricsPort, corev1.URISchemeHTTP, 10, 6)
 	ctr.ReadinessProbe = httpProbe("/readyz", EtcdMetricsPort, corev1.URISchemeHTTP, readinessPeriod, readinessFailures)
 	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
+	return ctr
+}
 
-	pod := c.basePodSpec(ComponentEtcd)
-	pod.Containers = []corev1.Container{ctr}
-	pod.Volumes = c.podVolumes(etcdMounts, nil)
-	if c.RestoreFrom != nil {
-		if c.Images.Tools == "" {
-			return nil, fmt.Errorf("spec.etcd.restoreFrom needs the etcd tools image: the manager runs without --etcd-tools-image")
-		}
-		restore := c.restoreInitContainer()
-		restore.Env = ctr.Env
-		pod.InitContainers = []corev1.Container{restore}
-		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: volumeRestore, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true},
-		}})
-	}
-
-	whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType
-	if c.VolumeReclaim == v1alpha1.VolumeReclaimDelete {
-		whenDeleted = appsv1.DeletePersistentVolumeClaimRetentionPolicyType
-	}
+// etcdDataClaim is the volume claim template of a member's data.
+func (c *Cluster) etcdDataClaim() corev1.PersistentVolumeClaim {
 	pvc := corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: volumeEtcdData, Labels: c.labels(ComponentEtcd)},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -136,39 +179,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 		// ask for no class at all.
 		pvc.Spec.StorageClassName = nil
 	}
-	var annotations map[string]string
-	if c.EtcdScaling {
-		annotations = map[string]string{AnnotationEtcdScaling: strconv.Itoa(int(c.EtcdReplicas))}
-	}
-	return &appsv1.StatefulSet{
-		TypeMeta: statefulSetMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdServiceName(), Namespace: c.Namespace, Labels: c.labels(ComponentEtcd),
-			Annotations: annotations},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptrTo(c.EtcdMembers),
-			ServiceName: c.EtcdServiceName(),
-			Selector:    &metav1.LabelSelector{MatchLabels: c.selector(ComponentEtcd)},
-			// Parallel, not OrderedReady: member 0 is not ready until a
-			// quorum exists, so ordered creation would never start member 1.
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-			UpdateStrategy:      appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType},
-			// A removed member's data is harmful, not useful: if the
-			// volume were kept and the set scaled up again, the member
-			// would start with an identity the cluster has removed.
-			PersistentVolumeClaimRetentionPolicy: &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
-				WhenDeleted: whenDeleted,
-				WhenScaled:  appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
-			},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{
-					Labels:      c.labels(ComponentEtcd),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, etcdMounts, nil, nil)},
-				},
-				Spec: pod,
-			},
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{pvc},
-		},
-	}, nil
+	return pvc
 }
 
 var (
@@ -236,17 +247,8 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	if c.Audit.Policy != nil {
 		apiConfigKeys = append(apiConfigKeys, ConfigKeyAuditPolicy)
 	}
-	api := container(ComponentAPIServer, c.kubeImage(ComponentAPIServer), []string{"kube-apiserver"}, args)
-	api.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: APIServerPort, Protocol: corev1.ProtocolTCP}}
-	api.VolumeMounts = c.volumeMounts(apiServerMounts, true)
-	auditVol, auditMount, audited := c.Audit.volume()
-	if audited {
-		api.VolumeMounts = append(api.VolumeMounts, auditMount)
-	}
-	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
-	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
-	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, readinessFailures)
-	api.Resources = c.resources(ComponentAPIServer, "100m", "256Mi")
+	api := c.apiServerContainer(args)
+	auditVol, _, audited := c.Audit.volume()
 
 	mounts := apiServerMounts
 	configKeys := apiConfigKeys
@@ -254,24 +256,11 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 	pod.Containers = []corev1.Container{api}
 	pod.TerminationGracePeriodSeconds = ptrTo(int64(apiServerTerminationGrace.Seconds()))
 	if c.Konnectivity {
-		kargs, err := KonnectivityServerFlags(c)
+		k, uds, err := c.konnectivityServerContainer()
 		if err != nil {
 			return nil, err
 		}
-		uds := corev1.VolumeMount{Name: volumeKonnectivity, MountPath: konnectivityUDSDir}
 		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts, uds)
-
-		k := container(ComponentKonnectivity, c.konnectivityImage(), []string{"/proxy-server"}, kargs)
-		k.Ports = []corev1.ContainerPort{
-			{Name: "konnectivity", ContainerPort: KonnectivityAgentPort, Protocol: corev1.ProtocolTCP},
-			{Name: "konn-health", ContainerPort: KonnectivityHealthPort, Protocol: corev1.ProtocolTCP},
-		}
-		k.VolumeMounts = append(c.volumeMounts(konnectivityMounts, true), uds)
-		// Liveness only: konnectivity-server is not "ready" until an agent
-		// connects, and agents run on nodes that cannot join before the API
-		// server pod is ready. A readiness probe here would deadlock.
-		k.LivenessProbe = httpProbe("/healthz", KonnectivityHealthPort, corev1.URISchemeHTTP, 10, 6)
-		k.Resources = c.resources(ComponentKonnectivity, "10m", "32Mi")
 		pod.Containers = append(pod.Containers, k)
 
 		mounts = append(append([]secretMount{}, apiServerMounts...), konnectivityMounts...)
@@ -309,6 +298,43 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 			},
 		},
 	}, nil
+}
+
+// apiServerContainer is kube-apiserver, run with args.
+func (c *Cluster) apiServerContainer(args []string) corev1.Container {
+	api := container(ComponentAPIServer, c.kubeImage(ComponentAPIServer), []string{"kube-apiserver"}, args)
+	api.Ports = []corev1.ContainerPort{{Name: "https", ContainerPort: APIServerPort, Protocol: corev1.ProtocolTCP}}
+	api.VolumeMounts = c.volumeMounts(apiServerMounts, true)
+	if _, auditMount, audited := c.Audit.volume(); audited {
+		api.VolumeMounts = append(api.VolumeMounts, auditMount)
+	}
+	api.StartupProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, startupPeriod, startupFailures)
+	api.LivenessProbe = httpProbe("/livez", APIServerPort, corev1.URISchemeHTTPS, 10, 6)
+	api.ReadinessProbe = httpProbe("/readyz", APIServerPort, corev1.URISchemeHTTPS, readinessPeriod, readinessFailures)
+	api.Resources = c.resources(ComponentAPIServer, "100m", "256Mi")
+	return api
+}
+
+// konnectivityServerContainer is konnectivity-server, and uds the mount of
+// the socket directory it shares with kube-apiserver.
+func (c *Cluster) konnectivityServerContainer() (k corev1.Container, uds corev1.VolumeMount, err error) {
+	kargs, err := KonnectivityServerFlags(c)
+	if err != nil {
+		return corev1.Container{}, corev1.VolumeMount{}, err
+	}
+	uds = corev1.VolumeMount{Name: volumeKonnectivity, MountPath: konnectivityUDSDir}
+	k = container(ComponentKonnectivity, c.konnectivityImage(), []string{"/proxy-server"}, kargs)
+	k.Ports = []corev1.ContainerPort{
+		{Name: "konnectivity", ContainerPort: KonnectivityAgentPort, Protocol: corev1.ProtocolTCP},
+		{Name: "konn-health", ContainerPort: KonnectivityHealthPort, Protocol: corev1.ProtocolTCP},
+	}
+	k.VolumeMounts = append(c.volumeMounts(konnectivityMounts, true), uds)
+	// Liveness only: konnectivity-server is not "ready" until an agent
+	// connects, and agents run on nodes that cannot join before the API
+	// server pod is ready. A readiness probe here would deadlock.
+	k.LivenessProbe = httpProbe("/healthz", KonnectivityHealthPort, corev1.URISchemeHTTP, 10, 6)
+	k.Resources = c.resources(ComponentKonnectivity, "10m", "32Mi")
+	return k, uds, nil
 }
 
 // checkConfig refuses a missing ConfigMap or one of another tenant: a pod
