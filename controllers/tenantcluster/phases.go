@@ -309,39 +309,10 @@ func (r *Reconciler) reconcileConfig(ctx context.Context, s *scope) (ctrl.Result
 // StatefulSet, whose members read it when they start.
 func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
-	var current *appsv1.StatefulSet
-	sts := &appsv1.StatefulSet{}
-	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts); err != nil {
+	current, decided, volumes, err := r.observeEtcdState(ctx, s, c)
+	if err != nil {
 		return ctrl.Result{}, err
-	} else if found {
-		current = sts
 	}
-	// The state ConfigMap is not in the manager's cache (no ConfigMap
-	// is); it is read directly, and only when the StatefulSet does not
-	// settle the question: once a member is ready the answer is
-	// "existing" whatever the ConfigMap says.
-	var currentState *corev1.ConfigMap
-	if current == nil || current.Status.ReadyReplicas == 0 {
-		cm := &corev1.ConfigMap{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdStateConfigMapName()}, cm)
-		switch {
-		case err == nil:
-			currentState = cm
-		case !apierrors.IsNotFound(err):
-			return ctrl.Result{}, err
-		}
-	}
-	volumes := 0
-	if current == nil {
-		// Only worth a (direct, uncached) read when there is no StatefulSet
-		// to tell the story.
-		pvcs, err := r.etcdVolumes(ctx, s.tc)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		volumes = len(pvcs)
-	}
-	decided := decideEtcdState(current, currentState, volumes)
 	// A membership change sets the counts the ConfigMap and the
 	// StatefulSet are built with: the ConfigMap first, so that a member a
 	// step added finds the initial cluster listing it when its pod starts.
@@ -378,6 +349,52 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 	if err := r.apply(ctx, s.tc, desired, live); err != nil {
 		return ctrl.Result{}, err
 	}
+	s.observe(r, etcdReadyDuringScaling(s, c, live))
+	return result, nil
+}
+
+// observeEtcdState reads the etcd StatefulSet (current, nil when there is
+// none) and decides the initial cluster state its members start with;
+// volumes is how many etcd volume claims exist when there is no
+// StatefulSet (0 otherwise: not read).
+func (r *Reconciler) observeEtcdState(ctx context.Context, s *scope, c *desired.Cluster) (current *appsv1.StatefulSet, decided desired.EtcdClusterState, volumes int, err error) {
+	sts := &appsv1.StatefulSet{}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, sts); err != nil {
+		return nil, "", 0, err
+	} else if found {
+		current = sts
+	}
+	// The state ConfigMap is not in the manager's cache (no ConfigMap
+	// is); it is read directly, and only when the StatefulSet does not
+	// settle the question: once a member is ready the answer is
+	// "existing" whatever the ConfigMap says.
+	var currentState *corev1.ConfigMap
+	if current == nil || current.Status.ReadyReplicas == 0 {
+		cm := &corev1.ConfigMap{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdStateConfigMapName()}, cm)
+		switch {
+		case err == nil:
+			currentState = cm
+		case !apierrors.IsNotFound(err):
+			return nil, "", 0, err
+		}
+	}
+	if current == nil {
+		// Only worth a (direct, uncached) read when there is no StatefulSet
+		// to tell the story.
+		pvcs, err := r.etcdVolumes(ctx, s.tc)
+		if err != nil {
+			return nil, "", 0, err
+		}
+		volumes = len(pvcs)
+	}
+	return current, decideEtcdState(current, currentState, volumes), volumes, nil
+}
+
+// etcdReadyDuringScaling is the EtcdReady condition of live, which
+// counts as ready during a membership change while a quorum of the
+// voting members is.
+func etcdReadyDuringScaling(s *scope, c *desired.Cluster, live *appsv1.StatefulSet) metav1.Condition {
 	cond, _ := etcdCondition(live)
 	if cond.Status != metav1.ConditionTrue && meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdScaling) &&
 		s.etcdVoting > 0 && live.Status.ReadyReplicas >= s.etcdVoting/2+1 {
@@ -390,8 +407,7 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 				live.Status.ReadyReplicas, c.EtcdMembers, s.etcdVoting),
 		}
 	}
-	s.observe(r, cond)
-	return result, nil
+	return cond
 }
 
 // reconcileAPIServer applies the API servers. A first API server started
