@@ -1,0 +1,224 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EtcdSpec configures the tenant's etcd.
+// +kubebuilder:validation:XValidation:rule="has(self.restoreFrom) == has(oldSelf.restoreFrom)",message="restoreFrom can only be set when the TenantCluster is created, and stays"
+type EtcdSpec struct {
+	// Replicas is 1 or 3. Three tolerates the loss of one member. It can
+	// change at any time: kubefarm then changes etcd's membership one
+	// member at a time through etcd's member API (a new member joins as a
+	// learner and votes once it has caught up; a member leaves after the
+	// leadership has moved off it), with quorum checked before each step,
+	// and reports the progress in the EtcdScaling condition. During the
+	// change the API servers use member 0 only, so a change rolls them
+	// twice (see docs/etcd.md, Scaling).
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Enum=1;3
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// Resources replace the members' default requests (docs/placement.md).
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// StorageSize is the size of each member's volume.
+	// +optional
+	// +kubebuilder:default="2Gi"
+	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
+
+	// StorageClassName of the members' volumes; empty uses the default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Backup takes scheduled snapshots of etcd with a CronJob
+	// (docs/etcd.md, "Backup"). Unset takes none.
+	// +optional
+	Backup *EtcdBackup `json:"backup,omitempty"`
+
+	// RestoreFrom bootstraps etcd from a snapshot instead of empty: every
+	// member restores it into its empty volume before it first starts. It
+	// is read only while etcd has never started (no member was ever ready
+	// and no member volumes exist), can only be set when the TenantCluster
+	// is created, and cannot change afterwards.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="is immutable: a snapshot is restored only when the TenantCluster is created"
+	RestoreFrom *EtcdRestoreSource `json:"restoreFrom,omitempty"`
+}
+
+// EtcdBackup configures scheduled etcd snapshots: a CronJob in the tenant's
+// namespace streams a snapshot from a healthy member with the etcd client
+// API, verifies it, writes it to a PersistentVolumeClaim (or uploads it to
+// an S3-compatible bucket) and keeps the newest Retain of them.
+// +kubebuilder:validation:XValidation:rule="!has(self.s3) || !has(self.volume) || !has(self.volume.claimName)",message="volume.claimName and s3 are exclusive: snapshots go to one place"
+type EtcdBackup struct {
+	// Schedule in cron syntax (the CronJob's), in TimeZone.
+	// +optional
+	// +kubebuilder:default="0 */6 * * *"
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule,omitempty"`
+
+	// TimeZone of the schedule, an IANA name such as Europe/Berlin; empty
+	// is the admin cluster's kube-controller-manager's time zone.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// Suspend stops new snapshots; the existing ones are kept.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// Retain is how many snapshots of this tenant are kept; older ones are
+	// deleted after each successful snapshot.
+	// +optional
+	// +kubebuilder:default=7
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Retain *int32 `json:"retain,omitempty"`
+
+	// Volume is where snapshots are written (unless S3 is set).
+	// +optional
+	Volume EtcdBackupVolume `json:"volume,omitempty"`
+
+	// S3 uploads the snapshots to an S3-compatible bucket instead of a
+	// claim; each run stages its snapshot in an emptyDir and keeps the
+	// newest Retain objects of this tenant in the bucket.
+	// +optional
+	S3 *EtcdBackupS3 `json:"s3,omitempty"`
+}
+
+// EtcdBackupS3 is an S3-compatible bucket for etcd snapshots.
+type EtcdBackupS3 struct {
+	// Endpoint is the S3 API's URL, https://host[:port] (http:// only for
+	// a store reachable without TLS, such as one in the admin cluster;
+	// requests are signed, the snapshots travel in the clear).
+	// +required
+	// +kubebuilder:validation:MinLength=8
+	// +kubebuilder:validation:MaxLength=263
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name; it must exist.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	Bucket string `json:"bucket"`
+
+	// Prefix starts the objects' keys, ending in "/": empty is
+	// "<namespace>/<tenant>/". Retention only ever deletes objects under
+	// it whose names are exactly what kubefarm writes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Prefix string `json:"prefix,omitempty"`
+
+	// Region of the bucket; empty lets the client find it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// CredentialsSecret names a Secret in the tenant's namespace with the
+	// keys accessKeyID and secretAccessKey. They reach the backup pod as
+	// environment variables only.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	CredentialsSecret string `json:"credentialsSecret"`
+
+	// CAConfigMap names a ConfigMap in the tenant's namespace whose key
+	// ca.crt holds the CA certificates the endpoint's TLS certificate is
+	// checked against; empty uses the tools image's system roots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	CAConfigMap string `json:"caConfigMap,omitempty"`
+}
+
+// EtcdBackupVolume is the PersistentVolumeClaim snapshots are written to.
+type EtcdBackupVolume struct {
+	// ClaimName of an existing claim in the tenant's namespace. Empty:
+	// kubefarm creates "<tenant>-etcd-backup" of Size from
+	// StorageClassName. Either way the claim is never deleted by kubefarm,
+	// not even with the TenantCluster: snapshots are what a restore after
+	// a deletion needs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName,omitempty"`
+
+	// Size of the claim kubefarm creates (ignored with ClaimName).
+	// +optional
+	// +kubebuilder:default="10Gi"
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the claim kubefarm creates (ignored with
+	// ClaimName); empty uses the default class.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// EtcdRestoreSource names a snapshot taken by kubefarm's etcd backup.
+type EtcdRestoreSource struct {
+	// ClaimName is the PersistentVolumeClaim, in the tenant's namespace,
+	// that holds the snapshot (for example "<tenant>-etcd-backup"). Every
+	// member mounts it read-only while it restores: with several members on
+	// different nodes the claim must allow that (ReadOnlyMany or
+	// ReadWriteMany), or the members must share a node.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// Snapshot is the file name in the claim, as status.backup.lastSnapshot
+	// reported it (for example "tenant-a-20261124T030000Z.db").
+	// +required
+	// +kubebuilder:validation:MinLength=4
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*\.db$`
+	Snapshot string `json:"snapshot"`
+}
+
+// EtcdBackupStatus is what the backup CronJob's runs reported.
+type EtcdBackupStatus struct {
+	// LastSnapshot is the newest snapshot that was taken and verified.
+	// +optional
+	LastSnapshot *EtcdSnapshot `json:"lastSnapshot,omitempty"`
+	// LastFailureTime is when the newest failed run ended.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// LastRunTime is when the newest run kubefarm reported on ended,
+	// successful or not.
+	// +optional
+	LastRunTime *metav1.Time `json:"lastRunTime,omitempty"`
+	// LastRunJob is that run's Job.
+	// +optional
+	LastRunJob string `json:"lastRunJob,omitempty"`
+}
+
+// EtcdSnapshot describes one snapshot: a file on a claim, or an object in
+// a bucket.
+type EtcdSnapshot struct {
+	// ClaimName is the claim the file is on (empty for S3).
+	// +optional
+	ClaimName string `json:"claimName,omitempty"`
+	// Bucket and Object locate the snapshot in S3 (spec.etcd.backup.s3).
+	// +optional
+	Bucket string `json:"bucket,omitempty"`
+	// +optional
+	Object string `json:"object,omitempty"`
+	// File is the snapshot's file name in the claim: what
+	// spec.etcd.restoreFrom.snapshot takes. For S3, the object's name
+	// after the prefix.
+	File string `json:"file"`
+	// SizeBytes is the file's size.
+	SizeBytes int64 `json:"sizeBytes"`
+	// Revision is etcd's revision the snapshot holds.
+	// +optional
+	Revision int64 `json:"revision,omitempty"`
+	// Time is when it was taken.
+	Time metav1.Time `json:"time"`
+	// Job is the backup run that took it.
+	// +optional
+	Job string `json:"job,omitempty"`
+}
