@@ -108,7 +108,29 @@ func DecideJoin(csr *certificatesv1.CertificateSigningRequest, tenant string, no
 	if d, decided := alreadyDecided(csr); decided {
 		return d
 	}
-	id, ok := JoinTokenID(csr)
+	id, d, ok := checkJoinRequester(csr)
+	if !ok {
+		return d
+	}
+	machineName, d, ok := checkJoinToken(id, now, l)
+	if !ok {
+		return d
+	}
+	machine, node, d, ok := checkJoinMachine(id, machineName, tenant, l)
+	if !ok {
+		return d
+	}
+	if d, ok := checkJoinRequest(csr, id, machine, node); !ok {
+		return d
+	}
+	return Decision{Approve, ReasonJoinApproved, fmt.Sprintf("bootstrap token %s was issued for Machine %s, and the request is its kubelet's, for %s", id, machine, node)}
+}
+
+// checkJoinRequester is the id of the bootstrap token csr was made with; ok is
+// false, with the decision, when the requester is no bootstrap token
+// kubefarm could have issued.
+func checkJoinRequester(csr *certificatesv1.CertificateSigningRequest) (id string, d Decision, ok bool) {
+	id, ok = JoinTokenID(csr)
 	if !ok && strings.HasPrefix(csr.Spec.Username, nodeUserPrefix) {
 		// A node's renewal of its own certificate is kube-controller-
 		// manager's (selfnodeclient). A node asking for another name is
@@ -116,75 +138,91 @@ func DecideJoin(csr *certificatesv1.CertificateSigningRequest, tenant string, no
 		// shows, instead of waiting forever (root on one node trying to
 		// become another).
 		if req, _ := parse(csr.Spec.Request); req != nil && req.Subject.CommonName != csr.Spec.Username {
-			return deny(ReasonNotSelf, "node %s asks for a client certificate as %s: a node may only renew its own",
-				short(csr.Spec.Username), short(req.Subject.CommonName))
+			return "", deny(ReasonNotSelf, "node %s asks for a client certificate as %s: a node may only renew its own",
+				short(csr.Spec.Username), short(req.Subject.CommonName)), false
 		}
 	}
 	if !ok {
-		return Decision{Ignore, ReasonNotBootstrap, fmt.Sprintf("requester %s is not a bootstrap token (%s<id>): "+
-			"a node's renewal is kube-controller-manager's to approve, anyone else's the tenant admin's", short(csr.Spec.Username), bootstrapUserPrefix)}
+		return "", Decision{Ignore, ReasonNotBootstrap, fmt.Sprintf("requester %s is not a bootstrap token (%s<id>): "+
+			"a node's renewal is kube-controller-manager's to approve, anyone else's the tenant admin's", short(csr.Spec.Username), bootstrapUserPrefix)}, false
 	}
 	if !bootstraptoken.ValidID(id) {
-		return deny(ReasonUnknownToken, "requester %s does not name a bootstrap token id ([a-z0-9]{6})", short(csr.Spec.Username))
+		return "", deny(ReasonUnknownToken, "requester %s does not name a bootstrap token id ([a-z0-9]{6})", short(csr.Spec.Username)), false
 	}
 	if !slices.Contains(csr.Spec.Groups, bootstraptoken.DefaultGroup) {
-		return deny(ReasonForeignToken, "requester %s is not in group %s: the token is not one kubefarm issued for a machine",
-			csr.Spec.Username, bootstraptoken.DefaultGroup)
+		return "", deny(ReasonForeignToken, "requester %s is not in group %s: the token is not one kubefarm issued for a machine",
+			csr.Spec.Username, bootstraptoken.DefaultGroup), false
 	}
+	return id, Decision{}, true
+}
 
+// checkJoinToken is the name of the Machine bootstrap token id was issued for;
+// ok is false, with the decision, when the token's Secret is missing, not
+// kubefarm's or expired at now.
+func checkJoinToken(id string, now time.Time, l JoinLookup) (machineName string, d Decision, ok bool) {
 	secretName := bootstraptoken.Namespace + "/" + bootstraptoken.SecretName(id)
 	s, ok := l.Token(id)
 	if !ok {
-		return deny(ReasonUnknownToken, "bootstrap token %s (Secret %s) does not exist: already used, expired, or never issued", id, secretName)
+		return "", deny(ReasonUnknownToken, "bootstrap token %s (Secret %s) does not exist: already used, expired, or never issued", id, secretName), false
 	}
 	if s.Type != corev1.SecretTypeBootstrapToken {
-		return deny(ReasonForeignToken, "Secret %s is of type %s, not %s", secretName, short(string(s.Type)), corev1.SecretTypeBootstrapToken)
+		return "", deny(ReasonForeignToken, "Secret %s is of type %s, not %s", secretName, short(string(s.Type)), corev1.SecretTypeBootstrapToken), false
 	}
-	machineName := s.Labels[bootstraptoken.LabelMachine]
+	machineName = s.Labels[bootstraptoken.LabelMachine]
 	if machineName == "" {
-		return deny(ReasonForeignToken, "Secret %s has no label %s: kubefarm did not issue it for a machine", secretName, bootstraptoken.LabelMachine)
+		return "", deny(ReasonForeignToken, "Secret %s has no label %s: kubefarm did not issue it for a machine", secretName, bootstraptoken.LabelMachine), false
 	}
 	if g := string(s.Data[bootstraptoken.KeyExtraGroups]); g != bootstraptoken.DefaultGroup {
-		return deny(ReasonForeignToken, "Secret %s: %s is %s, not exactly %s", secretName, bootstraptoken.KeyExtraGroups, short(g), bootstraptoken.DefaultGroup)
+		return "", deny(ReasonForeignToken, "Secret %s: %s is %s, not exactly %s", secretName, bootstraptoken.KeyExtraGroups, short(g), bootstraptoken.DefaultGroup), false
 	}
 	if bootstraptoken.Expired(s, now) {
-		return deny(ReasonTokenExpired, "bootstrap token %s expired (%s %s)", id, bootstraptoken.KeyExpiration, short(string(s.Data[bootstraptoken.KeyExpiration])))
+		return "", deny(ReasonTokenExpired, "bootstrap token %s expired (%s %s)", id, bootstraptoken.KeyExpiration, short(string(s.Data[bootstraptoken.KeyExpiration]))), false
 	}
+	return machineName, Decision{}, true
+}
 
+// checkJoinMachine is the Machine machineName of the tenant ("namespace/name")
+// and the node user its kubelet must ask as; ok is false, with the
+// decision, when there is no such Machine of the tenant with a hostname.
+func checkJoinMachine(id, machineName, tenant string, l JoinLookup) (machine, node string, d Decision, ok bool) {
 	m, ok := l.Machine(machineName)
 	if !ok {
-		return deny(ReasonNoMachine, "bootstrap token %s was issued for Machine %s, which does not exist in TenantCluster %s's namespace", id, short(machineName), tenant)
+		return "", "", deny(ReasonNoMachine, "bootstrap token %s was issued for Machine %s, which does not exist in TenantCluster %s's namespace", id, short(machineName), tenant), false
 	}
-	machine := m.Namespace + "/" + m.Name
+	machine = m.Namespace + "/" + m.Name
 	if m.Spec.Cluster != tenant {
-		return deny(ReasonForeignMachine, "bootstrap token %s was issued for Machine %s of TenantCluster %s, not %s", id, machine, short(m.Spec.Cluster), tenant)
+		return "", "", deny(ReasonForeignMachine, "bootstrap token %s was issued for Machine %s of TenantCluster %s, not %s", id, machine, short(m.Spec.Cluster), tenant), false
 	}
 	if m.Spec.Hostname == "" {
-		return deny(ReasonNoMachine, "Machine %s of bootstrap token %s has no hostname", machine, id)
+		return "", "", deny(ReasonNoMachine, "Machine %s of bootstrap token %s has no hostname", machine, id), false
 	}
-	node := nodeUserPrefix + m.Spec.Hostname
+	return machine, nodeUserPrefix + m.Spec.Hostname, Decision{}, true
+}
 
+// checkJoinRequest checks that csr is a kubelet client's request for node;
+// ok is false, with the decision, when it is not.
+func checkJoinRequest(csr *certificatesv1.CertificateSigningRequest, id, machine, node string) (d Decision, ok bool) {
 	if !usagesAreKubeletClient(csr.Spec.Usages) {
 		return deny(ReasonClientUsages, "usages %v are not a kubelet client's: want %v, or %v with an RSA key",
-			csr.Spec.Usages, kubeletClientUsages[0], kubeletClientUsages[1])
+			csr.Spec.Usages, kubeletClientUsages[0], kubeletClientUsages[1]), false
 	}
 	req, d := parse(csr.Spec.Request)
 	if req == nil {
-		return d
+		return d, false
 	}
 	switch fault, msg := subjectProblem(req, node); fault {
 	case subjectCN:
-		return deny(ReasonCommonName, "%s (the hostname of Machine %s, which token %s was issued for)", msg, machine, id)
+		return deny(ReasonCommonName, "%s (the hostname of Machine %s, which token %s was issued for)", msg, machine, id), false
 	case subjectO:
-		return deny(ReasonOrganization, "%s", msg)
+		return deny(ReasonOrganization, "%s", msg), false
 	case subjectExtra:
-		return deny(ReasonExtraSubject, "%s", msg)
+		return deny(ReasonExtraSubject, "%s", msg), false
 	}
 	if n := len(req.DNSNames) + len(req.IPAddresses) + len(req.EmailAddresses) + len(req.URIs); n > 0 {
 		return deny(ReasonSANs, "a kubelet client request has no subject alternative names; this one has %d (%d DNS, %d IP, %d email, %d URI)",
-			n, len(req.DNSNames), len(req.IPAddresses), len(req.EmailAddresses), len(req.URIs))
+			n, len(req.DNSNames), len(req.IPAddresses), len(req.EmailAddresses), len(req.URIs)), false
 	}
-	return Decision{Approve, ReasonJoinApproved, fmt.Sprintf("bootstrap token %s was issued for Machine %s, and the request is its kubelet's, for %s", id, machine, node)}
+	return Decision{}, true
 }
 
 // alreadyDecided ignores a request that has a decision or a certificate.
