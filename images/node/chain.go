@@ -53,6 +53,16 @@ func ChainPlugins(conflist []byte, entries ...[]byte) ([]byte, error) {
 	if err := json.Unmarshal(top[pi].value, &plugins); err != nil || len(plugins) == 0 {
 		return nil, fmt.Errorf("conflist: \"plugins\" is not a non-empty array")
 	}
+	plugins, err = appendEntries(plugins, entries)
+	if err != nil {
+		return nil, err
+	}
+	return encodeChained(top, pi, plugins)
+}
+
+// appendEntries appends entries to the conflist's plugins, refusing a
+// plugin type that would appear twice in the chain.
+func appendEntries(plugins []json.RawMessage, entries [][]byte) ([]json.RawMessage, error) {
 	seen := map[string]bool{}
 	for i, p := range plugins {
 		t, err := EntryType(p)
@@ -78,6 +88,12 @@ func ChainPlugins(conflist []byte, entries ...[]byte) ([]byte, error) {
 		seen[t] = true
 		plugins = append(plugins, json.RawMessage(bytes.TrimSpace(e)))
 	}
+	return plugins, nil
+}
+
+// encodeChained is the conflist top with its member pi, "plugins",
+// replaced by plugins: indented, members and plugins in their order.
+func encodeChained(top []member, pi int, plugins []json.RawMessage) ([]byte, error) {
 	// Written by hand, not json.Marshal: it would escape <, > and & in
 	// strings, changing bytes that need not change.
 	var arr bytes.Buffer
