@@ -196,7 +196,11 @@ func start(t *testing.T) *fixture {
 	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	r := &csrapproval.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("csrapproval-controller")}
+	tenants, err := tenantcluster.NewTenantCache(mgr.GetClient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &csrapproval.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("csrapproval-controller"), Tenants: tenants}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/tenantwatch"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 )
 
 // MachineNodeIndex is the Machine index the workers look nodes up by
-// (tenantwatch.MachineNodeIndex): every CSR is decided without a list scan.
-const MachineNodeIndex = tenantwatch.MachineNodeIndex
+// (tenantcache.MachineNodeIndex): every CSR is decided without a list scan.
+const MachineNodeIndex = tenantcache.MachineNodeIndex
 
 // IndexMachines registers MachineNodeIndex on the manager's cache.
 func IndexMachines(ctx context.Context, indexer client.FieldIndexer) error {
-	return tenantwatch.IndexMachines(ctx, indexer)
+	return tenantcache.IndexMachines(ctx, indexer)
 }
 
 // machineFinder finds the Machine that is a node of a tenant, in the admin
@@ -34,7 +34,7 @@ type machineFinder struct {
 // addresses may be certified. err is a failure to read the cache, which is
 // no answer: the caller retries rather than deny.
 func (ms machineFinder) find(ctx context.Context, tenant types.NamespacedName, node string) (m *kubefarmv1.Machine, id Identity, ok bool, err error) {
-	machines, err := tenantwatch.MachinesOfNode(ctx, ms.reader, tenant, node)
+	machines, err := tenantcache.MachinesOfNode(ctx, ms.reader, tenant, node)
 	if err != nil {
 		return nil, Identity{}, false, err
 	}

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
-
-	"github.com/go-logr/logr"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -16,17 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	certinformers "k8s.io/client-go/informers/certificates/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
-	"github.com/kubefarm/kubefarm/internal/tenantwatch"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 )
 
 // FieldOwner is the field manager of the approvals the controller writes in
@@ -38,28 +32,15 @@ const FieldOwner = "kubefarm-csrapproval"
 // never anyone else's).
 const approvalTimeout = 30 * time.Second
 
-// The watches ask for two kinds of request only, each by its own field
-// selector (a field selector cannot say "either"): kubelet serving
-// requests, and kubelet client requests, among which the joins. The
-// tenant's API server filters the rest out, so the manager neither receives
-// nor keeps other signers' requests.
+// The watch asks for two kinds of request only, each by its own field
+// selector (tenantcache.CSRs): kubelet serving requests, and kubelet client
+// requests, among which the joins. The tenant's API server filters the
+// rest out, so the manager neither receives nor keeps other signers'
+// requests.
 var (
-	kubeletServingSelector = "spec.signerName=" + certificatesv1.KubeletServingSignerName
-	kubeletClientSelector  = "spec.signerName=" + certificatesv1.KubeAPIServerClientKubeletSignerName
+	servingCSRs = tenantcache.CSRs(certificatesv1.KubeletServingSignerName)
+	clientCSRs  = tenantcache.CSRs(certificatesv1.KubeAPIServerClientKubeletSignerName)
 )
-
-// tenantWatch is the CSR watch of one tenant: two informers (serving and
-// client requests) feeding one queue of CSR names, and one worker that
-// decides them in turn. One worker is enough (a tenant's nodes ask for a
-// certificate about once a year each, and join once per boot) and keeps a
-// tenant's load on the manager, and the manager's on the tenant, at one
-// request at a time. The queue is the tenant's own, so a tenant that is
-// slow or unreachable holds up only its own requests.
-type tenantWatch struct {
-	tenant types.NamespacedName
-	cancel context.CancelFunc
-	done   chan struct{}
-}
 
 // approver is what every tenant's worker shares: the admin cluster's cache
 // for the Machines, and the event recorder.
@@ -68,101 +49,49 @@ type approver struct {
 	recorder events.EventRecorder
 }
 
-// startTenantWatch starts the watch of tenant tc through cfg, in the
-// background: it does not wait for the tenant to answer, so one
-// unreachable tenant does not slow the start of the others (a
-// tenantwatch.StartFunc). Stop it with Stop.
-func (a *approver) startTenantWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Config) (*tenantWatch, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("making the client of tenant %s/%s: %w", tc.Namespace, tc.Name, err)
+// watch is the approval's tenantcache.Watch: both kinds of request feed
+// one queue of CSR names per tenant, which one worker decides in turn.
+func (a *approver) watch() tenantcache.Watch {
+	return tenantcache.Watch{
+		Name: "csrapproval", What: "a CertificateSigningRequest",
+		Sources: []tenantcache.Source{servingCSRs, clientCSRs},
+		Handle: func(ctx context.Context, t *tenantcache.Tenant, name string) error {
+			w, err := a.worker(t)
+			if err != nil {
+				return err
+			}
+			return w.handle(ctx, name)
+		},
 	}
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
-	logger := log.Log.WithName("csrapproval").WithValues("tenantCluster", key.String())
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	serving, err := csrInformer(cs, kubeletServingSelector, queue, logger, "kubelet serving CertificateSigningRequests")
-	if err != nil {
-		queue.ShutDown()
-		return nil, err
-	}
-	clients, err := csrInformer(cs, kubeletClientSelector, queue, logger, "kubelet client CertificateSigningRequests")
-	if err != nil {
-		queue.ShutDown()
-		return nil, err
-	}
-
-	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
-	w := &tenantWatch{tenant: key, cancel: cancel, done: make(chan struct{})}
-	worker := &tenantWorker{approver: a, tenant: tc.DeepCopy(), client: cs,
-		serving: serving.GetStore(), clients: clients.GetStore(), queue: queue}
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); serving.RunWithContext(ctx) }()
-	go func() { defer wg.Done(); clients.RunWithContext(ctx) }()
-	go func() { defer wg.Done(); worker.run(ctx) }()
-	go func() {
-		<-ctx.Done()
-		queue.ShutDown()
-		wg.Wait()
-		close(w.done)
-	}()
-	return w, nil
 }
 
-// csrInformer is an informer of the tenant's CSRs that match selector,
-// adding the name of every one it sees to queue.
-func csrInformer(cs kubernetes.Interface, selector string, queue workqueue.TypedInterface[string],
-	logger logr.Logger, what string) (cache.SharedIndexInformer, error) {
-	informer := certinformers.NewFilteredCertificateSigningRequestInformer(cs, 0, cache.Indexers{},
-		func(o *metav1.ListOptions) { o.FieldSelector = selector })
-	// Managed fields are most of a CSR after its request; nothing here
-	// reads them.
-	if err := informer.SetTransform(func(o any) (any, error) {
-		if m, ok := o.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return o, nil
-	}); err != nil {
+// worker is the view of tenant t one CSR is decided with.
+func (a *approver) worker(t *tenantcache.Tenant) (*tenantWorker, error) {
+	cs, err := t.Client(FieldOwner)
+	if err != nil {
 		return nil, err
 	}
-	if err := tenantwatch.LogWatchErrors(informer, logger, what); err != nil {
+	serving, err := t.Store(servingCSRs)
+	if err != nil {
 		return nil, err
 	}
-	enqueue := func(o any) {
-		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok {
-			queue.Add(csr.Name)
-		}
-	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, o any) { enqueue(o) },
-	}); err != nil {
+	clients, err := t.Store(clientCSRs)
+	if err != nil {
 		return nil, err
 	}
-	return informer, nil
-}
-
-// Stop stops the watch and waits until its goroutines have returned, so
-// that nothing approves for the tenant once Stop has.
-func (w *tenantWatch) Stop() {
-	w.cancel()
-	<-w.done
+	return &tenantWorker{approver: a, tenant: t.Object(), client: cs, serving: serving, clients: clients}, nil
 }
 
 type tenantWorker struct {
 	*approver
-	// tenant is the TenantCluster as it was when the watch started; only
-	// its identity (name, namespace, UID) is used, for lookups and events.
+	// tenant is the TenantCluster as it was when the connection started;
+	// only its identity (name, namespace, UID) is used, for lookups and
+	// events.
 	tenant *kubefarmv1.TenantCluster
 	client kubernetes.Interface
 	// serving and clients are the two informers' stores; a CSR name is in
 	// one of them (a CSR's signer is immutable).
 	serving, clients cache.Store
-	queue            workqueue.TypedRateLimitingInterface[string]
-}
-
-func (w *tenantWorker) run(ctx context.Context) {
-	tenantwatch.Drain(ctx, w.queue, "a CertificateSigningRequest", w.handle)
 }
 
 // handle decides the CSR called name as the watches last saw it and writes

@@ -22,20 +22,22 @@
 // credential, after checking the Machine's record in the admin cluster,
 // which the node cannot write.
 //
-// One Node watch runs per TenantCluster whose control plane the manager
-// can reach (internal/tenantwatch, the same lifecycle as the kubelet
-// serving CSR approval's), each with its own queue of node names and one
-// worker, so a slow or unreachable tenant holds up only its own nodes. A
-// Node's changes enqueue its name; so do its Machine's (through a
-// controller on Machines and NodePools, which only routes) and the start
-// of the watch (every Machine of the tenant, once the Node list is
+// The controller is a Watch of the manager's tenant cache
+// (internal/tenantcache, shared with the CSR approval and the rollout): per
+// TenantCluster whose control plane the manager can reach, the tenant's
+// shared Node informer feeds the controller's own queue of node names and
+// one worker, so a slow or unreachable tenant holds up only its own nodes.
+// A Node's changes enqueue its name; so do its Machine's (through a
+// controller on Machines and NodePools, which only routes) and the
+// connection's start (every Machine of the tenant, once the Node list is
 // complete, so that a Machine whose node never registered is told so).
 // A Node is acted on only when exactly one Machine of the tenant has its
-// name as hostname (tenantwatch.MachineNodeIndex).
+// name as hostname (tenantcache.MachineNodeIndex).
 package machinenode
 
 import (
 	"context"
+	"errors"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -47,7 +49,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
-	"github.com/kubefarm/kubefarm/internal/tenantwatch"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 )
 
 // FieldOwner is the field manager of the Machines' NodeReady condition in
@@ -66,16 +68,18 @@ const (
 	ReasonNodeLabelsApplied = "NodeLabelsApplied"
 )
 
-// NodeWatches are the running Node watches, one per tenant at most.
-type NodeWatches = tenantwatch.Set[*nodeWatch]
+// NodeWatches are the per-tenant workers of the controller.
+type NodeWatches = tenantcache.Workers
 
-// Reconciler routes Machine and NodePool changes to the Node watch of the
-// Machine's tenant; SetupWithManager also registers the watches' lifecycle.
+// Reconciler routes Machine and NodePool changes to the worker of the
+// Machine's tenant; SetupWithManager also registers the Watch.
 type Reconciler struct {
 	// Client reads the admin cluster from the manager's cache and writes
 	// the Machines' status.
 	Client   client.Client
 	Recorder events.EventRecorder
+	// Tenants is the manager's tenant cache; required.
+	Tenants *tenantcache.Cache
 	// Watches are set by SetupWithManager; tests read Watches.Running.
 	Watches *NodeWatches
 }
@@ -86,18 +90,19 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the Machine index, the Node watches with
-// their lifecycle controller ("machinenode-tenants") and the routing
-// controller ("machinenode").
+// SetupWithManager registers the tenant cache (once; it also registers the
+// Machine index), the controller's Watch in it and the routing controller
+// ("machinenode").
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := tenantwatch.IndexMachines(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if r.Tenants == nil {
+		return errors.New("machinenode: no tenant cache")
+	}
+	if err := r.Tenants.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	s := &syncer{client: r.Client, recorder: r.Recorder}
-	r.Watches = tenantwatch.NewSet(s.startNodeWatch)
-	if err := (&tenantwatch.Lifecycle[*nodeWatch]{
-		Client: r.Client, Watches: r.Watches, What: "Node watch", UserAgent: FieldOwner,
-	}).SetupWithManager(mgr, "machinenode-tenants"); err != nil {
+	var err error
+	if r.Watches, err = r.Tenants.AddWatch(s.watch()); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -122,10 +127,10 @@ func (r *Reconciler) machinesOfPool(ctx context.Context, o client.Object) []reco
 	return reqs
 }
 
-// Reconcile hands the Machine's hostname to its tenant's Node watch, which
-// does the work in the tenant's own queue. Without a running watch there
-// is nothing to do: the watch's start goes over every Machine of the
-// tenant.
+// Reconcile hands the Machine's hostname to its tenant's worker, which
+// does the work in the tenant's own queue. Without a connected tenant
+// there is nothing to do: the connection's start goes over every Machine
+// of the tenant.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	m := &kubefarmv1.Machine{}
 	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
@@ -133,8 +138,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Node is the Machine's to undo.
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if w, ok := r.Watches.Get(types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.Cluster}); ok {
-		w.enqueue(m.Spec.Hostname)
-	}
+	r.Watches.Enqueue(types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.Cluster}, m.Spec.Hostname)
 	return ctrl.Result{}, nil
 }

@@ -168,10 +168,14 @@ func start(t *testing.T) *fixture {
 	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&csrapproval.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("csrapproval-controller")}).SetupWithManager(mgr); err != nil {
+	tenants, err := tenantcluster.NewTenantCache(mgr.GetClient())
+	if err != nil {
 		t.Fatal(err)
 	}
-	r := &machinenode.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("machinenode-controller")}
+	if err := (&csrapproval.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("csrapproval-controller"), Tenants: tenants}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	r := &machinenode.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("machinenode-controller"), Tenants: tenants}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

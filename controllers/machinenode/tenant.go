@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,19 +15,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/ssa"
-	"github.com/kubefarm/kubefarm/internal/tenantwatch"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
@@ -43,133 +39,58 @@ type syncer struct {
 	recorder events.EventRecorder
 }
 
-// nodeWatch is the Node watch of one tenant: an informer of the tenant's
-// Nodes feeding a queue of node names, and one worker.
-type nodeWatch struct {
-	tenant types.NamespacedName
-	queue  workqueue.TypedRateLimitingInterface[string]
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-// enqueue asks for node's Machine and Node to be brought in step; a no-op
-// once the watch stops.
-func (w *nodeWatch) enqueue(node string) {
-	if node != "" {
-		w.queue.Add(node)
+// watch is the controller's tenantcache.Watch: the tenant's shared Node
+// informer feeds one queue of node names per tenant, and one worker brings
+// each node and its Machine in step. Once the Node list is complete (an
+// absent Node is NodeNotFound only then), every Machine of the tenant is
+// queued too, so that a Machine whose node never registered is told so.
+func (s *syncer) watch() tenantcache.Watch {
+	return tenantcache.Watch{
+		Name: "machinenode", What: "a node and its Machine",
+		Sources: []tenantcache.Source{tenantcache.Nodes},
+		Synced: func(ctx context.Context, t *tenantcache.Tenant, enqueue func(string)) error {
+			return s.enqueueMachines(ctx, t.Key(), enqueue)
+		},
+		Handle: func(ctx context.Context, t *tenantcache.Tenant, name string) error {
+			cs, err := t.Client(FieldOwner)
+			if err != nil {
+				return err
+			}
+			store, err := t.Store(tenantcache.Nodes)
+			if err != nil {
+				return err
+			}
+			w := &nodeWorker{syncer: s, tenant: t.Object(), client: cs, store: store}
+			return w.handle(ctx, name)
+		},
 	}
 }
 
-// Stop stops the watch and waits until its goroutines have returned, so
-// that nothing acts for the tenant once Stop has.
-func (w *nodeWatch) Stop() {
-	w.cancel()
-	<-w.done
-}
-
-// trimNode keeps what the decisions read: the managed fields of this
-// controller only (for the labels it owns) and no image list, which is
-// most of a Node's status.
-func trimNode(o any) (any, error) {
-	if n, ok := o.(*corev1.Node); ok {
-		n.ManagedFields = slices.DeleteFunc(n.ManagedFields, func(mf metav1.ManagedFieldsEntry) bool {
-			return mf.Manager != FieldOwner
-		})
-		n.Status.Images = nil
-	}
-	return o, nil
-}
-
-// startNodeWatch starts the Node watch of tenant tc through cfg, in the
-// background (a tenantwatch.StartFunc).
-func (s *syncer) startNodeWatch(tc *kubefarmv1.TenantCluster, cfg *rest.Config) (*nodeWatch, error) {
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("making the client of tenant %s/%s: %w", tc.Namespace, tc.Name, err)
-	}
-	informer := coreinformers.NewNodeInformer(cs, 0, cache.Indexers{})
-	if err := informer.SetTransform(trimNode); err != nil {
-		return nil, err
-	}
-	key := types.NamespacedName{Namespace: tc.Namespace, Name: tc.Name}
-	logger := log.Log.WithName("machinenode").WithValues("tenantCluster", key.String())
-	if err := tenantwatch.LogWatchErrors(informer, logger, "Nodes"); err != nil {
-		return nil, err
-	}
-	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
-	enqueue := func(o any) {
-		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
-			o = d.Obj
-		}
-		if n, ok := o.(*corev1.Node); ok {
-			queue.Add(n.Name)
-		}
-	}
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueue,
-		UpdateFunc: func(_, o any) { enqueue(o) },
-		DeleteFunc: enqueue,
-	}); err != nil {
-		return nil, err
-	}
-
-	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
-	w := &nodeWatch{tenant: key, queue: queue, cancel: cancel, done: make(chan struct{})}
-	worker := &nodeWorker{syncer: s, tenant: tc.DeepCopy(), client: cs, store: informer.GetStore(), queue: queue}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); informer.RunWithContext(ctx) }()
-	go func() {
-		defer wg.Done()
-		// Not before the Node list is complete: an absent Node is
-		// NodeNotFound only then.
-		if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-			return
-		}
-		if err := worker.enqueueMachines(ctx); err != nil {
-			logger.Error(err, "listing the tenant's Machines; their nodes are synced as they change")
-		}
-		worker.run(ctx)
-	}()
-	go func() {
-		<-ctx.Done()
-		queue.ShutDown()
-		wg.Wait()
-		close(w.done)
-	}()
-	return w, nil
-}
-
-type nodeWorker struct {
-	*syncer
-	// tenant is the TenantCluster as it was when the watch started; only
-	// its identity is used.
-	tenant *kubefarmv1.TenantCluster
-	client kubernetes.Interface
-	store  cache.Store
-	queue  workqueue.TypedRateLimitingInterface[string]
-}
-
-func (w *nodeWorker) key() types.NamespacedName {
-	return types.NamespacedName{Namespace: w.tenant.Namespace, Name: w.tenant.Name}
-}
-
-// enqueueMachines enqueues the hostname of every Machine of the tenant.
-func (w *nodeWorker) enqueueMachines(ctx context.Context) error {
+// enqueueMachines enqueues the hostname of every Machine of tenant.
+func (s *syncer) enqueueMachines(ctx context.Context, tenant types.NamespacedName, enqueue func(string)) error {
 	list := &kubefarmv1.MachineList{}
-	if err := w.syncer.client.List(ctx, list, client.InNamespace(w.tenant.Namespace)); err != nil {
-		return err
+	if err := s.client.List(ctx, list, client.InNamespace(tenant.Namespace)); err != nil {
+		return fmt.Errorf("listing the Machines of TenantCluster %s: %w", tenant, err)
 	}
 	for _, m := range list.Items {
-		if m.Spec.Cluster == w.tenant.Name && m.Spec.Hostname != "" {
-			w.queue.Add(m.Spec.Hostname)
+		if m.Spec.Cluster == tenant.Name && m.Spec.Hostname != "" {
+			enqueue(m.Spec.Hostname)
 		}
 	}
 	return nil
 }
 
-func (w *nodeWorker) run(ctx context.Context) {
-	tenantwatch.Drain(ctx, w.queue, "a node and its Machine", w.handle)
+type nodeWorker struct {
+	*syncer
+	// tenant is the TenantCluster as it was when the connection started;
+	// only its identity is used.
+	tenant *kubefarmv1.TenantCluster
+	client kubernetes.Interface
+	store  cache.Store
+}
+
+func (w *nodeWorker) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: w.tenant.Namespace, Name: w.tenant.Name}
 }
 
 // handle brings the Machine of node name and the Node in step: NodeReady
@@ -177,7 +98,7 @@ func (w *nodeWorker) run(ctx context.Context) {
 // labels, then the taint, so that no pod is scheduled onto the node before
 // it carries its role labels.
 func (w *nodeWorker) handle(ctx context.Context, name string) error {
-	machines, err := tenantwatch.MachinesOfNode(ctx, w.syncer.client, w.key(), name)
+	machines, err := tenantcache.MachinesOfNode(ctx, w.syncer.client, w.key(), name)
 	if err != nil {
 		return err
 	}

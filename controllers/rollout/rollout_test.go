@@ -17,16 +17,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -54,11 +58,36 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, testenv.Options{}, &env)
 }
 
-// staticTenant is the tenant stand-in: the envtest API server itself.
-type staticTenant struct{ cs kubernetes.Interface }
+// staticTenant is the tenant stand-in: the envtest API server itself, its
+// Nodes read from an informer the manager runs, as the tenant cache's
+// shared one is, so that the passes see the watch's lag as in production.
+type staticTenant struct {
+	cs    kubernetes.Interface
+	nodes toolscache.SharedIndexInformer
+}
 
-func (s staticTenant) Clientset(context.Context, string, string) (kubernetes.Interface, error) {
-	return s.cs, nil
+// newStaticTenant is the stand-in through cfg, its informer run by mgr.
+func newStaticTenant(mgr ctrl.Manager, cfg *rest.Config) (staticTenant, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return staticTenant{}, err
+	}
+	s := staticTenant{cs: cs, nodes: coreinformers.NewNodeInformer(cs, 0, toolscache.Indexers{})}
+	return s, mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		s.nodes.RunWithContext(ctx)
+		return nil
+	}))
+}
+
+func (s staticTenant) Nodes(ctx context.Context, _ types.NamespacedName) (kubernetes.Interface, []*corev1.Node, error) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), s.nodes.HasSynced) {
+		return nil, nil, ctx.Err()
+	}
+	var nodes []*corev1.Node
+	for _, o := range s.nodes.GetStore().List() {
+		nodes = append(nodes, o.(*corev1.Node))
+	}
+	return s.cs, nodes, nil
 }
 
 // farmPower is the power driver of the fake farm: a reset reboots the
@@ -269,8 +298,12 @@ func (f *fixture) startManager() {
 	if err := (&nodepool.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("nodepool-controller")}).SetupWithManager(mgr); err != nil {
 		f.t.Fatal(err)
 	}
+	tenant, err := newStaticTenant(mgr, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
 	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
-		Tenants: staticTenant{kubernetes.NewForConfigOrDie(cfg)}, Power: f.power, Poll: 100 * time.Millisecond}
+		Tenants: tenant, Power: f.power, Poll: 100 * time.Millisecond}
 	rollout.SetAfterRecord(r, func(ctx context.Context, m *v1alpha1.Machine) {
 		f.mu.Lock()
 		hook := f.hook

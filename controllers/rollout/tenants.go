@@ -2,59 +2,50 @@ package rollout
 
 import (
 	"context"
-	"fmt"
-	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
-	"github.com/kubefarm/kubefarm/internal/restconfig"
-	"github.com/kubefarm/kubefarm/internal/tenantwatch"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 )
 
-// Tenants gives the rollout a client of a tenant cluster's API server, to
-// read its Nodes, cordon, evict and uncordon.
+// Tenants gives the rollout a tenant cluster's Nodes, as a watch last saw
+// them, and a client of its API server to cordon, evict and uncordon with.
 type Tenants interface {
-	Clientset(ctx context.Context, namespace, cluster string) (kubernetes.Interface, error)
+	Nodes(ctx context.Context, tenant types.NamespacedName) (kubernetes.Interface, []*corev1.Node, error)
 }
 
-// SecretTenants reaches each tenant with the internal admin kubeconfig the
-// TenantCluster controller writes (the credential every tenant watch of the
-// manager uses), keeping one clientset per tenant until the credential
-// changes.
-type SecretTenants struct {
-	Client client.Client
-
-	once    sync.Once
-	clients *restconfig.Cache[types.NamespacedName, kubernetes.Interface]
+// CachedTenants reaches each tenant through the manager's tenant cache: the
+// Nodes come from the tenant's shared Node informer (which machinenode
+// watches too), so a pass costs the tenant no request, and the client is
+// the cache's connection under the rollout's own user agent.
+type CachedTenants struct {
+	Cache *tenantcache.Cache
 }
 
 // UserAgent names the rollout in the tenants' audit logs.
 const UserAgent = "kubefarm-rollout"
 
-// Clientset implements Tenants.
-func (t *SecretTenants) Clientset(ctx context.Context, namespace, cluster string) (kubernetes.Interface, error) {
-	secret := &corev1.Secret{}
-	name := tenantcluster.InternalAdminKubeconfigSecretName(cluster)
-	if err := t.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
-		return nil, fmt.Errorf("reading the kubeconfig Secret %s/%s of TenantCluster %s: %w", namespace, name, cluster, err)
-	}
-	cfg, err := tenantwatch.RESTConfig(secret.Data[tenantcluster.AdminKubeconfigKey], UserAgent)
+// nodesSyncTimeout bounds the wait for a tenant's first Node list, the
+// first time a pass needs it: the pass fails (and retries) rather than
+// hold a worker on a tenant that does not answer.
+const nodesSyncTimeout = 10 * time.Second
+
+// Nodes implements Tenants. Its errors name the TenantCluster.
+func (t CachedTenants) Nodes(ctx context.Context, tenant types.NamespacedName) (kubernetes.Interface, []*corev1.Node, error) {
+	tc, err := t.Cache.Get(ctx, tenant)
 	if err != nil {
-		return nil, fmt.Errorf("the kubeconfig Secret %s/%s: %w", namespace, name, err)
+		return nil, nil, err
 	}
-	t.once.Do(func() {
-		t.clients = restconfig.NewCache[types.NamespacedName, kubernetes.Interface](func(cfg *rest.Config) (kubernetes.Interface, error) {
-			return kubernetes.NewForConfig(cfg)
-		})
-	})
-	cs, err := t.clients.Get(types.NamespacedName{Namespace: namespace, Name: cluster}, cfg)
+	cs, err := tc.Client(UserAgent)
 	if err != nil {
-		return nil, fmt.Errorf("the client of TenantCluster %s/%s: %w", namespace, cluster, err)
+		return nil, nil, err
 	}
-	return cs, nil
+	nodes, err := tc.NodeList(ctx, nodesSyncTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cs, nodes, nil
 }

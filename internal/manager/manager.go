@@ -65,8 +65,9 @@ type Options struct {
 	// whose etcd members are local processes, set it.
 	DialEtcd tenantcluster.DialEtcd
 	// RolloutTenants is how the rollout reaches a tenant's Nodes and pods;
-	// nil uses each tenant's internal admin kubeconfig Secret. Tests whose
-	// tenants are stand-ins set it.
+	// nil uses the manager's tenant cache (internal/tenantcache), which
+	// connects with each tenant's internal admin kubeconfig Secret. Tests
+	// whose tenants are stand-ins set it.
 	RolloutTenants rollout.Tenants
 	// Power resets machines that kubefarm-agent does not reboot; nil is
 	// power.New(), the drivers kubefarm ships.
@@ -154,8 +155,14 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 }
 
 // SetupControllers registers every controller. They run only on the elected
-// leader; the webhooks registered beside them run on every replica.
+// leader; the webhooks registered beside them run on every replica. The
+// controllers that act inside the tenants share one tenant cache: one
+// connection and one set of Node and CSR informers per tenant.
 func SetupControllers(mgr ctrl.Manager, opts Options) error {
+	tenantCache, err := tenantcluster.NewTenantCache(mgr.GetClient())
+	if err != nil {
+		return err
+	}
 	if err := (&tenantcluster.Reconciler{
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
@@ -178,7 +185,7 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	}
 	tenants := opts.RolloutTenants
 	if tenants == nil {
-		tenants = &rollout.SecretTenants{Client: mgr.GetClient()}
+		tenants = rollout.CachedTenants{Cache: tenantCache}
 	}
 	cycler := opts.Power
 	if cycler == nil {
@@ -196,12 +203,14 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	if err := (&csrapproval.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("csrapproval-controller"),
+		Tenants:  tenantCache,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the kubelet serving CSR approval controller: %w", err)
 	}
 	if err := (&machinenode.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("machinenode-controller"),
+		Tenants:  tenantCache,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine node controller: %w", err)
 	}
