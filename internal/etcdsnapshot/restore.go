@@ -47,32 +47,59 @@ func Restore(o RestoreOptions, lg *zap.Logger) (RestoreResult, error) {
 		lg.Info("cluster exists; not restoring", zap.String("dataDir", dataDir))
 		return res, nil
 	}
-	member := filepath.Join(dataDir, "member")
-	switch _, err := os.Lstat(member); {
-	case err == nil:
-		res.Action = ActionSkipped
-		res.Message = member + " exists: the member has data, which a restore never replaces"
-		lg.Info("data directory already holds a member; not restoring", zap.String("dataDir", dataDir))
-		return res, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return fail("checking "+member, err)
+	skip, emptyDir, err := inspectDataDir(dataDir, lg)
+	if err != nil {
+		return res, err
 	}
-	emptyDir := false
-	switch names, err := readDirNames(dataDir); {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fail("reading --data-dir "+dataDir, err)
-	case len(names) > 0:
-		return fail("checking --data-dir "+dataDir, fmt.Errorf("it holds %q but no member directory; refusing to restore over files of unknown origin", names))
-	default:
-		emptyDir = true
+	if skip != "" {
+		res.Action, res.Message = ActionSkipped, skip
+		return res, nil
 	}
 
 	st, err := Verify(o.Snapshot, lg)
 	if err != nil {
 		return fail("verifying snapshot "+o.Snapshot, err)
 	}
+	if err := restoreInto(o, dataDir, emptyDir, st, lg); err != nil {
+		return res, err
+	}
+	res.Action, res.Revision = ActionRestored, st.Revision
+	res.Message = fmt.Sprintf("restored revision %d as member %s", st.Revision, o.Name)
+	lg.Info("restored", zap.String("dataDir", dataDir), zap.Int64("revision", st.Revision), zap.String("member", o.Name))
+	return res, nil
+}
 
+// inspectDataDir says why a restore into dataDir is skipped (skip, when
+// it holds a member already) or refused (err), and whether it is an empty
+// directory, which the restore replaces.
+func inspectDataDir(dataDir string, lg *zap.Logger) (skip string, emptyDir bool, err error) {
+	member := filepath.Join(dataDir, "member")
+	switch _, err := os.Lstat(member); {
+	case err == nil:
+		lg.Info("data directory already holds a member; not restoring", zap.String("dataDir", dataDir))
+		return member + " exists: the member has data, which a restore never replaces", false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", false, &StepError{Step: "checking " + member, Err: err}
+	}
+	switch names, err := readDirNames(dataDir); {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return "", false, &StepError{Step: "reading --data-dir " + dataDir, Err: err}
+	case len(names) > 0:
+		return "", false, &StepError{Step: "checking --data-dir " + dataDir, Err: fmt.Errorf("it holds %q but no member directory; refusing to restore over files of unknown origin", names)}
+	default:
+		emptyDir = true
+	}
+	return "", emptyDir, nil
+}
+
+// restoreInto restores the snapshot st was read from into a temporary
+// directory beside dataDir and renames it into place, replacing dataDir
+// only when emptyDir; a failure leaves no temporary directory behind.
+func restoreInto(o RestoreOptions, dataDir string, emptyDir bool, st Status, lg *zap.Logger) error {
+	fail := func(step string, err error) error {
+		return &StepError{Step: step, Err: err}
+	}
 	tmp := RestoreTempDir(dataDir)
 	if err := os.RemoveAll(tmp); err != nil {
 		return fail("removing a previous attempt's "+tmp, err)
@@ -111,10 +138,7 @@ func Restore(o RestoreOptions, lg *zap.Logger) (RestoreResult, error) {
 	if err := syncDir(filepath.Dir(dataDir)); err != nil {
 		return fail("fsync of "+filepath.Dir(dataDir)+" after the rename", err)
 	}
-	res.Action, res.Revision = ActionRestored, st.Revision
-	res.Message = fmt.Sprintf("restored revision %d as member %s", st.Revision, o.Name)
-	lg.Info("restored", zap.String("dataDir", dataDir), zap.Int64("revision", st.Revision), zap.String("member", o.Name))
-	return res, nil
+	return nil
 }
 
 func readDirNames(dir string) ([]string, error) {

@@ -71,27 +71,9 @@ func (e *StepError) Unwrap() error { return e.Err }
 // changed, except that a retention failure leaves the new snapshot in place
 // (its name is in the error).
 func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResult, error) {
-	if err := o.Validate(); err != nil {
-		return SnapshotResult{}, &StepError{Step: "flags", Err: err}
-	}
-	tlsCfg, err := TLSConfig(o.CACert, o.Cert, o.Key)
+	tlsCfg, s3cli, err := prepareSave(o)
 	if err != nil {
-		return SnapshotResult{}, &StepError{Step: "tls", Err: err}
-	}
-	var s3cli *minio.Client
-	if o.S3.Enabled() {
-		// Before the stream, so that a wrong --s3-ca-file costs no snapshot.
-		if s3cli, err = NewS3Client(o.S3); err != nil {
-			return SnapshotResult{}, &StepError{Step: "s3 client", Err: err}
-		}
-	}
-	// Before any member is asked for a snapshot: a missing volume is the
-	// likelier mistake, and the stream would be wasted on it.
-	if info, err := os.Stat(o.Dir); err != nil || !info.IsDir() {
-		if err == nil {
-			err = errors.New("not a directory")
-		}
-		return SnapshotResult{}, &StepError{Step: "checking --dir " + o.Dir, Err: err}
+		return SnapshotResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -101,15 +83,80 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 		return SnapshotResult{}, err
 	}
 	defer func() { _ = cli.Close() }()
-	fail := func(step string, err error) (SnapshotResult, error) {
-		return SnapshotResult{}, &StepError{Endpoint: ep, Step: step, Err: err}
-	}
 
 	// One time for the temporary and the final name: the moment the
 	// snapshot was asked for, closest to the data it holds.
 	now := time.Now().UTC().Truncate(time.Second)
 	name := SnapshotName(o.Prefix, now)
 	final := filepath.Join(o.Dir, name)
+	st, err := saveSnapshot(ctx, o, cli, ep, now, lg)
+	if err != nil {
+		return SnapshotResult{}, err
+	}
+
+	res := SnapshotResult{File: name, Size: st.Size, Revision: st.Revision, Time: now.Format(time.RFC3339)}
+	dirKept, dirDeleted, rerr := applyRetention(o, name, lg)
+	if !o.S3.Enabled() {
+		res.Kept, res.Deleted = dirKept, dirDeleted
+		if rerr != nil {
+			return res, &StepError{Step: "retention (snapshot " + name + " was saved)", Err: rerr}
+		}
+		return res, nil
+	}
+	// With a bucket the result describes the bucket; --dir's retention
+	// is logged, and its failure reported only after the upload, which
+	// matters more.
+	if rerr != nil {
+		lg.Error("retention in --dir failed; uploading anyway", zap.Error(rerr))
+	} else {
+		lg.Info("retention in --dir", zap.Int("kept", dirKept), zap.Strings("deleted", dirDeleted))
+	}
+	if err := uploadSnapshot(ctx, o, s3cli, final, name, &res, lg); err != nil {
+		return res, err
+	}
+	if rerr != nil {
+		return res, &StepError{Step: "retention in --dir (snapshot " + name + " was saved and uploaded)", Err: rerr}
+	}
+	return res, nil
+}
+
+// prepareSave checks everything a run needs before it asks a member for a
+// snapshot: the options, the TLS files, the S3 client (nil without a
+// bucket) and --dir.
+func prepareSave(o SnapshotOptions) (*tls.Config, *minio.Client, error) {
+	if err := o.Validate(); err != nil {
+		return nil, nil, &StepError{Step: "flags", Err: err}
+	}
+	tlsCfg, err := TLSConfig(o.CACert, o.Cert, o.Key)
+	if err != nil {
+		return nil, nil, &StepError{Step: "tls", Err: err}
+	}
+	var s3cli *minio.Client
+	if o.S3.Enabled() {
+		// Before the stream, so that a wrong --s3-ca-file costs no snapshot.
+		if s3cli, err = NewS3Client(o.S3); err != nil {
+			return nil, nil, &StepError{Step: "s3 client", Err: err}
+		}
+	}
+	// Before any member is asked for a snapshot: a missing volume is the
+	// likelier mistake, and the stream would be wasted on it.
+	if info, err := os.Stat(o.Dir); err != nil || !info.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return nil, nil, &StepError{Step: "checking --dir " + o.Dir, Err: err}
+	}
+	return tlsCfg, s3cli, nil
+}
+
+// saveSnapshot streams a snapshot from cli (endpoint ep) into a temporary
+// file in --dir, verifies it and renames it to its final name for now; a
+// failure leaves no temporary file behind.
+func saveSnapshot(ctx context.Context, o SnapshotOptions, cli *clientv3.Client, ep string, now time.Time, lg *zap.Logger) (Status, error) {
+	fail := func(step string, err error) (Status, error) {
+		return Status{}, &StepError{Endpoint: ep, Step: step, Err: err}
+	}
+	final := filepath.Join(o.Dir, SnapshotName(o.Prefix, now))
 	tmp := filepath.Join(o.Dir, TempName(o.Prefix, now))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -155,31 +202,7 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 		return fail("fsync of --dir after the rename", err)
 	}
 	lg.Info("snapshot saved", zap.String("file", final), zap.Int64("revision", st.Revision), zap.Int("keys", st.TotalKey))
-
-	res := SnapshotResult{File: name, Size: st.Size, Revision: st.Revision, Time: now.Format(time.RFC3339)}
-	dirKept, dirDeleted, rerr := applyRetention(o, name, lg)
-	if !o.S3.Enabled() {
-		res.Kept, res.Deleted = dirKept, dirDeleted
-		if rerr != nil {
-			return res, &StepError{Step: "retention (snapshot " + name + " was saved)", Err: rerr}
-		}
-		return res, nil
-	}
-	// With a bucket the result describes the bucket; --dir's retention
-	// is logged, and its failure reported only after the upload, which
-	// matters more.
-	if rerr != nil {
-		lg.Error("retention in --dir failed; uploading anyway", zap.Error(rerr))
-	} else {
-		lg.Info("retention in --dir", zap.Int("kept", dirKept), zap.Strings("deleted", dirDeleted))
-	}
-	if err := uploadSnapshot(ctx, o, s3cli, final, name, &res, lg); err != nil {
-		return res, err
-	}
-	if rerr != nil {
-		return res, &StepError{Step: "retention in --dir (snapshot " + name + " was saved and uploaded)", Err: rerr}
-	}
-	return res, nil
+	return st, nil
 }
 
 // pickEndpoint returns a client of the first endpoint, in order, that
