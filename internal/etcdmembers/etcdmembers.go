@@ -151,107 +151,142 @@ func Step(ctx context.Context, cli *clientv3.Client, in Input) (Result, error) {
 			voting++
 		}
 	}
-	res := Result{Members: n, Voting: voting}
-	wait := func(need int32, what string) bool {
-		if in.Ready >= need {
-			return false
-		}
-		res.Reason = ReasonWaitingForMembers
-		res.Message = fmt.Sprintf("%s needs %d ready etcd members, %d are", what, need, in.Ready)
-		return true
-	}
+	s := &step{cli: cli, in: in, members: members, n: n, voting: voting, res: Result{Members: n, Voting: voting}}
 	switch {
 	case learner != nil && voting < in.Want:
-		name := memberName(*learner)
-		if wait(voting, "promoting "+name) {
-			return res, nil
-		}
-		if _, err := cli.MemberPromote(ctx, learner.ID); err != nil {
-			if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
-				res.Reason = ReasonWaitingForLearner
-				res.Message = fmt.Sprintf("learner %s is catching up with the leader", name)
-				return res, nil
-			}
-			return Result{}, fmt.Errorf("promoting learner %s: %w", name, err)
-		}
-		res.Voting = voting + 1
-		res.Reason, res.Changed = ReasonMemberPromoted, true
-		res.Message = fmt.Sprintf("learner %s promoted: %d of %d voting members", name, voting+1, in.Want)
-
+		return s.promote(ctx, *learner)
 	case learner != nil:
-		// A learner the spec no longer needs (the spec went back down
-		// during a grow). Removing it changes no quorum.
-		name := memberName(*learner)
-		if learner.Index != n-1 {
-			return Result{}, fmt.Errorf("removing learner %s: it is not the highest-numbered member, the StatefulSet could not drop its pod", name)
-		}
-		if _, err := cli.MemberRemove(ctx, learner.ID); err != nil {
-			return Result{}, fmt.Errorf("removing learner %s: %w", name, err)
-		}
-		res.Members = n - 1
-		res.Reason, res.Changed = ReasonMemberRemoved, true
-		res.Message = fmt.Sprintf("learner %s removed", name)
-
+		return s.removeLearner(ctx, *learner)
 	case voting < in.Want:
-		// Only after every voting member is ready: the learner becomes
-		// a voter soon, and a quorum of 2 of 2 needs both.
-		url := in.PeerURL(n)
-		if wait(voting, fmt.Sprintf("adding member %d", n)) {
-			return res, nil
-		}
-		if _, err := cli.MemberAddAsLearner(ctx, []string{url}); err != nil {
-			if unhealthy(err, &res) {
-				return res, nil
-			}
-			return Result{}, fmt.Errorf("adding member %d (%s) as a learner: %w", n, url, err)
-		}
-		res.Members = n + 1
-		res.Reason, res.Changed = ReasonMemberAdded, true
-		res.Message = fmt.Sprintf("member %d (%s) added as a learner", n, url)
-
+		return s.add(ctx)
 	case voting > in.Want:
-		victim := members[n-1]
-		name := memberName(victim)
-		if victim.Index == 0 {
-			return Result{}, errors.New("member 0 is never removed")
-		}
-		// Every member ready: removing one of three while another is
-		// down would leave one of two, without quorum.
-		if wait(n, "removing "+name) {
-			return res, nil
-		}
-		st, err := cli.Status(ctx, cli.Endpoints()[0])
-		if err != nil {
-			return Result{}, fmt.Errorf("removing %s: reading the leader from member 0: %w", name, err)
-		}
-		if st.Leader == victim.ID {
-			if err := moveLeader(ctx, cli, victim, members[0].ID); err != nil {
-				return Result{}, fmt.Errorf("removing %s: moving the leadership to member 0: %w", name, err)
-			}
-			res.Reason, res.Changed = ReasonLeaderMoved, true
-			res.Message = fmt.Sprintf("leadership moved from %s to member 0, which removes it next", name)
-			return res, nil
-		}
-		if _, err := cli.MemberRemove(ctx, victim.ID); err != nil {
-			if unhealthy(err, &res) {
-				return res, nil
-			}
-			return Result{}, fmt.Errorf("removing %s: %w", name, err)
-		}
-		res.Members, res.Voting = n-1, voting-1
-		res.Reason, res.Changed = ReasonMemberRemoved, true
-		res.Message = fmt.Sprintf("%s removed: %d members left, %d wanted", name, n-1, in.Want)
-
+		return s.remove(ctx)
 	default:
 		// Done only once every member serves: the API servers go back
 		// to listing all of them next.
-		if wait(n, "finishing the change") {
-			return res, nil
+		if s.wait(n, "finishing the change") {
+			return s.res, nil
 		}
-		res.Done, res.Reason = true, ReasonDone
-		res.Message = fmt.Sprintf("%d voting members", n)
+		s.res.Done, s.res.Reason = true, ReasonDone
+		s.res.Message = fmt.Sprintf("%d voting members", n)
+		return s.res, nil
 	}
-	return res, nil
+}
+
+// step is one Step: the membership it found (n members, voting of them
+// voters) and the Result it builds.
+type step struct {
+	cli       *clientv3.Client
+	in        Input
+	members   []Member
+	n, voting int32
+	res       Result
+}
+
+// wait says whether the change (what) must wait for need ready members,
+// and then sets the result's reason.
+func (s *step) wait(need int32, what string) bool {
+	if s.in.Ready >= need {
+		return false
+	}
+	s.res.Reason = ReasonWaitingForMembers
+	s.res.Message = fmt.Sprintf("%s needs %d ready etcd members, %d are", what, need, s.in.Ready)
+	return true
+}
+
+// promote makes learner a voting member.
+func (s *step) promote(ctx context.Context, learner Member) (Result, error) {
+	name := memberName(learner)
+	if s.wait(s.voting, "promoting "+name) {
+		return s.res, nil
+	}
+	if _, err := s.cli.MemberPromote(ctx, learner.ID); err != nil {
+		if errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
+			s.res.Reason = ReasonWaitingForLearner
+			s.res.Message = fmt.Sprintf("learner %s is catching up with the leader", name)
+			return s.res, nil
+		}
+		return Result{}, fmt.Errorf("promoting learner %s: %w", name, err)
+	}
+	s.res.Voting = s.voting + 1
+	s.res.Reason, s.res.Changed = ReasonMemberPromoted, true
+	s.res.Message = fmt.Sprintf("learner %s promoted: %d of %d voting members", name, s.voting+1, s.in.Want)
+	return s.res, nil
+}
+
+// removeLearner removes a learner the spec no longer needs (the spec went
+// back down during a grow). Removing it changes no quorum.
+func (s *step) removeLearner(ctx context.Context, learner Member) (Result, error) {
+	name := memberName(learner)
+	if learner.Index != s.n-1 {
+		return Result{}, fmt.Errorf("removing learner %s: it is not the highest-numbered member, the StatefulSet could not drop its pod", name)
+	}
+	if _, err := s.cli.MemberRemove(ctx, learner.ID); err != nil {
+		return Result{}, fmt.Errorf("removing learner %s: %w", name, err)
+	}
+	s.res.Members = s.n - 1
+	s.res.Reason, s.res.Changed = ReasonMemberRemoved, true
+	s.res.Message = fmt.Sprintf("learner %s removed", name)
+	return s.res, nil
+}
+
+// add adds member n as a learner, only after every voting member is
+// ready: the learner becomes a voter soon, and a quorum of 2 of 2 needs
+// both.
+func (s *step) add(ctx context.Context) (Result, error) {
+	n := s.n
+	url := s.in.PeerURL(n)
+	if s.wait(s.voting, fmt.Sprintf("adding member %d", n)) {
+		return s.res, nil
+	}
+	if _, err := s.cli.MemberAddAsLearner(ctx, []string{url}); err != nil {
+		if unhealthy(err, &s.res) {
+			return s.res, nil
+		}
+		return Result{}, fmt.Errorf("adding member %d (%s) as a learner: %w", n, url, err)
+	}
+	s.res.Members = n + 1
+	s.res.Reason, s.res.Changed = ReasonMemberAdded, true
+	s.res.Message = fmt.Sprintf("member %d (%s) added as a learner", n, url)
+	return s.res, nil
+}
+
+// remove removes the highest-numbered voting member, after moving the
+// leadership away from it.
+func (s *step) remove(ctx context.Context) (Result, error) {
+	n := s.n
+	victim := s.members[n-1]
+	name := memberName(victim)
+	if victim.Index == 0 {
+		return Result{}, errors.New("member 0 is never removed")
+	}
+	// Every member ready: removing one of three while another is
+	// down would leave one of two, without quorum.
+	if s.wait(n, "removing "+name) {
+		return s.res, nil
+	}
+	st, err := s.cli.Status(ctx, s.cli.Endpoints()[0])
+	if err != nil {
+		return Result{}, fmt.Errorf("removing %s: reading the leader from member 0: %w", name, err)
+	}
+	if st.Leader == victim.ID {
+		if err := moveLeader(ctx, s.cli, victim, s.members[0].ID); err != nil {
+			return Result{}, fmt.Errorf("removing %s: moving the leadership to member 0: %w", name, err)
+		}
+		s.res.Reason, s.res.Changed = ReasonLeaderMoved, true
+		s.res.Message = fmt.Sprintf("leadership moved from %s to member 0, which removes it next", name)
+		return s.res, nil
+	}
+	if _, err := s.cli.MemberRemove(ctx, victim.ID); err != nil {
+		if unhealthy(err, &s.res) {
+			return s.res, nil
+		}
+		return Result{}, fmt.Errorf("removing %s: %w", name, err)
+	}
+	s.res.Members, s.res.Voting = n-1, s.voting-1
+	s.res.Reason, s.res.Changed = ReasonMemberRemoved, true
+	s.res.Message = fmt.Sprintf("%s removed: %d members left, %d wanted", name, n-1, s.in.Want)
+	return s.res, nil
 }
 
 // unhealthy turns etcd's own quorum check into a wait: it refuses a
