@@ -289,15 +289,8 @@ const maxReport = 4096
 // report records what a machine booted in its status.lastBoot. Only the
 // machine's leased IP may report for its MAC.
 func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
-	var rep bootproto.BootReport
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReport))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rep); err != nil {
-		http.Error(w, "bad report", http.StatusBadRequest)
-		return
-	}
-	if _, err := rep.Validate(); err != nil {
-		http.Error(w, "bad report: "+err.Error(), http.StatusBadRequest)
+	rep, ok := readReport(w, r)
+	if !ok {
 		return
 	}
 	m, ok := h.peerMachine(w, r, rep.MAC)
@@ -322,6 +315,31 @@ func (h *Handler) report(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	h.recordBoot(w, r, m, rep, log)
+}
+
+// readReport decodes and validates the report of r's body; false when it
+// answered 400.
+func readReport(w http.ResponseWriter, r *http.Request) (bootproto.BootReport, bool) {
+	var rep bootproto.BootReport
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReport))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		http.Error(w, "bad report", http.StatusBadRequest)
+		return rep, false
+	}
+	if _, err := rep.Validate(); err != nil {
+		http.Error(w, "bad report: "+err.Error(), http.StatusBadRequest)
+		return rep, false
+	}
+	return rep, true
+}
+
+// recordBoot writes the boot rep reports into m's status (lastBoot, the
+// network condition, a new boot's RebootRequired) unless it is there
+// already, and records its Events.
+func (h *Handler) recordBoot(w http.ResponseWriter, r *http.Request, m *kubefarmv1.Machine, rep bootproto.BootReport, log logr.Logger) {
+	key := machineKey(m)
 	network := NetworkCondition(rep.BootID, rep.Network)
 	if lb := m.Status.LastBoot; lb != nil && lb.BootID == rep.BootID && lb.ImageDigest == rep.ImageDigest &&
 		sameCondition(meta.FindStatusCondition(m.Status.Conditions, network.Type), network) {
