@@ -104,77 +104,81 @@ func refused(t *testing.T, reg *prometheus.Registry) float64 {
 func TestBootHTTPServerLimits(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 
-	t.Run("slow header", func(t *testing.T) {
-		addr, _ := startBootServer(t, ok, func(o *Options) { o.HTTP.ReadHeaderTimeout = 150 * time.Millisecond })
+	t.Run("slow header", func(t *testing.T) { testSlowHeader(t, ok) })
+	t.Run("header over 8 KiB", func(t *testing.T) { testLargeHeader(t, ok) })
+	t.Run("connections per IP", func(t *testing.T) { testConnsPerIP(t, ok) })
+}
+
+func testSlowHeader(t *testing.T, ok http.Handler) {
+	addr, _ := startBootServer(t, ok, func(o *Options) { o.HTTP.ReadHeaderTimeout = 150 * time.Millisecond })
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "GET /report HTTP/1.1\r\nHost: pxe\r\n")
+	n := 0
+	conntest.WaitClosed(t, c, 5*time.Second, func() { n++; _, _ = fmt.Fprintf(c, "X-Slow-%d: y\r\n", n) })
+	if n == 0 {
+		t.Error("closed before any header line trickled in")
+	}
+}
+
+func testLargeHeader(t *testing.T, ok http.Handler) {
+	addr, _ := startBootServer(t, ok)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET /boot/02:00:00:00:00:01.ipxe HTTP/1.1\r\nHost: pxe\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 16<<10))
+	buf := make([]byte, 12)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 431" {
+		t.Errorf("status line %q (%v), want HTTP/1.1 431", buf, err)
+	}
+}
+
+func testConnsPerIP(t *testing.T, ok http.Handler) {
+	addr, reg := startBootServer(t, ok, func(o *Options) { o.HTTP.MaxConnsPerIP = 2 })
+	var conns []net.Conn
+	for i := 0; i < 2; i++ {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		_, _ = io.WriteString(c, "GET /report HTTP/1.1\r\nHost: pxe\r\n")
-		n := 0
-		conntest.WaitClosed(t, c, 5*time.Second, func() { n++; _, _ = fmt.Fprintf(c, "X-Slow-%d: y\r\n", n) })
-		if n == 0 {
-			t.Error("closed before any header line trickled in")
+		if !get(c) {
+			t.Fatalf("connection %d not answered", i+1)
 		}
-	})
-
-	t.Run("header over 8 KiB", func(t *testing.T) {
-		addr, _ := startBootServer(t, ok)
+		conns = append(conns, c)
+	}
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	conntest.WaitClosed(t, third, 5*time.Second, nil)
+	if got := refused(t, reg); got != 1 {
+		t.Errorf("kubefarm_pxe_http_connections_refused_total = %v, want 1", got)
+	}
+	conns[0].Close()
+	// The server sees the close on its next read of that connection:
+	// until then a new one may still be refused.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
+		answered := get(c)
 		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(c, "GET /boot/02:00:00:00:00:01.ipxe HTTP/1.1\r\nHost: pxe\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 16<<10))
-		buf := make([]byte, 12)
-		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "HTTP/1.1 431" {
-			t.Errorf("status line %q (%v), want HTTP/1.1 431", buf, err)
+		if answered {
+			break
 		}
-	})
-
-	t.Run("connections per IP", func(t *testing.T) {
-		addr, reg := startBootServer(t, ok, func(o *Options) { o.HTTP.MaxConnsPerIP = 2 })
-		var conns []net.Conn
-		for i := 0; i < 2; i++ {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if !get(c) {
-				t.Fatalf("connection %d not answered", i+1)
-			}
-			conns = append(conns, c)
+		if time.Now().After(deadline) {
+			t.Fatal("no connection accepted after one of two closed")
 		}
-		third, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer third.Close()
-		conntest.WaitClosed(t, third, 5*time.Second, nil)
-		if got := refused(t, reg); got != 1 {
-			t.Errorf("kubefarm_pxe_http_connections_refused_total = %v, want 1", got)
-		}
-		conns[0].Close()
-		// The server sees the close on its next read of that connection:
-		// until then a new one may still be refused.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			answered := get(c)
-			defer c.Close()
-			if answered {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("no connection accepted after one of two closed")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
+		time.Sleep(10 * time.Millisecond)
+	}
 }
