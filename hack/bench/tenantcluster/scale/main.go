@@ -36,31 +36,21 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/testing/examples"
@@ -120,21 +110,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	// A flag set of its own: controller-runtime registers --kubeconfig on
-	// the global one at import, which would clash and clutter -help.
-	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
-	tenants := fs.Int("tenants", 50, "TenantClusters, one per namespace")
-	managerBin := fs.String("manager", "", "kubefarm-manager binary; empty: build ./cmd/kubefarm-manager into a temporary folder")
-	timeout := fs.Duration("timeout", 20*time.Minute, "how long the certificates and then the idle state may take, together")
-	scrapeEvery := fs.Duration("scrape-interval", time.Second, "how often /metrics is read while waiting for the controller to go idle")
-	idleScrapes := fs.Int("idle-scrapes", 3, "consecutive idle scrapes that make the controller idle")
-	out := fs.String("out", filepath.Join(root, "_build", "bench-tenant-scale.json"), "JSON report")
-	managerLog := fs.String("manager-log", filepath.Join(root, "_build", "bench-tenant-scale-manager.log"), "the manager's log")
-	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits
-	if *tenants < 1 || *tenants > len(docNets)*254 {
-		return fmt.Errorf("-tenants must be between 1 and %d (one documentation address each)", len(docNets)*254)
+	f, err := parseFlags(root)
+	if err != nil {
+		return err
 	}
-	for _, dir := range []string{filepath.Dir(*out), filepath.Dir(*managerLog)} {
+	for _, dir := range []string{filepath.Dir(f.out), filepath.Dir(f.managerLog)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -148,18 +128,14 @@ func run() error {
 	}
 	// Built before the control plane starts, so that the compiler does not
 	// compete with it for the two cores.
-	if *managerBin == "" {
+	if f.managerBin == "" {
 		dir, err := os.MkdirTemp("", "tenant-scale-bench-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		*managerBin = filepath.Join(dir, "kubefarm-manager")
-		fmt.Println("tenantcluster-scale: building kubefarm-manager")
-		build := exec.CommandContext(ctx, "go", "build", "-o", *managerBin, "./cmd/kubefarm-manager")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build ./cmd/kubefarm-manager: %w\n%s", err, out)
+		if f.managerBin, err = buildManager(ctx, root, dir); err != nil {
+			return err
 		}
 	}
 
@@ -175,7 +151,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	mgr, err := startManager(ctx, env, *managerBin, *managerLog)
+	mgr, err := startManager(ctx, env, f.managerBin, f.managerLog)
 	if err != nil {
 		return err
 	}
@@ -187,24 +163,89 @@ func run() error {
 		return err
 	}
 	rep := report{
-		Benchmark: "tenantcluster-scale", Tenants: *tenants, ManagerLog: *managerLog, IdleConsecutiveScrape: *idleScrapes,
+		Benchmark: "tenantcluster-scale", Tenants: f.tenants, ManagerLog: f.managerLog, IdleConsecutiveScrape: f.idleScrapes,
 		RSSBeforeBytes:       sumOf(before, "process_resident_memory_bytes", nil),
 		HeapInuseBeforeBytes: sumOf(before, "go_memstats_heap_inuse_bytes", nil),
 		Note: "envtest runs no pods (no kubelet): no TenantCluster becomes Ready and the tenant add-on phase never runs " +
 			"(its API servers never answer); the figures cover PKI, configuration and workload objects",
 	}
+	if err := b.measure(ctx, f, example, &rep); err != nil {
+		return err
+	}
+	printReport(rep, f.tenants)
 
-	for i := range *tenants {
+	data, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.out, append(data, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("tenantcluster-scale: JSON written to", f.out, "; manager log in", f.managerLog)
+	return nil
+}
+
+// flags are the command line's settings.
+type flags struct {
+	tenants     int
+	managerBin  string
+	timeout     time.Duration
+	scrapeEvery time.Duration
+	idleScrapes int
+	out         string
+	managerLog  string
+}
+
+// parseFlags reads the command line; root is the repository, where the
+// defaults point.
+func parseFlags(root string) (flags, error) {
+	// A flag set of its own: controller-runtime registers --kubeconfig on
+	// the global one at import, which would clash and clutter -help.
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	tenants := fs.Int("tenants", 50, "TenantClusters, one per namespace")
+	managerBin := fs.String("manager", "", "kubefarm-manager binary; empty: build ./cmd/kubefarm-manager into a temporary folder")
+	timeout := fs.Duration("timeout", 20*time.Minute, "how long the certificates and then the idle state may take, together")
+	scrapeEvery := fs.Duration("scrape-interval", time.Second, "how often /metrics is read while waiting for the controller to go idle")
+	idleScrapes := fs.Int("idle-scrapes", 3, "consecutive idle scrapes that make the controller idle")
+	out := fs.String("out", filepath.Join(root, "_build", "bench-tenant-scale.json"), "JSON report")
+	managerLog := fs.String("manager-log", filepath.Join(root, "_build", "bench-tenant-scale-manager.log"), "the manager's log")
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits
+	if *tenants < 1 || *tenants > len(docNets)*254 {
+		return flags{}, fmt.Errorf("-tenants must be between 1 and %d (one documentation address each)", len(docNets)*254)
+	}
+	return flags{tenants: *tenants, managerBin: *managerBin, timeout: *timeout, scrapeEvery: *scrapeEvery,
+		idleScrapes: *idleScrapes, out: *out, managerLog: *managerLog}, nil
+}
+
+// buildManager builds ./cmd/kubefarm-manager of the repository root into
+// dir and returns the binary's path.
+func buildManager(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "kubefarm-manager")
+	fmt.Println("tenantcluster-scale: building kubefarm-manager")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/kubefarm-manager")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/kubefarm-manager: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// measure creates f.tenants TenantClusters from example, one namespace
+// each, waits for their certificates and for the controller to go idle,
+// and records the figures in rep.
+func (b *bench) measure(ctx context.Context, f flags, example *kubefarmv1.TenantCluster, rep *report) error {
+	env := b.env
+	for i := range f.tenants {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-scale-%03d", i)}}
 		if err := env.Client.Create(ctx, ns); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", ns.Name, err)
 		}
 	}
-	fmt.Printf("tenantcluster-scale: creating %d TenantClusters\n", *tenants)
-	wctx, cancel := context.WithTimeout(ctx, *timeout)
+	fmt.Printf("tenantcluster-scale: creating %d TenantClusters\n", f.tenants)
+	wctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	start := time.Now()
-	for i := range *tenants {
+	for i := range f.tenants {
 		tc := example.DeepCopy()
 		tc.Name, tc.Namespace = tenantName, fmt.Sprintf("bench-scale-%03d", i)
 		tc.Spec.APIServer.Expose = kubefarmv1.APIServerExpose{Type: kubefarmv1.ExposeExternalIP, ExternalIP: docAddress(i)}
@@ -214,23 +255,29 @@ func run() error {
 	}
 	rep.CreateSeconds = time.Since(start).Seconds()
 
-	if err := b.waitCertificates(wctx, *tenants); err != nil {
+	if err := b.waitCertificates(wctx, f.tenants); err != nil {
 		return err
 	}
 	rep.CertsReadySeconds = time.Since(start).Seconds()
 	fmt.Printf("tenantcluster-scale: every tenant has CertificatesReady=True %.1fs after the first create; waiting for the controller to go idle\n",
 		rep.CertsReadySeconds)
 
-	final, err := b.waitIdle(wctx, *scrapeEvery, *idleScrapes)
+	final, err := b.waitIdle(wctx, f.scrapeEvery, f.idleScrapes)
 	if err != nil {
 		return err
 	}
 	rep.IdleSeconds = time.Since(start).Seconds()
+	return b.figures(ctx, final, rep)
+}
 
+// figures records in rep the manager's figures from its last scrape
+// (final) and what the API holds once the controller is idle.
+func (b *bench) figures(ctx context.Context, final map[string]*dto.MetricFamily, rep *report) error {
+	var err error
 	rep.RSSBytes = sumOf(final, "process_resident_memory_bytes", nil)
 	rep.HeapInuseBytes = sumOf(final, "go_memstats_heap_inuse_bytes", nil)
 	rep.Goroutines = sumOf(final, "go_goroutines", nil)
-	if rep.PeakRSSBytes, err = peakRSS(mgr.cmd.Process.Pid); err != nil {
+	if rep.PeakRSSBytes, err = peakRSS(b.mgr.cmd.Process.Pid); err != nil {
 		return err
 	}
 	rep.ReconcilesByResult = map[string]float64{}
@@ -247,12 +294,12 @@ func run() error {
 		return err
 	}
 	certs := &certmanagerv1.CertificateList{}
-	if err := env.Client.List(ctx, certs); err != nil {
+	if err := b.env.Client.List(ctx, certs); err != nil {
 		return err
 	}
 	rep.Certificates = len(certs.Items)
 	list := &kubefarmv1.TenantClusterList{}
-	if err := env.Client.List(ctx, list); err != nil {
+	if err := b.env.Client.List(ctx, list); err != nil {
 		return err
 	}
 	for _, tc := range list.Items {
@@ -260,30 +307,24 @@ func run() error {
 			rep.TenantsReady++
 		}
 	}
+	return nil
+}
 
+// printReport prints rep's figures for tenants TenantClusters.
+func printReport(rep report, tenants int) {
 	const mib = 1 << 20
 	var results []string
 	for _, r := range sortedKeys(rep.ReconcilesByResult) {
 		results = append(results, fmt.Sprintf("%s=%.0f", r, rep.ReconcilesByResult[r]))
 	}
 	fmt.Printf("tenantcluster-scale: %d Certificates issued by cert-manager; %d of %d TenantClusters Ready (expected 0: no pods run in envtest, so no add-ons either)\n",
-		rep.Certificates, rep.TenantsReady, *tenants)
+		rep.Certificates, rep.TenantsReady, tenants)
 	fmt.Printf("tenantcluster-scale: manager before tenants rss=%.1fMiB heap=%.1fMiB; after: peak rss (VmHWM)=%.1fMiB goroutines=%.0f reconcile results: %s errors=%.0f\n",
 		rep.RSSBeforeBytes/mib, rep.HeapInuseBeforeBytes/mib, float64(rep.PeakRSSBytes)/mib, rep.Goroutines, strings.Join(results, " "), rep.ReconcileErrors)
 	fmt.Printf("tenantcluster-scale tenants=%d rss=%.1fMiB hwm=%.1fMiB heap=%.1fMiB reconciles=%.0f mean=%.1fms p50=%.1fms p99=%.1fms certs-ready=%.1fs idle=%.1fs\n",
-		*tenants, rep.RSSBytes/mib, float64(rep.PeakRSSBytes)/mib, rep.HeapInuseBytes/mib, rep.Reconciles,
+		tenants, rep.RSSBytes/mib, float64(rep.PeakRSSBytes)/mib, rep.HeapInuseBytes/mib, rep.Reconciles,
 		rep.ReconcileTime.MeanSeconds*1000, rep.ReconcileTime.P50Seconds*1000, rep.ReconcileTime.P99Seconds*1000,
 		rep.CertsReadySeconds, rep.IdleSeconds)
-
-	data, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(*out, append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	fmt.Println("tenantcluster-scale: JSON written to", *out, "; manager log in", *managerLog)
-	return nil
 }
 
 // docNets are the three IPv4 documentation networks (RFC 5737): addresses
@@ -291,135 +332,6 @@ func run() error {
 var docNets = []string{"192.0.2", "198.51.100", "203.0.113"}
 
 func docAddress(i int) string { return fmt.Sprintf("%s.%d", docNets[i/254], i%254+1) }
-
-// manager is the kubefarm-manager process.
-type manager struct {
-	cmd     *exec.Cmd
-	exited  chan error
-	metrics string
-	log     string
-}
-
-// startManager runs the binary as TestBinary does (webhooks with a
-// cert-manager certificate, leader election as the chart runs it), but
-// as system:masters: RBAC is evaluated in the API server and costs the
-// manager nothing, and its correctness is TestBinary's concern.
-func startManager(ctx context.Context, env *testenv.Env, binary, logPath string) (*manager, error) {
-	certDir, caPEM, err := env.IssueServingCertificate(ctx, managerNamespace)
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig, err := env.WriteKubeconfig(envtest.User{Name: "kubefarm-manager", Groups: []string{"system:masters"}}, env.Dir)
-	if err != nil {
-		return nil, err
-	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = testenv.FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	m := &manager{metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), log: logPath, exited: make(chan error, 1)}
-	probes := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-	m.cmd = exec.Command(binary,
-		"--kubeconfig", kubeconfig,
-		"--metrics-bind-address", m.metrics,
-		"--health-probe-bind-address", probes,
-		"--webhook-host", "127.0.0.1", fmt.Sprintf("--webhook-port=%d", ports[2]), "--webhook-cert-dir", certDir,
-		"--leader-elect", "--leader-election-namespace", managerNamespace,
-	)
-	m.cmd.Stdout, m.cmd.Stderr = logFile, logFile
-	// The manager must not outlive the benchmark, whatever ends it.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("starting %s: %w", binary, err)
-	}
-	go func() {
-		m.exited <- m.cmd.Wait()
-		logFile.Close()
-	}()
-
-	// Webhooks only once the manager serves them: they fail closed.
-	readyCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		if err := m.running(); err != nil {
-			return m, err
-		}
-		if code, _, err := get(readyCtx, "http://"+probes+"/readyz"); err == nil && code == http.StatusOK {
-			break
-		}
-		select {
-		case <-readyCtx.Done():
-			m.stop()
-			return nil, fmt.Errorf("the manager never became ready (/readyz); see %s", logPath)
-		case <-time.After(pollInterval):
-		}
-	}
-	if err := env.InstallWebhooks(ctx, ports[2], caPEM); err != nil {
-		m.stop()
-		return nil, err
-	}
-	return m, nil
-}
-
-func (m *manager) running() error {
-	select {
-	case err := <-m.exited:
-		m.exited <- err
-		return fmt.Errorf("the manager exited (%v); see %s", err, m.log)
-	default:
-		return nil
-	}
-}
-
-// stop sends SIGTERM and waits for the graceful shutdown, then kills.
-func (m *manager) stop() {
-	if m.running() != nil {
-		return
-	}
-	_ = m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(40 * time.Second):
-		_ = m.cmd.Process.Kill()
-		<-m.exited
-	}
-}
-
-func (m *manager) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	if err := m.running(); err != nil {
-		return nil, err
-	}
-	code, body, err := get(ctx, "http://"+m.metrics+"/metrics")
-	if err != nil {
-		return nil, err
-	}
-	if code != http.StatusOK {
-		return nil, fmt.Errorf("/metrics answered %d", code)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(strings.NewReader(body))
-}
-
-func get(ctx context.Context, url string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	return resp.StatusCode, string(body), err
-}
 
 type bench struct {
 	env *testenv.Env
@@ -514,121 +426,4 @@ func (b *bench) observedCurrent(ctx context.Context) (current, total int, err er
 		}
 	}
 	return current, len(list.Items), nil
-}
-
-// reconcileTime summarises the controller's reconcile time histogram.
-func reconcileTime(mfs map[string]*dto.MetricFamily) (histogramFigures, error) {
-	mf := mfs["controller_runtime_reconcile_time_seconds"]
-	if mf == nil {
-		return histogramFigures{}, errors.New("no controller_runtime_reconcile_time_seconds in /metrics")
-	}
-	for _, m := range mf.GetMetric() {
-		if label(m, "controller") != controllerName || m.GetHistogram() == nil {
-			continue
-		}
-		h := m.GetHistogram()
-		f := histogramFigures{Count: h.GetSampleCount(), SumSeconds: h.GetSampleSum()}
-		if f.Count > 0 {
-			f.MeanSeconds = f.SumSeconds / float64(f.Count)
-		}
-		f.P50Seconds = quantile(0.50, h)
-		f.P99Seconds = quantile(0.99, h)
-		return f, nil
-	}
-	return histogramFigures{}, fmt.Errorf("no reconcile time histogram for controller %q", controllerName)
-}
-
-// quantile estimates a quantile from cumulative buckets the way PromQL's
-// histogram_quantile does: linear interpolation inside the bucket that
-// holds the rank, the lowest bucket starting at 0, and the highest finite
-// bound for a rank that falls in +Inf.
-func quantile(q float64, h *dto.Histogram) float64 {
-	count := float64(h.GetSampleCount())
-	if count == 0 {
-		return 0 // JSON has no NaN; the count says there was nothing
-	}
-	buckets := h.GetBucket()
-	rank := q * count
-	prevUpper, prevCount := 0.0, 0.0
-	for _, bk := range buckets {
-		upper, cum := bk.GetUpperBound(), float64(bk.GetCumulativeCount())
-		if cum >= rank {
-			if math.IsInf(upper, 1) {
-				return prevUpper
-			}
-			if cum == prevCount {
-				return upper
-			}
-			return prevUpper + (upper-prevUpper)*(rank-prevCount)/(cum-prevCount)
-		}
-		prevUpper, prevCount = upper, cum
-	}
-	return prevUpper
-}
-
-// peakRSS reads VmHWM, the peak resident set size, in bytes.
-func peakRSS(pid int) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// sumFound adds the values of a family's series whose labels include sel;
-// found says whether there was any.
-func sumFound(mfs map[string]*dto.MetricFamily, name string, sel map[string]string) (sum float64, found bool) {
-next:
-	for _, m := range mfs[name].GetMetric() {
-		for k, v := range sel {
-			if label(m, k) != v {
-				continue next
-			}
-		}
-		sum += value(m)
-		found = true
-	}
-	return sum, found
-}
-
-// sumOf is sumFound for a report, where a missing series counts as 0.
-func sumOf(mfs map[string]*dto.MetricFamily, name string, sel map[string]string) float64 {
-	sum, _ := sumFound(mfs, name, sel)
-	return sum
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Gauge != nil:
-		return m.GetGauge().GetValue()
-	case m.Counter != nil:
-		return m.GetCounter().GetValue()
-	case m.Untyped != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return 0
-}
-
-func sortedKeys(m map[string]float64) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
