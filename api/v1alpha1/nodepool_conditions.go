@@ -45,6 +45,61 @@ const (
 	ReasonAddressesClaimed = "AddressesClaimed"
 )
 
+// Reasons of the rollout's NodePool conditions (Progressing, Paused,
+// Halted, Complete), decided by controllers/rollout/plan (Conditions).
+const (
+	// Progressing.
+
+	// ReasonMachinesUpdating: updates are in flight (True).
+	ReasonMachinesUpdating = "MachinesUpdating"
+	// ReasonWaitingForBudget: machines wait for room in maxUnavailable
+	// (or a failure domain's own budget).
+	ReasonWaitingForBudget = "WaitingForBudget"
+	// ReasonWaitingForWindow: machines wait for a maintenance window.
+	ReasonWaitingForWindow = "WaitingForWindow"
+	// ReasonRolloutPaused: spec.rollout.paused holds machines back. Also
+	// the reason of Paused=True.
+	ReasonRolloutPaused = "RolloutPaused"
+	// ReasonRolloutHalted: failed updates exceed the failure budget.
+	ReasonRolloutHalted = "RolloutHalted"
+	// ReasonRolloutComplete: no machine waits for an update.
+	ReasonRolloutComplete = "RolloutComplete"
+	// ReasonWaitingForFirstBoot: no update waits, but some machines have
+	// not booted yet (no status.lastBoot): they get the pool's image at
+	// their first boot, which the rollout does not start. Until they
+	// report, the pool's rollout is not complete, only idle.
+	ReasonWaitingForFirstBoot = "WaitingForFirstBoot"
+	// ReasonImageNotFound: spec.bootImage names no BootImage; no update
+	// starts. (The same string as ReasonBootImageNotFound of Ready.)
+	ReasonImageNotFound = "BootImageNotFound"
+	// ReasonImageNotReady: kubefarm-pxe has not verified the BootImage's
+	// artifacts; no machine is rebooted into it.
+	ReasonImageNotReady = "BootImageNotReady"
+	// ReasonInvalidStrategy: spec.rollout cannot be evaluated (a bad
+	// maintenance window or budget).
+	ReasonInvalidStrategy = "InvalidStrategy"
+
+	// Paused.
+
+	// ReasonNotPaused: new updates may start.
+	ReasonNotPaused = "NotPaused"
+
+	// Halted.
+
+	// ReasonFailureBudgetLeft: failed updates are within the budget.
+	ReasonFailureBudgetLeft = "WithinFailureBudget"
+	// ReasonFailureBudgetSpent: failed updates exceed the budget (True).
+	ReasonFailureBudgetSpent = "FailureBudgetExceeded"
+
+	// Complete.
+
+	// ReasonAllUpdated: every machine is up to date
+	// (internal/machinestate.UpToDate).
+	ReasonAllUpdated = "AllMachinesUpdated"
+	// ReasonMachinesPending: some machine is not up to date yet.
+	ReasonMachinesPending = "MachinesPending"
+)
+
 // NodePoolConditionTypes are the condition types a NodePool carries: Ready,
 // MachinesReady and AddressesClaimed (controllers/nodepool), Progressing,
 // Paused, Halted and Complete (controllers/rollout). printcolumns_test.go

@@ -38,13 +38,15 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
 // FieldOwner is the server-side apply field manager of the NodePool
-// controller's writes: the Machines' metadata and spec, the one-time initial
-// served image, and the pool's status. The rollout controller moves the
-// served image later under a field manager of its own.
+// controller's writes: the Machines' metadata and spec, and the pool's
+// status fields this controller decides (ownStatus). A Machine's
+// status.servedImage is not one of them: the rollout controller is its one
+// writer, from the first pin on (docs/architecture.md).
 const FieldOwner = "kubefarm-nodepool"
 
 // BootImageIndex indexes NodePools by spec.bootImage, so that a BootImage
@@ -214,9 +216,11 @@ func (r *Reconciler) buildMachines(ctx context.Context, s *scope) (bool, error) 
 	return false, nil
 }
 
-// fetchImage reads the pool's BootImage. A missing one does not stop the
-// pass: the Machines' identity does not depend on it, and kubefarm-pxe can
-// already answer their DHCP; only a new Machine's served image waits.
+// fetchImage reads the pool's BootImage, the target its updatedMachines
+// count is taken against. A missing one does not stop the pass: the
+// Machines' identity does not depend on it, and kubefarm-pxe can already
+// answer their DHCP; only a new Machine's served image waits (the rollout
+// controller pins it once the BootImage exists).
 func (r *Reconciler) fetchImage(ctx context.Context, s *scope) (bool, error) {
 	img := &v1alpha1.BootImage{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Name: s.pool.Spec.BootImage}, img); {
@@ -229,8 +233,8 @@ func (r *Reconciler) fetchImage(ctx context.Context, s *scope) (bool, error) {
 	return false, nil
 }
 
-// applyMachines writes each desired Machine whose live copy differs, and
-// gives a Machine that has no served image yet its initial one. Comparing
+// applyMachines writes each desired Machine whose live copy differs.
+// Comparing
 // first keeps a pass that changes nothing free of writes: every Machine's
 // status update wakes its pool, and a pool of 250 would otherwise cost 250
 // applies per node heartbeat that changes a condition.
@@ -270,11 +274,6 @@ func (r *Reconciler) applyMachines(ctx context.Context, s *scope) (bool, error) 
 			}
 			live = applied
 		}
-		if live.Status.ServedImage == nil && s.image != nil {
-			if err := r.setInitialServedImage(ctx, live, s.image); err != nil {
-				return false, err
-			}
-		}
 		s.live[live.Name] = live
 	}
 	return false, nil
@@ -301,22 +300,6 @@ func upToDate(live, want *v1alpha1.Machine) bool {
 		}
 	}
 	return true
-}
-
-// setInitialServedImage gives a new Machine the pool's image to be served at
-// its first boot. Only the rollout moves it afterwards, so it is written
-// once, when absent; the apply carries nothing but that field, under this
-// controller's field manager.
-func (r *Reconciler) setInitialServedImage(ctx context.Context, m *v1alpha1.Machine, img *v1alpha1.BootImage) error {
-	patch := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace}}
-	patch.Status.ServedImage = desired.InitialServedImage(img)
-	if err := ssa.ApplyStatus(ctx, r.Client, FieldOwner, patch); err != nil {
-		return err
-	}
-	m.Status.ServedImage = patch.Status.ServedImage
-	r.Recorder.Eventf(m, nil, corev1.EventTypeNormal, "ServedImageSet", "Create",
-		"first boot will serve BootImage %s (rootfs %s)", img.Name, img.Spec.Rootfs.Digest)
-	return nil
 }
 
 // pruneMachines deletes the pool's Machines whose entry is gone. Only
@@ -376,7 +359,7 @@ func (r *Reconciler) summarize(s *scope, passErr error) {
 		set(conditions.New(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, s.invalid.Error()))
 		return
 	}
-	counts := countMachines(pool, s.desired, s.live)
+	counts := countMachines(s.image, s.desired, s.live)
 	pool.Status.Machines, pool.Status.ReadyMachines, pool.Status.UpdatedMachines =
 		int32(len(s.desired)), int32(counts.ready), int32(counts.updated)
 
@@ -447,10 +430,15 @@ type machineCounts struct {
 }
 
 // countMachines counts the desired Machines whose node is Ready (their
-// NodeReady condition) and those running the pool's image: served it and
-// booted its rootfs.
-func countMachines(pool *v1alpha1.NodePool, desired []*v1alpha1.Machine, live map[string]*v1alpha1.Machine) machineCounts {
+// NodeReady condition) and those up to date with the pool's BootImage
+// (machinestate.UpToDate, the rule the rollout's Complete uses too); with
+// no BootImage, none is up to date.
+func countMachines(image *v1alpha1.BootImage, desired []*v1alpha1.Machine, live map[string]*v1alpha1.Machine) machineCounts {
 	var c machineCounts
+	var target *v1alpha1.ImageRef
+	if image != nil {
+		target = &v1alpha1.ImageRef{Name: image.Name, Digest: image.Spec.Rootfs.Digest}
+	}
 	for _, want := range desired {
 		m := live[want.Name]
 		if m != nil && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionNodeReady) {
@@ -458,19 +446,12 @@ func countMachines(pool *v1alpha1.NodePool, desired []*v1alpha1.Machine, live ma
 		} else {
 			c.notReady = append(c.notReady, want.Name)
 		}
-		if m != nil && runsImage(m, pool.Spec.BootImage) {
+		if m != nil && target != nil && machinestate.UpToDate(m, *target) {
 			c.updated++
 		}
 	}
 	sort.Strings(c.notReady)
 	return c
-}
-
-// runsImage: the machine is served the named image and last booted its
-// rootfs.
-func runsImage(m *v1alpha1.Machine, image string) bool {
-	served, booted := m.Status.ServedImage, m.Status.LastBoot
-	return served != nil && served.Name == image && booted != nil && booted.ImageDigest == served.Digest
 }
 
 // someConflicts names up to five conflicts, like someOf.

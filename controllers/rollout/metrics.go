@@ -8,6 +8,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 )
 
 // The rollout's Prometheus metrics, served on the manager's /metrics.
@@ -55,7 +56,7 @@ func observeMachines(pool *v1alpha1.NodePool, machines []plan.Machine, s plan.Su
 		byPhase[string(ph)] = 0
 	}
 	for _, m := range machines {
-		if plan.InFlight(m.M) {
+		if machinestate.InFlight(m.M) {
 			byPhase[string(m.M.Status.Rollout.Phase)]++
 		}
 	}

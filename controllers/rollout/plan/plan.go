@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 )
 
 // Node is what the rollout needs to know of a machine's tenant Node.
@@ -36,14 +36,6 @@ type Machine struct {
 	Node *Node
 }
 
-// InFlight tells whether the machine's update is under way: recorded, and
-// not ended. A Failed update keeps its record (so the operator sees it) but
-// is not in flight.
-func InFlight(m *v1alpha1.Machine) bool {
-	r := m.Status.Rollout
-	return r != nil && r.Phase != v1alpha1.RolloutFailed && r.Phase != v1alpha1.RolloutDone && r.Phase != v1alpha1.RolloutSkipped
-}
-
 // Failed tells whether the machine's latest update towards target failed
 // and waits for an operator's retry.
 func Failed(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
@@ -55,42 +47,29 @@ func Failed(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
 // its update is in flight, or its node is missing, not Ready or cordoned,
 // whoever made it so.
 func Unavailable(m Machine) bool {
-	return InFlight(m.M) || m.Node == nil || !m.Node.Ready || m.Node.Unschedulable
+	return machinestate.InFlight(m.M) || m.Node == nil || !m.Node.Ready || m.Node.Unschedulable
 }
 
 // NeedsUpdate tells why the machine must be rebooted towards target, if it
 // must: it is served another image, or it asked for a reboot in the boot it
 // runs (its RebootRequired condition, raised for that boot ID).
 //
-// A Machine with no served image yet is not the rollout's: the NodePool
-// controller has just made it and gives it the pool's image for its first
-// boot. Starting an update there would race that controller, "update" a
-// machine that has not booted, and at the boot timeout power-cycle it in
-// the middle of its first boot.
+// A Machine with no served image yet needs no update: the NodePool
+// controller has just made it, and the rollout's pass pins the pool's image
+// on it for its first boot (Reconciler.serveFirst) instead. Starting an
+// update there would "update" a machine that has not booted, and at the
+// boot timeout power-cycle it in the middle of its first boot.
 func NeedsUpdate(m *v1alpha1.Machine, target v1alpha1.ImageRef) (v1alpha1.RolloutReason, bool) {
-	s := m.Status.ServedImage
-	if s == nil {
+	if machinestate.NeedsFirstServe(m) {
 		return "", false
 	}
-	if *s != target {
+	if !machinestate.ServedIs(m, target) {
 		return v1alpha1.RolloutForImage, true
 	}
-	if RebootRequested(m) {
+	if machinestate.RebootRequested(m) {
 		return v1alpha1.RolloutForReboot, true
 	}
 	return "", false
-}
-
-// RebootRequested tells whether the machine's RebootRequired condition is
-// True for the boot it last reported (kubefarm-pxe writes "boot <id>: ..."
-// and clears it on a new boot; checking the ID as well keeps a condition
-// that outlived its boot from rebooting the machine twice).
-func RebootRequested(m *v1alpha1.Machine) bool {
-	c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRebootRequired)
-	if c == nil || c.Status != metav1.ConditionTrue || m.Status.LastBoot == nil {
-		return false
-	}
-	return v1alpha1.OfBoot(c, m.Status.LastBoot.BootID)
 }
 
 // Budget resolves an absolute-or-percent budget against total machines:
@@ -164,24 +143,49 @@ func SkipBackoff(st v1alpha1.RolloutStrategy) time.Duration {
 // A machine skipped last time waits SkipBackoff from its skip first; it
 // counts as pending meanwhile.
 func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStrategy, now time.Time) (Selection, error) {
-	var sel Selection
-	total := len(machines)
-	budget, err := Budget(st.MaxUnavailable, total)
+	budget, err := Budget(st.MaxUnavailable, len(machines))
 	if err != nil {
+		return Selection{}, err
+	}
+	sel := Selection{Budget: budget}
+	doms := tallyDomains(machines, st.FailureDomainLabel)
+	sel.Unavailable = doms.unavailable
+	cands := candidates(machines, target, st, now, &sel)
+	sortCandidates(cands)
+	if err := admit(&sel, cands, doms, st); err != nil {
 		return sel, err
 	}
-	sel.Budget = budget
-	domainTotal := map[string]int{}
-	domainUnavail := map[string]int{}
+	sel.Pending += len(cands) - len(sel.Start)
+	return sel, nil
+}
+
+// domains counts a pool's machines, and its unavailable ones, by failure
+// domain ("" without a label).
+type domains struct {
+	total, unavail map[string]int
+	unavailable    int
+}
+
+func tallyDomains(machines []Machine, label string) domains {
+	d := domains{total: map[string]int{}, unavail: map[string]int{}}
+	for _, m := range machines {
+		dom := Domain(m, label)
+		d.total[dom]++
+		if Unavailable(m) {
+			d.unavailable++
+			d.unavail[dom]++
+		}
+	}
+	return d
+}
+
+// candidates are the machines that need an update and may start now, in
+// the order of machines. A machine skipped last time that is still within
+// SkipBackoff counts in sel.Pending and sets sel.RetryAt instead.
+func candidates(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStrategy, now time.Time, sel *Selection) []Candidate {
 	var cands []Candidate
 	for i, m := range machines {
-		d := Domain(m, st.FailureDomainLabel)
-		domainTotal[d]++
-		if Unavailable(m) {
-			sel.Unavailable++
-			domainUnavail[d]++
-		}
-		if InFlight(m.M) || Failed(m.M, target) {
+		if machinestate.InFlight(m.M) || Failed(m.M, target) {
 			continue
 		}
 		reason, ok := NeedsUpdate(m.M, target)
@@ -200,6 +204,12 @@ func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStr
 		}
 		cands = append(cands, Candidate{Machine: m, Index: i, Reason: reason, SkippedLast: skipped})
 	}
+	return cands
+}
+
+// sortCandidates orders cands as Select documents: skipped last, then the
+// unavailable first, then by name.
+func sortCandidates(cands []Candidate) {
 	slices.SortFunc(cands, func(a, b Candidate) int {
 		if a.SkippedLast != b.SkippedLast {
 			if a.SkippedLast {
@@ -216,37 +226,43 @@ func Select(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStr
 		}
 		return strings.Compare(a.M.Name, b.M.Name)
 	})
+}
+
+// admit appends to sel.Start the candidates, in order, that fit the
+// pool's budget and, with a failure-domain label and a per-domain budget,
+// their domain's; it names the domains that held one back.
+func admit(sel *Selection, cands []Candidate, doms domains, st v1alpha1.RolloutStrategy) error {
 	unavail := sel.Unavailable
 	blocked := map[string]bool{}
+	perDomain := st.MaxUnavailablePerDomain != nil && st.FailureDomainLabel != ""
 	for _, c := range cands {
 		add := 0
 		if !Unavailable(c.Machine) {
 			add = 1
 		}
-		if unavail+add > budget {
+		if unavail+add > sel.Budget {
 			continue
 		}
 		d := Domain(c.Machine, st.FailureDomainLabel)
-		if st.MaxUnavailablePerDomain != nil && st.FailureDomainLabel != "" {
-			db, err := Budget(st.MaxUnavailablePerDomain, domainTotal[d])
+		if perDomain {
+			db, err := Budget(st.MaxUnavailablePerDomain, doms.total[d])
 			if err != nil {
-				return sel, err
+				return err
 			}
-			if domainUnavail[d]+add > db {
+			if doms.unavail[d]+add > db {
 				blocked[d] = true
 				continue
 			}
 		}
 		unavail += add
-		domainUnavail[d] += add
+		doms.unavail[d] += add
 		sel.Start = append(sel.Start, c)
 	}
-	sel.Pending += len(cands) - len(sel.Start)
 	for d := range blocked {
 		sel.BlockedByDomain = append(sel.BlockedByDomain, d)
 	}
 	slices.Sort(sel.BlockedByDomain)
-	return sel, nil
+	return nil
 }
 
 // skippedLast: the newest history entry is a Skipped update to target.

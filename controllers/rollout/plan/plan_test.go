@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 )
 
 var (
@@ -215,19 +216,19 @@ func TestRebootRequested(t *testing.T) {
 	set := func(status metav1.ConditionStatus, msg string) {
 		m.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRebootRequired, Status: status, Message: msg}}
 	}
-	if RebootRequested(m) {
+	if machinestate.RebootRequested(m) {
 		t.Error("no condition: requested")
 	}
 	set(metav1.ConditionTrue, "boot boot-m1: login 4h ago")
-	if !RebootRequested(m) {
+	if !machinestate.RebootRequested(m) {
 		t.Error("True for this boot: not requested")
 	}
 	set(metav1.ConditionTrue, "boot other: login 4h ago")
-	if RebootRequested(m) {
+	if machinestate.RebootRequested(m) {
 		t.Error("True for another boot: requested")
 	}
 	set(metav1.ConditionFalse, "boot boot-m1")
-	if RebootRequested(m) {
+	if machinestate.RebootRequested(m) {
 		t.Error("False: requested")
 	}
 }
@@ -328,31 +329,31 @@ func TestConditions(t *testing.T) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{"updating", with2(base, func(s *Summary) { s.InFlight = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
-		{"waiting for budget", base, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
-		{"waiting for a domain's budget", with2(base, func(s *Summary) { s.FullDomains = []string{"rack-a"} }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
-		{"drain blocked", with2(base, func(s *Summary) { s.InFlight, s.DrainBlocked = 1, "workers-m1: eviction refused for default/web-0" }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
-		{"paused", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutPaused},
-		{"paused condition", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionPaused, metav1.ConditionTrue, ReasonRolloutPaused},
-		{"window", with2(base, func(s *Summary) { s.WindowOpen = false }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForWindow},
-		{"within failure budget", with2(base, func(s *Summary) { s.Failed = 1 }), v1alpha1.ConditionHalted, metav1.ConditionFalse, ReasonFailureBudgetLeft},
-		{"halted", with2(base, func(s *Summary) { s.Failed = 2 }), v1alpha1.ConditionHalted, metav1.ConditionTrue, ReasonFailureBudgetSpent},
-		{"halted holds progress", with2(base, func(s *Summary) { s.Failed = 2 }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutHalted},
-		{"complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionTrue, ReasonAllUpdated},
-		{"not complete", base, v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonMachinesPending},
-		{"image missing", with2(base, func(s *Summary) { s.ImageProblem, s.ImageReason = "gone", ReasonImageNotFound }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonImageNotFound},
+		{"updating", with2(base, func(s *Summary) { s.InFlight = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonMachinesUpdating},
+		{"waiting for budget", base, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForBudget},
+		{"waiting for a domain's budget", with2(base, func(s *Summary) { s.FullDomains = []string{"rack-a"} }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForBudget},
+		{"drain blocked", with2(base, func(s *Summary) { s.InFlight, s.DrainBlocked = 1, "workers-m1: eviction refused for default/web-0" }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonMachinesUpdating},
+		{"paused", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutPaused},
+		{"paused condition", with2(base, func(s *Summary) { s.Paused = true }), v1alpha1.ConditionPaused, metav1.ConditionTrue, v1alpha1.ReasonRolloutPaused},
+		{"window", with2(base, func(s *Summary) { s.WindowOpen = false }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForWindow},
+		{"within failure budget", with2(base, func(s *Summary) { s.Failed = 1 }), v1alpha1.ConditionHalted, metav1.ConditionFalse, v1alpha1.ReasonFailureBudgetLeft},
+		{"halted", with2(base, func(s *Summary) { s.Failed = 2 }), v1alpha1.ConditionHalted, metav1.ConditionTrue, v1alpha1.ReasonFailureBudgetSpent},
+		{"halted holds progress", with2(base, func(s *Summary) { s.Failed = 2 }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutHalted},
+		{"complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionTrue, v1alpha1.ReasonAllUpdated},
+		{"not complete", base, v1alpha1.ConditionComplete, metav1.ConditionFalse, v1alpha1.ReasonMachinesPending},
+		{"image missing", with2(base, func(s *Summary) { s.ImageProblem, s.ImageReason = "gone", v1alpha1.ReasonImageNotFound }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonImageNotFound},
 		// Nothing waits and every machine runs the image: complete.
-		{"rollout complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutComplete},
+		{"rollout complete", Summary{Total: 4, Updated: 4, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutComplete},
 		// An empty pool has nothing to roll out.
-		{"empty pool", Summary{WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonRolloutComplete},
+		{"empty pool", Summary{WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutComplete},
 		// Machines that never booted: nothing waits for the rollout, but
 		// the pool does not run its image yet.
-		{"no machine booted", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForFirstBoot},
-		{"no machine booted, Complete", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionFalse, ReasonMachinesPending},
-		{"one machine not booted", Summary{Total: 3, Updated: 2, Unbooted: 1, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForFirstBoot},
+		{"no machine booted", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForFirstBoot},
+		{"no machine booted, Complete", Summary{Total: 3, Unbooted: 3, WindowOpen: true}, v1alpha1.ConditionComplete, metav1.ConditionFalse, v1alpha1.ReasonMachinesPending},
+		{"one machine not booted", Summary{Total: 3, Updated: 2, Unbooted: 1, WindowOpen: true}, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForFirstBoot},
 		// Waiting updates say why they wait, booted or not.
-		{"unbooted and waiting for budget", with2(base, func(s *Summary) { s.Unbooted = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, ReasonWaitingForBudget},
-		{"unbooted and updating", with2(base, func(s *Summary) { s.Unbooted, s.InFlight = 1, 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, ReasonMachinesUpdating},
+		{"unbooted and waiting for budget", with2(base, func(s *Summary) { s.Unbooted = 1 }), v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonWaitingForBudget},
+		{"unbooted and updating", with2(base, func(s *Summary) { s.Unbooted, s.InFlight = 1, 1 }), v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonMachinesUpdating},
 	} {
 		c := find(Conditions(tc.s), tc.typ)
 		if c.Status != tc.status || c.Reason != tc.reason {
@@ -361,7 +362,7 @@ func TestConditions(t *testing.T) {
 		if len(tc.s.FullDomains) > 0 && !strings.Contains(c.Message, "failure domains at their own budget: rack-a") {
 			t.Errorf("%s: Progressing says %q, without the full domain", tc.name, c.Message)
 		}
-		if tc.reason == ReasonWaitingForFirstBoot && !strings.Contains(c.Message, fmt.Sprintf("%d of %d machines have not booted yet", tc.s.Unbooted, tc.s.Total)) {
+		if tc.reason == v1alpha1.ReasonWaitingForFirstBoot && !strings.Contains(c.Message, fmt.Sprintf("%d of %d machines have not booted yet", tc.s.Unbooted, tc.s.Total)) {
 			t.Errorf("%s: Progressing says %q, without the count of unbooted machines", tc.name, c.Message)
 		}
 		if tc.s.DrainBlocked != "" && !strings.Contains(c.Message, "drain blocked: "+tc.s.DrainBlocked) {
@@ -388,7 +389,7 @@ func TestUpdated(t *testing.T) {
 		{"in flight", with(machine("m1", imgB, ""), inFlight), false},
 	}
 	for _, tc := range cases {
-		if got := Updated(tc.m.M, imgB); got != tc.want {
+		if got := machinestate.UpToDate(tc.m.M, imgB); got != tc.want {
 			t.Errorf("%s: Updated %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -407,7 +408,7 @@ func TestUnbooted(t *testing.T) {
 		{"never booted, no served image yet", with(machine("m1", imgB, ""), func(m *Machine) { m.M.Status.LastBoot, m.M.Status.ServedImage = nil, nil }), true},
 		{"never booted, in flight", with(with(machine("m1", imgB, ""), inFlight), func(m *Machine) { m.M.Status.LastBoot = nil }), false},
 	} {
-		if got := Unbooted(tc.m.M); got != tc.want {
+		if got := machinestate.Unbooted(tc.m.M); got != tc.want {
 			t.Errorf("%s: Unbooted %v, want %v", tc.name, got, tc.want)
 		}
 	}

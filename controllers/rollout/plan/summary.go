@@ -11,29 +11,12 @@ import (
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
-// Reasons of the rollout's NodePool conditions. Like every kind's reasons
-// they are API (alerts, kubectl wait), so constants.
-const (
-	ReasonMachinesUpdating = "MachinesUpdating"
-	ReasonWaitingForBudget = "WaitingForBudget"
-	ReasonWaitingForWindow = "WaitingForWindow"
-	ReasonRolloutPaused    = "RolloutPaused"
-	ReasonRolloutHalted    = "RolloutHalted"
-	ReasonRolloutComplete  = "RolloutComplete"
-	// ReasonWaitingForFirstBoot: no update waits, but some machines have
-	// not booted yet (no status.lastBoot): they get the pool's image at
-	// their first boot, which the rollout does not start. Until they
-	// report, the pool's rollout is not complete, only idle.
-	ReasonWaitingForFirstBoot = "WaitingForFirstBoot"
-	ReasonImageNotFound       = "BootImageNotFound"
-	ReasonImageNotReady       = "BootImageNotReady"
-	ReasonNotPaused           = "NotPaused"
-	ReasonFailureBudgetLeft   = "WithinFailureBudget"
-	ReasonFailureBudgetSpent  = "FailureBudgetExceeded"
-	ReasonAllUpdated          = "AllMachinesUpdated"
-	ReasonMachinesPending     = "MachinesPending"
-	ReasonInvalidStrategy     = "InvalidStrategy"
-)
+// ReasonInvalidStrategy is v1alpha1.ReasonInvalidStrategy, where every
+// NodePool reason now lives.
+//
+// Deprecated: kept only for cmd/kubectl-kubefarm, which is outside this
+// change's slice; use v1alpha1.ReasonInvalidStrategy.
+const ReasonInvalidStrategy = v1alpha1.ReasonInvalidStrategy
 
 // Summary is the pool as the rollout sees it after a pass.
 type Summary struct {
@@ -64,40 +47,25 @@ type Summary struct {
 // Halted tells whether the failures exceed the failure budget.
 func (s Summary) Halted() bool { return s.Failed > s.FailureBudget }
 
-// Updated tells whether m is served target, runs it, and nothing is
-// pending for it.
-func Updated(m *v1alpha1.Machine, target v1alpha1.ImageRef) bool {
-	_, needs := NeedsUpdate(m, target)
-	lb := m.Status.LastBoot
-	return m.Status.ServedImage != nil && !needs && !InFlight(m) && lb != nil && lb.ImageDigest == target.Digest
-}
-
-// Unbooted tells whether m has never reported a boot and no update of the
-// rollout is in flight for it: a machine the NodePool controller has just
-// made, on its way to its first boot.
-func Unbooted(m *v1alpha1.Machine) bool {
-	return m.Status.LastBoot == nil && !InFlight(m)
-}
-
 // Conditions are the pool's rollout conditions for s: Progressing, Paused,
 // Halted and Complete.
 func Conditions(s Summary) []metav1.Condition {
-	paused := conditions.New(v1alpha1.ConditionPaused, false, ReasonNotPaused, "new machine updates may start")
+	paused := conditions.New(v1alpha1.ConditionPaused, false, v1alpha1.ReasonNotPaused, "new machine updates may start")
 	if s.Paused {
-		paused = conditions.New(v1alpha1.ConditionPaused, true, ReasonRolloutPaused,
+		paused = conditions.New(v1alpha1.ConditionPaused, true, v1alpha1.ReasonRolloutPaused,
 			fmt.Sprintf("spec.rollout.paused holds new updates back; %d in flight finish", s.InFlight))
 	}
-	halted := conditions.New(v1alpha1.ConditionHalted, false, ReasonFailureBudgetLeft,
+	halted := conditions.New(v1alpha1.ConditionHalted, false, v1alpha1.ReasonFailureBudgetLeft,
 		fmt.Sprintf("%d failed updates, failure budget %d", s.Failed, s.FailureBudget))
 	if s.Halted() {
-		halted = conditions.New(v1alpha1.ConditionHalted, true, ReasonFailureBudgetSpent,
+		halted = conditions.New(v1alpha1.ConditionHalted, true, v1alpha1.ReasonFailureBudgetSpent,
 			fmt.Sprintf("%d failed updates exceed the failure budget %d; annotate the pool with %s=<anything new> to retry them",
 				s.Failed, s.FailureBudget, v1alpha1.AnnotationRolloutRetry))
 	}
-	complete := conditions.New(v1alpha1.ConditionComplete, true, ReasonAllUpdated,
+	complete := conditions.New(v1alpha1.ConditionComplete, true, v1alpha1.ReasonAllUpdated,
 		fmt.Sprintf("all %d machines run the pool's image", s.Total))
 	if s.Updated < s.Total {
-		complete = conditions.New(v1alpha1.ConditionComplete, false, ReasonMachinesPending,
+		complete = conditions.New(v1alpha1.ConditionComplete, false, v1alpha1.ReasonMachinesPending,
 			fmt.Sprintf("%d of %d machines run the pool's image", s.Updated, s.Total))
 	}
 
@@ -105,7 +73,7 @@ func Conditions(s Summary) []metav1.Condition {
 	var progressing metav1.Condition
 	switch {
 	case s.Invalid != "":
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonInvalidStrategy, s.Invalid)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonInvalidStrategy, s.Invalid)
 	case s.ImageProblem != "":
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, s.ImageReason, s.ImageProblem)
 	case s.InFlight > 0:
@@ -113,29 +81,29 @@ func Conditions(s Summary) []metav1.Condition {
 		if s.DrainBlocked != "" {
 			msg += "; drain blocked: " + s.DrainBlocked
 		}
-		progressing = conditions.New(v1alpha1.ConditionProgressing, true, ReasonMachinesUpdating, msg)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonMachinesUpdating, msg)
 	case !waiting && s.Unbooted > 0:
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForFirstBoot,
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForFirstBoot,
 			fmt.Sprintf("no machine waits for an update; %d of %d machines have not booted yet", s.Unbooted, s.Total))
 	case !waiting:
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutComplete, "no machine waits for an update")
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "no machine waits for an update")
 	case s.Halted():
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutHalted, halted.Message)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutHalted, halted.Message)
 	case s.Paused:
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonRolloutPaused,
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutPaused,
 			fmt.Sprintf("%d machines wait; the rollout is paused", s.Pending))
 	case !s.WindowOpen:
 		msg := fmt.Sprintf("%d machines wait for a maintenance window", s.Pending)
 		if !s.NextWindow.IsZero() {
 			msg += "; the next opens at " + s.NextWindow.UTC().Format(time.RFC3339)
 		}
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForWindow, msg)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForWindow, msg)
 	default:
 		msg := fmt.Sprintf("%d machines wait: %d of %d unavailable already (budget %d)", s.Pending, s.Unavailable, s.Total, s.Budget)
 		if len(s.FullDomains) > 0 {
 			msg += "; failure domains at their own budget: " + strings.Join(s.FullDomains, ", ")
 		}
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, ReasonWaitingForBudget, msg)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForBudget, msg)
 	}
 	return []metav1.Condition{progressing, paused, halted, complete}
 }
