@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
-	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -337,7 +336,7 @@ func kubeletLabels(nc nodeconfig.NodeConfig) (map[string]string, []string, error
 	keep := map[string]string{}
 	var dropped []string
 	for k, v := range nc.Labels {
-		if !KubeletMaySet(k) {
+		if !nodeconfig.KubeletMaySet(k) {
 			dropped = append(dropped, k)
 			continue
 		}
@@ -373,25 +372,6 @@ func Node(nc nodeconfig.NodeConfig) (*corev1.Node, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: nc.Hostname, Labels: labels},
 		Spec:       corev1.NodeSpec{Taints: registerTaints(nc)},
 	}, nil
-}
-
-// KubeletMaySet reports whether kubelet may put label key on its own Node:
-// anything outside the kubernetes.io and k8s.io namespaces, and inside
-// them only kubelet's own labels (kubernetes.io/hostname, topology, and the
-// kubelet.kubernetes.io and node.kubernetes.io namespaces). kubelet refuses
-// to start with any other such label in --node-labels, and NodeRestriction
-// would refuse the update anyway.
-func KubeletMaySet(key string) bool {
-	ns, _, ok := strings.Cut(key, "/")
-	if !ok {
-		return true
-	}
-	for _, reserved := range []string{"kubernetes.io", "k8s.io"} {
-		if ns == reserved || strings.HasSuffix(ns, "."+reserved) {
-			return kubeletapis.IsKubeletLabel(key)
-		}
-	}
-	return true
 }
 
 func safeArg(a string) bool {

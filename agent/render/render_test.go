@@ -207,19 +207,6 @@ func TestRenderErrors(t *testing.T) {
 	}
 }
 
-func TestKubeletMaySet(t *testing.T) {
-	for k, want := range map[string]bool{
-		"zone": true, "example.com/x": true, "kubernetes.io/hostname": true, "kubelet.kubernetes.io/x": true,
-		"node.kubernetes.io/exclude-from-external-load-balancers": true, "topology.kubernetes.io/region": true,
-		"node-role.kubernetes.io/worker": false, "kubernetes.io/role": false, "node-restriction.kubernetes.io/x": false,
-		"k8s.io/x": false, "foo.k8s.io/x": false, "notkubernetes.io/x": true,
-	} {
-		if got := KubeletMaySet(k); got != want {
-			t.Errorf("%s: %v, want %v", k, got, want)
-		}
-	}
-}
-
 // TestNode: the Node the agent creates for the kubelet is the one the
 // kubelet would register: the labels it may set (those of --node-labels)
 // and the taints of registerWithTaints, the network taint always among them.

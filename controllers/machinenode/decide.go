@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kubefarm/kubefarm/agent/render"
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
@@ -136,7 +135,7 @@ func DecideTaint(st kubefarmv1.MachineStatus, node *corev1.Node) (TaintVerdict, 
 
 // NodeLabels are the labels of m's resolved tags (internal/machineconfig,
 // as kubefarm-pxe hands them to the agent) that the kubelet may not set on
-// its own Node (render.KubeletMaySet: node-role.kubernetes.io/* and the
+// its own Node (nodeconfig.KubeletMaySet: node-role.kubernetes.io/* and the
 // rest of the kubernetes.io and k8s.io namespaces but the kubelet's own),
 // so the manager sets them. Nil when there are none.
 func NodeLabels(pool *kubefarmv1.NodePool, m *kubefarmv1.Machine) (map[string]string, error) {
@@ -146,7 +145,7 @@ func NodeLabels(pool *kubefarmv1.NodePool, m *kubefarmv1.Machine) (map[string]st
 	}
 	var out map[string]string
 	for k, v := range resolved.Labels {
-		if render.KubeletMaySet(k) {
+		if nodeconfig.KubeletMaySet(k) {
 			continue
 		}
 		if out == nil {
