@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -72,28 +73,7 @@ func serve(args []string) error {
 		return err
 	}
 	defer store.Close()
-	hm, err := httpboot.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	_, port, _ := net.SplitHostPort(*httpAddr)
-	handler, err := httpboot.NewHandler(httpboot.Config{
-		BaseURL:       "http://127.0.0.1:" + port,
-		IPXEDir:       *ipxeDir,
-		EnsureTimeout: 2 * time.Minute,
-		Windows:       httpboot.NewBootWindows(10*time.Minute, nil),
-		Ready:         func() bool { return true },
-	}, noMachines{}, store, hm, reg, log.WithName("http"))
-	if err != nil {
-		return err
-	}
-	tm, err := tftp.NewMetrics(reg)
-	if err != nil {
-		return err
-	}
-	tftpSrv, err := tftp.NewServer(tftp.Config{
-		Dir: *ipxeDir, Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 64,
-	}, tm, log.WithName("tftp"))
+	handler, tftpSrv, err := newServers(store, *ipxeDir, *httpAddr, reg, log)
 	if err != nil {
 		return err
 	}
@@ -107,6 +87,43 @@ func serve(args []string) error {
 	if err != nil {
 		return fmt.Errorf("tftp: %w", err)
 	}
+	return serveUntilStopped(handler, httpLn, tftpSrv, tftpConn, log)
+}
+
+// newServers builds the HTTP handler over store and the TFTP server of
+// ipxeDir as kubefarm-pxe configures them, with their metrics in reg.
+func newServers(store *httpboot.Store, ipxeDir, httpAddr string, reg *prometheus.Registry, log logr.Logger) (*httpboot.Handler, *tftp.Server, error) {
+	hm, err := httpboot.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, port, _ := net.SplitHostPort(httpAddr)
+	handler, err := httpboot.NewHandler(httpboot.Config{
+		BaseURL:       "http://127.0.0.1:" + port,
+		IPXEDir:       ipxeDir,
+		EnsureTimeout: 2 * time.Minute,
+		Windows:       httpboot.NewBootWindows(10*time.Minute, nil),
+		Ready:         func() bool { return true },
+	}, noMachines{}, store, hm, reg, log.WithName("http"))
+	if err != nil {
+		return nil, nil, err
+	}
+	tm, err := tftp.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	tftpSrv, err := tftp.NewServer(tftp.Config{
+		Dir: ipxeDir, Timeout: 2 * time.Second, Retries: 5, MaxTransfers: 64,
+	}, tm, log.WithName("tftp"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return handler, tftpSrv, nil
+}
+
+// serveUntilStopped serves HTTP on httpLn and TFTP on tftpConn until a
+// signal or the first server error, then shuts both down.
+func serveUntilStopped(handler http.Handler, httpLn net.Listener, tftpSrv *tftp.Server, tftpConn net.PacketConn, log logr.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Artifacts get no deadlines in kubefarm-pxe either (routeDeadlines).

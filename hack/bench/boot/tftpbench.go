@@ -104,20 +104,7 @@ func (t *tftpBench) cClients(clients []cClient, size int64, src string) error {
 					_, _ = c.fetch(ctx, t.addr[s], file, size)
 				}
 				cpu0 := t.procs[s].cpu()
-				var one []time.Duration
-				failures := 0
-				var firstErr error
-				for i := 0; i < n; i++ {
-					d, err := c.fetch(ctx, t.addr[s], file, size)
-					if err != nil {
-						failures++
-						if firstErr == nil {
-							firstErr = err
-						}
-						continue
-					}
-					one = append(one, d)
-				}
+				one, failures, firstErr := fetchSeries(ctx, c, t.addr[s], file, size, n)
 				cpu := t.procs[s].cpu() - cpu0
 				cpus[s] += cpu
 				res[s].Failures += failures
@@ -159,4 +146,22 @@ func (t *tftpBench) cClients(clients []cClient, size int64, src string) error {
 		t.rep.Ratios = append(t.rep.Ratios, rs...)
 	}
 	return nil
+}
+
+// fetchSeries fetches file (size bytes) from addr n times in a row with c
+// and returns the successful fetches' times, the failures and the first
+// failure's error.
+func fetchSeries(ctx context.Context, c cClient, addr, file string, size int64, n int) (one []time.Duration, failures int, firstErr error) {
+	for i := 0; i < n; i++ {
+		d, err := c.fetch(ctx, addr, file, size)
+		if err != nil {
+			failures++
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		one = append(one, d)
+	}
+	return one, failures, firstErr
 }
