@@ -379,6 +379,15 @@ bench-rollout: envtest-tools ## Rollout of 50 fake machines (envtest): time as a
 	@mkdir -p $(BUILD)
 	$(GO) test -count=1 -run '^$$' -bench BenchmarkRollout -benchtime 1x ./controllers/rollout/ 2>&1 | tee $(BUILD)/bench-rollout.log
 
+# kubefarm-manager's API requests per minute while idle, by verb and
+# resource, to the admin API server and to the tenants (hack/bench/idlecalls:
+# a real API server, 20 TenantClusters whose credentials point at it, 5
+# NodePools x 20 Machines; docs/architecture.md, "Reaching the tenants").
+.PHONY: bench-idle
+bench-idle: envtest-tools ## kubefarm-manager's API calls per minute while idle (20 tenants, 100 Machines), admin and tenant side.
+	@mkdir -p $(BUILD)
+	$(GO) run ./hack/bench/idlecalls -out $(BUILD)/bench-idle.json 2>$(BUILD)/bench-idle.log | tee $(BUILD)/bench-idle.txt
+
 # kubefarm-manager's memory with 5,000 Secrets of 4 KiB that are not
 # kubefarm's (internal/manager/manager_test.go, envtest): caching every
 # Secret against caching only kubefarm's (docs/least-privilege.md).
