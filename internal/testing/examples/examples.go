@@ -44,7 +44,7 @@ func load(name string, into any) error {
 		return errors.New("cannot locate the examples package's source")
 	}
 	rel := filepath.Join("examples", name)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", rel))
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "..", rel))
 	if err != nil {
 		return err
 	}
