@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // The mesh plugin's conflist entry, as images/node/README.md's example.
@@ -24,36 +24,36 @@ const istioEntry = `{
 // TestChainedMeshPlugin is the whole story of chaining a service mesh's CNI
 // plugin at image build time, without building an image: what build.sh does
 // with CNI_CHAIN_DIR (install the binary, ChainPlugins onto the recipe's
-// conflist, the cni-record of CNIFromRoot), then the agent's boot check on
+// conflist, the cni-record of cni.FromRoot), then the agent's boot check on
 // that root. The chained image passes; the failures the design is there to
 // catch, a mesh installer that writes its own conflist sorting first (the
 // race that leaves pods without the mesh's rules) or a chained plugin's
 // binary gone or changed, fail with a reason naming the file or plugin.
 func TestChainedMeshPlugin(t *testing.T) {
-	recipe, err := os.ReadFile(filepath.Join("../../images/node/rootfs", nodeimage.ConflistPath))
+	recipe, err := os.ReadFile(filepath.Join("../../images/node/rootfs", cni.ConflistPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	netd := filepath.Dir(nodeimage.ConflistPath)
+	netd := filepath.Dir(cni.ConflistPath)
 
 	// build builds the image's root as build.sh does and returns it with
 	// the record the image carries (read back as the agent reads it).
-	build := func(t *testing.T) (string, nodeimage.CNI) {
+	build := func(t *testing.T) (string, cni.Record) {
 		t.Helper()
 		r := t.TempDir()
 		write := func(rel string, data []byte, mode os.FileMode) { writeFile(t, r, rel, data, mode) }
-		for _, p := range nodeimage.CNIChainPlugins {
-			write(filepath.Join(nodeimage.CNIBinDir, p), []byte("#!/bin/true "+p+"\n"), 0o755)
+		for _, p := range cni.SetupPlugins {
+			write(filepath.Join(cni.BinDir, p), []byte("#!/bin/true "+p+"\n"), 0o755)
 		}
 		// CNI_CHAIN_DIR/istio-cni/{plugin,entry.json}
-		write(filepath.Join(nodeimage.CNIBinDir, "istio-cni"), []byte("#!/bin/true istio-cni\n"), 0o755)
-		conf, err := nodeimage.ChainPlugins(recipe, []byte(istioEntry))
+		write(filepath.Join(cni.BinDir, "istio-cni"), []byte("#!/bin/true istio-cni\n"), 0o755)
+		conf, err := cni.ChainPlugins(recipe, []byte(istioEntry))
 		if err != nil {
 			t.Fatal(err)
 		}
-		write(nodeimage.ConflistPath, conf, 0o644)
+		write(cni.ConflistPath, conf, 0o644)
 		// nodeimage cni-record
-		rec, err := nodeimage.CNIFromRoot(r)
+		rec, err := cni.FromRoot(r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func TestChainedMeshPlugin(t *testing.T) {
 		return r, want
 	}
 
-	bin := func(r, p string) string { return filepath.Join(r, nodeimage.CNIBinDir, p) }
+	bin := func(r, p string) string { return filepath.Join(r, cni.BinDir, p) }
 	for _, tc := range []struct {
 		name   string
 		mut    func(t *testing.T, r string)
@@ -87,8 +87,8 @@ func TestChainedMeshPlugin(t *testing.T) {
 			os.WriteFile(filepath.Join(r, netd, "00-istio-cni.conflist"), []byte(`{"cniVersion":"0.3.1","name":"istio","plugins":[{"type":"istio-cni"}]}`), 0o644)
 		}, reason: "00-istio-cni.conflist in /etc/cni/net.d sorts before 10-kubefarm.conflist and would replace the chain"},
 		{name: "mesh installer rewrites the chain in place", mut: func(t *testing.T, r string) {
-			b, _ := os.ReadFile(filepath.Join(r, nodeimage.ConflistPath))
-			os.WriteFile(filepath.Join(r, nodeimage.ConflistPath), []byte(strings.Replace(string(b), `"info"`, `"debug"`, 1)), 0o644)
+			b, _ := os.ReadFile(filepath.Join(r, cni.ConflistPath))
+			os.WriteFile(filepath.Join(r, cni.ConflistPath), []byte(strings.Replace(string(b), `"info"`, `"debug"`, 1)), 0o644)
 		}, reason: "conflist /etc/cni/net.d/10-kubefarm.conflist has sha256"},
 		{name: "chained plugin's binary missing", mut: func(t *testing.T, r string) {
 			os.Remove(bin(r, "istio-cni"))
@@ -118,12 +118,12 @@ func TestChainedMeshPlugin(t *testing.T) {
 		r, _ := build(t)
 		plain := t.TempDir()
 		os.MkdirAll(filepath.Join(plain, netd), 0o755)
-		os.WriteFile(filepath.Join(plain, nodeimage.ConflistPath), recipe, 0o644)
-		os.MkdirAll(filepath.Join(plain, nodeimage.CNIBinDir), 0o755)
-		for _, p := range nodeimage.CNIChainPlugins {
+		os.WriteFile(filepath.Join(plain, cni.ConflistPath), recipe, 0o644)
+		os.MkdirAll(filepath.Join(plain, cni.BinDir), 0o755)
+		for _, p := range cni.SetupPlugins {
 			os.WriteFile(bin(plain, p), []byte("#!/bin/true "+p+"\n"), 0o755)
 		}
-		rec, err := nodeimage.CNIFromRoot(plain)
+		rec, err := cni.FromRoot(plain)
 		if err != nil {
 			t.Fatal(err)
 		}

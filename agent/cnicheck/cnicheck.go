@@ -19,7 +19,7 @@ import (
 	"sort"
 	"strings"
 
-	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // Verdict is the check's result; Reason is for people (it becomes the
@@ -35,31 +35,31 @@ type Layout struct {
 	BinDir   string // relative to the root
 }
 
-// Default is the node image's layout (images/node: ConflistPath, CNIBinDir).
-var Default = Layout{Conflist: nodeimage.ConflistPath, BinDir: nodeimage.CNIBinDir}
+// Default is the node image's layout (images/node/cni: ConflistPath, BinDir).
+var Default = Layout{Conflist: cni.ConflistPath, BinDir: cni.BinDir}
 
 // ReadExpected reads what the image records of its CNI chain: a JSON
 // object with a "cni" member in the shape of the image manifest's
-// (nodeimage.CNI), which the whole manifest.json also is.
-func ReadExpected(file string) (nodeimage.CNI, error) {
+// (cni.Record), which the whole manifest.json also is.
+func ReadExpected(file string) (cni.Record, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nodeimage.CNI{}, fmt.Errorf("CNI record: %w", err)
+		return cni.Record{}, fmt.Errorf("CNI record: %w", err)
 	}
 	var m struct {
-		CNI *nodeimage.CNI `json:"cni"`
+		CNI *cni.Record `json:"cni"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nodeimage.CNI{}, fmt.Errorf("CNI record %s: %w", file, err)
+		return cni.Record{}, fmt.Errorf("CNI record %s: %w", file, err)
 	}
 	if m.CNI == nil || len(m.CNI.ConflistSHA256) != 64 {
-		return nodeimage.CNI{}, fmt.Errorf("CNI record %s: cni.conflistSha256 is missing or not 64 hex digits", file)
+		return cni.Record{}, fmt.Errorf("CNI record %s: cni.conflistSha256 is missing or not 64 hex digits", file)
 	}
 	return *m.CNI, nil
 }
 
 // Check checks the chain under root against want.
-func Check(root string, l Layout, want nodeimage.CNI) Verdict {
+func Check(root string, l Layout, want cni.Record) Verdict {
 	confDir, confName := path.Split(l.Conflist)
 	fail := func(format string, a ...any) Verdict { return Verdict{Reason: fmt.Sprintf(format, a...)} }
 
@@ -79,7 +79,7 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 	}
 
 	conf := filepath.Join(root, l.Conflist)
-	got, _, err := nodeimage.FileSHA256(conf)
+	got, _, err := cni.FileSHA256(conf)
 	if err != nil {
 		return fail("conflist /%s: %v", l.Conflist, err)
 	}
@@ -87,10 +87,10 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 		return fail("conflist /%s has sha256 %s, the image records %s", l.Conflist, got, want.ConflistSHA256)
 	}
 	b, err := os.ReadFile(conf)
-	if err != nil || len(b) > nodeimage.MaxConflistSize {
+	if err != nil || len(b) > cni.MaxConflistSize {
 		return fail("conflist /%s: cannot read it whole", l.Conflist)
 	}
-	named, err := nodeimage.ConflistTypes(b)
+	named, err := cni.ConflistTypes(b)
 	if err != nil {
 		return fail("conflist /%s: %v", l.Conflist, err)
 	}
@@ -110,7 +110,7 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 	}
 	sort.Strings(plugins)
 	for _, p := range plugins {
-		if nodeimage.PluginName(p) != nil {
+		if cni.PluginName(p) != nil {
 			return fail("conflist /%s names plugin type %q, which is no file name", l.Conflist, p)
 		}
 		bin := filepath.Join(root, l.BinDir, p)
@@ -122,7 +122,7 @@ func Check(root string, l Layout, want nodeimage.CNI) Verdict {
 			return fail("plugin %s: /%s/%s is not an executable file (mode %s)", p, l.BinDir, p, fi.Mode())
 		}
 		if sum, ok := want.Plugins[p]; ok {
-			got, _, err := nodeimage.FileSHA256(bin)
+			got, _, err := cni.FileSHA256(bin)
 			if err != nil || got != sum {
 				return fail("plugin %s: /%s/%s is not the binary the image records (sha256 %s)", p, l.BinDir, p, sum)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // The image's conflist (images/node/rootfs/etc/cni/net.d/10-kubefarm.conflist).
@@ -47,63 +48,63 @@ func writeFile(t *testing.T, root, rel string, data []byte, mode os.FileMode) {
 
 // root builds a node root with the chain and returns it and what the
 // image records of it.
-func root(t *testing.T, conf string, extra ...string) (string, nodeimage.CNI) {
+func root(t *testing.T, conf string, extra ...string) (string, cni.Record) {
 	t.Helper()
 	r := t.TempDir()
 	write := func(rel string, data []byte, mode os.FileMode) { writeFile(t, r, rel, data, mode) }
-	want := nodeimage.CNI{Conflist: "/" + nodeimage.ConflistPath, ConflistSHA256: hexsum([]byte(conf)), Plugins: map[string]string{}}
-	write(nodeimage.ConflistPath, []byte(conf), 0o644)
-	for _, p := range nodeimage.CNIChainPlugins {
+	want := cni.Record{Conflist: "/" + cni.ConflistPath, ConflistSHA256: hexsum([]byte(conf)), Plugins: map[string]string{}}
+	write(cni.ConflistPath, []byte(conf), 0o644)
+	for _, p := range cni.SetupPlugins {
 		bin := []byte("#!/bin/true " + p + "\n")
-		write(filepath.Join(nodeimage.CNIBinDir, p), bin, 0o755)
+		write(filepath.Join(cni.BinDir, p), bin, 0o755)
 		want.Plugins[p] = hexsum(bin)
 	}
 	for _, p := range extra {
-		write(filepath.Join(nodeimage.CNIBinDir, p), []byte("#!/bin/true "+p+"\n"), 0o755)
+		write(filepath.Join(cni.BinDir, p), []byte("#!/bin/true "+p+"\n"), 0o755)
 	}
 	return r, want
 }
 
 func TestCheck(t *testing.T) {
-	bin := func(r, p string) string { return filepath.Join(r, nodeimage.CNIBinDir, p) }
+	bin := func(r, p string) string { return filepath.Join(r, cni.BinDir, p) }
 	netd := func(r, name string) string { return filepath.Join(r, "etc/cni/net.d", name) }
 	for _, tc := range []struct {
 		name   string
 		conf   string
 		extra  []string
-		mut    func(t *testing.T, r string, want *nodeimage.CNI)
+		mut    func(t *testing.T, r string, want *cni.Record)
 		ok     bool
 		reason string // a part of the reason
 	}{
 		{name: "all good", conf: conflist, ok: true, reason: "bandwidth, bridge, flannel, host-local, loopback, portmap"},
-		{name: "missing binary", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "missing binary", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.Remove(bin(r, "portmap"))
 		}, reason: "plugin portmap: /usr/lib/cni/portmap is missing"},
-		{name: "missing delegate binary", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "missing delegate binary", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.Remove(bin(r, "bridge"))
 		}, reason: "plugin bridge"},
-		{name: "non-executable binary", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "non-executable binary", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.Chmod(bin(r, "flannel"), 0o644)
 		}, reason: "plugin flannel: /usr/lib/cni/flannel is not an executable file"},
-		{name: "replaced binary", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "replaced binary", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.WriteFile(bin(r, "bandwidth"), []byte("evil"), 0o755)
 		}, reason: "plugin bandwidth: /usr/lib/cni/bandwidth is not the binary the image records"},
-		{name: "hash mismatch", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
-			os.WriteFile(filepath.Join(r, nodeimage.ConflistPath), []byte(strings.Replace(conflist, "0.3.1", "1.0.0", 1)), 0o644)
+		{name: "hash mismatch", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
+			os.WriteFile(filepath.Join(r, cni.ConflistPath), []byte(strings.Replace(conflist, "0.3.1", "1.0.0", 1)), 0o644)
 		}, reason: "conflist /etc/cni/net.d/10-kubefarm.conflist has sha256"},
-		{name: "missing conflist", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
-			os.Remove(filepath.Join(r, nodeimage.ConflistPath))
+		{name: "missing conflist", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
+			os.Remove(filepath.Join(r, cni.ConflistPath))
 		}, reason: "conflist /etc/cni/net.d/10-kubefarm.conflist"},
-		{name: "foreign file sorting first", conf: conflist, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "foreign file sorting first", conf: conflist, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.WriteFile(netd(r, "00-mesh.conflist"), []byte("{}"), 0o644)
 		}, reason: "00-mesh.conflist in /etc/cni/net.d sorts before 10-kubefarm.conflist"},
-		{name: "foreign file sorting after is harmless", conf: conflist, ok: true, mut: func(t *testing.T, r string, _ *nodeimage.CNI) {
+		{name: "foreign file sorting after is harmless", conf: conflist, ok: true, mut: func(t *testing.T, r string, _ *cni.Record) {
 			os.WriteFile(netd(r, "99-other.conf"), []byte("{}"), 0o644)
 		}},
 		{name: "chained extra plugin with its binary", conf: meshConflist, extra: []string{"istio-cni"}, ok: true, reason: "istio-cni"},
 		{name: "chained extra plugin without its binary", conf: meshConflist, reason: "plugin istio-cni: /usr/lib/cni/istio-cni is missing"},
-		{name: "plugin type climbing out", conf: strings.Replace(conflist, `"portmap"`, `"../../bin/sh"`, 1), mut: func(t *testing.T, r string, want *nodeimage.CNI) {
-			b, _ := os.ReadFile(filepath.Join(r, nodeimage.ConflistPath))
+		{name: "plugin type climbing out", conf: strings.Replace(conflist, `"portmap"`, `"../../bin/sh"`, 1), mut: func(t *testing.T, r string, want *cni.Record) {
+			b, _ := os.ReadFile(filepath.Join(r, cni.ConflistPath))
 			want.ConflistSHA256 = hexsum(b)
 		}, reason: "which is no file name"},
 	} {
@@ -125,7 +126,7 @@ func TestCheck(t *testing.T) {
 
 func TestReadExpected(t *testing.T) {
 	dir := t.TempDir()
-	m := &nodeimage.Manifest{CNI: nodeimage.CNI{ConflistSHA256: strings.Repeat("a", 64), Plugins: map[string]string{"flannel": "b"}}}
+	m := &nodeimage.Manifest{CNI: cni.Record{ConflistSHA256: strings.Repeat("a", 64), Plugins: map[string]string{"flannel": "b"}}}
 	if err := nodeimage.WriteManifest(dir, m); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefarm/kubefarm/agent/render"
-	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
@@ -171,14 +171,14 @@ func nodeRoot(t *testing.T, server string) Options {
 			t.Fatal(err)
 		}
 	}
-	conflist, err := os.ReadFile("../../images/node/rootfs/" + nodeimage.ConflistPath)
+	conflist, err := os.ReadFile("../../images/node/rootfs/" + cni.ConflistPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	write(filepath.Join(root, nodeimage.ConflistPath), string(conflist), 0o644)
-	rec := nodeimage.CNI{ConflistSHA256: hexsum(conflist), Plugins: map[string]string{}}
-	for _, p := range nodeimage.CNIChainPlugins {
-		write(filepath.Join(root, nodeimage.CNIBinDir, p), "#!/bin/true "+p, 0o755)
+	write(filepath.Join(root, cni.ConflistPath), string(conflist), 0o644)
+	rec := cni.Record{ConflistSHA256: hexsum(conflist), Plugins: map[string]string{}}
+	for _, p := range cni.SetupPlugins {
+		write(filepath.Join(root, cni.BinDir, p), "#!/bin/true "+p, 0o755)
 		rec.Plugins[p] = hexsum([]byte("#!/bin/true " + p))
 	}
 	b, _ := json.Marshal(map[string]any{"cni": rec})

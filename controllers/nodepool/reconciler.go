@@ -127,7 +127,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // the pool's finalizers.
 // +kubebuilder:rbac:groups=kubefarm.io,resources=nodepools/finalizers,verbs=update
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=bootimages,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=addressclaims,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

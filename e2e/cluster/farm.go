@@ -9,6 +9,7 @@ import (
 	"time"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // FarmMachine is one qemu machine of the local farm, on a tap in the boot
@@ -143,7 +144,7 @@ func VariantImage(dir, out string) error {
 	if err != nil {
 		return err
 	}
-	sum, size, err := nodeimage.FileSHA256(rootfs)
+	sum, size, err := cni.FileSHA256(rootfs)
 	if err != nil {
 		return err
 	}

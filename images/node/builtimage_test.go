@@ -19,6 +19,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // TestBuiltImage checks a built image: KUBEFARM_NODE_IMAGE names its folder
@@ -44,8 +46,8 @@ func TestBuiltImage(t *testing.T) {
 		"runc":            "v"+m.Runc == modulePin(t, "runc", "github.com/opencontainers/runc"),
 		"flannel":         strings.HasPrefix(m.Flannel.Version, "v") && hexRE.MatchString(m.Flannel.SHA256),
 		"agent":           strings.HasPrefix(m.Agent, "sha256:"),
-		"conflist":        m.CNI.Conflist == "/"+ConflistPath && hexRE.MatchString(m.CNI.ConflistSHA256),
-		"chain":           hexRE.MatchString(m.CNI.ChainSHA256) && len(m.CNI.Plugins) >= len(CNIChainPlugins),
+		"conflist":        m.CNI.Conflist == "/"+cni.ConflistPath && hexRE.MatchString(m.CNI.ConflistSHA256),
+		"chain":           hexRE.MatchString(m.CNI.ChainSHA256) && len(m.CNI.Plugins) >= len(cni.SetupPlugins),
 		"packages":        len(m.Packages) > 50,
 		"modules":         len(m.Modules["always"]) == 3 && len(m.Modules["ipvs"]) == 4,
 		"source date":     m.SourceDateEpoch > 0,
@@ -67,18 +69,18 @@ func TestBuiltImage(t *testing.T) {
 	}
 	// The conflist in the image is the recipe's, byte for byte, or the
 	// recipe's with plugins chained in at build time (recipeChain, below).
-	recipe, err := os.ReadFile(filepath.Join("rootfs", ConflistPath))
+	recipe, err := os.ReadFile(filepath.Join("rootfs", cni.ConflistPath))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The record covers every chain plugin (and those chained in).
-	for _, p := range CNIChainPlugins {
+	for _, p := range cni.SetupPlugins {
 		if !hexRE.MatchString(m.CNI.Plugins[p]) {
 			t.Errorf("manifest records no sha256 of CNI plugin %s", p)
 		}
 	}
 	// The chain hash is recomputable from what the manifest lists.
-	sum := sha256Hex([]byte(ChainText(m.CNI.ConflistSHA256, m.CNI.Plugins)))
+	sum := sha256Hex([]byte(cni.ChainText(m.CNI.ConflistSHA256, m.CNI.Plugins)))
 	if sum != m.CNI.ChainSHA256 {
 		t.Errorf("chain sha256 %s does not match its lines (%s)", m.CNI.ChainSHA256, sum)
 	}
@@ -88,7 +90,7 @@ func TestBuiltImage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reading /usr/share/kubefarm/cni.json from the root: %v", err)
 	}
-	var got struct{ CNI CNI }
+	var got struct{ CNI cni.Record }
 	if err := json.Unmarshal(rec, &got); err != nil {
 		t.Fatalf("cni.json: %v", err)
 	}
@@ -123,9 +125,9 @@ func TestBuiltImage(t *testing.T) {
 	if _, err := exec.LookPath("unsquashfs"); err != nil {
 		t.Fatal("unsquashfs (squashfs-tools) is needed to look into rootfs.squashfs")
 	}
-	out, err := exec.Command("unsquashfs", "-cat", filepath.Join(dir, Rootfs), ConflistPath).Output()
+	out, err := exec.Command("unsquashfs", "-cat", filepath.Join(dir, Rootfs), cni.ConflistPath).Output()
 	if err != nil {
-		t.Fatalf("unsquashfs -cat %s: %v", ConflistPath, err)
+		t.Fatalf("unsquashfs -cat %s: %v", cni.ConflistPath, err)
 	}
 	if got := sha256Hex(out); got != m.CNI.ConflistSHA256 {
 		t.Errorf("conflist in the squashfs has sha256 %s, the manifest records %s", got, m.CNI.ConflistSHA256)
@@ -179,7 +181,7 @@ var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // recipeChain says whether conf is the recipe's conflist, byte for byte, or
 // the recipe's with more plugins chained in at build time (CNI_CHAIN_DIR in
-// build.sh, ChainPlugins).
+// build.sh, cni.ChainPlugins).
 func recipeChain(recipe, conf []byte) bool {
 	if bytes.Equal(recipe, conf) {
 		return true
@@ -194,7 +196,7 @@ func recipeChain(recipe, conf []byte) bool {
 	for _, p := range c.Plugins[len(r.Plugins):] {
 		entries = append(entries, p)
 	}
-	b, err := ChainPlugins(recipe, entries...)
+	b, err := cni.ChainPlugins(recipe, entries...)
 	return err == nil && bytes.Equal(b, conf)
 }
 

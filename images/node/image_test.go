@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 type cpioEntry struct {
@@ -144,17 +146,10 @@ func TestInitramfsDeterministic(t *testing.T) {
 	}
 }
 
-func TestChainText(t *testing.T) {
-	got := ChainText("c0", map[string]string{"portmap": "p", "bandwidth": "b"})
-	if want := "conflist c0\nbandwidth b\nportmap p\n"; got != want {
-		t.Errorf("got %q want %q", got, want)
-	}
-}
-
 // The conflist in the recipe is one chain: flannel first, then portmap and
 // bandwidth, and nothing else in its folder.
 func TestConflist(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("rootfs", ConflistPath))
+	b, err := os.ReadFile(filepath.Join("rootfs", cni.ConflistPath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,11 +170,11 @@ func TestConflist(t *testing.T) {
 	if got := strings.Join(types, ","); got != "flannel,portmap,bandwidth" {
 		t.Errorf("chain %s", got)
 	}
-	ents, err := os.ReadDir(filepath.Join("rootfs", filepath.Dir(ConflistPath)))
+	ents, err := os.ReadDir(filepath.Join("rootfs", filepath.Dir(cni.ConflistPath)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ents) != 1 {
-		t.Errorf("%d files in %s, want only the conflist", len(ents), filepath.Dir(ConflistPath))
+		t.Errorf("%d files in %s, want only the conflist", len(ents), filepath.Dir(cni.ConflistPath))
 	}
 }

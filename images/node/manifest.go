@@ -2,16 +2,15 @@ package nodeimage
 
 import (
 	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // Artifact names in an image's cache folder, and the manifest's.
@@ -24,26 +23,6 @@ const (
 
 // Artifacts are the files a BootImage references, in a fixed order.
 var Artifacts = []string{Vmlinuz, Initrd, Rootfs}
-
-// ConflistPath is the one combined CNI configuration the image carries.
-// The agent checks that nothing in its folder sorts before it.
-const ConflistPath = "etc/cni/net.d/10-kubefarm.conflist"
-
-// CNIBinDir is where the image's CNI plugins are (Debian's
-// containernetworking-plugins, plus flannel's); containerd's bin_dir.
-const CNIBinDir = "usr/lib/cni"
-
-// CNIChainPlugins are the plugins a pod's network set-up runs: the chain of
-// the conflist (flannel, portmap, bandwidth), what flannel delegates to
-// (bridge with host-local IPAM) and the loopback plugin containerd runs for
-// every sandbox.
-var CNIChainPlugins = []string{"bandwidth", "bridge", "flannel", "host-local", "loopback", "portmap"}
-
-// ConflistPlugins are the plugin types of the recipe's conflist, in its
-// order (a test reads rootfs/ to keep them equal): the BootImage's
-// spec.cni.plugins for a manifest written before it recorded its own
-// (CNI.ConflistPlugins).
-var ConflistPlugins = []string{"flannel", "portmap", "bandwidth"}
 
 // Manifest describes one built node image. build.sh writes it as
 // manifest.json next to the artifacts.
@@ -64,7 +43,7 @@ type Manifest struct {
 	Runc       string              `json:"runc"`
 	Flannel    Binary              `json:"flannel"`
 	Agent      string              `json:"agent"` // "none" or sha256:<hex> of /usr/bin/kubefarm-agent
-	CNI        CNI                 `json:"cni"`
+	CNI        cni.Record          `json:"cni"`
 	Modules    map[string][]string `json:"modules"`
 	Artifacts  map[string]File     `json:"artifacts"`
 	// Packages are the Debian packages of the root file system,
@@ -86,85 +65,10 @@ type Binary struct {
 	SHA256  string `json:"sha256"`
 }
 
-// CNI describes the pod network configuration.
-type CNI struct {
-	Conflist       string `json:"conflist"`
-	ConflistSHA256 string `json:"conflistSha256"`
-	// Plugins maps each of CNIChainPlugins, and each plugin chained in at
-	// build time (ChainPlugins), to its binary's sha256.
-	Plugins map[string]string `json:"plugins"`
-	// ChainSHA256 is the CNI chain hash: sha256 of ChainText.
-	ChainSHA256 string `json:"chainSha256"`
-	// ConflistPlugins are the plugin types of the conflist's chain, in its
-	// order, chained ones included: the BootImage's spec.cni.plugins.
-	ConflistPlugins []string `json:"conflistPlugins,omitempty"`
-}
-
 // File is one artifact.
 type File struct {
 	SHA256 string `json:"sha256"`
 	Size   int64  `json:"size"`
-}
-
-// ChainText is what the CNI chain hash covers: one line
-// "conflist <sha256>" then one "<plugin> <sha256>" per plugin, sorted.
-func ChainText(conflistSHA string, plugins map[string]string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "conflist %s\n", conflistSHA)
-	names := make([]string, 0, len(plugins))
-	for n := range plugins {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(&b, "%s %s\n", n, plugins[n])
-	}
-	return b.String()
-}
-
-// FileSHA256 returns the hex sha256 and size of a file.
-func FileSHA256(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
-
-// CNIFromRoot hashes the conflist and the chain's plugins in a root tree:
-// CNIChainPlugins and every other plugin the conflist names (those
-// ChainPlugins chained in at build time).
-func CNIFromRoot(root string) (CNI, error) {
-	c := CNI{Conflist: "/" + ConflistPath, Plugins: map[string]string{}}
-	conf, err := os.ReadFile(filepath.Join(root, ConflistPath))
-	if err != nil {
-		return c, err
-	}
-	sum := sha256.Sum256(conf)
-	c.ConflistSHA256 = hex.EncodeToString(sum[:])
-	plugins, err := chainTypes(conf)
-	if err != nil {
-		return c, fmt.Errorf("%s: %w", ConflistPath, err)
-	}
-	if c.ConflistPlugins, err = conflistChain(conf); err != nil {
-		return c, fmt.Errorf("%s: %w", ConflistPath, err)
-	}
-	for _, p := range plugins {
-		s, _, err := FileSHA256(filepath.Join(root, CNIBinDir, p))
-		if err != nil {
-			return c, fmt.Errorf("CNI plugin %s: %w", p, err)
-		}
-		c.Plugins[p] = s
-	}
-	sum = sha256.Sum256([]byte(ChainText(c.ConflistSHA256, c.Plugins)))
-	c.ChainSHA256 = hex.EncodeToString(sum[:])
-	return c, nil
 }
 
 // DpkgPackages reads root/var/lib/dpkg/status: "name version" of every
@@ -252,7 +156,7 @@ func Verify(dir string) (*Manifest, error) {
 			errs = append(errs, fmt.Errorf("manifest has no %s", a))
 			continue
 		}
-		got, n, err := FileSHA256(filepath.Join(dir, a))
+		got, n, err := cni.FileSHA256(filepath.Join(dir, a))
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // Media types of the artifact. They are kubefarm's own: no runtime should
@@ -83,7 +84,7 @@ func NewOCIArtifact(dir string) (*OCIArtifact, error) {
 		return nil, err
 	}
 	cfgPath := filepath.Join(dir, ManifestFile)
-	cfgSum, cfgSize, err := FileSHA256(cfgPath)
+	cfgSum, cfgSize, err := cni.FileSHA256(cfgPath)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (a *OCIArtifact) BootImage(objName, repository string) *kubefarmv1.BootImag
 	}
 	plugins := m.CNI.ConflistPlugins
 	if len(plugins) == 0 {
-		plugins = ConflistPlugins
+		plugins = cni.ConflistPlugins
 	}
 	return &kubefarmv1.BootImage{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubefarmv1.GroupVersion.String(), Kind: "BootImage"},

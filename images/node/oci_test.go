@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
@@ -30,13 +31,13 @@ func imageDir(t *testing.T) string {
 	m := nodeimage.Manifest{SchemaVersion: 1, Artifacts: map[string]nodeimage.File{}}
 	m.Kubelet.Version = "v1.34.4"
 	m.Kernel.Release = "6.1.0-56-amd64"
-	m.CNI = nodeimage.CNI{Conflist: "/" + nodeimage.ConflistPath, ConflistSHA256: strings.Repeat("c", 64), ChainSHA256: strings.Repeat("d", 64)}
+	m.CNI = cni.Record{Conflist: "/" + cni.ConflistPath, ConflistSHA256: strings.Repeat("c", 64), ChainSHA256: strings.Repeat("d", 64)}
 	for _, a := range nodeimage.Artifacts {
 		p := filepath.Join(dir, a)
 		if err := os.WriteFile(p, []byte("the "+a+" bytes"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s, n, err := nodeimage.FileSHA256(p)
+		s, n, err := cni.FileSHA256(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,13 +144,5 @@ func TestOCIArtifactRefusesAChangedFile(t *testing.T) {
 	}
 	if _, err := nodeimage.NewOCIArtifact(dir); err == nil || !strings.Contains(err.Error(), "initrd") {
 		t.Fatalf("want an error naming the initrd, got %v", err)
-	}
-}
-
-// TestConflistPlugins keeps ConflistPlugins equal to the image's conflist.
-func TestConflistPlugins(t *testing.T) {
-	got := chainTypesOf(t, recipeConflist(t))
-	if strings.Join(got, ",") != strings.Join(nodeimage.ConflistPlugins, ",") {
-		t.Fatalf("conflist plugins %v, ConflistPlugins %v", got, nodeimage.ConflistPlugins)
 	}
 }

@@ -11,13 +11,6 @@ import (
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
-// ReasonInvalidStrategy is v1alpha1.ReasonInvalidStrategy, where every
-// NodePool reason now lives.
-//
-// Deprecated: kept only for cmd/kubectl-kubefarm, which is outside this
-// change's slice; use v1alpha1.ReasonInvalidStrategy.
-const ReasonInvalidStrategy = v1alpha1.ReasonInvalidStrategy
-
 // Summary is the pool as the rollout sees it after a pass.
 type Summary struct {
 	Total, Updated, InFlight, Failed, Pending, Unavailable, Budget int

@@ -1,4 +1,4 @@
-package nodeimage
+package cni
 
 import (
 	"bytes"
@@ -279,18 +279,18 @@ func decodeObject(b []byte) ([]member, error) {
 }
 
 // chainTypes is every plugin binary a root's conflist needs a record of:
-// CNIChainPlugins and whatever else the conflist names (chained entries).
+// SetupPlugins and whatever else the conflist names (chained entries).
 func chainTypes(conflist []byte) ([]string, error) {
 	named, err := ConflistTypes(conflist)
 	if err != nil {
 		return nil, err
 	}
-	out := append([]string(nil), CNIChainPlugins...)
+	out := append([]string(nil), SetupPlugins...)
 	for _, n := range named {
 		if err := PluginName(n); err != nil {
 			return nil, err
 		}
-		if !slices.Contains(CNIChainPlugins, n) {
+		if !slices.Contains(SetupPlugins, n) {
 			out = append(out, n)
 		}
 	}

@@ -1,4 +1,4 @@
-package nodeimage_test
+package cni_test
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 // A service mesh's CNI plugin entry, keys in a non-sorted order.
@@ -16,7 +16,7 @@ const meshEntry = `{"type": "istio-cni", "log_level": "info", "kubernetes": {"ku
 
 func recipeConflist(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("rootfs", nodeimage.ConflistPath))
+	b, err := os.ReadFile(filepath.Join("../rootfs", cni.ConflistPath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,17 +44,17 @@ func TestChainPlugins(t *testing.T) {
 	recipe := recipeConflist(t)
 
 	// No entries: the image's conflist comes back byte for byte.
-	same, err := nodeimage.ChainPlugins(recipe)
+	same, err := cni.ChainPlugins(recipe)
 	if err != nil || !bytes.Equal(same, recipe) {
 		t.Fatalf("no entries changed the conflist (%v):\n%s", err, same)
 	}
 
 	// Appended in order, keys of an entry in their order, deterministic.
-	a, err := nodeimage.ChainPlugins(recipe, []byte(meshEntry), []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`))
+	a, err := cni.ChainPlugins(recipe, []byte(meshEntry), []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := nodeimage.ChainPlugins(recipe, []byte(meshEntry), []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`))
+	b, _ := cni.ChainPlugins(recipe, []byte(meshEntry), []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`))
 	if !bytes.Equal(a, b) {
 		t.Error("same input, different bytes")
 	}
@@ -71,11 +71,11 @@ func TestChainPlugins(t *testing.T) {
 		t.Errorf("the conflist's own keys moved:\n%s", a)
 	}
 	// Chaining onto a chained conflist is chaining both at once.
-	step, err := nodeimage.ChainPlugins(recipe, []byte(meshEntry))
+	step, err := cni.ChainPlugins(recipe, []byte(meshEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if two, err := nodeimage.ChainPlugins(step, []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`)); err != nil || !bytes.Equal(two, a) {
+	if two, err := cni.ChainPlugins(step, []byte(`{"type":"tuning","sysctl":{"net.core.somaxconn":"500"}}`)); err != nil || !bytes.Equal(two, a) {
 		t.Errorf("two steps differ from one (%v):\n%s", err, two)
 	}
 
@@ -115,7 +115,7 @@ func TestChainPlugins(t *testing.T) {
 			for _, e := range tc.entries {
 				entries = append(entries, []byte(e))
 			}
-			out, err := nodeimage.ChainPlugins(conf, entries...)
+			out, err := cni.ChainPlugins(conf, entries...)
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("got %v, want an error with %q", err, tc.err)
 			}
@@ -126,30 +126,30 @@ func TestChainPlugins(t *testing.T) {
 	}
 }
 
-// TestCNIFromRootChained: the record covers the plugins chained in, and
-// only CNIChainPlugins without them.
-func TestCNIFromRootChained(t *testing.T) {
+// TestFromRootChained: the record covers the plugins chained in, and
+// only SetupPlugins without them.
+func TestFromRootChained(t *testing.T) {
 	recipe := recipeConflist(t)
 	mk := func(conf []byte, extra ...string) string {
 		r := t.TempDir()
-		os.MkdirAll(filepath.Join(r, filepath.Dir(nodeimage.ConflistPath)), 0o755)
-		os.MkdirAll(filepath.Join(r, nodeimage.CNIBinDir), 0o755)
-		os.WriteFile(filepath.Join(r, nodeimage.ConflistPath), conf, 0o644)
-		for _, p := range append(append([]string{}, nodeimage.CNIChainPlugins...), extra...) {
-			os.WriteFile(filepath.Join(r, nodeimage.CNIBinDir, p), []byte("bin "+p), 0o755)
+		os.MkdirAll(filepath.Join(r, filepath.Dir(cni.ConflistPath)), 0o755)
+		os.MkdirAll(filepath.Join(r, cni.BinDir), 0o755)
+		os.WriteFile(filepath.Join(r, cni.ConflistPath), conf, 0o644)
+		for _, p := range append(append([]string{}, cni.SetupPlugins...), extra...) {
+			os.WriteFile(filepath.Join(r, cni.BinDir, p), []byte("bin "+p), 0o755)
 		}
 		return r
 	}
-	c, err := nodeimage.CNIFromRoot(mk(recipe))
-	if err != nil || len(c.Plugins) != len(nodeimage.CNIChainPlugins) {
+	c, err := cni.FromRoot(mk(recipe))
+	if err != nil || len(c.Plugins) != len(cni.SetupPlugins) {
 		t.Fatalf("plain image: %v, %v", c.Plugins, err)
 	}
-	chained, err := nodeimage.ChainPlugins(recipe, []byte(meshEntry))
+	chained, err := cni.ChainPlugins(recipe, []byte(meshEntry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2, err := nodeimage.CNIFromRoot(mk(chained, "istio-cni"))
-	if err != nil || len(c2.Plugins) != len(nodeimage.CNIChainPlugins)+1 || c2.Plugins["istio-cni"] == "" {
+	c2, err := cni.FromRoot(mk(chained, "istio-cni"))
+	if err != nil || len(c2.Plugins) != len(cni.SetupPlugins)+1 || c2.Plugins["istio-cni"] == "" {
 		t.Fatalf("chained image: %v, %v", c2.Plugins, err)
 	}
 	if c2.ChainSHA256 == c.ChainSHA256 || c2.ConflistSHA256 == c.ConflistSHA256 {
@@ -158,19 +158,19 @@ func TestCNIFromRootChained(t *testing.T) {
 	if got := strings.Join(c2.ConflistPlugins, ","); got != "flannel,portmap,bandwidth,istio-cni" {
 		t.Errorf("chained image's conflist plugins %s", got)
 	}
-	if got := strings.Join(c.ConflistPlugins, ","); got != strings.Join(nodeimage.ConflistPlugins, ",") {
+	if got := strings.Join(c.ConflistPlugins, ","); got != strings.Join(cni.ConflistPlugins, ",") {
 		t.Errorf("plain image's conflist plugins %s, want the recipe's", got)
 	}
-	if !strings.Contains(nodeimage.ChainText(c2.ConflistSHA256, c2.Plugins), "\nistio-cni ") {
+	if !strings.Contains(cni.ChainText(c2.ConflistSHA256, c2.Plugins), "\nistio-cni ") {
 		t.Error("chain text has no istio-cni line")
 	}
 	// A chained plugin without its binary: no record.
-	if _, err := nodeimage.CNIFromRoot(mk(chained)); err == nil || !strings.Contains(err.Error(), "istio-cni") {
+	if _, err := cni.FromRoot(mk(chained)); err == nil || !strings.Contains(err.Error(), "istio-cni") {
 		t.Errorf("missing istio-cni binary: %v", err)
 	}
 	// A conflist naming a path: no record.
 	bad := bytes.Replace(recipe, []byte(`"portmap"`), []byte(`"../../bin/sh"`), 1)
-	if _, err := nodeimage.CNIFromRoot(mk(bad)); err == nil || !strings.Contains(err.Error(), "not a plain file name") {
+	if _, err := cni.FromRoot(mk(bad)); err == nil || !strings.Contains(err.Error(), "not a plain file name") {
 		t.Errorf("climbing plugin type: %v", err)
 	}
 }

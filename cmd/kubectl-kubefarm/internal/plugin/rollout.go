@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 )
 
 // FieldManager is the name the plugin's writes are recorded under in
@@ -208,7 +207,7 @@ func RolloutFinished(p *v1alpha1.NodePool) (finished bool, failure string) {
 	if msg, halted := Halted(p); halted {
 		return true, "halted: " + msg
 	}
-	if progressing.Reason == plan.ReasonInvalidStrategy {
+	if progressing.Reason == v1alpha1.ReasonInvalidStrategy {
 		return true, "its strategy is invalid: " + progressing.Message
 	}
 	if progressing.Status == metav1.ConditionTrue {

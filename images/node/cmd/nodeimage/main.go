@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
+	"github.com/kubefarm/kubefarm/images/node/cni"
 )
 
 func main() {
@@ -137,22 +138,22 @@ func manifest(args []string) error {
 		return fmt.Errorf("manifest: -out, -root and -kernel-deb are required")
 	}
 	var err error
-	if m.Kernel.DebSHA256, _, err = nodeimage.FileSHA256(*kdeb); err != nil {
+	if m.Kernel.DebSHA256, _, err = cni.FileSHA256(*kdeb); err != nil {
 		return err
 	}
-	if m.Kubelet.SHA256, _, err = nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/kubelet")); err != nil {
+	if m.Kubelet.SHA256, _, err = cni.FileSHA256(filepath.Join(*root, "usr/bin/kubelet")); err != nil {
 		return err
 	}
-	if m.Flannel.SHA256, _, err = nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/flanneld")); err != nil {
+	if m.Flannel.SHA256, _, err = cni.FileSHA256(filepath.Join(*root, "usr/bin/flanneld")); err != nil {
 		return err
 	}
 	m.Agent = "none"
-	if s, _, err := nodeimage.FileSHA256(filepath.Join(*root, "usr/bin/kubefarm-agent")); err == nil {
+	if s, _, err := cni.FileSHA256(filepath.Join(*root, "usr/bin/kubefarm-agent")); err == nil {
 		m.Agent = "sha256:" + s
 	} else if !os.IsNotExist(err) {
 		return err
 	}
-	if m.CNI, err = nodeimage.CNIFromRoot(*root); err != nil {
+	if m.CNI, err = cni.FromRoot(*root); err != nil {
 		return err
 	}
 	if m.Packages, err = nodeimage.DpkgPackages(*root); err != nil {
@@ -175,7 +176,7 @@ func manifest(args []string) error {
 	m.Modules = map[string][]string{"always": split(*always), "ipvs": split(*ipvs)}
 	m.Artifacts = map[string]nodeimage.File{}
 	for _, a := range nodeimage.Artifacts {
-		s, n, err := nodeimage.FileSHA256(filepath.Join(*out, a))
+		s, n, err := cni.FileSHA256(filepath.Join(*out, a))
 		if err != nil {
 			return err
 		}
@@ -195,7 +196,7 @@ func split(s string) []string {
 }
 
 // chain appends plugin entries (one JSON object per file) to a conflist's
-// chain with nodeimage.ChainPlugins; build.sh runs it for CNI_CHAIN_DIR.
+// chain with cni.ChainPlugins; build.sh runs it for CNI_CHAIN_DIR.
 // -types, when given, is the entries' types in order (build.sh passes the
 // folder names, so each entry's type must be its folder's name).
 func chain(args []string) error {
@@ -218,7 +219,7 @@ func chain(args []string) error {
 		if err != nil {
 			return err
 		}
-		t, err := nodeimage.EntryType(b)
+		t, err := cni.EntryType(b)
 		if err != nil {
 			return fmt.Errorf("chain: %s: %w", f, err)
 		}
@@ -228,7 +229,7 @@ func chain(args []string) error {
 	if *types != "" && strings.Join(got, ",") != *types {
 		return fmt.Errorf("chain: the entries' types are %s, want %s (an entry's type is its folder's name)", strings.Join(got, ","), *types)
 	}
-	b, err := nodeimage.ChainPlugins(conf, entries...)
+	b, err := cni.ChainPlugins(conf, entries...)
 	if err != nil {
 		return fmt.Errorf("chain: %w", err)
 	}
@@ -247,7 +248,7 @@ func cniRecord(args []string) error {
 	if *root == "" || *out == "" {
 		return fmt.Errorf("cni-record: -root and -o are required")
 	}
-	c, err := nodeimage.CNIFromRoot(*root)
+	c, err := cni.FromRoot(*root)
 	if err != nil {
 		return err
 	}
