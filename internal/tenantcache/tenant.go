@@ -42,6 +42,8 @@ type Tenant struct {
 	// health is the last probe's failure; nil before the first probe and
 	// while the API server answers.
 	health error
+	// suspect is signalled when a watch fails: the probe runs again.
+	suspect chan struct{}
 	// stopping: cancelled; no informer starts any more.
 	stopping bool
 	// queues are the Watches' queues in this tenant; stopWorkers shut
@@ -62,6 +64,7 @@ func (c *Cache) start(tc *kubefarmv1.TenantCluster, cfg *rest.Config, fp string)
 	logger := log.Log.WithName("tenantcache").WithValues("tenantCluster", key.String())
 	ctx, cancel := context.WithCancel(log.IntoContext(context.Background(), logger))
 	t := &Tenant{key: key, tc: tc.DeepCopy(), cfg: cfg, credential: fp, clientset: cs, ctx: ctx, cancel: cancel,
+		suspect:   make(chan struct{}, 1),
 		informers: map[string]cache.SharedIndexInformer{}, clients: map[string]kubernetes.Interface{cfg.UserAgent: cs}}
 	t.wg.Add(1)
 	go func() { defer t.wg.Done(); t.probe(c.opts.HealthInterval, c.opts.HealthTimeout) }()
@@ -126,9 +129,14 @@ func (t *Tenant) Healthy() error {
 	return nil
 }
 
-// probe asks the API server's /readyz every interval while it answers, and
-// with a backoff from firstBackoff to interval while it does not, until
-// the tenant stops.
+// probe asks the API server's /readyz when the connection starts, again
+// whenever one of its watches fails (suspect), and with a backoff from
+// firstBackoff to interval while it does not answer, until the tenant
+// stops. An answering tenant with running informers is not asked again
+// until a watch fails: their connections carry HTTP/2 pings, which notice
+// a server that stopped answering without costing it a request, and the
+// reflector then reports the failure. A tenant without informers (clients
+// only) is asked every interval.
 func (t *Tenant) probe(interval, timeout time.Duration) {
 	logger := log.FromContext(t.ctx)
 	backoff := firstBackoff
@@ -142,22 +150,31 @@ func (t *Tenant) probe(interval, timeout time.Duration) {
 		t.mu.Lock()
 		was := t.health
 		t.health = err
+		watching := len(t.informers) > 0
 		t.mu.Unlock()
-		wait := interval
+		var wait <-chan time.Time
+		var suspect <-chan struct{}
 		switch {
 		case err != nil:
 			if was == nil {
 				logger.Info("the tenant's API server does not answer; retrying with backoff", "server", t.cfg.Host, "error", err.Error())
 			}
-			wait, backoff = backoff, min(2*backoff, interval)
-		case was != nil:
-			logger.Info("the tenant's API server answers again", "server", t.cfg.Host)
+			wait, backoff = time.After(backoff), min(2*backoff, interval)
+		default:
+			if was != nil {
+				logger.Info("the tenant's API server answers again", "server", t.cfg.Host)
+			}
 			backoff = firstBackoff
+			suspect = t.suspect
+			if !watching {
+				wait = time.After(interval)
+			}
 		}
 		select {
 		case <-t.ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-wait:
+		case <-suspect:
 		}
 	}
 }
@@ -222,6 +239,10 @@ func (t *Tenant) informer(src Source) (cache.SharedIndexInformer, error) {
 	// only trace of an unreachable tenant would be silence.
 	if err := i.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		logger.Info("watching the tenant's "+src.name+" failed; retrying", "error", err.Error())
+		select {
+		case t.suspect <- struct{}{}:
+		default:
+		}
 	}); err != nil {
 		return nil, err
 	}
