@@ -434,7 +434,7 @@ func podTemplateChecksum(ctx context.Context, t *testing.T, cs kubernetes.Interf
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d.Spec.Template.Annotations[desired.AnnotationChecksum]
+	return d.Spec.Template.Annotations[kubefarmv1.AnnotationChecksum]
 }
 
 // onlyPodsWithChecksum says whether every API server pod, terminating ones
@@ -447,7 +447,7 @@ func onlyPodsWithChecksum(ctx context.Context, cs kubernetes.Interface, ns, clus
 		return false
 	}
 	for _, p := range pods.Items {
-		if p.Annotations[desired.AnnotationChecksum] != checksum {
+		if p.Annotations[kubefarmv1.AnnotationChecksum] != checksum {
 			return false
 		}
 	}

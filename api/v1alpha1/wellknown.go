@@ -56,6 +56,11 @@ const (
 	// kubefarm rollout retry` sets it to the current time.
 	AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
 
+	// TaintNetworkUnavailable keeps pods off a node until its pod network
+	// is verified (NoSchedule, put on at registration and lifted by the
+	// manager once the agent reports the CNI chain working).
+	TaintNetworkUnavailable = "kubefarm.io/network-unavailable"
+
 	// FinalizerTenantCluster holds a TenantCluster until its controller
 	// has handled what garbage collection cannot: the token issuer
 	// credential in another namespace, and etcd's volumes and the PKI per

@@ -395,7 +395,7 @@ func TestBinary(t *testing.T) {
 		s := &corev1.Secret{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstraptoken.SecretName(tok.ID)}, s); err != nil {
 			t.Errorf("the token's Secret: %v", err)
-		} else if s.Labels[bootstraptoken.LabelMachine] != "m7" {
+		} else if s.Labels[kubefarmv1.LabelMachine] != "m7" {
 			t.Errorf("token labels %v", s.Labels)
 		}
 		if strings.Contains(logBuf.string(), nodeConfig.JoinToken) {

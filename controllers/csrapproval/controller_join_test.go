@@ -61,25 +61,25 @@ func (f *fixture) checkJoins(t *testing.T) {
 		token := f.createToken(t, "workers-m1", nil)
 		csr := f.createJoinCSR(t, tokenID(token), []string{bootstraptoken.DefaultGroup}, nil, nil)
 		c := f.waitDecided(t, csr)
-		if c.Type != certificatesv1.CertificateApproved || c.Reason != csrapproval.ReasonJoinApproved {
-			t.Fatalf("condition %s/%s (%s), want Approved/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonJoinApproved)
+		if c.Type != certificatesv1.CertificateApproved || c.Reason != kubefarmv1.ReasonCSRJoinApproved {
+			t.Fatalf("condition %s/%s (%s), want Approved/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRJoinApproved)
 		}
 		f.waitTokenGone(t, token)
-		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeNormal, csrapproval.ReasonJoinApproved, csr)
+		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeNormal, kubefarmv1.ReasonCSRJoinApproved, csr)
 
 		// Used once: the same token for a second certificate is denied.
 		again := f.createJoinCSR(t, tokenID(token), []string{bootstraptoken.DefaultGroup}, nil, nil)
-		if c := f.waitDecided(t, again); c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonUnknownToken {
-			t.Fatalf("a second request with the used token: %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonUnknownToken)
+		if c := f.waitDecided(t, again); c.Type != certificatesv1.CertificateDenied || c.Reason != kubefarmv1.ReasonCSRUnknownToken {
+			t.Fatalf("a second request with the used token: %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRUnknownToken)
 		}
 	})
 	t.Run("a node asking for another node's name is denied", func(t *testing.T) {
 		// Root on node m1 with its own client certificate.
 		csr := f.createClientCSR(t, envtest.User{Name: "system:node:m1", Groups: []string{"system:nodes"}},
 			pemCSR(t, kubeletRequest("m2"), p256(t)), clientUsages)
-		if c := f.waitDecided(t, csr); c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonNotSelf ||
+		if c := f.waitDecided(t, csr); c.Type != certificatesv1.CertificateDenied || c.Reason != kubefarmv1.ReasonCSRNotSelf ||
 			!strings.Contains(c.Message, "system:node:m2") {
-			t.Fatalf("condition %s/%s (%s), want Denied/%s naming system:node:m2", c.Type, c.Reason, c.Message, csrapproval.ReasonNotSelf)
+			t.Fatalf("condition %s/%s (%s), want Denied/%s naming system:node:m2", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRNotSelf)
 		}
 	})
 	t.Run("a renewal is left to kube-controller-manager", func(t *testing.T) {
@@ -112,36 +112,36 @@ func (f *fixture) checkJoins(t *testing.T) {
 		reason  string
 		msg     string
 	}{
-		{name: "no such token", reason: csrapproval.ReasonUnknownToken, msg: "does not exist"},
+		{name: "no such token", reason: kubefarmv1.ReasonCSRUnknownToken, msg: "does not exist"},
 		{name: "requester not in kubefarm's group", machine: "workers-m1", groups: []string{"system:bootstrappers:other"},
-			reason: csrapproval.ReasonForeignToken, msg: bootstraptoken.DefaultGroup},
+			reason: kubefarmv1.ReasonCSRForeignToken, msg: bootstraptoken.DefaultGroup},
 		{name: "a token without the machine label", machine: "workers-m1", token: func(s *corev1.Secret) { s.Labels = nil },
-			reason: csrapproval.ReasonForeignToken, msg: bootstraptoken.LabelMachine},
-		{name: "an expired token", machine: "workers-m1", token: expired, reason: csrapproval.ReasonTokenExpired, msg: "expired"},
-		{name: "a token for no Machine", machine: "ghost", reason: csrapproval.ReasonNoMachine, msg: `"ghost"`},
+			reason: kubefarmv1.ReasonCSRForeignToken, msg: kubefarmv1.LabelMachine},
+		{name: "an expired token", machine: "workers-m1", token: expired, reason: kubefarmv1.ReasonCSRTokenExpired, msg: "expired"},
+		{name: "a token for no Machine", machine: "ghost", reason: kubefarmv1.ReasonCSRNoMachine, msg: `"ghost"`},
 		{name: "a token for another tenant's Machine", machine: "beta-m9", subject: joinSubject("m9"),
-			reason: csrapproval.ReasonForeignMachine, msg: "TenantCluster \"beta\""},
+			reason: kubefarmv1.ReasonCSRForeignMachine, msg: "TenantCluster \"beta\""},
 		{name: "another Machine's node name", machine: "workers-m1", subject: joinSubject("m2"),
-			reason: csrapproval.ReasonCommonName, msg: `"system:node:m2"`},
+			reason: kubefarmv1.ReasonCSRCommonName, msg: `"system:node:m2"`},
 		{name: "O system:masters", machine: "workers-m1",
 			subject: &pkix.Name{CommonName: "system:node:m1", Organization: []string{"system:masters"}},
-			reason:  csrapproval.ReasonOrganization, msg: "system:masters"},
+			reason:  kubefarmv1.ReasonCSROrganization, msg: "system:masters"},
 		{name: "an OU", machine: "workers-m1",
 			subject: &pkix.Name{CommonName: "system:node:m1", Organization: []string{"system:nodes"}, OrganizationalUnit: []string{"ops"}},
-			reason:  csrapproval.ReasonExtraSubject, msg: "2.5.4.11"},
+			reason:  kubefarmv1.ReasonCSRExtraSubject, msg: "2.5.4.11"},
 		{name: "a DNS SAN", machine: "workers-m1", edit: func(r *x509.CertificateRequest) { r.DNSNames = []string{"m1"} },
-			reason: csrapproval.ReasonSANs, msg: "1 DNS"},
+			reason: kubefarmv1.ReasonCSRSANs, msg: "1 DNS"},
 		{name: "server auth", machine: "workers-m1",
 			usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth, certificatesv1.UsageServerAuth},
-			reason: csrapproval.ReasonClientUsages, msg: "server auth"},
+			reason: kubefarmv1.ReasonCSRClientUsages, msg: "server auth"},
 		{name: "data after the request", machine: "workers-m1", request: func(b []byte) []byte { return append(b, "trailing"...) },
-			reason: csrapproval.ReasonMalformed, msg: "after its PEM block"},
+			reason: kubefarmv1.ReasonCSRMalformed, msg: "after its PEM block"},
 		{name: "a huge request", machine: "workers-m1",
 			request: func(b []byte) []byte { return append(b, bytes.Repeat([]byte("\n"), csrapproval.MaxRequestBytes)...) },
-			reason:  csrapproval.ReasonTooLarge, msg: "bytes, over"},
+			reason:  kubefarmv1.ReasonCSRTooLarge, msg: "bytes, over"},
 		{name: "a weak key", machine: "workers-m1", key: rsa1024,
 			usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageKeyEncipherment, certificatesv1.UsageClientAuth},
-			reason: csrapproval.ReasonWeakKey, msg: "1024 bits"},
+			reason: kubefarmv1.ReasonCSRWeakKey, msg: "1024 bits"},
 	} {
 		t.Run("denied: "+tc.name, func(t *testing.T) {
 			id := "zz0000"

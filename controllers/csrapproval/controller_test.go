@@ -97,10 +97,10 @@ func TestApprovalPerTenant(t *testing.T) {
 	t.Run("own names and address are approved", func(t *testing.T) {
 		csr := f.createCSR(t, "m1", certificatesv1.KubeletServingSignerName, []string{"m1", "m1." + domain}, []net.IP{m1IP})
 		c := f.waitDecided(t, csr)
-		if c.Type != certificatesv1.CertificateApproved || c.Reason != csrapproval.ReasonApproved {
-			t.Fatalf("condition %s/%s (%s), want Approved/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonApproved)
+		if c.Type != certificatesv1.CertificateApproved || c.Reason != kubefarmv1.ReasonCSRApproved {
+			t.Fatalf("condition %s/%s (%s), want Approved/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRApproved)
 		}
-		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeNormal, csrapproval.ReasonApproved, csr)
+		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeNormal, kubefarmv1.ReasonCSRApproved, csr)
 	})
 	t.Run("another signer is left alone", func(t *testing.T) {
 		got := &certificatesv1.CertificateSigningRequest{}
@@ -114,24 +114,24 @@ func TestApprovalPerTenant(t *testing.T) {
 	t.Run("a foreign address is denied", func(t *testing.T) {
 		csr := f.createCSR(t, "m1", certificatesv1.KubeletServingSignerName, []string{"m1"}, []net.IP{net.ParseIP("192.0.2.99")})
 		c := f.waitDecided(t, csr)
-		if c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonForeignSAN {
-			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonForeignSAN)
+		if c.Type != certificatesv1.CertificateDenied || c.Reason != kubefarmv1.ReasonCSRForeignSAN {
+			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRForeignSAN)
 		}
-		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeWarning, csrapproval.ReasonForeignSAN, csr)
+		f.waitEvent(t, "Machine", "workers-m1", corev1.EventTypeWarning, kubefarmv1.ReasonCSRForeignSAN, csr)
 	})
 	t.Run("a node that is no Machine is denied", func(t *testing.T) {
 		csr := f.createCSR(t, "ghost", certificatesv1.KubeletServingSignerName, []string{"ghost"}, nil)
 		c := f.waitDecided(t, csr)
-		if c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonUnknownNode {
-			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonUnknownNode)
+		if c.Type != certificatesv1.CertificateDenied || c.Reason != kubefarmv1.ReasonCSRUnknownNode {
+			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRUnknownNode)
 		}
-		f.waitEvent(t, "TenantCluster", f.tc.Name, corev1.EventTypeWarning, csrapproval.ReasonUnknownNode, csr)
+		f.waitEvent(t, "TenantCluster", f.tc.Name, corev1.EventTypeWarning, kubefarmv1.ReasonCSRUnknownNode, csr)
 	})
 	t.Run("a hostname two Machines share is denied", func(t *testing.T) {
 		csr := f.createCSR(t, "dup", certificatesv1.KubeletServingSignerName, []string{"dup"}, nil)
 		c := f.waitDecided(t, csr)
-		if c.Type != certificatesv1.CertificateDenied || c.Reason != csrapproval.ReasonUnknownNode {
-			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, csrapproval.ReasonUnknownNode)
+		if c.Type != certificatesv1.CertificateDenied || c.Reason != kubefarmv1.ReasonCSRUnknownNode {
+			t.Fatalf("condition %s/%s (%s), want Denied/%s", c.Type, c.Reason, c.Message, kubefarmv1.ReasonCSRUnknownNode)
 		}
 	})
 
@@ -169,7 +169,7 @@ func TestApprovalPerTenant(t *testing.T) {
 		// token is still there, and must go once the watch is back.
 		token := f.createToken(t, "workers-m1", nil)
 		join := f.createJoinCSR(t, tokenID(token), []string{bootstraptoken.DefaultGroup}, nil, nil)
-		f.approve(t, join, csrapproval.ReasonJoinApproved)
+		f.approve(t, join, kubefarmv1.ReasonCSRJoinApproved)
 		// The credential back: the new watch lists what it missed.
 		f.writeCredential(t, "tenant-admin-3")
 		f.waitRunning(t, "")

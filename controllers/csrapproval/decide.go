@@ -67,25 +67,6 @@ type Decision struct {
 	Message string
 }
 
-// Reasons. Each names the first rule the request broke, so that a denied
-// request can be told apart in `kubectl get csr` without reading messages.
-const (
-	ReasonApproved       = "KubefarmMachineVerified"
-	ReasonOtherSigner    = "NotKubeletServing"
-	ReasonAlreadyDecided = "AlreadyDecided"
-	ReasonNotANode       = "RequesterNotANode"
-	ReasonUnknownNode    = "NodeNotAMachine"
-	ReasonTooLarge       = "RequestTooLarge"
-	ReasonMalformed      = "MalformedRequest"
-	ReasonBadSignature   = "InvalidSignature"
-	ReasonWeakKey        = "UnsupportedKey"
-	ReasonSubject        = "SubjectMismatch"
-	ReasonUsages         = "ForbiddenUsages"
-	ReasonForeignSAN     = "ForeignSAN"
-	ReasonForbiddenSAN   = "ForbiddenSANType"
-	ReasonNoSAN          = "NoSAN"
-)
-
 const (
 	nodeUserPrefix = "system:node:"
 	nodesGroup     = "system:nodes"
@@ -156,10 +137,10 @@ var (
 // the same code, so they never reach a certificate.
 func Decide(csr *certificatesv1.CertificateSigningRequest, lookup func(nodeName string) (Identity, bool)) Decision {
 	if csr == nil {
-		return Decision{Ignore, ReasonOtherSigner, "no request"}
+		return Decision{Ignore, kubefarmv1.ReasonCSROtherSigner, "no request"}
 	}
 	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
-		return Decision{Ignore, ReasonOtherSigner, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeletServingSignerName)}
+		return Decision{Ignore, kubefarmv1.ReasonCSROtherSigner, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeletServingSignerName)}
 	}
 	if d, decided := alreadyDecided(csr); decided {
 		return d
@@ -168,25 +149,25 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, lookup func(nodeName 
 	user := csr.Spec.Username
 	node, ok := strings.CutPrefix(user, nodeUserPrefix)
 	if !ok || node == "" {
-		return deny(ReasonNotANode, "requester %q is not a node (%s<name>)", user, nodeUserPrefix)
+		return deny(kubefarmv1.ReasonCSRNotANode, "requester %q is not a node (%s<name>)", user, nodeUserPrefix)
 	}
 	if !slices.Contains(csr.Spec.Groups, nodesGroup) {
-		return deny(ReasonNotANode, "requester %q is not in group %s", user, nodesGroup)
+		return deny(kubefarmv1.ReasonCSRNotANode, "requester %q is not in group %s", user, nodesGroup)
 	}
 	id, ok := lookup(node)
 	if !ok {
-		return deny(ReasonUnknownNode, "node %q is not a Machine of this tenant", node)
+		return deny(kubefarmv1.ReasonCSRUnknownNode, "node %q is not a Machine of this tenant", node)
 	}
 
 	serverAuth := false
 	for _, u := range csr.Spec.Usages {
 		if !slices.Contains(allowedUsages, u) {
-			return deny(ReasonUsages, "usage %q is not allowed for a kubelet serving certificate (allowed: %v)", u, allowedUsages)
+			return deny(kubefarmv1.ReasonCSRUsages, "usage %q is not allowed for a kubelet serving certificate (allowed: %v)", u, allowedUsages)
 		}
 		serverAuth = serverAuth || u == certificatesv1.UsageServerAuth
 	}
 	if !serverAuth {
-		return deny(ReasonUsages, "usages %v do not include %q", csr.Spec.Usages, certificatesv1.UsageServerAuth)
+		return deny(kubefarmv1.ReasonCSRUsages, "usages %v do not include %q", csr.Spec.Usages, certificatesv1.UsageServerAuth)
 	}
 
 	req, d := parse(csr.Spec.Request)
@@ -199,25 +180,25 @@ func Decide(csr *certificatesv1.CertificateSigningRequest, lookup func(nodeName 
 	}
 
 	if len(req.EmailAddresses) > 0 {
-		return deny(ReasonForbiddenSAN, "email SANs are not allowed (%s)", short(req.EmailAddresses[0]))
+		return deny(kubefarmv1.ReasonCSRForbiddenSAN, "email SANs are not allowed (%s)", short(req.EmailAddresses[0]))
 	}
 	if len(req.URIs) > 0 {
-		return deny(ReasonForbiddenSAN, "URI SANs are not allowed (%s)", short(req.URIs[0].String()))
+		return deny(kubefarmv1.ReasonCSRForbiddenSAN, "URI SANs are not allowed (%s)", short(req.URIs[0].String()))
 	}
 	if len(req.DNSNames)+len(req.IPAddresses) == 0 {
-		return deny(ReasonNoSAN, "request has no DNS or IP SAN")
+		return deny(kubefarmv1.ReasonCSRNoSAN, "request has no DNS or IP SAN")
 	}
 	for _, n := range req.DNSNames {
 		if !slices.Contains(id.DNSNames, n) {
-			return deny(ReasonForeignSAN, "DNS SAN %s is not a name of Machine %s (%q)", short(n), id.Machine, id.DNSNames)
+			return deny(kubefarmv1.ReasonCSRForeignSAN, "DNS SAN %s is not a name of Machine %s (%q)", short(n), id.Machine, id.DNSNames)
 		}
 	}
 	for _, ip := range req.IPAddresses {
 		if !slices.ContainsFunc(id.IPs, ip.Equal) {
-			return deny(ReasonForeignSAN, "IP SAN %s is not an address of Machine %s (%v)", ip, id.Machine, id.IPs)
+			return deny(kubefarmv1.ReasonCSRForeignSAN, "IP SAN %s is not an address of Machine %s (%v)", ip, id.Machine, id.IPs)
 		}
 	}
-	return Decision{Approve, ReasonApproved, fmt.Sprintf("node %q is Machine %s and asks only for its names and addresses", node, id.Machine)}
+	return Decision{Approve, kubefarmv1.ReasonCSRApproved, fmt.Sprintf("node %q is Machine %s and asks only for its names and addresses", node, id.Machine)}
 }
 
 // short quotes a value taken from the request for a message, cut so that a
@@ -238,32 +219,32 @@ func deny(reason, format string, args ...any) Decision {
 // signature and key. On failure the request is nil and the Decision says why.
 func parse(raw []byte) (*x509.CertificateRequest, Decision) {
 	if len(raw) > MaxRequestBytes {
-		return nil, deny(ReasonTooLarge, "request is %d bytes, over %d", len(raw), MaxRequestBytes)
+		return nil, deny(kubefarmv1.ReasonCSRTooLarge, "request is %d bytes, over %d", len(raw), MaxRequestBytes)
 	}
 	block, rest := pem.Decode(raw)
 	if block == nil {
-		return nil, deny(ReasonMalformed, "request is not PEM")
+		return nil, deny(kubefarmv1.ReasonCSRMalformed, "request is not PEM")
 	}
 	if block.Type != pemType {
-		return nil, deny(ReasonMalformed, "PEM block is %q, not %q", block.Type, pemType)
+		return nil, deny(kubefarmv1.ReasonCSRMalformed, "PEM block is %q, not %q", block.Type, pemType)
 	}
 	if len(block.Headers) > 0 {
-		return nil, deny(ReasonMalformed, "PEM block has headers")
+		return nil, deny(kubefarmv1.ReasonCSRMalformed, "PEM block has headers")
 	}
 	// A second block would be ignored by the signer but could mislead a
 	// human reading the request; one request, one block.
 	if len(bytes.TrimSpace(rest)) > 0 {
-		return nil, deny(ReasonMalformed, "request has data after its PEM block")
+		return nil, deny(kubefarmv1.ReasonCSRMalformed, "request has data after its PEM block")
 	}
 	req, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, deny(ReasonMalformed, "request does not parse: %v", err)
+		return nil, deny(kubefarmv1.ReasonCSRMalformed, "request does not parse: %v", err)
 	}
 	if err := req.CheckSignature(); err != nil {
-		return nil, deny(ReasonBadSignature, "request signature does not verify: %v", err)
+		return nil, deny(kubefarmv1.ReasonCSRBadSignature, "request signature does not verify: %v", err)
 	}
 	if msg := weakKey(req.PublicKey); msg != "" {
-		return nil, deny(ReasonWeakKey, "%s", msg)
+		return nil, deny(kubefarmv1.ReasonCSRWeakKey, "%s", msg)
 	}
 	return req, Decision{}
 }
@@ -296,7 +277,7 @@ func weakKey(k any) string {
 // read identity from such fields.
 func checkSubject(req *x509.CertificateRequest, user string) *Decision {
 	if _, msg := subjectProblem(req, user); msg != "" {
-		d := deny(ReasonSubject, "%s", msg)
+		d := deny(kubefarmv1.ReasonCSRSubject, "%s", msg)
 		return &d
 	}
 	return nil

@@ -30,25 +30,6 @@ import (
 // asked for is the requester's, which is all there is to check once the
 // first certificate was right.
 
-// Reasons of the join decision. Like the serving ones, each names the first
-// rule the request broke.
-const (
-	ReasonJoinApproved     = "KubefarmJoinTokenVerified"
-	ReasonNotKubeletClient = "NotKubeletClient"
-	ReasonNotBootstrap     = "NotBootstrapToken"
-	ReasonUnknownToken     = "UnknownBootstrapToken"
-	ReasonForeignToken     = "TokenNotKubefarms"
-	ReasonTokenExpired     = "BootstrapTokenExpired"
-	ReasonNoMachine        = "TokenMachineNotFound"
-	ReasonForeignMachine   = "TokenMachineOfAnotherTenant"
-	ReasonCommonName       = "CommonNameNotMachine"
-	ReasonOrganization     = "OrganizationNotNodes"
-	ReasonExtraSubject     = "ExtraSubjectFields"
-	ReasonSANs             = "SANsNotAllowed"
-	ReasonClientUsages     = "NotKubeletClientUsages"
-	ReasonNotSelf          = "NodeAsksForAnotherName"
-)
-
 const bootstrapUserPrefix = "system:bootstrap:"
 
 // JoinLookup finds what a join request is checked against. Each function
@@ -100,10 +81,10 @@ var kubeletClientUsages = [][]certificatesv1.KeyUsage{
 // certifies. Anything else is denied, with the first rule it broke.
 func DecideJoin(csr *certificatesv1.CertificateSigningRequest, tenant string, now time.Time, l JoinLookup) Decision {
 	if csr == nil {
-		return Decision{Ignore, ReasonNotKubeletClient, "no request"}
+		return Decision{Ignore, kubefarmv1.ReasonCSRNotKubeletClient, "no request"}
 	}
 	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
-		return Decision{Ignore, ReasonNotKubeletClient, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeAPIServerClientKubeletSignerName)}
+		return Decision{Ignore, kubefarmv1.ReasonCSRNotKubeletClient, fmt.Sprintf("signer %q is not %s", csr.Spec.SignerName, certificatesv1.KubeAPIServerClientKubeletSignerName)}
 	}
 	if d, decided := alreadyDecided(csr); decided {
 		return d
@@ -123,7 +104,7 @@ func DecideJoin(csr *certificatesv1.CertificateSigningRequest, tenant string, no
 	if d, ok := checkJoinRequest(csr, id, machine, node); !ok {
 		return d
 	}
-	return Decision{Approve, ReasonJoinApproved, fmt.Sprintf("bootstrap token %s was issued for Machine %s, and the request is its kubelet's, for %s", id, machine, node)}
+	return Decision{Approve, kubefarmv1.ReasonCSRJoinApproved, fmt.Sprintf("bootstrap token %s was issued for Machine %s, and the request is its kubelet's, for %s", id, machine, node)}
 }
 
 // checkJoinRequester is the id of the bootstrap token csr was made with; ok is
@@ -138,19 +119,19 @@ func checkJoinRequester(csr *certificatesv1.CertificateSigningRequest) (id strin
 		// shows, instead of waiting forever (root on one node trying to
 		// become another).
 		if req, _ := parse(csr.Spec.Request); req != nil && req.Subject.CommonName != csr.Spec.Username {
-			return "", deny(ReasonNotSelf, "node %s asks for a client certificate as %s: a node may only renew its own",
+			return "", deny(kubefarmv1.ReasonCSRNotSelf, "node %s asks for a client certificate as %s: a node may only renew its own",
 				short(csr.Spec.Username), short(req.Subject.CommonName)), false
 		}
 	}
 	if !ok {
-		return "", Decision{Ignore, ReasonNotBootstrap, fmt.Sprintf("requester %s is not a bootstrap token (%s<id>): "+
+		return "", Decision{Ignore, kubefarmv1.ReasonCSRNotBootstrap, fmt.Sprintf("requester %s is not a bootstrap token (%s<id>): "+
 			"a node's renewal is kube-controller-manager's to approve, anyone else's the tenant admin's", short(csr.Spec.Username), bootstrapUserPrefix)}, false
 	}
 	if !bootstraptoken.ValidID(id) {
-		return "", deny(ReasonUnknownToken, "requester %s does not name a bootstrap token id ([a-z0-9]{6})", short(csr.Spec.Username)), false
+		return "", deny(kubefarmv1.ReasonCSRUnknownToken, "requester %s does not name a bootstrap token id ([a-z0-9]{6})", short(csr.Spec.Username)), false
 	}
 	if !slices.Contains(csr.Spec.Groups, bootstraptoken.DefaultGroup) {
-		return "", deny(ReasonForeignToken, "requester %s is not in group %s: the token is not one kubefarm issued for a machine",
+		return "", deny(kubefarmv1.ReasonCSRForeignToken, "requester %s is not in group %s: the token is not one kubefarm issued for a machine",
 			csr.Spec.Username, bootstraptoken.DefaultGroup), false
 	}
 	return id, Decision{}, true
@@ -163,20 +144,20 @@ func checkJoinToken(id string, now time.Time, l JoinLookup) (machineName string,
 	secretName := bootstraptoken.Namespace + "/" + bootstraptoken.SecretName(id)
 	s, ok := l.Token(id)
 	if !ok {
-		return "", deny(ReasonUnknownToken, "bootstrap token %s (Secret %s) does not exist: already used, expired, or never issued", id, secretName), false
+		return "", deny(kubefarmv1.ReasonCSRUnknownToken, "bootstrap token %s (Secret %s) does not exist: already used, expired, or never issued", id, secretName), false
 	}
 	if s.Type != corev1.SecretTypeBootstrapToken {
-		return "", deny(ReasonForeignToken, "Secret %s is of type %s, not %s", secretName, short(string(s.Type)), corev1.SecretTypeBootstrapToken), false
+		return "", deny(kubefarmv1.ReasonCSRForeignToken, "Secret %s is of type %s, not %s", secretName, short(string(s.Type)), corev1.SecretTypeBootstrapToken), false
 	}
-	machineName = s.Labels[bootstraptoken.LabelMachine]
+	machineName = s.Labels[kubefarmv1.LabelMachine]
 	if machineName == "" {
-		return "", deny(ReasonForeignToken, "Secret %s has no label %s: kubefarm did not issue it for a machine", secretName, bootstraptoken.LabelMachine), false
+		return "", deny(kubefarmv1.ReasonCSRForeignToken, "Secret %s has no label %s: kubefarm did not issue it for a machine", secretName, kubefarmv1.LabelMachine), false
 	}
 	if g := string(s.Data[bootstraptoken.KeyExtraGroups]); g != bootstraptoken.DefaultGroup {
-		return "", deny(ReasonForeignToken, "Secret %s: %s is %s, not exactly %s", secretName, bootstraptoken.KeyExtraGroups, short(g), bootstraptoken.DefaultGroup), false
+		return "", deny(kubefarmv1.ReasonCSRForeignToken, "Secret %s: %s is %s, not exactly %s", secretName, bootstraptoken.KeyExtraGroups, short(g), bootstraptoken.DefaultGroup), false
 	}
 	if bootstraptoken.Expired(s, now) {
-		return "", deny(ReasonTokenExpired, "bootstrap token %s expired (%s %s)", id, bootstraptoken.KeyExpiration, short(string(s.Data[bootstraptoken.KeyExpiration]))), false
+		return "", deny(kubefarmv1.ReasonCSRTokenExpired, "bootstrap token %s expired (%s %s)", id, bootstraptoken.KeyExpiration, short(string(s.Data[bootstraptoken.KeyExpiration]))), false
 	}
 	return machineName, Decision{}, true
 }
@@ -187,14 +168,14 @@ func checkJoinToken(id string, now time.Time, l JoinLookup) (machineName string,
 func checkJoinMachine(id, machineName, tenant string, l JoinLookup) (machine, node string, d Decision, ok bool) {
 	m, ok := l.Machine(machineName)
 	if !ok {
-		return "", "", deny(ReasonNoMachine, "bootstrap token %s was issued for Machine %s, which does not exist in TenantCluster %s's namespace", id, short(machineName), tenant), false
+		return "", "", deny(kubefarmv1.ReasonCSRNoMachine, "bootstrap token %s was issued for Machine %s, which does not exist in TenantCluster %s's namespace", id, short(machineName), tenant), false
 	}
 	machine = m.Namespace + "/" + m.Name
 	if m.Spec.Cluster != tenant {
-		return "", "", deny(ReasonForeignMachine, "bootstrap token %s was issued for Machine %s of TenantCluster %s, not %s", id, machine, short(m.Spec.Cluster), tenant), false
+		return "", "", deny(kubefarmv1.ReasonCSRForeignMachine, "bootstrap token %s was issued for Machine %s of TenantCluster %s, not %s", id, machine, short(m.Spec.Cluster), tenant), false
 	}
 	if m.Spec.Hostname == "" {
-		return "", "", deny(ReasonNoMachine, "Machine %s of bootstrap token %s has no hostname", machine, id), false
+		return "", "", deny(kubefarmv1.ReasonCSRNoMachine, "Machine %s of bootstrap token %s has no hostname", machine, id), false
 	}
 	return machine, nodeUserPrefix + m.Spec.Hostname, Decision{}, true
 }
@@ -203,7 +184,7 @@ func checkJoinMachine(id, machineName, tenant string, l JoinLookup) (machine, no
 // ok is false, with the decision, when it is not.
 func checkJoinRequest(csr *certificatesv1.CertificateSigningRequest, id, machine, node string) (d Decision, ok bool) {
 	if !usagesAreKubeletClient(csr.Spec.Usages) {
-		return deny(ReasonClientUsages, "usages %v are not a kubelet client's: want %v, or %v with an RSA key",
+		return deny(kubefarmv1.ReasonCSRClientUsages, "usages %v are not a kubelet client's: want %v, or %v with an RSA key",
 			csr.Spec.Usages, kubeletClientUsages[0], kubeletClientUsages[1]), false
 	}
 	req, d := parse(csr.Spec.Request)
@@ -212,14 +193,14 @@ func checkJoinRequest(csr *certificatesv1.CertificateSigningRequest, id, machine
 	}
 	switch fault, msg := subjectProblem(req, node); fault {
 	case subjectCN:
-		return deny(ReasonCommonName, "%s (the hostname of Machine %s, which token %s was issued for)", msg, machine, id), false
+		return deny(kubefarmv1.ReasonCSRCommonName, "%s (the hostname of Machine %s, which token %s was issued for)", msg, machine, id), false
 	case subjectO:
-		return deny(ReasonOrganization, "%s", msg), false
+		return deny(kubefarmv1.ReasonCSROrganization, "%s", msg), false
 	case subjectExtra:
-		return deny(ReasonExtraSubject, "%s", msg), false
+		return deny(kubefarmv1.ReasonCSRExtraSubject, "%s", msg), false
 	}
 	if n := len(req.DNSNames) + len(req.IPAddresses) + len(req.EmailAddresses) + len(req.URIs); n > 0 {
-		return deny(ReasonSANs, "a kubelet client request has no subject alternative names; this one has %d (%d DNS, %d IP, %d email, %d URI)",
+		return deny(kubefarmv1.ReasonCSRSANs, "a kubelet client request has no subject alternative names; this one has %d (%d DNS, %d IP, %d email, %d URI)",
 			n, len(req.DNSNames), len(req.IPAddresses), len(req.EmailAddresses), len(req.URIs)), false
 	}
 	return Decision{}, true
@@ -230,11 +211,11 @@ func alreadyDecided(csr *certificatesv1.CertificateSigningRequest) (Decision, bo
 	for _, c := range csr.Status.Conditions {
 		switch c.Type {
 		case certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
-			return Decision{Ignore, ReasonAlreadyDecided, fmt.Sprintf("request already has condition %s", c.Type)}, true
+			return Decision{Ignore, kubefarmv1.ReasonCSRAlreadyDecided, fmt.Sprintf("request already has condition %s", c.Type)}, true
 		}
 	}
 	if len(csr.Status.Certificate) > 0 {
-		return Decision{Ignore, ReasonAlreadyDecided, "request already has a certificate"}, true
+		return Decision{Ignore, kubefarmv1.ReasonCSRAlreadyDecided, "request already has a certificate"}, true
 	}
 	return Decision{}, false
 }

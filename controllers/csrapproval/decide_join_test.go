@@ -133,90 +133,90 @@ func TestDecideJoin(t *testing.T) {
 		reason  string
 		msg     string // a fragment of the message
 	}{
-		{"the kubelet's own request", csr(valid, nil), nil, Approve, ReasonJoinApproved, "Machine tenants/workers-m2"},
-		{"RSA key with key encipherment", csr(withKey("rsa2048"), usages(ds, ke, ca)), nil, Approve, ReasonJoinApproved, "system:node:m2"},
-		{"usages in another order", csr(valid, usages(ca, ds)), nil, Approve, ReasonJoinApproved, ""},
-		{"Ed25519 key", csr(withKey("ed25519"), nil), nil, Approve, ReasonJoinApproved, ""},
-		{"exactly the size limit", csr(padded(MaxRequestBytes), nil), nil, Approve, ReasonJoinApproved, ""},
+		{"the kubelet's own request", csr(valid, nil), nil, Approve, kubefarmv1.ReasonCSRJoinApproved, "Machine tenants/workers-m2"},
+		{"RSA key with key encipherment", csr(withKey("rsa2048"), usages(ds, ke, ca)), nil, Approve, kubefarmv1.ReasonCSRJoinApproved, "system:node:m2"},
+		{"usages in another order", csr(valid, usages(ca, ds)), nil, Approve, kubefarmv1.ReasonCSRJoinApproved, ""},
+		{"Ed25519 key", csr(withKey("ed25519"), nil), nil, Approve, kubefarmv1.ReasonCSRJoinApproved, ""},
+		{"exactly the size limit", csr(padded(MaxRequestBytes), nil), nil, Approve, kubefarmv1.ReasonCSRJoinApproved, ""},
 
-		{"no request object", nil, nil, Ignore, ReasonNotKubeletClient, ""},
+		{"no request object", nil, nil, Ignore, kubefarmv1.ReasonCSRNotKubeletClient, ""},
 		{"a serving request", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.SignerName = certificatesv1.KubeletServingSignerName
-		}), nil, Ignore, ReasonNotKubeletClient, "kubernetes.io/kubelet-serving"},
+		}), nil, Ignore, kubefarmv1.ReasonCSRNotKubeletClient, "kubernetes.io/kubelet-serving"},
 		{"a node's renewal", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Username, c.Spec.Groups = "system:node:m2", []string{"system:nodes", "system:authenticated"}
-		}), nil, Ignore, ReasonNotBootstrap, "kube-controller-manager"},
+		}), nil, Ignore, kubefarmv1.ReasonCSRNotBootstrap, "kube-controller-manager"},
 		{"a node asking for another node's name", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m3" }),
 			func(c *certificatesv1.CertificateSigningRequest) {
 				c.Spec.Username, c.Spec.Groups = "system:node:m2", []string{"system:nodes", "system:authenticated"}
-			}), nil, Deny, ReasonNotSelf, `"system:node:m3"`},
-		{"a user's request", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "alice" }), nil, Ignore, ReasonNotBootstrap, `"alice"`},
+			}), nil, Deny, kubefarmv1.ReasonCSRNotSelf, `"system:node:m3"`},
+		{"a user's request", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "alice" }), nil, Ignore, kubefarmv1.ReasonCSRNotBootstrap, `"alice"`},
 		{"already approved", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
-		}), nil, Ignore, ReasonAlreadyDecided, "Approved"},
+		}), nil, Ignore, kubefarmv1.ReasonCSRAlreadyDecided, "Approved"},
 		{"already failed", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateFailed, Status: "True"}}
-		}), nil, Ignore, ReasonAlreadyDecided, "Failed"},
+		}), nil, Ignore, kubefarmv1.ReasonCSRAlreadyDecided, "Failed"},
 
 		{"requester is no token id", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:bootstrap:ABC123" }),
-			nil, Deny, ReasonUnknownToken, "ABC123"},
+			nil, Deny, kubefarmv1.ReasonCSRUnknownToken, "ABC123"},
 		{"no such token", csr(valid, nil), token(func(s *corev1.Secret) { s.Name = bootstraptoken.SecretName("zzz999") }),
-			Deny, ReasonUnknownToken, "kube-system/bootstrap-token-abc123"},
+			Deny, kubefarmv1.ReasonCSRUnknownToken, "kube-system/bootstrap-token-abc123"},
 		{"requester not in kubefarm's group", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Groups = []string{"system:bootstrappers", "system:authenticated"}
-		}), nil, Deny, ReasonForeignToken, bootstraptoken.DefaultGroup},
+		}), nil, Deny, kubefarmv1.ReasonCSRForeignToken, bootstraptoken.DefaultGroup},
 		{"token Secret of another type", csr(valid, nil), token(func(s *corev1.Secret) { s.Type = corev1.SecretTypeOpaque }),
-			Deny, ReasonForeignToken, "Opaque"},
+			Deny, kubefarmv1.ReasonCSRForeignToken, "Opaque"},
 		{"token without the machine label", csr(valid, nil), token(func(s *corev1.Secret) { s.Labels = nil }),
-			Deny, ReasonForeignToken, bootstraptoken.LabelMachine},
+			Deny, kubefarmv1.ReasonCSRForeignToken, kubefarmv1.LabelMachine},
 		{"token in another group too", csr(valid, nil), token(func(s *corev1.Secret) {
 			s.Data[bootstraptoken.KeyExtraGroups] = []byte(bootstraptoken.DefaultGroup + ",system:bootstrappers:admins")
-		}), Deny, ReasonForeignToken, "system:bootstrappers:admins"},
+		}), Deny, kubefarmv1.ReasonCSRForeignToken, "system:bootstrappers:admins"},
 		{"expired token", csr(valid, nil), token(func(s *corev1.Secret) {
 			s.Data[bootstraptoken.KeyExpiration] = []byte(joinNow.Add(-time.Second).Format(time.RFC3339))
-		}), Deny, ReasonTokenExpired, "expired"},
-		{"token for a Machine that does not exist", csr(valid, nil), token(func(s *corev1.Secret) { s.Labels[bootstraptoken.LabelMachine] = "ghost" }),
-			Deny, ReasonNoMachine, `"ghost"`},
-		{"token for a Machine without hostname", csr(valid, nil), token(func(s *corev1.Secret) { s.Labels[bootstraptoken.LabelMachine] = "nameless" }),
-			Deny, ReasonNoMachine, "no hostname"},
+		}), Deny, kubefarmv1.ReasonCSRTokenExpired, "expired"},
+		{"token for a Machine that does not exist", csr(valid, nil), token(func(s *corev1.Secret) { s.Labels[kubefarmv1.LabelMachine] = "ghost" }),
+			Deny, kubefarmv1.ReasonCSRNoMachine, `"ghost"`},
+		{"token for a Machine without hostname", csr(valid, nil), token(func(s *corev1.Secret) { s.Labels[kubefarmv1.LabelMachine] = "nameless" }),
+			Deny, kubefarmv1.ReasonCSRNoMachine, "no hostname"},
 		{"token for another tenant's Machine", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m9" }), nil),
-			token(func(s *corev1.Secret) { s.Labels[bootstraptoken.LabelMachine] = "beta-m9" }), Deny, ReasonForeignMachine, `"beta"`},
+			token(func(s *corev1.Secret) { s.Labels[kubefarmv1.LabelMachine] = "beta-m9" }), Deny, kubefarmv1.ReasonCSRForeignMachine, `"beta"`},
 
 		{"another Machine's name", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m3" }), nil),
-			nil, Deny, ReasonCommonName, `"system:node:m3"`},
+			nil, Deny, kubefarmv1.ReasonCSRCommonName, `"system:node:m3"`},
 		{"an API server identity", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:kube-controller-manager" }), nil),
-			nil, Deny, ReasonCommonName, "want \"system:node:m2\""},
-		{"no CN", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "" }), nil), nil, Deny, ReasonCommonName, "0 CN"},
+			nil, Deny, kubefarmv1.ReasonCSRCommonName, "want \"system:node:m2\""},
+		{"no CN", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "" }), nil), nil, Deny, kubefarmv1.ReasonCSRCommonName, "0 CN"},
 		{"two CNs", csr(with(func(r *x509.CertificateRequest) {
 			cn := pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "system:node:m2"}
 			r.Subject.ExtraNames = []pkix.AttributeTypeAndValue{cn, cn, {Type: asn1.ObjectIdentifier{2, 5, 4, 10}, Value: "system:nodes"}}
-		}), nil), nil, Deny, ReasonCommonName, "2 CN"},
+		}), nil), nil, Deny, kubefarmv1.ReasonCSRCommonName, "2 CN"},
 		{"O system:masters", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = []string{"system:masters"} }), nil),
-			nil, Deny, ReasonOrganization, "system:masters"},
+			nil, Deny, kubefarmv1.ReasonCSROrganization, "system:masters"},
 		{"a second O", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = []string{"system:nodes", "system:masters"} }), nil),
-			nil, Deny, ReasonOrganization, "system:masters"},
-		{"no O", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = nil }), nil), nil, Deny, ReasonOrganization, "0 O"},
+			nil, Deny, kubefarmv1.ReasonCSROrganization, "system:masters"},
+		{"no O", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = nil }), nil), nil, Deny, kubefarmv1.ReasonCSROrganization, "0 O"},
 		{"an OU", csr(with(func(r *x509.CertificateRequest) { r.Subject.OrganizationalUnit = []string{"ops"} }), nil),
-			nil, Deny, ReasonExtraSubject, "2.5.4.11"},
+			nil, Deny, kubefarmv1.ReasonCSRExtraSubject, "2.5.4.11"},
 		{"a serial number", csr(with(func(r *x509.CertificateRequest) { r.Subject.SerialNumber = "1" }), nil),
-			nil, Deny, ReasonExtraSubject, "2.5.4.5"},
-		{"DNS SAN", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2"} }), nil), nil, Deny, ReasonSANs, "1 DNS"},
-		{"IP SAN", csr(with(func(r *x509.CertificateRequest) { r.IPAddresses = []net.IP{net.IPv4(10, 28, 0, 12)} }), nil), nil, Deny, ReasonSANs, "1 IP"},
-		{"email SAN", csr(with(func(r *x509.CertificateRequest) { r.EmailAddresses = []string{"root@m2"} }), nil), nil, Deny, ReasonSANs, "1 email"},
+			nil, Deny, kubefarmv1.ReasonCSRExtraSubject, "2.5.4.5"},
+		{"DNS SAN", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2"} }), nil), nil, Deny, kubefarmv1.ReasonCSRSANs, "1 DNS"},
+		{"IP SAN", csr(with(func(r *x509.CertificateRequest) { r.IPAddresses = []net.IP{net.IPv4(10, 28, 0, 12)} }), nil), nil, Deny, kubefarmv1.ReasonCSRSANs, "1 IP"},
+		{"email SAN", csr(with(func(r *x509.CertificateRequest) { r.EmailAddresses = []string{"root@m2"} }), nil), nil, Deny, kubefarmv1.ReasonCSRSANs, "1 email"},
 		{"URI SAN", csr(with(func(r *x509.CertificateRequest) {
 			r.URIs = []*url.URL{{Scheme: "spiffe", Host: "farm", Path: "/ns/kube-system/sa/admin"}}
-		}), nil), nil, Deny, ReasonSANs, "1 URI"},
-		{"server auth too", csr(valid, usages(ds, ca, sa)), nil, Deny, ReasonClientUsages, "server auth"},
-		{"no client auth", csr(valid, usages(ds)), nil, Deny, ReasonClientUsages, ""},
-		{"a usage twice", csr(valid, usages(ds, ca, ca)), nil, Deny, ReasonClientUsages, ""},
-		{"CA usage", csr(valid, usages(ds, ca, certificatesv1.UsageCertSign)), nil, Deny, ReasonClientUsages, "cert sign"},
-		{"no usages", csr(valid, usages()), nil, Deny, ReasonClientUsages, ""},
-		{"not PEM", csr([]byte("MIIB..."), nil), nil, Deny, ReasonMalformed, "not PEM"},
-		{"garbage DER", csr(pemOf([]byte("not DER at all")), nil), nil, Deny, ReasonMalformed, "does not parse"},
-		{"two requests", csr(append(bytes.Clone(valid), valid...), nil), nil, Deny, ReasonMalformed, "after its PEM block"},
-		{"oversized", csr(padded(MaxRequestBytes+1), nil), nil, Deny, ReasonTooLarge, "16385 bytes"},
-		{"tampered after signing", csr(pemOf(forged), nil), nil, Deny, ReasonBadSignature, ""},
-		{"RSA 1024 key", csr(withKey("rsa1024"), usages(ds, ke, ca)), nil, Deny, ReasonWeakKey, "1024 bits"},
+		}), nil), nil, Deny, kubefarmv1.ReasonCSRSANs, "1 URI"},
+		{"server auth too", csr(valid, usages(ds, ca, sa)), nil, Deny, kubefarmv1.ReasonCSRClientUsages, "server auth"},
+		{"no client auth", csr(valid, usages(ds)), nil, Deny, kubefarmv1.ReasonCSRClientUsages, ""},
+		{"a usage twice", csr(valid, usages(ds, ca, ca)), nil, Deny, kubefarmv1.ReasonCSRClientUsages, ""},
+		{"CA usage", csr(valid, usages(ds, ca, certificatesv1.UsageCertSign)), nil, Deny, kubefarmv1.ReasonCSRClientUsages, "cert sign"},
+		{"no usages", csr(valid, usages()), nil, Deny, kubefarmv1.ReasonCSRClientUsages, ""},
+		{"not PEM", csr([]byte("MIIB..."), nil), nil, Deny, kubefarmv1.ReasonCSRMalformed, "not PEM"},
+		{"garbage DER", csr(pemOf([]byte("not DER at all")), nil), nil, Deny, kubefarmv1.ReasonCSRMalformed, "does not parse"},
+		{"two requests", csr(append(bytes.Clone(valid), valid...), nil), nil, Deny, kubefarmv1.ReasonCSRMalformed, "after its PEM block"},
+		{"oversized", csr(padded(MaxRequestBytes+1), nil), nil, Deny, kubefarmv1.ReasonCSRTooLarge, "16385 bytes"},
+		{"tampered after signing", csr(pemOf(forged), nil), nil, Deny, kubefarmv1.ReasonCSRBadSignature, ""},
+		{"RSA 1024 key", csr(withKey("rsa1024"), usages(ds, ke, ca)), nil, Deny, kubefarmv1.ReasonCSRWeakKey, "1024 bits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.token
@@ -256,7 +256,7 @@ func TestDecideJoinLooksUpOnlyTokens(t *testing.T) {
 		t.Fatalf("a renewal looked up %v", looked)
 	}
 	d := DecideJoin(joinRequest(nil), joinTenant, joinNow, l)
-	if d.Reason != ReasonUnknownToken || !slices.Equal(looked, []string{"token " + joinID}) {
+	if d.Reason != kubefarmv1.ReasonCSRUnknownToken || !slices.Equal(looked, []string{"token " + joinID}) {
 		t.Fatalf("decision %+v after lookups %v", d, looked)
 	}
 }

@@ -144,78 +144,78 @@ func TestDecide(t *testing.T) {
 		reason  string
 		msg     string // a fragment of the message
 	}{
-		{"kubelet's own request", csr(valid, nil), Approve, ReasonApproved, "Machine tenants/workers-m2"},
+		{"kubelet's own request", csr(valid, nil), Approve, kubefarmv1.ReasonCSRApproved, "Machine tenants/workers-m2"},
 		{"FQDN in the pool's domain, RSA-style usages", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2", "m2.farm.local"} }),
 			func(c *certificatesv1.CertificateSigningRequest) {
 				c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageKeyEncipherment)
-			}), Approve, ReasonApproved, ""},
-		{"IP SAN only", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = nil }), nil), Approve, ReasonApproved, ""},
-		{"DNS SAN only", csr(with(func(r *x509.CertificateRequest) { r.IPAddresses = nil }), nil), Approve, ReasonApproved, ""},
-		{"RSA 2048 key", csr(withKey("rsa2048"), nil), Approve, ReasonApproved, ""},
-		{"Ed25519 key", csr(withKey("ed25519"), nil), Approve, ReasonApproved, ""},
-		{"exactly the size limit", csr(padded(MaxRequestBytes), nil), Approve, ReasonApproved, ""},
+			}), Approve, kubefarmv1.ReasonCSRApproved, ""},
+		{"IP SAN only", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = nil }), nil), Approve, kubefarmv1.ReasonCSRApproved, ""},
+		{"DNS SAN only", csr(with(func(r *x509.CertificateRequest) { r.IPAddresses = nil }), nil), Approve, kubefarmv1.ReasonCSRApproved, ""},
+		{"RSA 2048 key", csr(withKey("rsa2048"), nil), Approve, kubefarmv1.ReasonCSRApproved, ""},
+		{"Ed25519 key", csr(withKey("ed25519"), nil), Approve, kubefarmv1.ReasonCSRApproved, ""},
+		{"exactly the size limit", csr(padded(MaxRequestBytes), nil), Approve, kubefarmv1.ReasonCSRApproved, ""},
 
 		{"other signer", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
-		}), Ignore, ReasonOtherSigner, "kubernetes.io/kube-apiserver-client-kubelet"},
+		}), Ignore, kubefarmv1.ReasonCSROtherSigner, "kubernetes.io/kube-apiserver-client-kubelet"},
 		{"already approved", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
-		}), Ignore, ReasonAlreadyDecided, "Approved"},
+		}), Ignore, kubefarmv1.ReasonCSRAlreadyDecided, "Approved"},
 		{"already denied, bad request", csr([]byte("junk"), func(c *certificatesv1.CertificateSigningRequest) {
 			c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: "True"}}
-		}), Ignore, ReasonAlreadyDecided, "Denied"},
-		{"already issued", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Status.Certificate = []byte("x") }), Ignore, ReasonAlreadyDecided, ""},
-		{"no request object", nil, Ignore, ReasonOtherSigner, ""},
+		}), Ignore, kubefarmv1.ReasonCSRAlreadyDecided, "Denied"},
+		{"already issued", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Status.Certificate = []byte("x") }), Ignore, kubefarmv1.ReasonCSRAlreadyDecided, ""},
+		{"no request object", nil, Ignore, kubefarmv1.ReasonCSROtherSigner, ""},
 
-		{"requester not a node", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "alice" }), Deny, ReasonNotANode, `"alice"`},
-		{"requester node without a name", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:node:" }), Deny, ReasonNotANode, ""},
+		{"requester not a node", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "alice" }), Deny, kubefarmv1.ReasonCSRNotANode, `"alice"`},
+		{"requester node without a name", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:node:" }), Deny, kubefarmv1.ReasonCSRNotANode, ""},
 		{"requester not in system:nodes", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Groups = []string{"system:authenticated"}
-		}), Deny, ReasonNotANode, "system:nodes"},
+		}), Deny, kubefarmv1.ReasonCSRNotANode, "system:nodes"},
 		{"requester not a Machine", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:ghost" }),
-			func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:node:ghost" }), Deny, ReasonUnknownNode, `"ghost"`},
+			func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Username = "system:node:ghost" }), Deny, kubefarmv1.ReasonCSRUnknownNode, `"ghost"`},
 		{"another Machine's IP", csr(with(func(r *x509.CertificateRequest) {
 			r.IPAddresses = append(r.IPAddresses, net.ParseIP("10.28.0.13"))
-		}), nil), Deny, ReasonForeignSAN, "IP SAN 10.28.0.13"},
-		{"another Machine's name", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2", "m3"} }), nil), Deny, ReasonForeignSAN, `DNS SAN "m3"`},
-		{"name in another domain", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2.evil.example"} }), nil), Deny, ReasonForeignSAN, "m2.evil.example"},
-		{"API server name", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"kubernetes.default.svc"} }), nil), Deny, ReasonForeignSAN, ""},
-		{"email SAN", csr(with(func(r *x509.CertificateRequest) { r.EmailAddresses = []string{"root@m2"} }), nil), Deny, ReasonForbiddenSAN, "root@m2"},
+		}), nil), Deny, kubefarmv1.ReasonCSRForeignSAN, "IP SAN 10.28.0.13"},
+		{"another Machine's name", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2", "m3"} }), nil), Deny, kubefarmv1.ReasonCSRForeignSAN, `DNS SAN "m3"`},
+		{"name in another domain", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m2.evil.example"} }), nil), Deny, kubefarmv1.ReasonCSRForeignSAN, "m2.evil.example"},
+		{"API server name", csr(with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"kubernetes.default.svc"} }), nil), Deny, kubefarmv1.ReasonCSRForeignSAN, ""},
+		{"email SAN", csr(with(func(r *x509.CertificateRequest) { r.EmailAddresses = []string{"root@m2"} }), nil), Deny, kubefarmv1.ReasonCSRForbiddenSAN, "root@m2"},
 		{"URI SAN", csr(with(func(r *x509.CertificateRequest) {
 			r.URIs = []*url.URL{{Scheme: "spiffe", Host: "farm", Path: "/ns/kube-system/sa/admin"}}
-		}), nil), Deny, ReasonForbiddenSAN, "spiffe://"},
-		{"no SAN", csr(with(func(r *x509.CertificateRequest) { r.DNSNames, r.IPAddresses = nil, nil }), nil), Deny, ReasonNoSAN, ""},
+		}), nil), Deny, kubefarmv1.ReasonCSRForbiddenSAN, "spiffe://"},
+		{"no SAN", csr(with(func(r *x509.CertificateRequest) { r.DNSNames, r.IPAddresses = nil, nil }), nil), Deny, kubefarmv1.ReasonCSRNoSAN, ""},
 		{"client auth usage", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageClientAuth)
-		}), Deny, ReasonUsages, `"client auth"`},
+		}), Deny, kubefarmv1.ReasonCSRUsages, `"client auth"`},
 		{"no server auth", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}
-		}), Deny, ReasonUsages, `"server auth"`},
-		{"no usages", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Usages = nil }), Deny, ReasonUsages, ""},
+		}), Deny, kubefarmv1.ReasonCSRUsages, `"server auth"`},
+		{"no usages", csr(valid, func(c *certificatesv1.CertificateSigningRequest) { c.Spec.Usages = nil }), Deny, kubefarmv1.ReasonCSRUsages, ""},
 		{"CA usage", csr(valid, func(c *certificatesv1.CertificateSigningRequest) {
 			c.Spec.Usages = append(c.Spec.Usages, certificatesv1.UsageCertSign)
-		}), Deny, ReasonUsages, ""},
-		{"CN of another node", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m3" }), nil), Deny, ReasonSubject, `"system:node:m3"`},
-		{"no O", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = nil }), nil), Deny, ReasonSubject, "0 O"},
+		}), Deny, kubefarmv1.ReasonCSRUsages, ""},
+		{"CN of another node", csr(with(func(r *x509.CertificateRequest) { r.Subject.CommonName = "system:node:m3" }), nil), Deny, kubefarmv1.ReasonCSRSubject, `"system:node:m3"`},
+		{"no O", csr(with(func(r *x509.CertificateRequest) { r.Subject.Organization = nil }), nil), Deny, kubefarmv1.ReasonCSRSubject, "0 O"},
 		{"O system:masters", csr(with(func(r *x509.CertificateRequest) {
 			r.Subject.Organization = []string{"system:nodes", "system:masters"}
-		}), nil), Deny, ReasonSubject, "system:masters"},
-		{"an OU", csr(with(func(r *x509.CertificateRequest) { r.Subject.OrganizationalUnit = []string{"ops"} }), nil), Deny, ReasonSubject, "2.5.4.11"},
+		}), nil), Deny, kubefarmv1.ReasonCSRSubject, "system:masters"},
+		{"an OU", csr(with(func(r *x509.CertificateRequest) { r.Subject.OrganizationalUnit = []string{"ops"} }), nil), Deny, kubefarmv1.ReasonCSRSubject, "2.5.4.11"},
 		{"two CNs", csr(with(func(r *x509.CertificateRequest) {
 			// ExtraNames replace the CommonName field, so both come from here.
 			cn := pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 3}, Value: "system:node:m2"}
 			r.Subject.ExtraNames = []pkix.AttributeTypeAndValue{cn, cn}
-		}), nil), Deny, ReasonSubject, "2 CN"},
-		{"not PEM", csr([]byte("MIIB..."), nil), Deny, ReasonMalformed, "not PEM"},
-		{"a certificate, not a request", csr(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte{1}}), nil), Deny, ReasonMalformed, `"CERTIFICATE"`},
-		{"PEM headers", csr(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Headers: map[string]string{"a": "b"}, Bytes: der(t, template(), "p256")}), nil), Deny, ReasonMalformed, "headers"},
-		{"two requests", csr(append(bytes.Clone(valid), with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m3"} })...), nil), Deny, ReasonMalformed, "after its PEM block"},
-		{"garbage DER", csr(pemOf([]byte("not DER at all")), nil), Deny, ReasonMalformed, "does not parse"},
-		{"oversized", csr(padded(MaxRequestBytes+1), nil), Deny, ReasonTooLarge, "16385 bytes"},
-		{"tampered after signing", csr(pemOf(forged), nil), Deny, ReasonBadSignature, ""},
-		{"tampered signature", csr(pemOf(badSig), nil), Deny, ReasonBadSignature, ""},
-		{"P-224 key", csr(withKey("p224"), nil), Deny, ReasonWeakKey, "P-256"},
-		{"RSA 1024 key", csr(withKey("rsa1024"), nil), Deny, ReasonWeakKey, "1024 bits"},
+		}), nil), Deny, kubefarmv1.ReasonCSRSubject, "2 CN"},
+		{"not PEM", csr([]byte("MIIB..."), nil), Deny, kubefarmv1.ReasonCSRMalformed, "not PEM"},
+		{"a certificate, not a request", csr(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte{1}}), nil), Deny, kubefarmv1.ReasonCSRMalformed, `"CERTIFICATE"`},
+		{"PEM headers", csr(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Headers: map[string]string{"a": "b"}, Bytes: der(t, template(), "p256")}), nil), Deny, kubefarmv1.ReasonCSRMalformed, "headers"},
+		{"two requests", csr(append(bytes.Clone(valid), with(func(r *x509.CertificateRequest) { r.DNSNames = []string{"m3"} })...), nil), Deny, kubefarmv1.ReasonCSRMalformed, "after its PEM block"},
+		{"garbage DER", csr(pemOf([]byte("not DER at all")), nil), Deny, kubefarmv1.ReasonCSRMalformed, "does not parse"},
+		{"oversized", csr(padded(MaxRequestBytes+1), nil), Deny, kubefarmv1.ReasonCSRTooLarge, "16385 bytes"},
+		{"tampered after signing", csr(pemOf(forged), nil), Deny, kubefarmv1.ReasonCSRBadSignature, ""},
+		{"tampered signature", csr(pemOf(badSig), nil), Deny, kubefarmv1.ReasonCSRBadSignature, ""},
+		{"P-224 key", csr(withKey("p224"), nil), Deny, kubefarmv1.ReasonCSRWeakKey, "P-256"},
+		{"RSA 1024 key", csr(withKey("rsa1024"), nil), Deny, kubefarmv1.ReasonCSRWeakKey, "1024 bits"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := Decide(tc.csr, lookup)
@@ -252,7 +252,7 @@ func TestMessagesBounded(t *testing.T) {
 	tmpl := template()
 	tmpl.Subject.CommonName = strings.Repeat("x", 4000)
 	d := Decide(request(pemOf(der(t, tmpl, "p256"))), lookup)
-	if d.Reason != ReasonSubject || len(d.Message) > 300 {
+	if d.Reason != kubefarmv1.ReasonCSRSubject || len(d.Message) > 300 {
 		t.Fatalf("Decide = %s, %d-byte message", d.Reason, len(d.Message))
 	}
 }

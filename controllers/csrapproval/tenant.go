@@ -178,7 +178,7 @@ func (w *tenantWorker) handleJoin(ctx context.Context, csr *certificatesv1.Certi
 // approvedJoin says whether csr carries the manager's own join approval.
 func approvedJoin(csr *certificatesv1.CertificateSigningRequest) bool {
 	return slices.ContainsFunc(csr.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool {
-		return c.Type == certificatesv1.CertificateApproved && c.Reason == ReasonJoinApproved
+		return c.Type == certificatesv1.CertificateApproved && c.Reason == kubefarmv1.ReasonCSRJoinApproved
 	})
 }
 

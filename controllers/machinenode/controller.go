@@ -48,7 +48,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/tenantcache"
 )
 
@@ -116,7 +115,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 func (r *Reconciler) machinesOfPool(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &kubefarmv1.MachineList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()),
-		client.MatchingLabels{desired.LabelPool: o.GetName()}); err != nil {
+		client.MatchingLabels{kubefarmv1.LabelPool: o.GetName()}); err != nil {
 		log.FromContext(ctx).Error(err, "listing the Machines of a NodePool", "nodePool", o.GetName())
 		return nil
 	}

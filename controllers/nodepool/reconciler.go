@@ -307,7 +307,7 @@ func upToDate(live, want *v1alpha1.Machine) bool {
 func (r *Reconciler) pruneMachines(ctx context.Context, s *scope) (bool, error) {
 	list := &v1alpha1.MachineList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(s.pool.Namespace),
-		client.MatchingLabels{desired.LabelPool: s.pool.Name}); err != nil {
+		client.MatchingLabels{v1alpha1.LabelPool: s.pool.Name}); err != nil {
 		return false, fmt.Errorf("listing the Machines of NodePool %s: %w", s.pool.Name, err)
 	}
 	wanted := make(map[string]bool, len(s.desired))

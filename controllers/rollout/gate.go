@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 )
 
@@ -47,7 +46,7 @@ func (r *Reconciler) gateImage(ctx context.Context, s *scope) (bool, error) {
 func (r *Reconciler) listMachines(ctx context.Context, s *scope) (bool, error) {
 	pool := s.pool
 	list := &v1alpha1.MachineList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{desired.LabelPool: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(pool.Namespace), client.MatchingLabels{v1alpha1.LabelPool: pool.Name}); err != nil {
 		return false, fmt.Errorf("listing the Machines of NodePool %s: %w", pool.Name, err)
 	}
 	for i := range list.Items {

@@ -122,7 +122,7 @@ func (r *Reconciler) removeBackup(ctx context.Context, s *scope) error {
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: name}}
 	if found, err := r.getLive(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 		return err
-	} else if found && secret.Labels[desired.LabelTenantCluster] == c.Name {
+	} else if found && secret.Labels[v1alpha1.LabelTenantCluster] == c.Name {
 		if err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting Secret %s: %w", name, err)
 		}

@@ -54,7 +54,7 @@ func TestEtcdBackupReported(t *testing.T) {
 	if cj.Spec.Schedule != "15 3 * * *" || !metav1.IsControlledBy(cj, mustTC(ctx, t, key)) {
 		t.Errorf("CronJob schedule %q, owners %v", cj.Spec.Schedule, cj.OwnerReferences)
 	}
-	if cj.Labels[desired.LabelName] != desired.ComponentEtcdBackup || cj.Spec.JobTemplate.Labels[desired.LabelTenantCluster] != "bk" {
+	if cj.Labels[desired.LabelName] != desired.ComponentEtcdBackup || cj.Spec.JobTemplate.Labels[v1alpha1.LabelTenantCluster] != "bk" {
 		t.Errorf("CronJob labels %v, job template labels %v: the runs are watched by them", cj.Labels, cj.Spec.JobTemplate.Labels)
 	}
 	if img := cj.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Image; img != testToolsImage {

@@ -98,8 +98,8 @@ func (r *Reconciler) kubeconfigSecret(c *desired.Cluster, name string, kubeconfi
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: map[string]string{
-			desired.LabelTenantCluster: c.Name,
-			desired.LabelManagedBy:     "kubefarm",
+			v1alpha1.LabelTenantCluster: c.Name,
+			desired.LabelManagedBy:      "kubefarm",
 		}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{AdminKubeconfigKey: kubeconfig},

@@ -32,7 +32,7 @@ import (
 // retained etcd data without its key is unreadable): they are deleted or
 // kept as spec.volumeReclaimPolicy says; and to forget the tenant's client.
 func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantCluster) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
+	if !controllerutil.ContainsFinalizer(tc, v1alpha1.FinalizerTenantCluster) {
 		return ctrl.Result{}, nil
 	}
 	// The tenant goes away; so does the client this controller kept for it.
@@ -83,7 +83,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, tc *v1alpha1.TenantClu
 			len(pvcs), desired.EncryptionKeySecretName(tc.Name))
 	}
 	base := tc.DeepCopy()
-	controllerutil.RemoveFinalizer(tc, Finalizer)
+	controllerutil.RemoveFinalizer(tc, v1alpha1.FinalizerTenantCluster)
 	err = r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
 		client.FieldOwner(FieldOwner))
 	if apierrors.IsConflict(err) {
@@ -207,8 +207,8 @@ func (r *Reconciler) deletePKI(ctx context.Context, tc *v1alpha1.TenantCluster) 
 		return false, nil
 	}
 	list := &corev1.SecretList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{desired.LabelTenantCluster: tc.Name},
-		client.HasLabels{desired.LabelPKIRole}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{v1alpha1.LabelTenantCluster: tc.Name},
+		client.HasLabels{v1alpha1.LabelPKIRole}); err != nil {
 		return false, err
 	}
 	for i := range list.Items {

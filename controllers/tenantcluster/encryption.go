@@ -55,7 +55,7 @@ func (r *Reconciler) encryptionKeySecret(ctx context.Context, s *scope) (*corev1
 	if err != nil {
 		return nil, err
 	}
-	secret, err = desired.NewEncryptionKeySecret(c, raw, s.tc.Annotations[desired.AnnotationRotateEncryptionKey])
+	secret, err = desired.NewEncryptionKeySecret(c, raw, s.tc.Annotations[v1alpha1.AnnotationRotateEncryptionKey])
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (r *Reconciler) reconcileEncryptionRotation(ctx context.Context, s *scope) 
 		return ctrl.Result{}, nil
 	}
 	tc, keys := s.tc, s.encryptionKeys
-	request := tc.Annotations[desired.AnnotationRotateEncryptionKey]
+	request := tc.Annotations[v1alpha1.AnnotationRotateEncryptionKey]
 	step := desired.DecideRotation(keys, request, rolledOut(s.apiServer))
 	switch step {
 	case desired.StepNone:

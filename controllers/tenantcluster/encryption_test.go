@@ -126,7 +126,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if err := env.Client.Get(ctx, depKey, dep); err != nil {
 		t.Fatal(err)
 	}
-	checksumBefore := dep.Spec.Template.Annotations[desired.AnnotationChecksum]
+	checksumBefore := dep.Spec.Template.Annotations[v1alpha1.AnnotationChecksum]
 
 	cur, err := getTC(ctx, key)
 	if err != nil {
@@ -136,7 +136,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if cur.Annotations == nil {
 		cur.Annotations = map[string]string{}
 	}
-	cur.Annotations[desired.AnnotationRotateEncryptionKey] = "2026-11-24"
+	cur.Annotations[v1alpha1.AnnotationRotateEncryptionKey] = "2026-11-24"
 	if err := env.Client.Patch(ctx, cur, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func checkEncryptionRotation(ctx context.Context, t *testing.T, key types.Namesp
 	if err := env.Client.Get(ctx, depKey, dep); err != nil {
 		t.Fatal(err)
 	}
-	if dep.Spec.Template.Annotations[desired.AnnotationChecksum] == checksumBefore {
+	if dep.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] == checksumBefore {
 		t.Error("the API servers did not roll onto the new key")
 	}
 	// Every step is an Event; no Event and no condition carries a key.

@@ -67,9 +67,9 @@ func etcdStateOf(sts *appsv1.StatefulSet) desired.EtcdClusterState {
 func (r *Reconciler) etcdVolumes(ctx context.Context, tc *v1alpha1.TenantCluster) ([]corev1.PersistentVolumeClaim, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	err := r.APIReader.List(ctx, list, client.InNamespace(tc.Namespace), client.MatchingLabels{
-		desired.LabelInstance:      tc.Name,
-		desired.LabelName:          desired.ComponentEtcd,
-		desired.LabelTenantCluster: tc.Name,
+		desired.LabelInstance:       tc.Name,
+		desired.LabelName:           desired.ComponentEtcd,
+		v1alpha1.LabelTenantCluster: tc.Name,
 	})
 	return list.Items, err
 }

@@ -53,7 +53,7 @@ func dialEtcd(ctx context.Context, endpoint string, tlsConfig *tls.Config) (*cli
 
 // etcdScaling says whether a membership change is under way: the live
 // StatefulSet runs another count than the spec's, or a step marked it
-// (desired.AnnotationEtcdScaling) or the last pass left EtcdScaling True: a
+// (v1alpha1.AnnotationEtcdScaling) or the last pass left EtcdScaling True: a
 // change whose StatefulSet already has the spec's count but whose last
 // learner is not promoted yet, or one interrupted. The mark is what
 // survives a lost status write.
@@ -63,7 +63,7 @@ func etcdScaling(tc *v1alpha1.TenantCluster, live *appsv1.StatefulSet, state des
 	if live == nil || state != desired.EtcdClusterExisting || live.Spec.Replicas == nil {
 		return false
 	}
-	_, marked := live.Annotations[desired.AnnotationEtcdScaling]
+	_, marked := live.Annotations[v1alpha1.AnnotationEtcdScaling]
 	return *live.Spec.Replicas != want || marked || meta.IsStatusConditionTrue(tc.Status.Conditions, v1alpha1.ConditionEtcdScaling)
 }
 

@@ -19,7 +19,7 @@ func TestEtcdScalingDecision(t *testing.T) {
 	sts := func(replicas int32, marked bool) *appsv1.StatefulSet {
 		s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: &replicas}}
 		if marked {
-			s.Annotations = map[string]string{desired.AnnotationEtcdScaling: "3"}
+			s.Annotations = map[string]string{v1alpha1.AnnotationEtcdScaling: "3"}
 		}
 		return s
 	}

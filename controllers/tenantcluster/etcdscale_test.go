@@ -331,8 +331,8 @@ func TestEtcdScaleController(t *testing.T) {
 	if s := sts(ctx); !equality.Semantic.DeepEqual(s.Spec.Template, template) {
 		t.Error("the etcd pod template changed during the change: the running members would restart")
 	}
-	if got := sts(ctx).Annotations[desired.AnnotationEtcdScaling]; got != "3" {
-		t.Errorf("StatefulSet mark %s=%q during the change towards 3 members, want \"3\"", desired.AnnotationEtcdScaling, got)
+	if got := sts(ctx).Annotations[v1alpha1.AnnotationEtcdScaling]; got != "3" {
+		t.Errorf("StatefulSet mark %s=%q during the change towards 3 members, want \"3\"", v1alpha1.AnnotationEtcdScaling, got)
 	}
 	if servers, _ := etcdServers(ctx); servers != member(0, 2379) {
 		t.Errorf("API servers on %q during the change, want member 0 only", servers)
@@ -373,7 +373,7 @@ func TestEtcdScaleController(t *testing.T) {
 	if len(members.Members) != 1 {
 		t.Errorf("etcd members %v, want member 0 alone", members.Members)
 	}
-	if a, ok := sts(ctx).Annotations[desired.AnnotationEtcdScaling]; ok {
-		t.Errorf("the StatefulSet is still marked %s=%s after the change", desired.AnnotationEtcdScaling, a)
+	if a, ok := sts(ctx).Annotations[v1alpha1.AnnotationEtcdScaling]; ok {
+		t.Errorf("the StatefulSet is still marked %s=%s after the change", v1alpha1.AnnotationEtcdScaling, a)
 	}
 }

@@ -47,12 +47,6 @@ import (
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
-// Finalizer holds a TenantCluster until the controller has handled what
-// garbage collection cannot (see reconcileDelete): the token issuer
-// credential in another namespace, and etcd's volumes and the PKI per
-// spec.volumeReclaimPolicy.
-const Finalizer = "kubefarm.io/tenantcluster"
-
 // Image defaults: the versions the e2e cluster runs (e2e/cluster/images.go).
 const (
 	DefaultRegistry        = "registry.k8s.io"
@@ -135,8 +129,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// either (see reconcileDelete) and whose changes carry a key rotation
 	// from one step to the next.
 	pkiSecret := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		_, pki := o.GetLabels()[desired.LabelPKIRole]
-		_, keys := o.GetAnnotations()[desired.AnnotationEncryptionWriteKey]
+		_, pki := o.GetLabels()[v1alpha1.LabelPKIRole]
+		_, keys := o.GetAnnotations()[v1alpha1.AnnotationEncryptionWriteKey]
 		return pki || keys
 	})
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupCredentialsIndex, backupCredentialsOf); err != nil {
@@ -199,7 +193,7 @@ func (r *Reconciler) tenantsOfCredentials(ctx context.Context, o client.Object) 
 }
 
 func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[desired.LabelTenantCluster]
+	name := o.GetLabels()[v1alpha1.LabelTenantCluster]
 	if name == "" {
 		return nil
 	}
@@ -241,12 +235,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if !tc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, tc)
 	}
-	if !controllerutil.ContainsFinalizer(tc, Finalizer) {
+	if !controllerutil.ContainsFinalizer(tc, v1alpha1.FinalizerTenantCluster) {
 		// A merge patch with optimistic locking, not an apply: applying
 		// metadata.finalizers to an object deleted meanwhile would try to
 		// create it again.
 		base := tc.DeepCopy()
-		controllerutil.AddFinalizer(tc, Finalizer)
+		controllerutil.AddFinalizer(tc, v1alpha1.FinalizerTenantCluster)
 		if err := r.Client.Patch(ctx, tc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}),
 			client.FieldOwner(FieldOwner)); err != nil {
 			if apierrors.IsConflict(err) {

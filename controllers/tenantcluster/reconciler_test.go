@@ -217,8 +217,8 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		return hasCondition(got, v1alpha1.ConditionCertificatesReady, metav1.ConditionTrue, v1alpha1.ReasonIssued) &&
 			got.Status.Endpoint == "https://"+lbIP+":6443" && got.Status.AdminKubeconfigSecret != "", conditionsString(got), nil
 	})
-	if !slices.Contains(got.Finalizers, tenantcluster.Finalizer) {
-		t.Errorf("finalizers = %v, want %s", got.Finalizers, tenantcluster.Finalizer)
+	if !slices.Contains(got.Finalizers, v1alpha1.FinalizerTenantCluster) {
+		t.Errorf("finalizers = %v, want %s", got.Finalizers, v1alpha1.FinalizerTenantCluster)
 	}
 	certs := &cmapi.CertificateList{}
 	if err := env.Client.List(ctx, certs, client.InNamespace(ns)); err != nil {
@@ -466,7 +466,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			t.Errorf("etcd image %s", img)
 		}
 		api := owned["Deployment "+name+"-apiserver"].(*appsv1.Deployment)
-		if api.Spec.Template.Annotations[desired.AnnotationChecksum] == "" {
+		if api.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] == "" {
 			t.Error("API server pod template has no checksum annotation")
 		}
 		for _, c := range api.Spec.Template.Spec.Containers {
@@ -628,13 +628,13 @@ func TestTenantClusterLifecycle(t *testing.T) {
 				if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
 					t.Fatal(err)
 				}
-				out[d] = dep.Spec.Template.Annotations[desired.AnnotationChecksum]
+				out[d] = dep.Spec.Template.Annotations[v1alpha1.AnnotationChecksum]
 			}
 			s := &appsv1.StatefulSet{}
 			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd"}, s); err != nil {
 				t.Fatal(err)
 			}
-			out["-etcd"] = s.Spec.Template.Annotations[desired.AnnotationChecksum]
+			out["-etcd"] = s.Spec.Template.Annotations[v1alpha1.AnnotationChecksum]
 			return out
 		}
 		before := checksums()
@@ -704,7 +704,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 			return p
 		}
 		otherLabels := maps.Clone(api.Spec.Template.Labels)
-		otherLabels[desired.LabelTenantCluster], otherLabels[desired.LabelInstance] = "other", "other"
+		otherLabels[v1alpha1.LabelTenantCluster], otherLabels[desired.LabelInstance] = "other", "other"
 		pods := []*corev1.Pod{fakePod(name+"-etcd-0", sts.Spec.Template.Labels), fakePod(name+"-apiserver-x", api.Spec.Template.Labels)}
 		other := fakePod("other-apiserver-x", otherLabels)
 
@@ -765,7 +765,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 		}
 		// cert-manager's Secrets have no owner; the finalizer deletes them.
 		secrets := &corev1.SecretList{}
-		if err := env.Client.List(ctx, secrets, client.InNamespace(ns), client.HasLabels{desired.LabelPKIRole}); err != nil {
+		if err := env.Client.List(ctx, secrets, client.InNamespace(ns), client.HasLabels{v1alpha1.LabelPKIRole}); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range secrets.Items {

@@ -258,7 +258,7 @@ func TestNodeAddress(t *testing.T) {
 }
 
 func TestTenantOfLabel(t *testing.T) {
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-apiserver", Labels: map[string]string{desired.LabelTenantCluster: "c1"}}}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c1-apiserver", Labels: map[string]string{v1alpha1.LabelTenantCluster: "c1"}}}
 	if got := tenantOfLabel(context.Background(), s); len(got) != 1 || got[0].Namespace != "ns" || got[0].Name != "c1" {
 		t.Errorf("labelled Secret maps to %v, want ns/c1", got)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
@@ -109,8 +110,8 @@ func TestTokenIssuerPolicy(t *testing.T) {
 		{"a token without extra groups", token(func(s *corev1.Secret) { delete(s.Data, bootstraptoken.KeyExtraGroups) }), "auth-extra-groups must be exactly"},
 		{"a token that may sign cluster-info", token(func(s *corev1.Secret) { s.Data[bootstraptoken.KeyUsageSign] = []byte("true") }),
 			"may not sign cluster-info"},
-		{"a token without the machine label", token(func(s *corev1.Secret) { s.Labels = nil }), "must name its Machine in label " + bootstraptoken.LabelMachine},
-		{"a token with an empty machine label", token(func(s *corev1.Secret) { s.Labels[bootstraptoken.LabelMachine] = "" }), "must name its Machine"},
+		{"a token without the machine label", token(func(s *corev1.Secret) { s.Labels = nil }), "must name its Machine in label " + v1alpha1.LabelMachine},
+		{"a token with an empty machine label", token(func(s *corev1.Secret) { s.Labels[v1alpha1.LabelMachine] = "" }), "must name its Machine"},
 	} {
 		t.Run("refused: "+tc.name, func(t *testing.T) {
 			err := issuer.Create(ctx, tc.secret.DeepCopy())

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // maxAttempts bounds Issue's retries on an id already taken. With 36^6
@@ -75,7 +77,7 @@ func Revoke(ctx context.Context, c client.Client, id string) error {
 	return nil
 }
 
-// Prune deletes kubefarm's tokens (those with LabelMachine) that expired at
+// Prune deletes kubefarm's tokens (those with v1alpha1.LabelMachine) that expired at
 // now, and returns the ids it deleted. kube-controller-manager's
 // tokencleaner does the same for every token, but on its own schedule and
 // only where it runs; Prune makes it immediate. An unparseable expiration
@@ -83,7 +85,7 @@ func Revoke(ctx context.Context, c client.Client, id string) error {
 // server, or a cache that holds kube-system's Secrets.
 func Prune(ctx context.Context, c client.Client, now time.Time) ([]string, error) {
 	var list corev1.SecretList
-	if err := c.List(ctx, &list, client.InNamespace(Namespace), client.HasLabels{LabelMachine}); err != nil {
+	if err := c.List(ctx, &list, client.InNamespace(Namespace), client.HasLabels{v1alpha1.LabelMachine}); err != nil {
 		return nil, fmt.Errorf("listing bootstrap tokens: %w", err)
 	}
 	var pruned []string

@@ -3,6 +3,8 @@ package bootstraptoken
 import (
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // The token issuer's credential. kubefarm-manager writes, for every
@@ -20,16 +22,13 @@ const (
 	// IssuerRole names the tenant Role and RoleBinding of IssuerUser.
 	IssuerRole = "kubefarm:token-issuer"
 
-	// LabelCredential marks the Secrets kubefarm-pxe may read: its cache
-	// selects on LabelCredential=CredentialTokenIssuer, so nothing else in
-	// its namespace is ever loaded into its memory.
-	LabelCredential       = "kubefarm.io/credential"
+	// CredentialTokenIssuer is the value of v1alpha1.LabelCredential on
+	// the Secrets kubefarm-pxe may read: its cache selects on it, so
+	// nothing else in its namespace is ever loaded into its memory. The
+	// Secret lives in another namespace than its tenant, so it names the
+	// TenantCluster with v1alpha1.LabelTenantCluster and
+	// LabelTenantNamespace.
 	CredentialTokenIssuer = "token-issuer"
-	// LabelTenantCluster and LabelTenantNamespace name the TenantCluster a
-	// credential belongs to; the Secret lives in another namespace than
-	// its tenant, so the namespace needs a label of its own.
-	LabelTenantCluster   = "kubefarm.io/tenant-cluster"
-	LabelTenantNamespace = "kubefarm.io/tenant-namespace"
 	// KeyKubeconfig is the data key of the kubeconfig in the Secret.
 	KeyKubeconfig = "kubeconfig"
 	// KeyNodeFacts is the data key of the tenant's NodeFacts (JSON) in the
@@ -79,8 +78,8 @@ func CredentialSecretName(namespace, cluster string) string {
 // CredentialLabels are the labels of the credential of namespace/cluster.
 func CredentialLabels(namespace, cluster string) map[string]string {
 	return map[string]string{
-		LabelCredential:      CredentialTokenIssuer,
-		LabelTenantCluster:   cluster,
-		LabelTenantNamespace: namespace,
+		v1alpha1.LabelCredential:      CredentialTokenIssuer,
+		v1alpha1.LabelTenantCluster:   cluster,
+		v1alpha1.LabelTenantNamespace: namespace,
 	}
 }

@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // The Secret format read by kube-apiserver's authenticator and by
@@ -28,10 +30,6 @@ const (
 	KeyUsageAuth   = "usage-bootstrap-authentication"
 	KeyUsageSign   = "usage-bootstrap-signing"
 )
-
-// LabelMachine names the machine a token was issued for: Prune and an
-// operator looking for a machine's tokens select on it.
-const LabelMachine = "kubefarm.io/machine"
 
 // DefaultGroup is the extra group of kubefarm's node tokens; the tenant's
 // RBAC lets it create CSRs and the CSR approver auto-approves them.
@@ -131,7 +129,7 @@ func Secret(tok Token, opts Options) *corev1.Secret {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      SecretName(tok.ID),
 			Namespace: Namespace,
-			Labels:    map[string]string{LabelMachine: opts.Machine},
+			Labels:    map[string]string{v1alpha1.LabelMachine: opts.Machine},
 		},
 		Type: corev1.SecretTypeBootstrapToken,
 		Data: map[string][]byte{

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
@@ -65,7 +66,7 @@ func TestSecretCache(t *testing.T) {
 	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "theirs",
 		Labels: map[string]string{desired.LabelManagedBy: "Helm"}}, Data: map[string][]byte{"password": []byte("p")}}
 	ours := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c1-admin-kubeconfig",
-		Labels: map[string]string{desired.LabelManagedBy: "kubefarm", desired.LabelTenantCluster: "c1"}}, Data: map[string][]byte{"kubeconfig": []byte("k")}}
+		Labels: map[string]string{desired.LabelManagedBy: "kubefarm", v1alpha1.LabelTenantCluster: "c1"}}, Data: map[string][]byte{"kubeconfig": []byte("k")}}
 	for _, s := range []*corev1.Secret{theirs, ours} {
 		if err := env.Client.Create(ctx, s); err != nil {
 			t.Fatal(err)

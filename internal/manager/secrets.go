@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 )
 
@@ -43,7 +44,7 @@ func OwnedSecrets() labels.Selector {
 	if err != nil {
 		panic(err) // constant arguments
 	}
-	tenant, err := labels.NewRequirement(desired.LabelTenantCluster, selection.Exists, nil)
+	tenant, err := labels.NewRequirement(v1alpha1.LabelTenantCluster, selection.Exists, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -21,12 +21,12 @@ func TestOwnedSecrets(t *testing.T) {
 	}{
 		// The labels each kind of kubefarm Secret carries.
 		{"token issuer credential", withManaged(bootstraptoken.CredentialLabels("ns", "c1")), true},
-		{"admin kubeconfig", map[string]string{desired.LabelTenantCluster: "c1", desired.LabelManagedBy: "kubefarm"}, true},
+		{"admin kubeconfig", map[string]string{v1alpha1.LabelTenantCluster: "c1", desired.LabelManagedBy: "kubefarm"}, true},
 		{"PKI (cert-manager, secretTemplate)", desired.Certificates(testCluster(t))[0].Spec.SecretTemplate.Labels, true},
 		{"unlabelled", nil, false},
 		{"a Helm release", map[string]string{"owner": "helm", "name": "x"}, false},
 		{"managed-by kubefarm, no tenant", map[string]string{desired.LabelManagedBy: "kubefarm"}, false},
-		{"a tenant, managed by another", map[string]string{desired.LabelTenantCluster: "c1", desired.LabelManagedBy: "Helm"}, false},
+		{"a tenant, managed by another", map[string]string{v1alpha1.LabelTenantCluster: "c1", desired.LabelManagedBy: "Helm"}, false},
 	} {
 		if got := OwnedSecrets().Matches(labels.Set(tc.labels)); got != tc.want {
 			t.Errorf("%s (%v): %t, want %t", tc.name, tc.labels, got, tc.want)

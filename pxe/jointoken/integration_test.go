@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
@@ -173,7 +174,7 @@ func TestIssueAgainstAPIServer(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: bootstraptoken.SecretName(tok.ID)}, s); err != nil {
 		t.Fatal(err)
 	}
-	if s.Labels[bootstraptoken.LabelMachine] != "m1" {
+	if s.Labels[v1alpha1.LabelMachine] != "m1" {
 		t.Errorf("labels %v, want the machine's", s.Labels)
 	}
 	if d := string(s.Data[bootstraptoken.KeyDescription]); d != "kubefarm join token for Machine farm/m1" {

@@ -69,7 +69,7 @@ func CacheOptions(namespace string, opts cache.Options) cache.Options {
 	}
 	opts.ByObject[&corev1.Secret{}] = cache.ByObject{
 		Namespaces: map[string]cache.Config{namespace: {}},
-		Label:      labels.SelectorFromSet(labels.Set{bootstraptoken.LabelCredential: bootstraptoken.CredentialTokenIssuer}),
+		Label:      labels.SelectorFromSet(labels.Set{kubefarmv1.LabelCredential: bootstraptoken.CredentialTokenIssuer}),
 	}
 	return opts
 }
@@ -192,9 +192,9 @@ func (i *Issuer) credential(ctx context.Context, tenant types.NamespacedName) (*
 	// The name is derived from the tenant, and the labels say whose it is;
 	// they must agree, or a Secret someone else wrote under that name could
 	// send one tenant's machines to another tenant.
-	if s.Labels[bootstraptoken.LabelTenantNamespace] != tenant.Namespace || s.Labels[bootstraptoken.LabelTenantCluster] != tenant.Name {
+	if s.Labels[kubefarmv1.LabelTenantNamespace] != tenant.Namespace || s.Labels[kubefarmv1.LabelTenantCluster] != tenant.Name {
 		return nil, key, fmt.Errorf("token issuer credential %s is labelled for TenantCluster %s/%s, not %s",
-			key, s.Labels[bootstraptoken.LabelTenantNamespace], s.Labels[bootstraptoken.LabelTenantCluster], tenant)
+			key, s.Labels[kubefarmv1.LabelTenantNamespace], s.Labels[kubefarmv1.LabelTenantCluster], tenant)
 	}
 	return s, key, nil
 }

@@ -100,7 +100,7 @@ func TestIssue(t *testing.T) {
 	if err := tenants.tenants["https://alpha.example"].Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "bootstrap-token-" + tok.ID}, s); err != nil {
 		t.Fatalf("token Secret in the tenant: %v", err)
 	}
-	if s.Labels[bootstraptoken.LabelMachine] != "m1" {
+	if s.Labels[kubefarmv1.LabelMachine] != "m1" {
 		t.Errorf("labels %v", s.Labels)
 	}
 	if d := string(s.Data["description"]); d != "kubefarm join token for Machine farm/m1" {

@@ -18,7 +18,7 @@ import (
 // its CNI chain (ARCHITECTURE.md, boot step 4). The kubelet registers with
 // it; the manager lifts it (controllers/machinenode) once the agent's
 // report for the boot the node runs has made NetworkVerified True.
-var NetworkUnavailableTaint = corev1.Taint{Key: "kubefarm.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule}
+var NetworkUnavailableTaint = corev1.Taint{Key: kubefarmv1.TaintNetworkUnavailable, Effect: corev1.TaintEffectNoSchedule}
 
 // NodeConfig is what kubefarm-agent fetches at /config/<mac> once per boot.
 // It carries a join token: never log it whole.

@@ -26,17 +26,15 @@ import (
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
-// Label keys on every Machine. The NodePool controller lists a pool's
-// Machines by LabelPool (to delete those whose entry is gone), and
-// LabelTenantCluster lets a tenant's Machines be selected without reading
-// every pool. LabelTenantCluster and LabelManagedBy have the same keys as on
-// the tenant control plane's objects (controllers/tenantcluster/desired), so
-// one selector finds everything of a tenant.
+// Label keys on every Machine beside kubefarm's own (kubefarmv1.LabelPool,
+// by which the NodePool controller lists a pool's Machines to delete those
+// whose entry is gone, and kubefarmv1.LabelTenantCluster, which selects a
+// tenant's Machines without reading every pool). LabelManagedBy has the same
+// key as on the tenant control plane's objects (controllers/tenantcluster/desired),
+// so one selector finds everything of a tenant.
 const (
-	LabelPool          = "kubefarm.io/pool"
-	LabelTenantCluster = "kubefarm.io/tenant-cluster"
-	LabelManagedBy     = "app.kubernetes.io/managed-by"
-	ManagedBy          = "kubefarm"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "kubefarm"
 )
 
 // MachineName is the name of the Machine for entry of pool. It can collide
@@ -66,10 +64,10 @@ func Machines(pool *kubefarmv1.NodePool) ([]*kubefarmv1.Machine, error) {
 	}
 	var errs []error
 	for _, msg := range validation.IsValidLabelValue(pool.Name) {
-		errs = append(errs, fmt.Errorf("pool %s: name is not a valid label value for %s: %s", id, LabelPool, msg))
+		errs = append(errs, fmt.Errorf("pool %s: name is not a valid label value for %s: %s", id, kubefarmv1.LabelPool, msg))
 	}
 	for _, msg := range validation.IsValidLabelValue(pool.Spec.Cluster) {
-		errs = append(errs, fmt.Errorf("pool %s: cluster %q is not a valid label value for %s: %s", id, pool.Spec.Cluster, LabelTenantCluster, msg))
+		errs = append(errs, fmt.Errorf("pool %s: cluster %q is not a valid label value for %s: %s", id, pool.Spec.Cluster, kubefarmv1.LabelTenantCluster, msg))
 	}
 	if pool.Spec.Cluster == "" || pool.Spec.BootImage == "" {
 		errs = append(errs, fmt.Errorf("pool %s: spec.cluster and spec.bootImage are required", id))
@@ -153,9 +151,9 @@ func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1
 			Name:      name,
 			Namespace: pool.Namespace,
 			Labels: map[string]string{
-				LabelPool:          pool.Name,
-				LabelTenantCluster: pool.Spec.Cluster,
-				LabelManagedBy:     ManagedBy,
+				kubefarmv1.LabelPool:          pool.Name,
+				kubefarmv1.LabelTenantCluster: pool.Spec.Cluster,
+				LabelManagedBy:                ManagedBy,
 			},
 			OwnerReferences: []metav1.OwnerReference{*owner.DeepCopy()},
 		},

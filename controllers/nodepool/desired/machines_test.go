@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
 func testPool() *kubefarmv1.NodePool {
@@ -141,7 +140,7 @@ func TestMachines(t *testing.T) {
 				if !reflect.DeepEqual(m.Spec, wantSpec) {
 					t.Errorf("%s: spec %+v, want %+v", m.Name, m.Spec, wantSpec)
 				}
-				if m.Labels[LabelPool] != tc.pool.Name || m.Labels[LabelTenantCluster] != "c1" || m.Labels[LabelManagedBy] != ManagedBy || len(m.Labels) != 3 {
+				if m.Labels[kubefarmv1.LabelPool] != tc.pool.Name || m.Labels[kubefarmv1.LabelTenantCluster] != "c1" || m.Labels[LabelManagedBy] != ManagedBy || len(m.Labels) != 3 {
 					t.Errorf("%s: labels %v", m.Name, m.Labels)
 				}
 				if c := metav1.GetControllerOf(m); c == nil || c.UID != tc.pool.UID || c.Kind != "NodePool" || c.Name != tc.pool.Name ||
@@ -295,8 +294,8 @@ func TestMachinesDeterministic(t *testing.T) {
 // TestLabelKeysShared: the tenant-cluster label must be the key the rest of
 // kubefarm selects a tenant's objects by.
 func TestLabelKeysShared(t *testing.T) {
-	if LabelTenantCluster != bootstraptoken.LabelTenantCluster {
-		t.Fatalf("LabelTenantCluster %q, bootstraptoken uses %q", LabelTenantCluster, bootstraptoken.LabelTenantCluster)
+	if kubefarmv1.LabelTenantCluster != kubefarmv1.LabelTenantCluster {
+		t.Fatalf("kubefarmv1.LabelTenantCluster %q, bootstraptoken uses %q", kubefarmv1.LabelTenantCluster, kubefarmv1.LabelTenantCluster)
 	}
 }
 

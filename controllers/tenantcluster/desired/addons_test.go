@@ -544,7 +544,7 @@ func TestKubeProxy(t *testing.T) {
 					t.Errorf("no mount at %s: %v", p, mounts)
 				}
 			}
-			if ds.Spec.Template.Annotations[AnnotationChecksum] != configHash(cm) {
+			if ds.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] != configHash(cm) {
 				t.Errorf("checksum annotation does not hash the ConfigMap")
 			}
 			binding := findAddon[*rbacv1.ClusterRoleBinding](t, objs, "ClusterRoleBinding kubefarm:node-proxier")
@@ -560,7 +560,7 @@ func TestKubeProxy(t *testing.T) {
 	a := findAddon[*appsv1.DaemonSet](t, mustAddons(t, c, in), "DaemonSet kube-system/kube-proxy")
 	in.KubeProxyMode = "nftables"
 	b := findAddon[*appsv1.DaemonSet](t, mustAddons(t, c, in), "DaemonSet kube-system/kube-proxy")
-	if a.Spec.Template.Annotations[AnnotationChecksum] == b.Spec.Template.Annotations[AnnotationChecksum] {
+	if a.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] == b.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] {
 		t.Error("changing the mode does not change the pod template")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
@@ -93,8 +94,8 @@ func tokenIssuerValidations() []admissionv1.Validation {
 		},
 		{
 			Expression: guarded(fmt.Sprintf("has(object.metadata.labels) && '%[1]s' in object.metadata.labels && "+
-				"object.metadata.labels['%[1]s'] != ''", bootstraptoken.LabelMachine)),
-			Message: who + "the Secret must name its Machine in label " + bootstraptoken.LabelMachine,
+				"object.metadata.labels['%[1]s'] != ''", v1alpha1.LabelMachine)),
+			Message: who + "the Secret must name its Machine in label " + v1alpha1.LabelMachine,
 			Reason:  ptrTo(metav1.StatusReasonForbidden),
 		},
 	}

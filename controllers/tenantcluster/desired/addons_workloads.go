@@ -295,7 +295,7 @@ func kubeProxyDaemonSet(c *Cluster, cm *corev1.ConfigMap) *appsv1.DaemonSet {
 			Selector:       &metav1.LabelSelector{MatchLabels: sel},
 			UpdateStrategy: daemonSetUpdate(),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: sel, Annotations: map[string]string{AnnotationChecksum: configHash(cm)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: sel, Annotations: map[string]string{v1alpha1.AnnotationChecksum: configHash(cm)}},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: kubeProxyName,
 					// Needed: the kubeconfig uses this token.

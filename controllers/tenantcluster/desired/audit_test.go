@@ -192,7 +192,7 @@ func TestAuditPolicyRollsOnlyTheAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return a.Spec.Template.Annotations[AnnotationChecksum], m.Spec.Template.Annotations[AnnotationChecksum]
+		return a.Spec.Template.Annotations[v1alpha1.AnnotationChecksum], m.Spec.Template.Annotations[v1alpha1.AnnotationChecksum]
 	}
 	a1, m1 := sum(before)
 	a2, m2 := sum(after)

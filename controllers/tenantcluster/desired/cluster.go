@@ -108,7 +108,7 @@ type Cluster struct {
 	// refuses most requests, must never be an endpoint.
 	EtcdMembers int32
 	EtcdServers int32
-	// EtcdScaling marks the StatefulSet with AnnotationEtcdScaling: a
+	// EtcdScaling marks the StatefulSet with v1alpha1.AnnotationEtcdScaling: a
 	// membership change is under way.
 	EtcdScaling      bool
 	EtcdStorageSize  resource.Quantity

@@ -94,7 +94,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 	}
 	var annotations map[string]string
 	if c.EtcdScaling {
-		annotations = map[string]string{AnnotationEtcdScaling: strconv.Itoa(int(c.EtcdReplicas))}
+		annotations = map[string]string{v1alpha1.AnnotationEtcdScaling: strconv.Itoa(int(c.EtcdReplicas))}
 	}
 	return &appsv1.StatefulSet{
 		TypeMeta: statefulSetMeta,
@@ -118,7 +118,7 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      c.labels(ComponentEtcd),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, etcdMounts, nil, nil)},
+					Annotations: map[string]string{v1alpha1.AnnotationChecksum: c.checksum(secrets, etcdMounts, nil, nil)},
 				},
 				Spec: pod,
 			},
@@ -292,7 +292,7 @@ func APIServerDeployment(c *Cluster, config *corev1.ConfigMap, secrets SecretDat
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      c.labels(ComponentAPIServer),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
+					Annotations: map[string]string{v1alpha1.AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
 				},
 				Spec: pod,
 			},
@@ -426,7 +426,7 @@ func (c *Cluster) leaderElectedDeployment(l leaderElected, config *corev1.Config
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      c.labels(component),
-					Annotations: map[string]string{AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
+					Annotations: map[string]string{v1alpha1.AnnotationChecksum: c.checksum(secrets, mounts, config.Data, configKeys)},
 				},
 				Spec: pod,
 			},

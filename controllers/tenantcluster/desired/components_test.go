@@ -436,7 +436,7 @@ func TestChecksumRollsOnlyAffectedPods(t *testing.T) {
 			d := sampleSecrets()
 			tt.mutate(d)
 			for name, tpl := range workloads(t, c, d) {
-				changed := tpl.Annotations[AnnotationChecksum] != base[name].Annotations[AnnotationChecksum]
+				changed := tpl.Annotations[v1alpha1.AnnotationChecksum] != base[name].Annotations[v1alpha1.AnnotationChecksum]
 				if changed != slices.Contains(tt.changed, name) {
 					t.Errorf("%s checksum changed=%v", name, changed)
 				}
@@ -446,10 +446,10 @@ func TestChecksumRollsOnlyAffectedPods(t *testing.T) {
 	t.Run("admission config change rolls apiserver", func(t *testing.T) {
 		c2 := resolveTC(t, func(tc *v1alpha1.TenantCluster) { tc.Spec.PodSecurity.Enforce = "restricted" })
 		got := workloads(t, c2, sampleSecrets())
-		if got["apiserver"].Annotations[AnnotationChecksum] == base["apiserver"].Annotations[AnnotationChecksum] {
+		if got["apiserver"].Annotations[v1alpha1.AnnotationChecksum] == base["apiserver"].Annotations[v1alpha1.AnnotationChecksum] {
 			t.Error("apiserver checksum ignores the admission configuration")
 		}
-		if got["scheduler"].Annotations[AnnotationChecksum] != base["scheduler"].Annotations[AnnotationChecksum] {
+		if got["scheduler"].Annotations[v1alpha1.AnnotationChecksum] != base["scheduler"].Annotations[v1alpha1.AnnotationChecksum] {
 			t.Error("scheduler checksum depends on the admission configuration")
 		}
 	})
@@ -600,7 +600,7 @@ func TestWorkloadsHashTheGivenConfigMap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if before.Spec.Template.Annotations[AnnotationChecksum] == after.Spec.Template.Annotations[AnnotationChecksum] {
+			if before.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] == after.Spec.Template.Annotations[v1alpha1.AnnotationChecksum] {
 				t.Error("checksum ignores the ConfigMap passed in")
 			}
 			if _, err := b(c, nil, nil); err == nil {

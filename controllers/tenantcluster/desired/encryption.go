@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 // Encryption at rest (docs/encryption.md). The tenant's API servers encrypt
@@ -48,23 +50,8 @@ const EncryptionKeySize = 32
 // (k8s:enc:secretbox:v1:<name>:), so names are never reused.
 const EncryptionKeyPrefix = "key-"
 
-// Annotations of the key Secret, and the request annotation on the
-// TenantCluster.
-const (
-	// AnnotationEncryptionWriteKey names the key new writes use.
-	AnnotationEncryptionWriteKey = "kubefarm.io/encryption-write-key"
-	// AnnotationEncryptionRotation is the stage of a rotation in progress
-	// (absent: none).
-	AnnotationEncryptionRotation = "kubefarm.io/encryption-rotation"
-	// AnnotationEncryptionHandled is the value of the TenantCluster's
-	// AnnotationRotateEncryptionKey the last rotation was started for.
-	AnnotationEncryptionHandled = "kubefarm.io/encryption-rotation-handled"
-	// AnnotationRotateEncryptionKey on a TenantCluster requests a key
-	// rotation: setting it to a value the key Secret has not handled yet
-	// starts one (e.g. the date). A request during a rotation waits for
-	// it to finish.
-	AnnotationRotateEncryptionKey = "kubefarm.io/rotate-encryption-key"
-)
+// The key Secret's annotations and the TenantCluster's rotation request are
+// api/v1alpha1's AnnotationEncryption* and AnnotationRotateEncryptionKey.
 
 // EncryptionKeySecretName names the Secret with the tenant's encryption keys.
 func (c *Cluster) EncryptionKeySecretName() string { return EncryptionKeySecretName(c.Name) }
@@ -234,9 +221,9 @@ func NewEncryptionKeySecret(c *Cluster, key []byte, handled string) (*corev1.Sec
 func ParseEncryptionKeys(s *corev1.Secret) (EncryptionKeys, error) {
 	k := EncryptionKeys{
 		Keys:    map[string][]byte{},
-		Write:   s.Annotations[AnnotationEncryptionWriteKey],
-		Stage:   RotationStage(s.Annotations[AnnotationEncryptionRotation]),
-		Handled: s.Annotations[AnnotationEncryptionHandled],
+		Write:   s.Annotations[v1alpha1.AnnotationEncryptionWriteKey],
+		Stage:   RotationStage(s.Annotations[v1alpha1.AnnotationEncryptionRotation]),
+		Handled: s.Annotations[v1alpha1.AnnotationEncryptionHandled],
 	}
 	for name, v := range s.Data {
 		k.Keys[name] = v
@@ -257,12 +244,12 @@ func (k EncryptionKeys) WriteTo(s *corev1.Secret) {
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
 	}
-	s.Annotations[AnnotationEncryptionWriteKey] = k.Write
-	s.Annotations[AnnotationEncryptionHandled] = k.Handled
+	s.Annotations[v1alpha1.AnnotationEncryptionWriteKey] = k.Write
+	s.Annotations[v1alpha1.AnnotationEncryptionHandled] = k.Handled
 	if k.Stage == RotationNone {
-		delete(s.Annotations, AnnotationEncryptionRotation)
+		delete(s.Annotations, v1alpha1.AnnotationEncryptionRotation)
 	} else {
-		s.Annotations[AnnotationEncryptionRotation] = string(k.Stage)
+		s.Annotations[v1alpha1.AnnotationEncryptionRotation] = string(k.Stage)
 	}
 }
 
@@ -286,7 +273,7 @@ const (
 )
 
 // DecideRotation is the next step of a rotation. request is the
-// TenantCluster's AnnotationRotateEncryptionKey (empty: none); rolledOut
+// TenantCluster's v1alpha1.AnnotationRotateEncryptionKey (empty: none); rolledOut
 // says every API server pod runs the configuration rendered from k (the
 // Deployment was applied with it and its rollout finished).
 //

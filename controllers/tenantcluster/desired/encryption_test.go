@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, EncryptionKeySize) }
@@ -98,7 +100,7 @@ func TestEncryptionKeySecretRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Name != "alpha-encryption" || s.Namespace != "tenants" || s.Labels[LabelTenantCluster] != "alpha" {
+	if s.Name != "alpha-encryption" || s.Namespace != "tenants" || s.Labels[v1alpha1.LabelTenantCluster] != "alpha" {
 		t.Errorf("meta %s/%s %v", s.Namespace, s.Name, s.Labels)
 	}
 	if len(s.OwnerReferences) != 0 {
@@ -131,7 +133,7 @@ func TestEncryptionKeySecretRoundTrip(t *testing.T) {
 		if got.Stage != st || len(got.Keys) != len(k.Keys) {
 			t.Errorf("%s: parsed %+v", st, got)
 		}
-		if _, ok := s.Annotations[AnnotationEncryptionRotation]; ok != (st != RotationNone) {
+		if _, ok := s.Annotations[v1alpha1.AnnotationEncryptionRotation]; ok != (st != RotationNone) {
 			t.Errorf("%s: rotation annotation present=%v", st, ok)
 		}
 	}

@@ -106,7 +106,7 @@ func TestEtcdScalingMark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := quiet.Annotations[AnnotationEtcdScaling]; ok {
+	if _, ok := quiet.Annotations[v1alpha1.AnnotationEtcdScaling]; ok {
 		t.Errorf("a StatefulSet outside a change is marked: %v", quiet.Annotations)
 	}
 	changing := *c
@@ -115,8 +115,8 @@ func TestEtcdScalingMark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := sts.Annotations[AnnotationEtcdScaling]; got != "3" {
-		t.Errorf("%s = %q during a change towards 3 members, want \"3\"", AnnotationEtcdScaling, got)
+	if got := sts.Annotations[v1alpha1.AnnotationEtcdScaling]; got != "3" {
+		t.Errorf("%s = %q during a change towards 3 members, want \"3\"", v1alpha1.AnnotationEtcdScaling, got)
 	}
 	if !reflect.DeepEqual(sts.Spec, quiet.Spec) {
 		t.Errorf("the mark changed the StatefulSet's spec:\n%s\nvs\n%s", toYAML(t, sts), toYAML(t, quiet))

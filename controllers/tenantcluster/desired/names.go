@@ -1,31 +1,21 @@
 package desired
 
-import "maps"
+import (
+	"maps"
 
-// Label keys kubefarm puts on what it builds. The reconciler selects the
-// objects of one tenant by LabelTenantCluster, and certificate Secrets of one
-// role by LabelPKIRole.
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// The standard label keys kubefarm puts on what it builds, beside its own
+// (v1alpha1.LabelTenantCluster and LabelPKIRole select a tenant's objects and
+// a PKI role's Secrets; AnnotationChecksum rolls pods onto renewed
+// certificates; AnnotationEtcdScaling marks an etcd membership change).
 const (
-	LabelTenantCluster = "kubefarm.io/tenant-cluster"
-	LabelPKIRole       = "kubefarm.io/pki-role"
-	LabelName          = "app.kubernetes.io/name"
-	LabelInstance      = "app.kubernetes.io/instance"
-	LabelComponent     = "app.kubernetes.io/component"
-	LabelManagedBy     = "app.kubernetes.io/managed-by"
-	LabelPartOf        = "app.kubernetes.io/part-of"
-
-	// AnnotationChecksum on a pod template holds the hash of the certificate
-	// Secrets and configuration the pods mount; it changes when cert-manager
-	// renews a certificate, which rolls the pods onto the new files.
-	AnnotationChecksum = "kubefarm.io/checksum"
-
-	// AnnotationEtcdScaling on the etcd StatefulSet marks a membership
-	// change under way (its value: the member count it goes to). It is
-	// written with the replicas a step sets, in the same apply, so a
-	// change whose last status write was lost (the manager stopped right
-	// after it added the last learner, say) is still seen as one and
-	// finished: the StatefulSet alone would already show the spec's count.
-	AnnotationEtcdScaling = "kubefarm.io/etcd-scaling"
+	LabelName      = "app.kubernetes.io/name"
+	LabelInstance  = "app.kubernetes.io/instance"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelPartOf    = "app.kubernetes.io/part-of"
 
 	managedBy = "kubefarm"
 )
@@ -81,7 +71,7 @@ func (c *Cluster) EtcdStateConfigMapName() string { return c.prefixed("etcd-stat
 // its pods (all components), in its namespace: what goes with the
 // TenantCluster.
 func ControlPlaneSelector(name string) map[string]string {
-	return map[string]string{LabelTenantCluster: name, LabelManagedBy: managedBy}
+	return map[string]string{v1alpha1.LabelTenantCluster: name, LabelManagedBy: managedBy}
 }
 
 // labels are the labels of every object of one component.
@@ -90,7 +80,7 @@ func (c *Cluster) labels(component string) map[string]string {
 	l[LabelComponent] = "control-plane"
 	l[LabelManagedBy] = managedBy
 	l[LabelPartOf] = managedBy
-	l[LabelTenantCluster] = c.Name
+	l[v1alpha1.LabelTenantCluster] = c.Name
 	return l
 }
 

@@ -10,6 +10,7 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
 )
 
@@ -259,7 +260,7 @@ func Certificates(c *Cluster) []*cmapi.Certificate {
 // service-account tokens accepts.
 func (c *Cluster) certificateFor(d certDef) *cmapi.Certificate {
 	name := c.SecretName(d.role)
-	labels := mergeLabels(c.labels(componentPKI), map[string]string{LabelPKIRole: string(d.role)})
+	labels := mergeLabels(c.labels(componentPKI), map[string]string{v1alpha1.LabelPKIRole: string(d.role)})
 	cert := &cmapi.Certificate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: cmapi.SchemeGroupVersion.String(), Kind: cmapi.CertificateKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels},

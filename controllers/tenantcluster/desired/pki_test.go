@@ -47,7 +47,7 @@ func TestCertificatesAreConsistent(t *testing.T) {
 		t.Errorf("got %d certificates, want 17", len(certs))
 	}
 	for _, cert := range certs {
-		role := cert.Labels[LabelPKIRole]
+		role := cert.Labels[v1alpha1.LabelPKIRole]
 		if cert.Name != "alpha-"+role || cert.Spec.SecretName != cert.Name || cert.Namespace != "tenants" {
 			t.Errorf("certificate %s/%s (role %s) secret %s: names must be <cluster>-<role>", cert.Namespace, cert.Name, role, cert.Spec.SecretName)
 		}
@@ -58,7 +58,7 @@ func TestCertificatesAreConsistent(t *testing.T) {
 		if !issuers[cert.Spec.IssuerRef.Name] || cert.Spec.IssuerRef.Kind != "Issuer" {
 			t.Errorf("%s: issuer %+v is not one of the tenant's Issuers", cert.Name, cert.Spec.IssuerRef)
 		}
-		if cert.Spec.SecretTemplate == nil || cert.Spec.SecretTemplate.Labels[LabelTenantCluster] != "alpha" {
+		if cert.Spec.SecretTemplate == nil || cert.Spec.SecretTemplate.Labels[v1alpha1.LabelTenantCluster] != "alpha" {
 			t.Errorf("%s: Secret is not labelled with its tenant", cert.Name)
 		}
 		if cert.Spec.CommonName == "" {

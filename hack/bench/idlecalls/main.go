@@ -43,6 +43,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -74,6 +75,10 @@ type Result struct {
 	// server's own subtracted): what idling costs besides requests.
 	Watches map[string]map[string]float64 `json:"watches"`
 	Note    string                        `json:"note"`
+	// Touched is the window after every Machine was annotated once (the
+	// bench's own PATCHes included on the admin side): each change runs
+	// a rollout pass of its pool.
+	Touched *Result `json:"touched,omitempty"`
 }
 
 func main() {
@@ -105,7 +110,7 @@ func run(tenants, pools, machines int, settle, window time.Duration, out string)
 	}
 
 	fmt.Fprintf(os.Stderr, "measuring the API server alone for %s\n", window)
-	base, baseWatches, err := countDuring(ctx, cs, window)
+	base, baseWatches, err := countDuring(ctx, cs, window, nil)
 	if err != nil {
 		return err
 	}
@@ -133,12 +138,52 @@ func run(tenants, pools, machines int, settle, window time.Duration, out string)
 	fmt.Fprintf(os.Stderr, "objects made; settling for %s\n", settle)
 	time.Sleep(settle)
 	fmt.Fprintf(os.Stderr, "counting for %s\n", window)
-	busy, busyWatches, err := countDuring(ctx, cs, window)
+	busy, busyWatches, err := countDuring(ctx, cs, window, nil)
 	if err != nil {
 		return err
 	}
 
-	res := Result{Benchmark: "idlecalls", Tenants: tenants, Machines: pools * machines, WindowSeconds: window.Seconds(),
+	res := result(tenants, pools*machines, window, base, busy, baseWatches, busyWatches)
+	fmt.Fprintf(os.Stderr, "annotating every Machine once, counting for %s\n", window)
+	touched, touchedWatches, err := countDuring(ctx, cs, window, func() error { return touch(ctx, env.Client) })
+	if err != nil {
+		return err
+	}
+	res.Touched = result(tenants, pools*machines, window, base, touched, baseWatches, touchedWatches)
+	res.Touched.Benchmark = "idlecalls-touched"
+	report(os.Stdout, *res)
+	report(os.Stdout, *res.Touched)
+	if out != "" {
+		b, err := json.MarshalIndent(res, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	}
+	return nil
+}
+
+// touch annotates every Machine of the bench once.
+func touch(ctx context.Context, c client.Client) error {
+	list := &kubefarmv1.MachineList{}
+	if err := c.List(ctx, list, client.InNamespace("idlecalls")); err != nil {
+		return err
+	}
+	for i := range list.Items {
+		m := &list.Items[i]
+		patch := client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"idlecalls/touched":"`+time.Now().Format(time.RFC3339Nano)+`"}}}`))
+		if err := c.Patch(ctx, m, patch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// result is the manager's share of busy and busyWatches (the API
+// server's own, base and baseWatches, subtracted), per minute of window.
+func result(tenants, machines int, window time.Duration, base, busy, baseWatches, busyWatches map[string]float64) *Result {
+	res := Result{Benchmark: "idlecalls", Tenants: tenants, Machines: machines, WindowSeconds: window.Seconds(),
 		PerMinute: map[string]map[string]float64{"admin": {}, "tenant": {}},
 		Watches:   map[string]map[string]float64{"admin": {}, "tenant": {}},
 		Note:      "the tenants' API server is the envtest API server itself; the API server's own requests are subtracted"}
@@ -168,15 +213,7 @@ func run(tenants, pools, machines int, settle, window time.Duration, out string)
 			res.Watches[side][k] = d
 		}
 	}
-	report(os.Stdout, res)
-	if out != "" {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, b, 0o644)
-	}
-	return nil
+	return &res
 }
 
 // tenantSide says whether requests of key ("VERB resource[/sub]") are the
@@ -216,13 +253,19 @@ func report(w *os.File, r Result) {
 
 // countDuring is the increase of apiserver_request_total over d, by
 // "VERB resource[/subresource]" ("-" for non-resource paths), and the
-// watches open at its end, by resource.
-func countDuring(ctx context.Context, cs kubernetes.Interface, d time.Duration) (calls, watches map[string]float64, _ error) {
+// watches open at its end, by resource; act, if set, runs at its start.
+func countDuring(ctx context.Context, cs kubernetes.Interface, d time.Duration, act func() error) (calls, watches map[string]float64, _ error) {
 	before, _, err := scrape(ctx, cs)
 	if err != nil {
 		return nil, nil, err
 	}
-	time.Sleep(d)
+	start := time.Now()
+	if act != nil {
+		if err := act(); err != nil {
+			return nil, nil, err
+		}
+	}
+	time.Sleep(d - time.Since(start))
 	after, watches, err := scrape(ctx, cs)
 	if err != nil {
 		return nil, nil, err
@@ -305,7 +348,7 @@ func farm(ctx context.Context, env *testenv.Env, tenants, pools, machines int) e
 		}
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name,
 			Name:   tenantcluster.InternalAdminKubeconfigSecretName(tc.Name),
-			Labels: map[string]string{desired.LabelManagedBy: "kubefarm", desired.LabelTenantCluster: tc.Name}},
+			Labels: map[string]string{desired.LabelManagedBy: "kubefarm", kubefarmv1.LabelTenantCluster: tc.Name}},
 			Data: map[string][]byte{tenantcluster.AdminKubeconfigKey: kubeconfig}}
 		if err := env.Client.Create(ctx, secret); err != nil {
 			return err
