@@ -40,10 +40,9 @@ type Options struct {
 	// tenants' audit logs; empty is DefaultUserAgent. Clients name
 	// themselves (Tenant.Client).
 	UserAgent string
-	// HealthInterval is the longest wait between two probes of a tenant
-	// that does not answer, and how often an answering tenant without
-	// informers is probed (one with informers is probed when a watch
-	// fails); zero is DefaultHealthInterval.
+	// HealthInterval is how often an answering tenant is probed, and the
+	// longest wait between two probes of one that does not; zero is
+	// DefaultHealthInterval.
 	HealthInterval time.Duration
 	// HealthTimeout bounds one probe; zero is DefaultHealthTimeout.
 	HealthTimeout time.Duration

@@ -3,7 +3,9 @@ package tenantcache_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -185,6 +187,35 @@ func TestCache(t *testing.T) {
 		}
 	})
 
+	t.Run("an API server that stops answering: unhealthy, then healthy again", func(t *testing.T) {
+		server, err := url.Parse(env.Config.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startProxy(t, server.Host)
+		flaky := tenantCluster(t, ns, "flaky")
+		flakyKey := client.ObjectKeyFromObject(flaky)
+		writeCredential(t, ns, "flaky", "https://"+p.addr, "tenantcache-admin-1")
+		eventually(t, "the tenant connects through the proxy", func(ctx context.Context) (bool, error) {
+			tenant, err := c.Get(ctx, flakyKey)
+			if err != nil {
+				return false, nil
+			}
+			_, err = tenant.NodeList(ctx, time.Second)
+			return err == nil, nil
+		})
+		p.stop()
+		eventually(t, "the tenant is reported unhealthy once its watches fail", func(ctx context.Context) (bool, error) {
+			_, err := c.Get(ctx, flakyKey)
+			return err != nil && strings.Contains(err.Error(), "TenantCluster "+flakyKey.String()), nil
+		})
+		p.start(t)
+		eventually(t, "the tenant is healthy again", func(ctx context.Context) (bool, error) {
+			_, err := c.Get(ctx, flakyKey)
+			return err == nil, nil
+		})
+	})
+
 	t.Run("a deleted TenantCluster is disconnected", func(t *testing.T) {
 		if err := env.Client.Delete(ctx, tc); err != nil {
 			t.Fatal(err)
@@ -256,4 +287,64 @@ func closedAddress(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprint(addr)
+}
+
+// proxy forwards TCP from addr to target until stopped, and can start again
+// on the same address: an API server that stops answering and comes back.
+type proxy struct {
+	addr, target string
+	mu           sync.Mutex
+	l            net.Listener
+	conns        []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	p := &proxy{addr: "127.0.0.1:0", target: target}
+	p.start(t)
+	p.addr = p.l.Addr().String()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) start(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.l = l
+	p.mu.Unlock()
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", p.target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+}
+
+// stop closes the listener and every connection through it.
+func (p *proxy) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.l != nil {
+		p.l.Close()
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }

@@ -12,12 +12,10 @@
 //     Secret does, and restarted when the credential in it changes, the old
 //     connection's every goroutine returned before the new one starts;
 //   - health-checked: a probe of the API server's /readyz when the
-//     connection starts and whenever one of its watches fails, then with
-//     a growing backoff while it does not answer (every HealthInterval for
-//     a tenant with no informer); callers of an unhealthy tenant get an
-//     error naming the TenantCluster instead of a request that hangs. An
-//     idle, answering tenant costs no probe: its watches' HTTP/2 pings
-//     notice a server that stops answering;
+//     connection starts, every HealthInterval, and at once when a list of
+//     one of its informers fails; with a growing backoff while it does not
+//     answer. Callers of an unhealthy tenant get an error naming the
+//     TenantCluster instead of a request that hangs;
 //   - all stopped with the manager (a Runnable that needs leader election,
 //     since only the leader acts in the tenants).
 //

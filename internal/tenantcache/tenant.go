@@ -78,7 +78,8 @@ func (c *Cache) start(tc *kubefarmv1.TenantCluster, cfg *rest.Config, fp string)
 }
 
 // stop cancels everything of the tenant and returns once every goroutine
-// has, so that nothing acts with the old credential after it.
+// that acts (the workers, the probe) has, so that nothing acts with the old
+// credential after it; the informers stop on their own.
 func (t *Tenant) stop() {
 	t.mu.Lock()
 	t.stopping = true
@@ -129,14 +130,12 @@ func (t *Tenant) Healthy() error {
 	return nil
 }
 
-// probe asks the API server's /readyz when the connection starts, again
-// whenever one of its watches fails (suspect), and with a backoff from
-// firstBackoff to interval while it does not answer, until the tenant
-// stops. An answering tenant with running informers is not asked again
-// until a watch fails: their connections carry HTTP/2 pings, which notice
-// a server that stopped answering without costing it a request, and the
-// reflector then reports the failure. A tenant without informers (clients
-// only) is asked every interval.
+// probe asks the API server's /readyz when the connection starts, every
+// interval while it answers, at once when a list of one of its informers
+// fails (suspect), and with a backoff from firstBackoff to interval while
+// it does not answer, until the tenant stops. The informers alone cannot
+// tell: a reflector whose server refuses connections retries its watch
+// with a backoff of its own and reports nothing.
 func (t *Tenant) probe(interval, timeout time.Duration) {
 	logger := log.FromContext(t.ctx)
 	backoff := firstBackoff
@@ -150,7 +149,6 @@ func (t *Tenant) probe(interval, timeout time.Duration) {
 		t.mu.Lock()
 		was := t.health
 		t.health = err
-		watching := len(t.informers) > 0
 		t.mu.Unlock()
 		var wait <-chan time.Time
 		var suspect <-chan struct{}
@@ -166,9 +164,7 @@ func (t *Tenant) probe(interval, timeout time.Duration) {
 			}
 			backoff = firstBackoff
 			suspect = t.suspect
-			if !watching {
-				wait = time.After(interval)
-			}
+			wait = time.After(interval)
 		}
 		select {
 		case <-t.ctx.Done():
@@ -247,8 +243,11 @@ func (t *Tenant) informer(src Source) (cache.SharedIndexInformer, error) {
 		return nil, err
 	}
 	t.informers[src.name] = i
-	t.wg.Add(1)
-	go func() { defer t.wg.Done(); i.RunWithContext(t.ctx) }()
+	// Not waited for by stop: an informer only reads, its handlers only
+	// add to queues stop has shut down, and a reflector backing off from a
+	// server that refuses connections may take its backoff (up to half a
+	// minute) to notice the cancellation.
+	go i.RunWithContext(t.ctx)
 	return i, nil
 }
 
