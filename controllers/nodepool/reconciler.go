@@ -27,18 +27,17 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/machinestate"
+	"github.com/kubefarm/kubefarm/internal/poolindex"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
@@ -52,36 +51,6 @@ const FieldOwner = "kubefarm-nodepool"
 // BootImageIndex indexes NodePools by spec.bootImage, so that a BootImage
 // appearing wakes exactly the pools that name it.
 const BootImageIndex = "spec.bootImage"
-
-// IndexByBootImage registers an index of NodePools by spec.bootImage
-// called name. Each controller that maps BootImages to pools registers its
-// own (the NodePool controller BootImageIndex, the rollout controller
-// another name): controller-runtime refuses a name twice, and neither
-// controller then depends on the other being set up.
-func IndexByBootImage(indexer client.FieldIndexer, name string) error {
-	if err := indexer.IndexField(context.Background(), &v1alpha1.NodePool{}, name,
-		func(o client.Object) []string { return []string{o.(*v1alpha1.NodePool).Spec.BootImage} }); err != nil {
-		return fmt.Errorf("indexing NodePools by spec.bootImage (%s): %w", name, err)
-	}
-	return nil
-}
-
-// PoolsOfImage maps a BootImage to a request for each NodePool that names
-// it, through the index called name.
-func PoolsOfImage(c client.Reader, name string) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		pools := &v1alpha1.NodePoolList{}
-		if err := c.List(ctx, pools, client.MatchingFields{name: o.GetName()}); err != nil {
-			log.FromContext(ctx).Error(err, "listing the NodePools of a BootImage", "bootImage", o.GetName())
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(pools.Items))
-		for _, p := range pools.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: p.Name}})
-		}
-		return reqs
-	}
-}
 
 // Reconciler reconciles NodePools.
 type Reconciler struct {
@@ -105,7 +74,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
 	}
-	if err := IndexByBootImage(mgr.GetFieldIndexer(), BootImageIndex); err != nil {
+	if err := poolindex.ByBootImage(mgr.GetFieldIndexer(), BootImageIndex); err != nil {
 		return err
 	}
 	if err := indexClaims(mgr.GetFieldIndexer()); err != nil {
@@ -114,7 +83,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
-		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(PoolsOfImage(r.Client, BootImageIndex))).
+		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(poolindex.PoolsOfImage(r.Client, BootImageIndex))).
 		Watches(&v1alpha1.AddressClaim{}, handler.EnqueueRequestsFromMapFunc(poolsOfClaim(r.Client))).
 		Named("nodepool").
 		Complete(r)
@@ -434,10 +403,7 @@ type machineCounts struct {
 // no BootImage, none is up to date.
 func countMachines(image *v1alpha1.BootImage, desired []*v1alpha1.Machine, live map[string]*v1alpha1.Machine) machineCounts {
 	var c machineCounts
-	var target *v1alpha1.ImageRef
-	if image != nil {
-		target = &v1alpha1.ImageRef{Name: image.Name, Digest: image.Spec.Rootfs.Digest}
-	}
+	target := machinestate.Target(image)
 	for _, want := range desired {
 		m := live[want.Name]
 		if m != nil && meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionNodeReady) {

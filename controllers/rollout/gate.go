@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 )
 
 // gateImage reads the pool's BootImage, the rollout's target. A missing
@@ -29,7 +30,7 @@ func (r *Reconciler) gateImage(ctx context.Context, s *scope) (bool, error) {
 		return false, fmt.Errorf("reading BootImage %s: %w", s.pool.Spec.BootImage, err)
 	}
 	s.image = img
-	s.target = v1alpha1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest}
+	s.target = *machinestate.Target(img)
 	s.pool.Status.RolloutImage = s.target.DeepCopy()
 	// kubefarm-pxe verifies an image's artifacts (--verify-images);
 	// until it has, no machine is rebooted into it. Without the check

@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/machinestate"
 )
 
@@ -41,7 +40,7 @@ func (r *Reconciler) serveFirst(ctx context.Context, s *scope) (bool, error) {
 			continue
 		}
 		st := m.Status.DeepCopy()
-		st.ServedImage = desired.InitialServedImage(s.image)
+		st.ServedImage = machinestate.Target(s.image)
 		switch err := r.applyMachineStatus(ctx, m, st); {
 		case apierrors.IsConflict(err):
 			s.wake(conflictRetry)

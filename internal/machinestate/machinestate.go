@@ -17,6 +17,17 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 )
 
+// Target is the image a machine of a pool on image should be served: the
+// BootImage's name pinned to its rootfs digest (nil without a BootImage).
+// A served image is pinned so that a BootImage edited in place is a new
+// target, and a machine rebooting out of turn comes back on what it ran.
+func Target(image *v1alpha1.BootImage) *v1alpha1.ImageRef {
+	if image == nil {
+		return nil
+	}
+	return &v1alpha1.ImageRef{Name: image.Name, Digest: image.Spec.Rootfs.Digest}
+}
+
 // Served is the image kubefarm-pxe serves the machine at its next boot
 // (status.servedImage); nil before the rollout controller first pinned one
 // (kubefarm-pxe then serves spec.desiredImage, unpinned).

@@ -1,6 +1,7 @@
 package machinestate
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -151,5 +152,25 @@ func TestServedAndBooted(t *testing.T) {
 		if got, want := Served(tc.m), tc.m.Status.ServedImage; got != want {
 			t.Errorf("%s: Served %v, want %v", tc.name, got, want)
 		}
+	}
+}
+
+func TestTarget(t *testing.T) {
+	img := &v1alpha1.BootImage{
+		ObjectMeta: metav1.ObjectMeta{Name: "node-2026-01"},
+		Spec: v1alpha1.BootImageSpec{
+			Kernel: v1alpha1.Artifact{Digest: "sha256:" + strings.Repeat("1", 64)},
+			Initrd: v1alpha1.Artifact{Digest: "sha256:" + strings.Repeat("2", 64)},
+			Rootfs: v1alpha1.Artifact{Digest: "sha256:" + strings.Repeat("3", 64)},
+		},
+	}
+	// The rootfs digest pins the target, not the kernel or the initrd.
+	got := Target(img)
+	want := &v1alpha1.ImageRef{Name: "node-2026-01", Digest: "sha256:" + strings.Repeat("3", 64)}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Target = %+v, want %+v", got, want)
+	}
+	if Target(nil) != nil {
+		t.Fatal("Target(nil) is not nil")
 	}
 }

@@ -9,8 +9,8 @@
 // never causes a write.
 //
 // Only the Machine's metadata and spec are built. Its status belongs to the
-// rollout controller and the machine; the one exception, the image a new
-// Machine is first served, is InitialServedImage.
+// rollout controller (which pins the first served image, machinestate.Target)
+// and to the machine.
 package desired
 
 import (
@@ -168,19 +168,6 @@ func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1
 			Power:        e.Power.DeepCopy(),
 		},
 	}, nil
-}
-
-// InitialServedImage is the status.servedImage of a Machine that has none
-// yet: the image it should run, pinned to its rootfs digest. The caller sets
-// it only when creating a Machine (status.servedImage nil); afterwards only
-// the rollout controller moves servedImage, one machine at a time, so that a
-// machine rebooting out of turn comes back on the image it ran. image must be
-// the BootImage named by the Machine's spec.desiredImage.
-func InitialServedImage(image *kubefarmv1.BootImage) *kubefarmv1.ImageRef {
-	if image == nil {
-		return nil
-	}
-	return &kubefarmv1.ImageRef{Name: image.Name, Digest: image.Spec.Rootfs.Digest}
 }
 
 // validMAC reports whether s is lowercase xx:xx:xx:xx:xx:xx, the only form

@@ -298,22 +298,3 @@ func TestLabelKeysShared(t *testing.T) {
 		t.Fatalf("kubefarmv1.LabelTenantCluster %q, bootstraptoken uses %q", kubefarmv1.LabelTenantCluster, kubefarmv1.LabelTenantCluster)
 	}
 }
-
-func TestInitialServedImage(t *testing.T) {
-	img := &kubefarmv1.BootImage{
-		ObjectMeta: metav1.ObjectMeta{Name: "node-2026-01"},
-		Spec: kubefarmv1.BootImageSpec{
-			Kernel: kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("1", 64)},
-			Initrd: kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("2", 64)},
-			Rootfs: kubefarmv1.Artifact{Digest: "sha256:" + strings.Repeat("3", 64)},
-		},
-	}
-	got := InitialServedImage(img)
-	want := &kubefarmv1.ImageRef{Name: "node-2026-01", Digest: "sha256:" + strings.Repeat("3", 64)}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("InitialServedImage = %+v, want %+v", got, want)
-	}
-	if InitialServedImage(nil) != nil {
-		t.Fatal("InitialServedImage(nil) is not nil")
-	}
-}
