@@ -45,8 +45,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/internal/poolindex"
 	"github.com/kubefarm/kubefarm/power"
 )
 
@@ -109,13 +109,13 @@ func (r *Reconciler) poll() time.Duration {
 // SetupWithManager registers the controller: the pool, its Machines (their
 // boot reports and node readiness) and its BootImage wake it.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := nodepool.IndexByBootImage(mgr.GetFieldIndexer(), bootImageIndex); err != nil {
+	if err := poolindex.ByBootImage(mgr.GetFieldIndexer(), bootImageIndex); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
-		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(nodepool.PoolsOfImage(r.Client, bootImageIndex))).
+		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(poolindex.PoolsOfImage(r.Client, bootImageIndex))).
 		// Pools are independent; one pool's passes stay sequential.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Named("rollout").

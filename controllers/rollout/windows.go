@@ -3,7 +3,7 @@ package rollout
 import (
 	"context"
 
-	"github.com/kubefarm/kubefarm/controllers/rollout/window"
+	"github.com/kubefarm/kubefarm/internal/window"
 )
 
 // gateWindows counts the pool and stops the pass before any start while

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/rollout/window"
+	"github.com/kubefarm/kubefarm/internal/window"
 )
 
 // Cache index names. Each maps an address to the NodePools that use it, so a

@@ -167,7 +167,7 @@ func TestDynamicRangeThroughAdmission(t *testing.T) {
 
 // TestMaintenanceWindowsThroughAdmission: a window's time zone and the bounds
 // of its duration are checked by this webhook (the table tests are in
-// controllers/rollout/window), its days and start by the CRD.
+// internal/window), its days and start by the CRD.
 func TestMaintenanceWindowsThroughAdmission(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := context.Background()
