@@ -27,20 +27,7 @@ func TestServedImageHasOneWriter(t *testing.T) {
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	var got map[string]v1alpha1.Machine
-	eventually(t, "every Machine served the pool's image", func(ctx context.Context) (bool, error) {
-		var err error
-		got, err = machines(ctx, pool)
-		if err != nil || len(got) != 3 {
-			return false, err
-		}
-		for _, m := range got {
-			if m.Status.ServedImage == nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	got := servedMachines(t, pool, 3)
 	for name, m := range got {
 		if want := (v1alpha1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest}); *m.Status.ServedImage != want {
 			t.Errorf("%s: served %+v, want %+v", name, *m.Status.ServedImage, want)
@@ -68,18 +55,7 @@ func TestUpdatedMachinesRule(t *testing.T) {
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "three Machines served the pool's image", func(ctx context.Context) (bool, error) {
-		got, err := machines(ctx, pool)
-		if err != nil || len(got) != 3 {
-			return false, err
-		}
-		for _, m := range got {
-			if m.Status.ServedImage == nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	servedMachines(t, pool, 3)
 	for _, name := range []string{"workers-m1", "workers-m2", "workers-m3"} {
 		setMachineStatus(t, pool.Namespace, name, func(m *v1alpha1.Machine) {
 			m.Status.LastBoot = &v1alpha1.BootRecord{BootID: "b-" + name, ImageDigest: img.Spec.Rootfs.Digest, Time: metav1.Now()}
@@ -101,4 +77,25 @@ func TestUpdatedMachinesRule(t *testing.T) {
 			Reason: v1alpha1.ReasonRebootRequiredFile, Message: v1alpha1.BootMessage("b-workers-m2", "/run/reboot-required")})
 	})
 	eventually(t, "two machines up to date once one asks for a reboot", updated(2))
+}
+
+// servedMachines waits until pool has n Machines, each with a served image,
+// and returns them by name.
+func servedMachines(t *testing.T, pool *v1alpha1.NodePool, n int) map[string]v1alpha1.Machine {
+	t.Helper()
+	var got map[string]v1alpha1.Machine
+	eventually(t, "every Machine of the pool served an image", func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = machines(ctx, pool)
+		if err != nil || len(got) != n {
+			return false, err
+		}
+		for _, m := range got {
+			if m.Status.ServedImage == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return got
 }

@@ -116,20 +116,7 @@ func TestMachinesFollowThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got map[string]v1alpha1.Machine
-	eventually(t, "one Machine per entry, each with its initial served image", func(ctx context.Context) (bool, error) {
-		var err error
-		got, err = machines(ctx, pool)
-		if err != nil || len(got) != 3 {
-			return false, err
-		}
-		for _, m := range got {
-			if m.Status.ServedImage == nil {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	got := servedMachines(t, pool, 3)
 	m2 := got["workers-m2"]
 	if m2.Spec.Hostname != "m2" || m2.Spec.IP != "10.51.0.12" || m2.Spec.Pool != "workers" || m2.Spec.Cluster != "cluster1" ||
 		m2.Spec.DesiredImage != img.Name || !slices.Equal(m2.Spec.MACs, []string{"02:33:00:00:01:00", "02:33:00:00:01:01"}) {

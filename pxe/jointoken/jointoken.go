@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +35,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/bootstraptoken"
+	"github.com/kubefarm/kubefarm/internal/restconfig"
 )
 
 // DefaultTTL is how long a join token is valid: from /config to the
@@ -93,17 +93,12 @@ type Config struct {
 type Issuer struct {
 	cfg Config
 
-	mu sync.Mutex
-	// clients holds one tenant client per TenantCluster, with the
-	// resourceVersion of the Secret it was built from: a renewed
-	// certificate (or a moved endpoint) changes the Secret, and the next
-	// Issue builds a new client; otherwise connections are reused.
-	clients map[types.NamespacedName]tenantClient
-}
-
-type tenantClient struct {
-	resourceVersion string
-	client          client.Client
+	// clients holds one tenant client per TenantCluster, kept while its
+	// credential carries the same address and certificate (the manager's
+	// tenant clients use the same store): a renewed certificate or a moved
+	// endpoint builds a new client at the next Issue; otherwise
+	// connections are reused.
+	clients *restconfig.Cache[types.NamespacedName, client.Client]
 }
 
 // New checks cfg and makes an Issuer.
@@ -123,7 +118,7 @@ func New(cfg Config) (*Issuer, error) {
 	if cfg.NewClient == nil {
 		cfg.NewClient = func(c *rest.Config) (client.Client, error) { return client.New(c, client.Options{}) }
 	}
-	return &Issuer{cfg: cfg, clients: map[types.NamespacedName]tenantClient{}}, nil
+	return &Issuer{cfg: cfg, clients: restconfig.NewCache[types.NamespacedName](cfg.NewClient)}, nil
 }
 
 // Issue creates a bootstrap token for m in the tenant cluster m belongs to
@@ -200,18 +195,12 @@ func (i *Issuer) credential(ctx context.Context, tenant types.NamespacedName) (*
 }
 
 // tenantClient returns the client of tenant, built anew when its credential
-// Secret changed since the last call.
+// changed since the last call.
 func (i *Issuer) tenantClient(ctx context.Context, tenant types.NamespacedName) (client.Client, error) {
 	s, key, err := i.credential(ctx, tenant)
 	if err != nil {
 		i.forget(tenant)
 		return nil, err
-	}
-
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if tc, ok := i.clients[tenant]; ok && tc.resourceVersion == s.ResourceVersion {
-		return tc.client, nil
 	}
 	data := s.Data[bootstraptoken.KeyKubeconfig]
 	if len(data) == 0 {
@@ -224,18 +213,13 @@ func (i *Issuer) tenantClient(ctx context.Context, tenant types.NamespacedName) 
 	}
 	cfg.Timeout = TenantTimeout
 	cfg.UserAgent = "kubefarm-pxe"
-	c, err := i.cfg.NewClient(cfg)
+	c, err := i.clients.Get(tenant, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client of TenantCluster %s: %w", tenant, err)
 	}
-	i.clients[tenant] = tenantClient{resourceVersion: s.ResourceVersion, client: c}
 	return c, nil
 }
 
 // forget drops the client of a tenant whose credential is gone, so a
 // deleted TenantCluster's client (and its connections) does not linger.
-func (i *Issuer) forget(tenant types.NamespacedName) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	delete(i.clients, tenant)
-}
+func (i *Issuer) forget(tenant types.NamespacedName) { i.clients.Forget(tenant) }
