@@ -13,6 +13,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
 	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
@@ -115,7 +116,6 @@ func DecideTaint(st kubefarmv1.MachineStatus, node *corev1.Node) (TaintVerdict, 
 		return NoTaint, "the node does not carry the taint"
 	}
 	nodeBoot := node.Status.NodeInfo.BootID
-	nv := meta.FindStatusCondition(st.Conditions, kubefarmv1.ConditionNetworkVerified)
 	switch {
 	case nodeBoot == "":
 		return KeepTaint, "the node has not posted its boot ID"
@@ -123,14 +123,18 @@ func DecideTaint(st kubefarmv1.MachineStatus, node *corev1.Node) (TaintVerdict, 
 		return KeepTaint, "the machine has reported no boot"
 	case st.LastBoot.BootID != nodeBoot:
 		return KeepTaint, fmt.Sprintf("the machine's last report is of boot %s, the node runs boot %s", st.LastBoot.BootID, nodeBoot)
+	case machinestate.Verified(&kubefarmv1.Machine{Status: st}):
+		return LiftTaint, "NetworkVerified is True for boot " + nodeBoot
+	}
+	// Not verified for the boot the node runs: say which part is missing.
+	nv := meta.FindStatusCondition(st.Conditions, kubefarmv1.ConditionNetworkVerified)
+	switch {
 	case nv == nil:
 		return KeepTaint, "the machine has no NetworkVerified condition"
 	case !kubefarmv1.OfBoot(nv, nodeBoot):
 		return KeepTaint, "NetworkVerified does not name the node's boot " + nodeBoot
-	case nv.Status != metav1.ConditionTrue:
-		return KeepTaint, fmt.Sprintf("NetworkVerified is %s (%s) for boot %s", nv.Status, nv.Reason, nodeBoot)
 	}
-	return LiftTaint, "NetworkVerified is True for boot " + nodeBoot
+	return KeepTaint, fmt.Sprintf("NetworkVerified is %s (%s) for boot %s", nv.Status, nv.Reason, nodeBoot)
 }
 
 // NodeLabels are the labels of m's resolved tags (internal/machineconfig,
