@@ -56,26 +56,68 @@ type MachineSpec struct {
 	Power *PowerSpec `json:"power,omitempty"`
 }
 
-// PowerDriver names a way to power-cycle a machine.
-// +kubebuilder:validation:Enum=qmp
+// PowerDriver names a way to control a machine's power.
+// +kubebuilder:validation:Enum=qmp;ipmi;redfish
 type PowerDriver string
 
-// PowerQMP is QEMU's machine protocol: the test farm's qemu machines, and
-// any lab of virtual machines. A BMC driver (Redfish) is the next one.
-const PowerQMP PowerDriver = "qmp"
+const (
+	// PowerQMP is QEMU's machine protocol: the test farm's qemu machines,
+	// and any lab of virtual machines.
+	PowerQMP PowerDriver = "qmp"
+	// PowerIPMI is IPMI v2.0 over LAN (lanplus) to the server's BMC.
+	PowerIPMI PowerDriver = "ipmi"
+	// PowerRedfish is the DMTF Redfish API of the server's BMC, over HTTPS.
+	PowerRedfish PowerDriver = "redfish"
+)
 
 // PowerSpec is a machine's power control.
+// +kubebuilder:validation:XValidation:rule="self.driver != 'qmp' || self.address.matches('^(tcp://[a-zA-Z0-9.-]+:[0-9]{1,5}|unix:///[^[:space:]]+)$')",message="a qmp address is tcp://host:port or unix:///path"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'ipmi' || self.address.matches('^[a-zA-Z0-9.-]+(:[0-9]{1,5})?$')",message="an ipmi address is host or host:port (UDP, 623 when absent)"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'redfish' || self.address.matches('^https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?(/redfish/v1/Systems/[a-zA-Z0-9._-]+)?$')",message="a redfish address is https://host[:port], optionally with /redfish/v1/Systems/<id>"
+// +kubebuilder:validation:XValidation:rule="self.driver == 'qmp' ? !has(self.credentialsSecret) : has(self.credentialsSecret)",message="credentialsSecret is required for ipmi and redfish, and not used by qmp"
+// +kubebuilder:validation:XValidation:rule="self.driver == 'redfish' || (!has(self.caSecret) && !has(self.insecureSkipVerify))",message="caSecret and insecureSkipVerify are for redfish"
+// +kubebuilder:validation:XValidation:rule="!has(self.caSecret) || !has(self.insecureSkipVerify) || !self.insecureSkipVerify",message="caSecret and insecureSkipVerify: true contradict each other"
+// +kubebuilder:validation:XValidation:rule="self.driver != 'redfish' || !self.address.startsWith('http://') || (has(self.insecureSkipVerify) && self.insecureSkipVerify)",message="a plain http:// redfish address sends the BMC password in clear: it needs insecureSkipVerify: true"
 type PowerSpec struct {
 	// Driver of the power control.
 	// +required
 	Driver PowerDriver `json:"driver"`
 
 	// Address of the control endpoint as the manager reaches it: for qmp,
-	// tcp://host:port or unix:///path of the QMP socket.
+	// tcp://host:port or unix:///path of the QMP socket; for ipmi, the
+	// BMC's host or host:port (UDP, 623 by default); for redfish, the
+	// BMC's https://host[:port], optionally with the path of the one
+	// ComputerSystem to drive (/redfish/v1/Systems/<id>; without it the
+	// BMC must have exactly one).
 	// +required
 	// +kubebuilder:validation:MaxLength=255
-	// +kubebuilder:validation:Pattern=`^(tcp://[a-zA-Z0-9.-]+:[0-9]{1,5}|unix:///[^\s]+)$`
+	// +kubebuilder:validation:Pattern=`^(tcp://[a-zA-Z0-9.-]+:[0-9]{1,5}|unix:///[^\s]+|https?://[a-zA-Z0-9.-]+(:[0-9]{1,5})?(/redfish/v1/Systems/[a-zA-Z0-9._-]+)?|[a-zA-Z0-9.-]+(:[0-9]{1,5})?)$`
 	Address string `json:"address"`
+
+	// CredentialsSecret names a Secret in the Machine's namespace holding
+	// the BMC's "username" and "password" (ipmi and redfish; required
+	// there). The manager reads it when it drives the BMC; it is never
+	// copied into status, events or logs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	CredentialsSecret string `json:"credentialsSecret,omitempty"`
+
+	// CASecret names a Secret in the Machine's namespace whose "ca.crt"
+	// (PEM) verifies the Redfish BMC's certificate, for BMCs whose
+	// certificate the system roots do not sign (most). Without it and
+	// without insecureSkipVerify the system roots verify it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	CASecret string `json:"caSecret,omitempty"`
+
+	// InsecureSkipVerify makes the redfish driver accept any certificate
+	// from the BMC (and is required for a plain http:// address): anyone
+	// on the path to the BMC can then read its password. An explicit
+	// choice, shown in the Warning event of every power operation.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
 // ImageRef pins a BootImage by name and the digest of its root filesystem.
