@@ -34,7 +34,7 @@ func TestServedImageHasOneWriter(t *testing.T) {
 		}
 		owners := map[string]bool{}
 		for _, f := range m.ManagedFields {
-			if f.FieldsV1 != nil && strings.Contains(string(f.FieldsV1.Raw), `"f:servedImage"`) {
+			if f.FieldsV1 != nil && strings.Contains(f.FieldsV1.GetRawString(), `"f:servedImage"`) {
 				owners[f.Manager] = true
 			}
 		}

@@ -290,11 +290,3 @@ func TestMachinesDeterministic(t *testing.T) {
 		}
 	}
 }
-
-// TestLabelKeysShared: the tenant-cluster label must be the key the rest of
-// kubefarm selects a tenant's objects by.
-func TestLabelKeysShared(t *testing.T) {
-	if kubefarmv1.LabelTenantCluster != kubefarmv1.LabelTenantCluster {
-		t.Fatalf("kubefarmv1.LabelTenantCluster %q, bootstraptoken uses %q", kubefarmv1.LabelTenantCluster, kubefarmv1.LabelTenantCluster)
-	}
-}
