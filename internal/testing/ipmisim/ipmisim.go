@@ -1,0 +1,313 @@
+// Package ipmisim runs a real IPMI LAN BMC for tests: Debian's ipmi_sim
+// (package openipmi) on a free loopback UDP port, with a user "admin" and
+// a random password, whose chassis_control hook (a shell script written
+// here) starts and stops a real qemu machine. Power state is therefore a
+// process, not a variable: "on" means a qemu is running.
+//
+// The hook records what ipmi_sim asked of it in a log the tests read (the
+// boot device set, each qemu started and its boot arguments), since a
+// one-time PXE boot is not otherwise visible from outside a machine with
+// no disk.
+package ipmisim
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sim is one running BMC and its machine.
+type Sim struct {
+	// Addr is the BMC's 127.0.0.1:port (UDP).
+	Addr string
+	// Username and Password are the BMC's administrator.
+	Username, Password string
+
+	dir string
+}
+
+// Start runs ipmi_sim and stops it, and any qemu its hook started, when
+// the test ends. It skips the test, saying so, when ipmi_sim or
+// qemu-system-x86_64 is not installed.
+func Start(t testing.TB) *Sim {
+	t.Helper()
+	for _, bin := range []string{"ipmi_sim", "qemu-system-x86_64"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("SKIPPED: the IPMI emulator tests need %s (apt-get install openipmi qemu-system-x86): %v", bin, err)
+		}
+	}
+	// qemu daemonizes, so it is reparented; this process becomes its
+	// parent (instead of a pid 1 that may never reap it) and reaps it in
+	// QemuPID and at cleanup.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+	}
+
+	dir := t.TempDir()
+	port := freeUDPPort(t)
+	s := &Sim{
+		Addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Username: "admin",
+		Password: randomHex(t, 8),
+		dir:      dir,
+	}
+	write := func(name, text string, mode os.FileMode) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("hook.sh", fmt.Sprintf(hookScript, dir), 0o755)
+	write("lan.conf", fmt.Sprintf(lanConf, port, randomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password), 0o600)
+	write("sim.emu", emulatorFile, 0o600)
+	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	logf, err := os.Create(filepath.Join(dir, "ipmi_sim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ipmi_sim", "-c", filepath.Join(dir, "lan.conf"), "-f", filepath.Join(dir, "sim.emu"),
+		"-s", filepath.Join(dir, "state"), "-n")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start ipmi_sim: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = logf.Close()
+		s.stopQemu()
+		if t.Failed() {
+			for _, name := range []string{"ipmi_sim.log", "hook.log", "qemu.log"} {
+				b, _ := os.ReadFile(filepath.Join(dir, name))
+				t.Logf("%s:\n%s", name, b)
+			}
+		}
+	})
+
+	// Ready when the port is bound (about 0.1 s).
+	deadline := time.Now().Add(10 * time.Second)
+	for !udpBound(port) {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(filepath.Join(dir, "ipmi_sim.log"))
+			t.Fatalf("ipmi_sim did not bind 127.0.0.1:%d within 10 s; its log:\n%s", port, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return s
+}
+
+// QemuPID is the pid of the running qemu machine, or 0 when the machine
+// is off. An exited qemu (a zombie) counts as off and is reaped.
+func (s *Sim) QemuPID() int {
+	b, err := os.ReadFile(filepath.Join(s.dir, "qemu.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	s.reapExited()
+	if !alive(pid) {
+		return 0
+	}
+	return pid
+}
+
+// reapExited waits for every qemu the hook started that has exited, so
+// none stays a zombie.
+func (s *Sim) reapExited() {
+	for _, l := range s.HookLog() {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "qemu-started" {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimPrefix(f[1], "pid="))
+		if err != nil || alive(pid) {
+			continue
+		}
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
+}
+
+// HookLog is what ipmi_sim asked of the hook, one request a line
+// ("set boot pxe", "set power 1"), and a "qemu-started pid=N args=..."
+// line for each machine the hook started; "get" requests are left out.
+func (s *Sim) HookLog() []string {
+	f, err := os.Open(filepath.Join(s.dir, "hook.log"))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := sc.Text(); !strings.HasPrefix(l, "get ") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+// Dir is the folder of the configuration, the logs and the pid file.
+func (s *Sim) Dir() string { return s.dir }
+
+func (s *Sim) stopQemu() {
+	pid := s.QemuPID()
+	if pid == 0 {
+		s.reapExited()
+		return
+	}
+	_ = unix.Kill(pid, unix.SIGKILL)
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.reapExited()
+}
+
+// alive: the process exists and has not exited (a zombie has).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: comm may hold spaces, so read after the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	return b[i+2] != 'Z' && b[i+2] != 'X'
+}
+
+func freeUDPPort(t testing.TB) int {
+	t.Helper()
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port
+}
+
+// udpBound reads /proc/net/udp for a socket bound to 127.0.0.1:port.
+func udpBound(port int) bool {
+	b, err := os.ReadFile("/proc/net/udp")
+	if err != nil {
+		return false
+	}
+	want := fmt.Sprintf("0100007F:%04X", port)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
+			return true
+		}
+	}
+	return false
+}
+
+func randomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// FreeUDPPort is a loopback UDP port nobody listens on (for a test of a
+// BMC that does not answer).
+func FreeUDPPort(t testing.TB) int { return freeUDPPort(t) }
+
+// lanConf is ipmi_sim's configuration: one LAN channel on loopback, the
+// hook for power and boot device, one administrator. Arguments: port,
+// GUID (32 hex digits), hook path, password.
+const lanConf = `name "ipmisim"
+set_working_mc 0x20
+  startlan 1
+    addr 127.0.0.1 %d
+    priv_limit admin
+    allowed_auths_callback none md2 md5 straight
+    allowed_auths_user none md2 md5 straight
+    allowed_auths_operator none md2 md5 straight
+    allowed_auths_admin none md2 md5 straight
+    guid %s
+  endlan
+  chassis_control "%s 0x20"
+user 2 true "admin" "%s" admin 10 none md2 md5 straight
+`
+
+// emulatorFile makes the BMC at 0x20 (no SDRs, a SEL).
+const emulatorFile = `mc_setbmc 0x20
+mc_add 0x20 0 no-device-sdrs 0x23 9 8 0x9f 0x1291 0xf02 persist_sdr
+sel_enable 0x20 1000 0x0a
+mc_enable 0x20
+`
+
+// hookScript is ipmi_sim's chassis_control program: "<mc> get <param>..."
+// prints "param:value" lines; "<mc> set <param> <value>..." acts. qemu is
+// started with -daemonize (and its output sent to a file) because
+// ipmi_sim waits for the hook's output to close: a qemu holding the pipe
+// would hang the BMC. A pxe boot device applies to the next start only
+// and is then cleared, as a BMC clears a one-time boot flag. Argument:
+// the folder.
+const hookScript = `#!/bin/sh
+d=%s
+echo "$*" | cut -d' ' -f2- >> "$d/hook.log"
+running() {
+  [ -f "$d/qemu.pid" ] || return 1
+  st=$(sed 's/.*) //' "/proc/$(cat "$d/qemu.pid")/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+start() {
+  once=""
+  if [ "$(cat "$d/boot" 2>/dev/null)" = pxe ]; then once="-boot once=n"; rm -f "$d/boot"; fi
+  qemu-system-x86_64 -machine q35 -accel tcg -m 128 -display none -serial null -monitor none \
+    -nodefaults -daemonize -pidfile "$d/qemu.pid" $once </dev/null >>"$d/qemu.log" 2>&1 || return 1
+  echo "qemu-started pid=$(cat "$d/qemu.pid") args=$once" >> "$d/hook.log"
+}
+stop() {
+  running || return 0
+  pid=$(cat "$d/qemu.pid")
+  kill -9 "$pid"
+  i=0
+  while running && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+}
+op=$2
+shift 2
+case $op in
+get)
+  for p in "$@"; do
+    case $p in
+    power) if running; then echo power:1; else echo power:0; fi ;;
+    boot) echo "boot:$(cat "$d/boot" 2>/dev/null || echo default)" ;;
+    esac
+  done ;;
+set)
+  while [ $# -ge 2 ]; do
+    case $1 in
+    power) if [ "$2" = 1 ]; then running || start || exit 1; else stop; fi ;;
+    reset) stop; start || exit 1 ;;
+    boot) if [ "$2" = pxe ]; then echo pxe > "$d/boot"; else rm -f "$d/boot"; fi ;;
+    esac
+    shift 2
+  done ;;
+esac
+`
