@@ -384,3 +384,64 @@ func expectRejected(t *testing.T, err error, want ...string) {
 		}
 	}
 }
+
+// TestPowerSpec creates Machines with each kind of spec.power: the address
+// shape of each driver and the credential rules are the API server's CEL,
+// and each refusal names the rule it broke.
+func TestPowerSpec(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cases := []struct {
+		name  string
+		power kubefarmv1.PowerSpec
+		want  []string // nil: accepted
+	}{
+		{"qmp over tcp", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerQMP, Address: "tcp://10.28.0.1:4444"}, nil},
+		{"qmp with credentialsSecret", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerQMP, Address: "tcp://10.28.0.1:4444",
+			CredentialsSecret: "bmc"},
+			[]string{"spec.power", "credentialsSecret is required for ipmi and redfish, and not used by qmp"}},
+		{"ipmi host:623", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerIPMI, Address: "bmc1.rack1:623",
+			CredentialsSecret: "bmc-rack1"}, nil},
+		{"ipmi without credentialsSecret", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerIPMI, Address: "10.0.0.5"},
+			[]string{"spec.power", "credentialsSecret is required for ipmi and redfish, and not used by qmp"}},
+		{"ipmi with caSecret", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerIPMI, Address: "10.0.0.5",
+			CredentialsSecret: "bmc-rack1", CASecret: "bmc-ca"},
+			[]string{"spec.power", "caSecret and insecureSkipVerify are for redfish"}},
+		{"ipmi with a URL", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerIPMI, Address: "https://10.0.0.5",
+			CredentialsSecret: "bmc-rack1"},
+			[]string{"spec.power", "an ipmi address is host or host:port"}},
+		{"redfish over https", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish, Address: "https://bmc1.rack1",
+			CredentialsSecret: "bmc-rack1"}, nil},
+		{"redfish over http without insecureSkipVerify", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish,
+			Address: "http://bmc1.rack1:8000", CredentialsSecret: "bmc-rack1"},
+			[]string{"spec.power", "a plain http:// redfish address sends the BMC password in clear: it needs insecureSkipVerify: true"}},
+		{"redfish over http with insecureSkipVerify", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish,
+			Address: "http://bmc1.rack1:8000", CredentialsSecret: "bmc-rack1", InsecureSkipVerify: true}, nil},
+		{"redfish with caSecret and insecureSkipVerify", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish,
+			Address: "https://bmc1.rack1", CredentialsSecret: "bmc-rack1", CASecret: "bmc-ca", InsecureSkipVerify: true},
+			[]string{"spec.power", "caSecret and insecureSkipVerify: true contradict each other"}},
+		{"redfish with a system path", kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish,
+			Address: "https://bmc1.rack1:8443/redfish/v1/Systems/1", CredentialsSecret: "bmc-rack1", CASecret: "bmc-ca"}, nil},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			power := c.power
+			m := &kubefarmv1.Machine{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("power-%d", i), Namespace: ns},
+				Spec: kubefarmv1.MachineSpec{
+					Pool: "workers", Cluster: "cluster1", Hostname: fmt.Sprintf("power-%d", i),
+					MACs: []string{fmt.Sprintf("02:00:00:00:10:%02x", i)}, IP: fmt.Sprintf("10.28.0.%d", 100+i),
+					DesiredImage: "img", Power: &power,
+				},
+			}
+			err := env.Client.Create(ctx, m)
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("rejected: %v", err)
+				}
+				return
+			}
+			expectRejected(t, err, c.want...)
+		})
+	}
+}
