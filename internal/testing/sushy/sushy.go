@@ -228,6 +228,14 @@ func (e *Emulator) DomainState(t testing.TB) string {
 	return strings.TrimSpace(run(t, "virsh", "-c", "qemu:///system", "domstate", e.Domain))
 }
 
+// DomainID is virsh domid of the running machine: a new one for every
+// qemu process, so a hard reset that restarts qemu changes it; "-" when
+// it is off.
+func (e *Emulator) DomainID(t testing.TB) string {
+	t.Helper()
+	return strings.TrimSpace(run(t, "virsh", "-c", "qemu:///system", "domid", e.Domain))
+}
+
 // defineDomain defines the machine (persistent: sushy powers it on with
 // libvirt's create, and rewrites its XML for a boot override, which a
 // transient domain cannot take) and removes it at cleanup.
