@@ -211,8 +211,12 @@ func session(ctx context.Context, host string, port int, user, pass string, fn f
 		}
 		// Our own retries, with backoff, replace the client's (immediate,
 		// four of them).
+		// Operator is the privilege every command here needs: a BMC
+		// user limited to operator then works, and an administrator's
+		// password opens no more than that.
 		c.WithInterface(client.InterfaceLanplus).
 			WithCipherSuiteID(types.CipherSuiteID3).
+			WithMaxPrivilegeLevel(types.PrivilegeLevelOperator).
 			WithTimeout(exchangeTimeout).
 			WithRetry(0)
 		if err := c.Connect(ctx); err != nil {

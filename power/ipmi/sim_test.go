@@ -130,6 +130,16 @@ func TestAgainstIPMISim(t *testing.T) {
 		}
 	})
 
+	t.Run("operator privilege suffices", func(t *testing.T) {
+		op := target
+		op.Username = sim.Operator
+		timed(t, "on, as an operator", func() error { return d.On(ctx, op, power.Options{NetbootOnce: true}) })
+		if sim.QemuPID() == 0 {
+			t.Fatal("no qemu runs after On by an operator")
+		}
+		timed(t, "off, as an operator", func() error { return d.Off(ctx, op) })
+	})
+
 	t.Run("unknown user", func(t *testing.T) {
 		bad := target
 		bad.Username = "nobody"
@@ -177,5 +187,17 @@ func TestContextBoundsTheOperation(t *testing.T) {
 	}
 	if took > 1500*time.Millisecond {
 		t.Fatalf("Status against a silent BMC took %v, want about the caller's 700 ms", took)
+	}
+
+	// Without a caller's deadline, the driver's Timeout ends it.
+	start = time.Now()
+	err = Driver{Timeout: time.Second}.Off(context.Background(), target)
+	took = time.Since(start)
+	t.Logf("%-28s %v: %v", "off, BMC silent, 1s timeout", took.Round(time.Millisecond), err)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "driver timeout 1s") {
+		t.Fatalf("Off against a silent BMC: %v, want a deadline error naming the 1s timeout", err)
+	}
+	if took > 1800*time.Millisecond {
+		t.Fatalf("Off against a silent BMC took %v, want about the driver's 1 s", took)
 	}
 }

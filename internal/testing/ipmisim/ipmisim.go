@@ -35,6 +35,10 @@ type Sim struct {
 	Addr string
 	// Username and Password are the BMC's administrator.
 	Username, Password string
+	// Operator is a user, with Password too, whose privilege is limited
+	// to operator (enough for power control). (ipmi_sim does not enforce
+	// a lower one: a "user" user may power a machine, so there is none.)
+	Operator string
 
 	dir string
 }
@@ -62,6 +66,7 @@ func Start(t testing.TB) *Sim {
 		Addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Username: "admin",
 		Password: randomHex(t, 8),
+		Operator: "operator",
 		dir:      dir,
 	}
 	write := func(name, text string, mode os.FileMode) {
@@ -71,7 +76,7 @@ func Start(t testing.TB) *Sim {
 		}
 	}
 	write("hook.sh", fmt.Sprintf(hookScript, dir), 0o755)
-	write("lan.conf", fmt.Sprintf(lanConf, port, randomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password), 0o600)
+	write("lan.conf", fmt.Sprintf(lanConf, port, randomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password, s.Password), 0o600)
 	write("sim.emu", emulatorFile, 0o600)
 	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		t.Fatal(err)
@@ -237,8 +242,8 @@ func randomHex(t testing.TB, n int) string {
 func FreeUDPPort(t testing.TB) int { return freeUDPPort(t) }
 
 // lanConf is ipmi_sim's configuration: one LAN channel on loopback, the
-// hook for power and boot device, one administrator. Arguments: port,
-// GUID (32 hex digits), hook path, password.
+// hook for power and boot device, an administrator and an operator.
+// Arguments: port, GUID (32 hex digits), hook path, the two passwords.
 const lanConf = `name "ipmisim"
 set_working_mc 0x20
   startlan 1
@@ -252,6 +257,7 @@ set_working_mc 0x20
   endlan
   chassis_control "%s 0x20"
 user 2 true "admin" "%s" admin 10 none md2 md5 straight
+user 3 true "operator" "%s" operator 10 none md2 md5 straight
 `
 
 // emulatorFile makes the BMC at 0x20 (no SDRs, a SEL).
