@@ -91,3 +91,23 @@ func TestHTTPClientRejectsACAWithoutCertificates(t *testing.T) {
 		t.Errorf("err = %v, want one naming spec.power.caSecret", err)
 	}
 }
+
+// TestServiceRootThatIsNotRedfish: an address that answers with a web
+// page, not the Redfish service root, says so.
+func TestServiceRootThatIsNotRedfish(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/redfish/v1/" {
+			t.Errorf("asked for %s, want the service root", r.URL.Path)
+		}
+		_, _ = w.Write([]byte("<html>login</html>"))
+	}))
+	defer srv.Close()
+	client, err := httpClient(power.Target{}, 5*time.Second, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sessionsLink(context.Background(), client, srv.URL)
+	if !errors.Is(err, errNotRedfish) {
+		t.Errorf("err = %v, want errNotRedfish", err)
+	}
+}

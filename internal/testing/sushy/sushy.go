@@ -88,8 +88,9 @@ func sushyDir() string {
 func Start(t testing.TB) *Emulator {
 	t.Helper()
 	dir := sushyDir()
-	for _, need := range []string{libvirtdBin, virtlogdBin, qemuBin, "/usr/bin/python3",
-		filepath.Join(dir, "sushy_tools", "emulator", "main.py")} {
+	// Only these three make a skip; anything else missing (virtlogd,
+	// Debian's python3 and its modules) is a failure that says what.
+	for _, need := range []string{libvirtdBin, qemuBin, filepath.Join(dir, "sushy_tools", "emulator", "main.py")} {
 		if _, err := os.Stat(need); err != nil {
 			t.Skipf("SKIPPING the Redfish emulator test: %s is not installed (%v); see ENVIRONMENT.md \"BMC emulators\"", need, err)
 		}
