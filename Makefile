@@ -196,7 +196,10 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 # (found at /usr/lib/ipxe, never committed); ipset and nftables, with
 # netbase's /etc/protocols, which ipset reads, that the e2e tenants'
 # kube-proxy image carries for its ipvs and nftables modes.
-APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp kea-admin ipxe curl qemu-system-x86 ipxe-qemu ovmf ipset nftables netbase
+# The BMC emulators the power drivers are tested against (ENVIRONMENT.md,
+# "BMC emulators"): openipmi's ipmi_sim with ipmitool, and libvirt with
+# the Python libraries the vendored sushy-tools Redfish emulator runs on.
+APT_PACKAGES := busybox-static isc-dhcp-client iproute2 tftp-hpa atftp kea-admin ipxe curl qemu-system-x86 ipxe-qemu ovmf ipset nftables netbase openipmi ipmitool libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients python3-libvirt python3-flask python3-tenacity python3-requests python3-bcrypt python3-webob
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests need (as root; otherwise say which are missing).

@@ -9,13 +9,15 @@
 // served the new image. A reset loses whatever the machine had not written,
 // which is why it is never the first resort.
 //
-// A driver is a [Cycler] registered in [Drivers] under its
-// v1alpha1.PowerDriver name (which the API's enum must also list). The one
-// driver today is qmp (package power/qmp): QEMU's machine protocol, for the
-// test farm's qemu machines and any lab of virtual machines. The next one is
-// a BMC driver for bare metal speaking Redfish, to be built on a maintained
-// client such as github.com/stmcginnis/gofish rather than hand-written HTTP;
-// it does not exist yet.
+// Two interfaces live here. The rollout's reset goes through a [Cycler]
+// registered in [Drivers] under its v1alpha1.PowerDriver name: today qmp
+// (package power/qmp), QEMU's machine protocol, for the test farm's qemu
+// machines and any lab of virtual machines. A [Driver] is the full power
+// control of a machine (status, on, off, cycle, a one-time network boot)
+// over a [Target] that carries the BMC's credentials: power/ipmi (IPMI v2.0
+// lanplus, github.com/bougou/go-ipmi) and power/redfish (Redfish over
+// HTTPS, github.com/stmcginnis/gofish). The rollout does not use the BMC
+// drivers yet (docs/power.md).
 //
 // Controller tests use [Recorder], a fake that records calls and resets
 // nothing.
