@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kubefarm/kubefarm/internal/testing/local"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
@@ -32,12 +33,7 @@ func Binary(t testing.TB) string {
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return local.TCPPort(t)
 }
 
 // PKI is a throw-away CA with a certificate for etcd (serving and peer, for

@@ -12,9 +12,6 @@ package ipmisim
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
-
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +24,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kubefarm/kubefarm/internal/testing/local"
 )
 
 // Sim is one running BMC and its machine.
@@ -61,11 +60,11 @@ func Start(t testing.TB) *Sim {
 	}
 
 	dir := t.TempDir()
-	port := freeUDPPort(t)
+	port := local.UDPPort(t)
 	s := &Sim{
 		Addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Username: "admin",
-		Password: randomHex(t, 8),
+		Password: local.RandomHex(t, 8),
 		Operator: "operator",
 		dir:      dir,
 	}
@@ -76,7 +75,7 @@ func Start(t testing.TB) *Sim {
 		}
 	}
 	write("hook.sh", fmt.Sprintf(hookScript, dir), 0o755)
-	write("lan.conf", fmt.Sprintf(lanConf, port, randomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password, s.Password), 0o600)
+	write("lan.conf", fmt.Sprintf(lanConf, port, local.RandomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password, s.Password), 0o600)
 	write("sim.emu", emulatorFile, 0o600)
 	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		t.Fatal(err)
@@ -203,16 +202,6 @@ func alive(pid int) bool {
 	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
-func freeUDPPort(t testing.TB) int {
-	t.Helper()
-	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).Port
-}
-
 // udpBound reads /proc/net/udp for a socket bound to 127.0.0.1:port.
 func udpBound(port int) bool {
 	b, err := os.ReadFile("/proc/net/udp")
@@ -228,18 +217,9 @@ func udpBound(port int) bool {
 	return false
 }
 
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
 // FreeUDPPort is a loopback UDP port nobody listens on (for a test of a
 // BMC that does not answer).
-func FreeUDPPort(t testing.TB) int { return freeUDPPort(t) }
+func FreeUDPPort(t testing.TB) int { return local.UDPPort(t) }
 
 // lanConf is ipmi_sim's configuration: one LAN channel on loopback, the
 // hook for power and boot device, an administrator and an operator.

@@ -6,10 +6,8 @@ package s3test
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +23,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/kubefarm/kubefarm/internal/testing/etcdtest"
+	"github.com/kubefarm/kubefarm/internal/testing/local"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 )
 
@@ -71,7 +70,7 @@ func Start(t testing.TB, opts Options) *Server {
 			t.Fatal(err)
 		}
 	}
-	s := &Server{AccessKey: "test" + randomHex(t, 8), SecretKey: randomHex(t, 20), Log: filepath.Join(dir, "versitygw.log")}
+	s := &Server{AccessKey: "test" + local.RandomHex(t, 8), SecretKey: local.RandomHex(t, 20), Log: filepath.Join(dir, "versitygw.log")}
 	host := opts.Host
 	if host == "" {
 		host = "127.0.0.1"
@@ -197,13 +196,4 @@ func (s *Server) Keys(t testing.TB, bucket string) []string {
 		keys = append(keys, obj.Key)
 	}
 	return keys
-}
-
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

@@ -30,11 +30,9 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,6 +42,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kubefarm/kubefarm/internal/testing/local"
 )
 
 // Main is the TestMain of a package whose tests call Start: it runs them
@@ -105,7 +105,7 @@ func Start(t testing.TB) *Emulator {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
-	e := &Emulator{Username: "admin", Password: randomHex(t, 16)}
+	e := &Emulator{Username: "admin", Password: local.RandomHex(t, 16)}
 
 	caPEM, certFile, keyFile := writePKI(t, tmp)
 	e.CA = caPEM
@@ -114,7 +114,7 @@ func Start(t testing.TB) *Emulator {
 	e.client = &http.Client{Timeout: 20 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 
-	id := randomHex(t, 4)
+	id := local.RandomHex(t, 4)
 	tap := "kfsushy" + id // 15 characters at most
 	e.Domain = "kubefarm-sushy-" + id
 	uuid := newUUID(t)
@@ -135,7 +135,7 @@ func Start(t testing.TB) *Emulator {
 	// libvirt domain on the host from this emulator.
 	writeFile(t, config, fmt.Sprintf("SUSHY_EMULATOR_AUTH_FILE = %q\nSUSHY_EMULATOR_ALLOWED_INSTANCES = [%q]\n", htpasswd, uuid))
 
-	port := freePort(t)
+	port := local.TCPPort(t)
 	e.Endpoint = fmt.Sprintf("https://127.0.0.1:%d", port)
 	e.Log = filepath.Join(tmp, "sushy.log")
 	logf, err := os.Create(e.Log)
@@ -288,15 +288,6 @@ func writeFile(t testing.TB, path, s string) {
 	}
 }
 
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
 func newUUID(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 16)
@@ -306,16 +297,6 @@ func newUUID(t testing.TB) string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func tail(b []byte, n int) string {
