@@ -802,8 +802,8 @@ func generatedCRDs(t *testing.T) []*unstructured.Unstructured {
 
 func TestCRDs(t *testing.T) {
 	gen := generatedCRDs(t)
-	if len(gen) != 6 {
-		t.Errorf("files/crds holds %d CRDs, want 6 (tenantclusters, nodepools, machines, bootimages, dhcpleases, addressclaims)", len(gen))
+	if len(gen) != 7 {
+		t.Errorf("files/crds holds %d CRDs, want 7 (tenantclusters, nodepools, machines, bootimages, dhcpleases, addressclaims, discoveredmachines)", len(gen))
 	}
 	for _, tc := range []struct {
 		values string

@@ -60,6 +60,15 @@ const (
 	// reboots such machines through the same budget and windows as an
 	// image change.
 	ConditionRebootRequired = "RebootRequired"
+	// ConditionPowerControl is whether the manager can drive the machine's
+	// power control (spec.power): True after a successful read or
+	// operation, False with the BMC's own words when it failed (a refused
+	// login, a timeout, a missing Secret).
+	ConditionPowerControl = "PowerControl"
+	// ConditionRemoving is a Machine's way out of its pool once it is
+	// deleted (FinalizerMachineRemoval): cordon, drain, Node deleted,
+	// power off; the reason says which step it is at or what holds it.
+	ConditionRemoving = "Removing"
 
 	// NodePool rollout conditions, written by the rollout controller.
 	// Progressing: machine updates are in flight or waiting for budget.

@@ -36,6 +36,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&BootImage{}, &BootImageList{},
 		&DHCPLease{}, &DHCPLeaseList{},
 		&AddressClaim{}, &AddressClaimList{},
+		&DiscoveredMachine{}, &DiscoveredMachineList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

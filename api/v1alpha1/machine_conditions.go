@@ -78,7 +78,33 @@ const (
 
 // MachineConditionTypes are the condition types a Machine carries: NodeReady
 // (kubefarm-manager, controllers/machinenode), NetworkVerified and
-// RebootRequired (kubefarm-pxe). A printer column or client that names
+// RebootRequired (kubefarm-pxe), PowerControl and Removing (kubefarm-manager). A printer column or client that names
 // another (Ready, the reserved Booted and UpToDate) finds nothing;
 // printcolumns_test.go holds the CRDs to this list.
-var MachineConditionTypes = []string{ConditionNodeReady, ConditionNetworkVerified, ConditionRebootRequired}
+var MachineConditionTypes = []string{ConditionNodeReady, ConditionNetworkVerified, ConditionRebootRequired,
+	ConditionPowerControl, ConditionRemoving}
+
+// Reasons of the Machine's PowerControl condition (kubefarm-manager).
+const (
+	// ReasonPowerRead: the latest read or operation succeeded.
+	ReasonPowerRead = "PowerRead"
+	// ReasonPowerFailed: the BMC (or QMP socket) answered with an error or
+	// not at all; the message carries its words.
+	ReasonPowerFailed = "PowerFailed"
+	// ReasonPowerAuthFailed: the BMC refused the credentials; retrying
+	// waits for the Secret to change.
+	ReasonPowerAuthFailed = "PowerAuthFailed"
+	// ReasonPowerCredentialsMissing: spec.power names a Secret that does
+	// not exist or lacks a key; the message names which.
+	ReasonPowerCredentialsMissing = "PowerCredentialsMissing"
+)
+
+// Reasons of the Machine's Removing condition (kubefarm-manager).
+const (
+	ReasonRemovalCordoning  = "Cordoning"
+	ReasonRemovalDraining   = "Draining"
+	ReasonRemovalDrainHeld  = "DrainHeld"
+	ReasonRemovalDeleteNode = "DeletingNode"
+	ReasonRemovalPowerOff   = "PoweringOff"
+	ReasonRemovalFailed     = "RemovalFailed"
+)

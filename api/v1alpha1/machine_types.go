@@ -120,6 +120,35 @@ type PowerSpec struct {
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
+// PowerState is a machine's power as its power control reports it.
+// +kubebuilder:validation:Enum=On;Off;Unknown
+type PowerState string
+
+const (
+	PowerOn      PowerState = "On"
+	PowerOff     PowerState = "Off"
+	PowerUnknown PowerState = "Unknown"
+)
+
+// MachinePowerStatus is what the manager last read from the machine's power
+// control. A failed read keeps the state Unknown and says why in the
+// PowerControl condition (the BMC's own words).
+type MachinePowerStatus struct {
+	// State the control reported.
+	State PowerState `json:"state"`
+	// ReadTime is when it was read.
+	ReadTime metav1.Time `json:"readTime"`
+	// LastOperation is the latest power operation kubefarm asked for (On,
+	// Off, Cycle, with NetbootOnce when the next boot was forced to the
+	// network) and when; the plugin and the rollout write it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	LastOperation string `json:"lastOperation,omitempty"`
+	// LastOperationTime is when LastOperation was asked for.
+	// +optional
+	LastOperationTime *metav1.Time `json:"lastOperationTime,omitempty"`
+}
+
 // ImageRef pins a BootImage by name and the digest of its root filesystem.
 type ImageRef struct {
 	// Name of the BootImage.
@@ -282,6 +311,12 @@ type MachineStatus struct {
 	// +optional
 	Rollout *MachineRollout `json:"rollout,omitempty"`
 
+	// Power is the machine's power state as its power control last
+	// reported it (spec.power; none without it), read every few minutes
+	// with jitter and after each power operation.
+	// +optional
+	Power *MachinePowerStatus `json:"power,omitempty"`
+
 	// History of finished updates, newest first, at most ten.
 	// +optional
 	// +kubebuilder:validation:MaxItems=10
@@ -306,6 +341,7 @@ type MachineStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="NodeReady")].status`
 // +kubebuilder:printcolumn:name="Booted",type=date,JSONPath=`.status.lastBoot.time`
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`
+// +kubebuilder:printcolumn:name="Power",type=string,JSONPath=`.status.power.state`,priority=1
 // +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.macs[0]`,priority=1
 // +kubebuilder:printcolumn:name="Desired",type=string,JSONPath=`.spec.desiredImage`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

@@ -196,7 +196,33 @@ type DynamicRange struct {
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address"
 	End string `json:"end"`
+
+	// UnknownMachines is what becomes of a machine no Machine claims that
+	// boots in this range. Hold (the default): it gets an address and, with
+	// kubefarm-pxe's discovery on, boots the pool's image in discovery mode
+	// and waits to be enrolled (docs/discovery.md); otherwise nothing boots.
+	// Join: the NodePool controller makes a Machine for it, named
+	// <pool>-<mac with dashes> with that hostname and the leased address,
+	// so it boots the pool's image and joins, and keeps its name and
+	// address (kubefarm's dhcp-generate-names). Join lets any host on the
+	// boot network become a node of this pool: choose it only for a boot
+	// network you trust (docs/security.md).
+	// +optional
+	// +kubebuilder:default=Hold
+	UnknownMachines UnknownMachinePolicy `json:"unknownMachines,omitempty"`
 }
+
+// UnknownMachinePolicy is what a catch-all range does with a machine no
+// Machine claims.
+// +kubebuilder:validation:Enum=Hold;Join
+type UnknownMachinePolicy string
+
+const (
+	// UnknownHold: the machine waits (discovery, then enrollment).
+	UnknownHold UnknownMachinePolicy = "Hold"
+	// UnknownJoin: the machine gets a Machine named from its MAC and joins.
+	UnknownJoin UnknownMachinePolicy = "Join"
+)
 
 // MachineEntry is one server of a pool, as written in a kubefarm values file.
 type MachineEntry struct {

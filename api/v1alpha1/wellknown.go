@@ -66,4 +66,16 @@ const (
 	// credential in another namespace, and etcd's volumes and the PKI per
 	// spec.volumeReclaimPolicy.
 	FinalizerTenantCluster = "kubefarm.io/tenantcluster"
+	// FinalizerMachineRemoval holds a Machine until its node has left the
+	// tenant: cordoned, drained with the rollout's drain (budgets
+	// honoured), its Node deleted, and the machine powered off where a
+	// BMC driver is set. A machine that never joined goes at once.
+	FinalizerMachineRemoval = "kubefarm.io/machine-removal"
+
+	// LabelCatchAll marks a Machine the NodePool controller made for an
+	// unknown MAC that booted in a catch-all range with unknownMachines:
+	// Join. It has no entry in spec.machines, so the pool keeps it (its
+	// name and address persist across reboots and rollouts) until an
+	// operator deletes it.
+	LabelCatchAll = "kubefarm.io/catch-all"
 )
