@@ -54,6 +54,7 @@ func bindFlags(fs *flag.FlagSet, o *server.Options) {
 			"false ignores every unknown MAC (and needs no access to dhcpleases)")
 	fs.IntVar(&o.DynamicWorkers, "dynamic-workers", d.DynamicWorkers,
 		"goroutines answering unknown MACs from dynamic ranges (each makes API calls, apart from the static workers)")
+	bindDiscoveryFlags(fs, o)
 	fs.DurationVar(&o.EventInterval, "event-interval", d.EventInterval,
 		"Events on Machines (Offered, Acked, ScriptServed, ImageServed, ConfigServed, BootReported, Refused, Declined): "+
 			"the same event of one machine is recorded at most once per interval; 0 disables events")
@@ -113,4 +114,19 @@ func bindHTTPFlags(fs *flag.FlagSet, o *server.Options) {
 	fs.IntVar(&l.MaxConnsPerIP, "http-max-conns-per-ip", d.HTTP.MaxConnsPerIP,
 		"connections one client IP may have open to the boot service at once; more are closed as they are accepted "+
 			"(counted in kubefarm_pxe_http_connections_refused_total); 0 means no cap")
+}
+
+// bindDiscoveryFlags defines the flags of discovery (docs/discovery.md).
+func bindDiscoveryFlags(fs *flag.FlagSet, o *server.Options) {
+	d := server.DefaultOptions()
+	fs.BoolVar(&o.Discovery, "discovery", d.Discovery,
+		"boot the machines a catch-all range with unknownMachines: Hold leases to (MACs no Machine claims) in discovery mode, "+
+			"which joins nothing, and record their agents' hardware reports (POST /discovery) as DiscoveredMachines; needs --dynamic-ranges")
+	fs.IntVar(&o.DiscoveryMaxMachines, "discovery-max-machines", d.DiscoveryMaxMachines,
+		"most DiscoveredMachines that may exist: a report that would make one more is answered 429, counted in "+
+			"kubefarm_pxe_discovery_reports_total{result=\"refused_cap\"} and logged (and a Warning on the pool) at most once a minute")
+	fs.Float64Var(&o.DiscoveryRate, "discovery-rate", d.DiscoveryRate,
+		"new DiscoveredMachines this replica may create per second (a token bucket; over it: 429)")
+	fs.IntVar(&o.DiscoveryBurst, "discovery-burst", d.DiscoveryBurst,
+		"new DiscoveredMachines this replica may create at once before --discovery-rate applies")
 }

@@ -71,6 +71,9 @@ const (
 	// RouteHeartbeat: /heartbeat, where a running node's agent asks
 	// whether to reboot and tells whether it needs to.
 	RouteHeartbeat Route = "heartbeat"
+	// RouteDiscovery: /discovery, where the agent of a machine booted in
+	// discovery mode (no Machine claims its MAC) reports its hardware.
+	RouteDiscovery Route = "discovery"
 	// RouteHealthz: /healthz.
 	RouteHealthz Route = "healthz"
 	// RouteMetrics: /metrics.
@@ -89,6 +92,7 @@ const (
 	secretPrefix   = "/" + string(RouteSecret) + "/"
 	reportPath     = "/" + string(RouteReport)
 	heartbeatPath  = "/" + string(RouteHeartbeat)
+	discoveryPath  = "/" + string(RouteDiscovery)
 	healthzPath    = "/" + string(RouteHealthz)
 	metricsPath    = "/" + string(RouteMetrics)
 )
@@ -108,6 +112,8 @@ func Parse(path string) (Route, string) {
 		return RouteReport, ""
 	case path == heartbeatPath:
 		return RouteHeartbeat, ""
+	case path == discoveryPath:
+		return RouteDiscovery, ""
 	case strings.HasPrefix(path, scriptPrefix) && strings.HasSuffix(path, scriptSuffix):
 		return RouteScript, strings.TrimSuffix(strings.TrimPrefix(path, scriptPrefix), scriptSuffix)
 	case strings.HasPrefix(path, artifactPrefix):
@@ -191,3 +197,6 @@ func (b Base) Report() string { return string(b) + reportPath }
 
 // Heartbeat is the URL the agent's heartbeats are posted to.
 func (b Base) Heartbeat() string { return string(b) + heartbeatPath }
+
+// Discovery is the URL a discovery-mode agent posts its hardware to.
+func (b Base) Discovery() string { return string(b) + discoveryPath }

@@ -133,6 +133,9 @@ func TestParse(t *testing.T) {
 		{"/metrics", RouteMetrics, ""},
 		{"/report", RouteReport, ""},
 		{"/heartbeat", RouteHeartbeat, ""},
+		{"/discovery", RouteDiscovery, ""},
+		{"/discovery/", RouteOther, ""},
+		{"/discovery/02:00:00:00:00:01", RouteOther, ""},
 		{"/heartbeat/", RouteOther, ""},
 		{"/heartbeat/02:00:00:00:00:01", RouteOther, ""},
 		{"/Heartbeat", RouteOther, ""},
@@ -169,7 +172,7 @@ func TestParse(t *testing.T) {
 // FuzzParse checks that a routed path is exactly its route's shape around
 // its argument: nothing is dropped or added on the way.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"/boot/02:00:00:00:00:01.ipxe", "/artifacts/sha256:00", "/ipxe/ipxe.efi", "/config/x", "/report", "/heartbeat", "/healthz", "/metrics", "/boot/.ipxe", "//"} {
+	for _, s := range []string{"/boot/02:00:00:00:00:01.ipxe", "/artifacts/sha256:00", "/ipxe/ipxe.efi", "/config/x", "/report", "/heartbeat", "/discovery", "/healthz", "/metrics", "/boot/.ipxe", "//"} {
 		f.Add(s)
 	}
 	shapes := map[Route]func(string) string{
@@ -179,6 +182,7 @@ func FuzzParse(f *testing.F) {
 		RouteConfig:    func(a string) string { return "/config/" + a },
 		RouteReport:    func(string) string { return "/report" },
 		RouteHeartbeat: func(string) string { return "/heartbeat" },
+		RouteDiscovery: func(string) string { return "/discovery" },
 		RouteHealthz:   func(string) string { return "/healthz" },
 		RouteMetrics:   func(string) string { return "/metrics" },
 	}

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/go-logr/logr"
+
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
@@ -29,8 +31,7 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 	}
 	m, ok := h.machines.ByMAC(mac)
 	if !ok {
-		h.log.V(1).Info("script for unknown MAC", "mac", mac, "peer", r.RemoteAddr)
-		http.NotFound(w, r)
+		h.unclaimed(w, r, mac)
 		return
 	}
 	key := machineKey(m)
@@ -57,16 +58,8 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 		http.Error(w, "cannot build boot script", http.StatusServiceUnavailable)
 		return
 	}
-	// Fetch the artifacts before handing out a script that names them: a
-	// script whose kernel 404s fails the boot, a 503 here is retried.
-	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EnsureTimeout)
-	defer cancel()
-	for _, a := range []kubefarmv1.Artifact{img.Spec.Kernel, img.Spec.Initrd, img.Spec.Rootfs} {
-		if err := h.store.Ensure(ctx, a, img.Spec.Repository); err != nil {
-			log.Error(err, "caching artifact", "image", img.Name, "digest", a.Digest)
-			http.Error(w, "boot artifacts not available yet", http.StatusServiceUnavailable)
-			return
-		}
+	if !h.ensureArtifacts(w, r, img, log) {
+		return
 	}
 	log.Info("serving boot script", "image", img.Name, "rootfs", img.Spec.Rootfs.Digest)
 	if r.Method == http.MethodGet {
@@ -74,6 +67,27 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 			return fmt.Sprintf("served the iPXE script for image %s (root filesystem %s) to %s", img.Name, img.Spec.Rootfs.Digest, peerHost(r))
 		})
 	}
+	writeScript(w, r, script)
+}
+
+// ensureArtifacts fetches img's artifacts before a script that names them
+// is handed out: a script whose kernel 404s fails the boot, a 503 here is
+// retried. False when it answered 503.
+func (h *Handler) ensureArtifacts(w http.ResponseWriter, r *http.Request, img *kubefarmv1.BootImage, log logr.Logger) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.EnsureTimeout)
+	defer cancel()
+	for _, a := range []kubefarmv1.Artifact{img.Spec.Kernel, img.Spec.Initrd, img.Spec.Rootfs} {
+		if err := h.store.Ensure(ctx, a, img.Spec.Repository); err != nil {
+			log.Error(err, "caching artifact", "image", img.Name, "digest", a.Digest)
+			http.Error(w, "boot artifacts not available yet", http.StatusServiceUnavailable)
+			return false
+		}
+	}
+	return true
+}
+
+// writeScript answers an iPXE script.
+func writeScript(w http.ResponseWriter, r *http.Request, script string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	// Scripts change when the served image flips; never cache them.
 	w.Header().Set("Cache-Control", "no-store")

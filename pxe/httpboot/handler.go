@@ -31,6 +31,7 @@ const (
 	RouteSecret    = string(bootpaths.RouteSecret)
 	RouteReport    = string(bootpaths.RouteReport)
 	RouteHeartbeat = string(bootpaths.RouteHeartbeat)
+	RouteDiscovery = string(bootpaths.RouteDiscovery)
 	RouteHealthz   = string(bootpaths.RouteHealthz)
 	RouteMetrics   = string(bootpaths.RouteMetrics)
 	RouteOther     = string(bootpaths.RouteOther)
@@ -66,6 +67,14 @@ type Config struct {
 	// /report answers 503, and so does a heartbeat that would raise
 	// RebootRequired (unless it is asked to reboot).
 	Recorder BootRecorder
+	// Leases finds the current leases of the pools' catch-all ranges
+	// (pxe/dynamic); nil when kubefarm-pxe runs without them, and then a
+	// MAC no Machine claims gets 404.
+	Leases DynamicLeases
+	// Discovery, when set (--discovery), boots the machines a Hold pool's
+	// range leases to in discovery mode and records their reports (POST
+	// /discovery); nil answers both 404.
+	Discovery *Discovery
 	// Events, when set, records each stage of a machine's HTTP boot
 	// (script, artifacts, configuration, report) and each refusal as an
 	// Event on the machine.
@@ -149,7 +158,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	allow, ok := "GET, HEAD", r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch route {
-	case RouteReport, RouteHeartbeat:
+	case RouteReport, RouteHeartbeat, RouteDiscovery:
 		allow, ok = "POST", r.Method == http.MethodPost
 	case RouteSecret:
 		// A HEAD would be a GET that mints a secret nobody receives.
@@ -180,6 +189,8 @@ func (h *Handler) route(p string) (string, http.HandlerFunc) {
 		serve = h.report
 	case bootpaths.RouteHeartbeat:
 		serve = h.heartbeat
+	case bootpaths.RouteDiscovery:
+		serve = h.discovery
 	case bootpaths.RouteBinary:
 		serve = func(w http.ResponseWriter, r *http.Request) { h.ipxe(w, r, arg) }
 	}

@@ -90,9 +90,9 @@ func (s *Server) newStore(ctx context.Context) error {
 // newEvents makes one broadcaster (one client, one bounded queue) for
 // every Event this replica writes: Machines' boot stages and BootImages'
 // checks; then the sink of the former and the controller of the latter.
-func (s *Server) newEvents(context.Context) error {
+func (s *Server) newEvents(ctx context.Context) error {
 	var recorder record.EventRecorder
-	if s.opts.EventInterval > 0 || s.opts.VerifyImages {
+	if s.opts.EventInterval > 0 || s.opts.VerifyImages || s.opts.Discovery {
 		rec, stopEvents, err := events.StartAPI(s.cfg, s.scheme, s.opts.NodeName)
 		if err != nil {
 			return err
@@ -104,7 +104,10 @@ func (s *Server) newEvents(context.Context) error {
 	if s.eventSink, err = machineEvents(recorder, s.inv, s.opts, s.reg, s.log.WithName("events")); err != nil {
 		return err
 	}
-	s.imageCheck, err = bootImageCheck(recorder, s.cache, s.writer, s.store, s.opts, s.log)
+	if s.imageCheck, err = bootImageCheck(recorder, s.cache, s.writer, s.store, s.opts, s.log); err != nil {
+		return err
+	}
+	s.discovery, err = discovery(ctx, s.cache, s.writer, recorder, s.opts, s.reg, s.log)
 	return err
 }
 
@@ -132,6 +135,10 @@ func (s *Server) newHandler(context.Context) error {
 		// same Secret as the credential (bootstraptoken.KeyNodeFacts).
 		Tenants: s.tenants,
 		Ready:   s.isReady,
+		// Discovery and the Join pools' wait need the leases of the
+		// catch-all ranges.
+		Leases:    s.leases(),
+		Discovery: s.discovery,
 	}, s.machines, s.store, hm, s.reg, s.log.WithName("http"))
 	return err
 }
@@ -144,4 +151,13 @@ func (s *Server) isReady() bool {
 	default:
 		return false
 	}
+}
+
+// leases are the allocator's lookups; nil (not a nil *Allocator) without
+// --dynamic-ranges.
+func (s *Server) leases() httpboot.DynamicLeases {
+	if s.allocator == nil {
+		return nil
+	}
+	return s.allocator
 }

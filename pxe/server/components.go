@@ -95,3 +95,18 @@ func listenRouterSolicitations(iface string, reg prometheus.Registerer, log logr
 	}
 	return r, nil
 }
+
+// discovery is the recorder of discovery reports of --discovery (nil
+// without it), registering its watch of DiscoveredMachines: it runs
+// before the cache starts. Its Warning when the cap refuses a report goes
+// through rec (nil: only the log line).
+func discovery(ctx context.Context, c cache.Cache, writer client.Client, rec record.EventRecorder, o Options,
+	reg prometheus.Registerer, log logr.Logger) (*httpboot.Discovery, error) {
+	if !o.Discovery {
+		return nil, nil
+	}
+	return httpboot.NewDiscovery(ctx, c, httpboot.DiscoveryConfig{
+		MaxMachines: o.DiscoveryMaxMachines, Rate: o.DiscoveryRate, Burst: o.DiscoveryBurst,
+		Client: writer, Events: rec,
+	}, reg, log.WithName("discovery"))
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/events"
 	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
@@ -130,6 +131,24 @@ type Options struct {
 	// DynamicWorkers are the goroutines answering from dynamic ranges.
 	// --dynamic-workers, default dhcp.DefaultDynamicWorkers (4).
 	DynamicWorkers int
+	// Discovery boots the machines a Hold pool's catch-all range leases to
+	// (MACs no Machine claims) in discovery mode and records their agents'
+	// reports as DiscoveredMachines (docs/discovery.md); needs
+	// DynamicRanges. --discovery, default false.
+	Discovery bool
+	// DiscoveryMaxMachines caps the DiscoveredMachines that may exist; a
+	// report that would make one more is answered 429.
+	// --discovery-max-machines, default
+	// httpboot.DefaultDiscoveryMaxMachines (1000).
+	DiscoveryMaxMachines int
+	// DiscoveryRate is how many new DiscoveredMachines per second this
+	// replica may create. --discovery-rate, default
+	// httpboot.DefaultDiscoveryRate (5).
+	DiscoveryRate float64
+	// DiscoveryBurst is how many it may create at once before
+	// DiscoveryRate applies. --discovery-burst, default
+	// httpboot.DefaultDiscoveryBurst (20).
+	DiscoveryBurst int
 	// EventInterval is how often the same Event of one machine may be
 	// recorded; 0 disables Events on Machines. --event-interval, default
 	// events.DefaultInterval (1m).
@@ -202,6 +221,9 @@ func DefaultOptions() Options {
 		JoinTokenTTL:              jointoken.DefaultTTL,
 		DynamicRanges:             true,
 		DynamicWorkers:            dhcp.DefaultDynamicWorkers,
+		DiscoveryMaxMachines:      httpboot.DefaultDiscoveryMaxMachines,
+		DiscoveryRate:             httpboot.DefaultDiscoveryRate,
+		DiscoveryBurst:            httpboot.DefaultDiscoveryBurst,
 		EventInterval:             events.DefaultInterval,
 		EventQPS:                  events.DefaultRate,
 		EventBurst:                events.DefaultBurst,
@@ -240,6 +262,9 @@ func (o Options) Validate() error {
 	if err := o.eventBudget(); err != nil {
 		return err
 	}
+	if err := o.discovery(); err != nil {
+		return err
+	}
 	return o.HTTP.Validate()
 }
 
@@ -249,6 +274,24 @@ func (o Options) Validate() error {
 func (o Options) eventBudget() error {
 	if o.EventInterval > 0 && (o.EventQPS <= 0 || o.EventBurst <= 0) {
 		return fmt.Errorf("--event-qps (%g) and --event-burst (%d) must be positive; --event-interval 0 turns events off", o.EventQPS, o.EventBurst)
+	}
+	return nil
+}
+
+// discovery refuses --discovery without the dynamic ranges it serves, and
+// bounds that would turn its limits off.
+func (o Options) discovery() error {
+	if !o.Discovery {
+		return nil
+	}
+	if !o.DynamicRanges {
+		return errors.New("--discovery needs --dynamic-ranges: only machines a catch-all range leases to are discovered")
+	}
+	if o.DiscoveryMaxMachines < 1 {
+		return fmt.Errorf("--discovery-max-machines (%d) must be at least 1", o.DiscoveryMaxMachines)
+	}
+	if o.DiscoveryRate <= 0 || o.DiscoveryBurst < 1 {
+		return fmt.Errorf("--discovery-rate (%g) must be positive and --discovery-burst (%d) at least 1", o.DiscoveryRate, o.DiscoveryBurst)
 	}
 	return nil
 }

@@ -26,6 +26,12 @@ func TestValidate(t *testing.T) {
 		{"events off need no budget", func(o *Options) { o.EventInterval, o.EventQPS, o.EventBurst = 0, 0, 0 }, ""},
 		{"http limit", func(o *Options) { o.HTTP.ReadTimeout = 0 }, "--http-read-timeout (0s) must be positive"},
 		{"header limit", func(o *Options) { o.HTTP.MaxHeaderBytes = 100 }, "--http-max-header-bytes (100)"},
+		{"discovery", func(o *Options) { o.Discovery = true }, ""},
+		{"discovery without ranges", func(o *Options) { o.Discovery, o.DynamicRanges = true, false }, "--discovery needs --dynamic-ranges"},
+		{"discovery cap", func(o *Options) { o.Discovery, o.DiscoveryMaxMachines = true, 0 }, "--discovery-max-machines (0)"},
+		{"discovery rate", func(o *Options) { o.Discovery, o.DiscoveryRate = true, 0 }, "--discovery-rate (0)"},
+		{"discovery burst", func(o *Options) { o.Discovery, o.DiscoveryBurst = true, 0 }, "--discovery-burst (0)"},
+		{"discovery off needs no bounds", func(o *Options) { o.DiscoveryMaxMachines, o.DiscoveryRate = 0, 0 }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultOptions()

@@ -64,6 +64,7 @@ type Server struct {
 	stopEvents func()
 	eventSink  events.Sink
 	imageCheck controller.Controller
+	discovery  *httpboot.Discovery
 	windows    *httpboot.BootWindows
 	handler    *httpboot.Handler
 
