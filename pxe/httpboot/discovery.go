@@ -49,7 +49,7 @@ import (
 // kubefarm-pxe records discovered machines: it watches them (the cap is
 // counted from that watch, and a steady agent's report is compared with
 // it) and creates and updates them.
-// +kubebuilder:rbac:groups=kubefarm.io,resources=discoveredmachines,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=discoveredmachines,verbs=get;list;watch;create;patch
 
 // DynamicLeases finds current leases of the pools' catch-all ranges, from
 // the cache (pxe/dynamic's Allocator).
