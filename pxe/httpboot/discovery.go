@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -289,18 +290,21 @@ func (h *Handler) discovery(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	held, ok := h.cfg.Leases.LeaseOfIP(ctx, peer)
+	held, leased := h.cfg.Leases.LeaseOfIP(ctx, peer)
 	cancel()
-	if !ok || held.MAC != rep.MAC {
-		d.count(DiscoveryForbidden)
-		h.forbidden(w, r, "discovery report not from the address a catch-all range leases to its MAC", "mac", rep.MAC)
-		return
-	}
-	if _, ok := h.machines.ByMAC(rep.MAC); ok {
-		// Enrolled: the next boot is the Machine's. Nothing to write: the
+	leased = leased && held.MAC == rep.MAC
+	if m, ok := h.machines.ByMAC(rep.MAC); ok && (leased || peerIs(r, m.Spec.IP)) {
+		// Enrolled: the next boot is the Machine's. Asked from the lease's
+		// address, or from the Machine's own (the address the enrollment
+		// gave it, no longer a lease of the range). Nothing to write: the
 		// DiscoveredMachine's removal is the enrollment's business.
 		d.count(DiscoveryEnrolled)
 		d.answer(w, http.StatusOK, true)
+		return
+	}
+	if !leased {
+		d.count(DiscoveryForbidden)
+		h.forbidden(w, r, "discovery report not from the address a catch-all range leases to its MAC", "mac", rep.MAC)
 		return
 	}
 	pool, ok := h.machines.Pool(held.Namespace, held.Pool)
@@ -520,4 +524,10 @@ func (s *sourceLimiter) allow(src string) bool {
 		s.m[src] = l
 	}
 	return l.AllowN(now, 1)
+}
+
+// peerIs reports whether r comes from ip (dotted quad).
+func peerIs(r *http.Request, ip string) bool {
+	p := net.ParseIP(peerHost(r))
+	return p != nil && p.Equal(net.ParseIP(ip))
 }
