@@ -8,6 +8,11 @@
 // write that computes the summary conditions (see Reconcile), the same shape
 // as the TenantCluster controller's.
 //
+// A pool whose catch-all range says unknownMachines: Join also keeps a
+// Machine for every MAC that took an address from the range and no
+// Machine claims (catchall.go): named after the MAC, not in
+// spec.machines, kept across lease lapses, reboots and rollouts.
+//
 // Every MAC and IP of a Machine is claimed (an AddressClaim, claims.go)
 // before the Machine is created or readdressed, and released only once no
 // Machine of the pool uses it, also after the pool is deleted
@@ -21,6 +26,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -62,6 +68,8 @@ type Reconciler struct {
 	// from the manager when nil.
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// Now is the clock leases are judged by (time.Now when nil).
+	Now func() time.Time
 }
 
 // SetupWithManager registers the controller. Owning the Machines makes a
@@ -80,11 +88,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := indexClaims(mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := indexLeases(mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if err := setupEnrolled(mgr, r.Recorder); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.NodePool{}).
 		Owns(&v1alpha1.Machine{}).
 		Watches(&v1alpha1.BootImage{}, handler.EnqueueRequestsFromMapFunc(poolindex.PoolsOfImage(r.Client, BootImageIndex))).
 		Watches(&v1alpha1.AddressClaim{}, handler.EnqueueRequestsFromMapFunc(poolsOfClaim(r.Client))).
+		Watches(&v1alpha1.DHCPLease{}, handler.EnqueueRequestsFromMapFunc(poolOfLease)).
 		Named("nodepool").
 		Complete(r)
 }
@@ -99,6 +117,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=kubefarm.io,resources=bootimages,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=addressclaims,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// The leases of catch-all ranges, read for unknownMachines: Join.
+// +kubebuilder:rbac:groups=kubefarm.io,resources=dhcpleases,verbs=get;list;watch
 
 // scope is what one pass knows about one pool. Phases fill it in order and
 // record their findings on it; the deferred status write turns the findings
@@ -107,8 +127,12 @@ type scope struct {
 	pool *v1alpha1.NodePool
 	// image is the pool's BootImage; nil when it does not exist.
 	image *v1alpha1.BootImage
-	// desired are the Machines the pool stands for, from the builder.
+	// desired are the Machines the pool stands for, from the builder:
+	// its entries', then its catch-all Machines.
 	desired []*v1alpha1.Machine
+	// retired are catch-all Machines to delete: an entry has their MAC or
+	// IP now. pruneMachines deletes no other catch-all Machine.
+	retired map[string]bool
 	// live are the pool's Machines as the API server holds them after this
 	// pass's writes, by name.
 	live map[string]*v1alpha1.Machine
@@ -159,7 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError, v1alpha1.ReasonAddressConflict)
 		r.emitNewConflicts(s.pool, before.Conditions)
 	}()
-	for _, p := range []phase{r.buildMachines, r.fetchImage, r.applyMachines, r.pruneMachines, r.releasePoolClaims} {
+	for _, p := range []phase{r.buildMachines, r.buildCatchAll, r.fetchImage, r.applyMachines, r.pruneMachines, r.releasePoolClaims} {
 		stop, err := p(ctx, s)
 		if err != nil {
 			return ctrl.Result{}, err
@@ -288,11 +312,21 @@ func (r *Reconciler) pruneMachines(ctx context.Context, s *scope) (bool, error) 
 		if wanted[m.Name] || !metav1.IsControlledBy(m, s.pool) || !m.DeletionTimestamp.IsZero() {
 			continue
 		}
+		// A catch-all Machine has no entry to be gone: it goes only when
+		// an entry took its MAC or address. Deciding that from the list
+		// alone would delete one the cache showed here but not to
+		// buildCatchAll a moment before.
+		if m.Labels[v1alpha1.LabelCatchAll] != "" && !s.retired[m.Name] {
+			continue
+		}
 		if err := r.Client.Delete(ctx, m, client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
 			return false, fmt.Errorf("deleting Machine %s: %w", m.Name, err)
 		}
-		r.Recorder.Eventf(s.pool, m, corev1.EventTypeNormal, "MachineDeleted", "Delete",
-			"deleted Machine %s: its entry is no longer in the pool", m.Name)
+		why := "its entry is no longer in the pool"
+		if s.retired[m.Name] {
+			why = "an entry of spec.machines has its MAC or address now"
+		}
+		r.Recorder.Eventf(s.pool, m, corev1.EventTypeNormal, "MachineDeleted", "Delete", "deleted Machine %s: %s", m.Name, why)
 	}
 	return false, nil
 }

@@ -73,15 +73,7 @@ func Machines(pool *kubefarmv1.NodePool) ([]*kubefarmv1.Machine, error) {
 		errs = append(errs, fmt.Errorf("pool %s: spec.cluster and spec.bootImage are required", id))
 	}
 
-	yes := true
-	owner := metav1.OwnerReference{
-		APIVersion:         kubefarmv1.GroupVersion.String(),
-		Kind:               "NodePool",
-		Name:               pool.Name,
-		UID:                pool.UID,
-		Controller:         &yes,
-		BlockOwnerDeletion: &yes,
-	}
+	owner := ownerRef(pool)
 	seenName := map[string]bool{}
 	seenMAC := map[string]string{}
 	out := make([]*kubefarmv1.Machine, 0, len(pool.Spec.Machines))
@@ -98,6 +90,19 @@ func Machines(pool *kubefarmv1.NodePool) ([]*kubefarmv1.Machine, error) {
 		return nil, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// ownerRef is the controller reference of pool's Machines.
+func ownerRef(pool *kubefarmv1.NodePool) metav1.OwnerReference {
+	yes := true
+	return metav1.OwnerReference{
+		APIVersion:         kubefarmv1.GroupVersion.String(),
+		Kind:               "NodePool",
+		Name:               pool.Name,
+		UID:                pool.UID,
+		Controller:         &yes,
+		BlockOwnerDeletion: &yes,
+	}
 }
 
 func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1.OwnerReference,
