@@ -76,7 +76,7 @@ type example struct {
 
 var examples = []example{
 	{name: "generic"},
-	{name: "catchall", refused: []string{"nodePools[0].extraOpts[0]", "dhcp-generate-names", "remove extraOpts"}},
+	{name: "catchall"},
 	{name: "advanced_network", refused: []string{"ltsp.config.extraFiles", "node image"}},
 	{name: "dualstack_network", refused: []string{"kubernetes.apiServer.extraArgs.feature-gates", "IPv6DualStack", "remove it"}},
 }
@@ -339,6 +339,43 @@ kubernetes:
 	}
 }
 
+// TestClusterChartMapsCatchAll: kubefarm's catchall example (a range with
+// dhcp-generate-names and dhcp-ignore-names for the pool's own tag) is a
+// pool whose range joins unknown machines under MAC-derived names; a range
+// without the option holds them for enrollment; a pool's network can say
+// so itself.
+func TestClusterChartMapsCatchAll(t *testing.T) {
+	_, pools := clusterObjects(t, mustRenderCluster(t, valuesFile(t, filepath.Join(examplesDir, "catchall", "values.yaml"))))
+	if len(pools) != 1 {
+		t.Fatalf("%d pools, want 1", len(pools))
+	}
+	want := &kubefarmv1.DynamicRange{Start: "10.28.72.10", End: "10.28.72.250", UnknownMachines: kubefarmv1.UnknownJoin}
+	if n := pools[0].Spec.Network; !reflect.DeepEqual(n.DynamicRange, want) || n.Subnet != "10.28.0.0/16" || n.LeaseTime.Duration.String() != "12h0m0s" {
+		t.Errorf("network %+v, range %+v, want %+v", n, n.DynamicRange, want)
+	}
+	if len(pools[0].Spec.Machines) != 0 {
+		t.Errorf("machines %v", pools[0].Spec.Machines)
+	}
+	for _, tc := range []struct {
+		name, values string
+		want         kubefarmv1.UnknownMachinePolicy
+	}{
+		{"a range alone holds", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0'}]", kubefarmv1.UnknownHold},
+		{"dhcp-ignore-names alone holds", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-ignore-names: 'tag:?'}]}]", kubefarmv1.UnknownHold},
+		{"dhcp-generate-names alone joins", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-generate-names: 'tag:?'}]}]", kubefarmv1.UnknownJoin},
+		{"network says it", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', network: {dynamicRange: {unknownMachines: Join}}}]", kubefarmv1.UnknownJoin},
+		{"network wins", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-generate-names: 'tag:?'}], network: {dynamicRange: {unknownMachines: Hold}}}]", kubefarmv1.UnknownHold},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, pools := clusterObjects(t, mustRenderCluster(t, values(t, tc.values)))
+			r := pools[0].Spec.Network.DynamicRange
+			if r == nil || r.UnknownMachines != tc.want || r.Start != "10.28.72.10" {
+				t.Errorf("dynamicRange %+v, want unknownMachines %s", r, tc.want)
+			}
+		})
+	}
+}
+
 // TestClusterChartMaps covers the mappings the examples do not use.
 func TestClusterChartMaps(t *testing.T) {
 	files := mustRenderCluster(t, values(t, `
@@ -465,6 +502,11 @@ func TestClusterChartRefusals(t *testing.T) {
 		{"boot file option", pool + "tags: {dhcpOptions: {all: {bootfile-name: x}}}", []string{"tags.dhcpOptions.all.bootfile-name", "boot server"}},
 		{"service cidr flag", "kubernetes: {apiServer: {extraArgs: {service-cluster-ip-range: 10.96.0.0/12}}}", []string{"service-cluster-ip-range", "kubernetes.network.serviceCIDR"}},
 		{"two fixed addresses", "kubernetes: {apiServer: {service: {loadBalancerIP: 10.0.0.1}, extraArgs: {advertise-address: 10.0.0.2}}}", []string{"loadBalancerIP", "advertise-address", "differ"}},
+		{"other dnsmasq option", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-circuitid: 'set:port_0,ge-0/0/0.0'}]}]", []string{"nodePools[0].extraOpts[0]", "dhcp-circuitid", "remove it"}},
+		{"second option refused", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-generate-names: 'tag:?'}, {tag-if: 'set:bar,tag:?'}]}]", []string{"nodePools[0].extraOpts[1]", "tag-if"}},
+		{"generate names for another tag", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: [{dhcp-generate-names: 'tag:rack1'}]}]", []string{"nodePools[0].extraOpts[0].dhcp-generate-names", "tag:rack1", `"tag:?"`}},
+		{"extraOpts item not a map", "nodePools: [{range: '10.28.72.10,10.28.72.250,255.255.0.0', extraOpts: ['dhcp-generate-names=tag:?']}]", []string{"nodePools[0].extraOpts[0]", "map"}},
+		{"generate names without a range", "nodePools: [{range: '10.28.0.0,static,255.255.0.0', extraOpts: [{dhcp-generate-names: 'tag:?'}]}]", []string{"nodePools[0].extraOpts", "catch-all range", "nodePools[0].range"}},
 		{"kubelet feature gates", "kubernetes: {kubelet: {config: {featureGates: {IPv6DualStack: true}}}}", []string{"kubernetes.kubelet", "per pool"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -67,7 +67,18 @@ any object is rendered, so a values file is either taken whole or refused.
 
 {{- range $i, $p := $v.nodePools | default list -}}
 {{- range $j, $opt := $p.extraOpts | default list -}}
-{{- fail (printf "nodePools[%d].extraOpts[%d] %s: raw dnsmasq options have no meaning in kubefarm: every machine that joins is listed under nodes (name, mac, ip), a catch-all range (range: <start>,<end>,<netmask>) serves discovery only, and DHCP options go in tags.dhcpOptions; remove extraOpts" $i $j (toJson $opt)) -}}
+{{- if not (kindIs "map" $opt) -}}
+{{- fail (printf "nodePools[%d].extraOpts[%d] %s: an extraOpts item is a map of a dnsmasq option to its value, such as {dhcp-generate-names: \"tag:?\"}" $i $j (toJson $opt)) -}}
+{{- end -}}
+{{- range $key, $value := $opt -}}
+{{- if has $key (list "dhcp-generate-names" "dhcp-ignore-names") -}}
+{{- if ne (toString $value) "tag:?" -}}
+{{- fail (printf "nodePools[%d].extraOpts[%d].%s: %q: kubefarm understands this option only for the pool's own machines, as kubefarm's catchall example writes it: %s: \"tag:?\"" $i $j $key (toString $value) $key) -}}
+{{- end -}}
+{{- else -}}
+{{- fail (printf "nodePools[%d].extraOpts[%d] %s: raw dnsmasq options have no meaning in kubefarm: every machine that joins is listed under nodes (name, mac, ip), or joins through a catch-all range (range: <start>,<end>,<netmask>) with dhcp-generate-names: \"tag:?\" (network.dynamicRange.unknownMachines: Join), and DHCP options go in tags.dhcpOptions; remove it" $i $j (toJson $opt)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if gt (len ($p.nodes | default list)) 250 -}}
 {{- fail (printf "nodePools[%d].nodes: %d nodes; a pool holds at most 250, split it into several pools" $i (len $p.nodes)) -}}
