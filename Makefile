@@ -238,7 +238,7 @@ test-argocd-health: ## ArgoCD health checks of every kubefarm kind, run by ArgoC
 # testdata/fuzz and fails the run (hack/fuzz.sh, which also runs a target
 # once more after Go's fuzzing deadline race, and only then).
 FUZZ_TIME ?= 10s
-FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/tftp:FuzzValidateName ./pxe/tftp:FuzzParseRequest \
+FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/httpboot:FuzzParseDiscoveryReport ./pxe/tftp:FuzzValidateName ./pxe/tftp:FuzzParseRequest \
   ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster \
   ./internal/s3target:FuzzValidatePrefix ./internal/s3target:FuzzValidateBucket
 
