@@ -1,4 +1,5 @@
-// Package power resets machines that their own agent did not reboot.
+// Package power drives machines' power; its first use is resetting machines that
+// their own agent did not reboot.
 //
 // The rollout controller updates a machine by rebooting it into the image it
 // now serves, and it asks the machine first: kubefarm-agent sees the
@@ -9,16 +10,20 @@
 // served the new image. A reset loses whatever the machine had not written,
 // which is why it is never the first resort.
 //
-// Two interfaces live here. The rollout's reset goes through a [Cycler]
-// registered in [Drivers] under its v1alpha1.PowerDriver name: today qmp
-// (package power/qmp), QEMU's machine protocol, for the test farm's qemu
-// machines and any lab of virtual machines. A [Driver] is the full power
-// control of a machine (status, on, off, cycle, a one-time network boot)
-// over a [Target] that carries the BMC's credentials: power/ipmi (IPMI v2.0
-// lanplus, github.com/bougou/go-ipmi) and power/redfish (Redfish over
-// HTTPS, github.com/stmcginnis/gofish). The rollout does not use the BMC
-// drivers yet (docs/power.md).
+// A [Driver] is the power control of a machine (status, on, off, cycle, a
+// one-time network boot) over a [Target] that carries the BMC's
+// credentials: power/qmp (QEMU's machine protocol, for the test farm's
+// qemu machines: status and cycle only), power/ipmi (IPMI v2.0 lanplus,
+// github.com/bougou/go-ipmi) and power/redfish (Redfish over HTTPS,
+// github.com/stmcginnis/gofish). package power/drivers registers them by
+// spec.power.driver in [Drivers].
 //
-// Controller tests use [Recorder], a fake that records calls and resets
-// nothing.
+// [Control] is how controllers use them: it reads the Secrets spec.power
+// names ([Resolve], uncached), calls the machine's driver and records the
+// Warning event of a driver that reaches a BMC insecurely. The machinepower
+// controller reads every machine's power state on a jittered poll and
+// performs the operations people request with the kubefarm.io/power-request
+// annotation ([Request]); the rollout power-cycles a machine its agent did
+// not reboot; machine removal powers a machine off. [Reason] maps an
+// error to the PowerControl condition's reason (docs/power.md).
 package power

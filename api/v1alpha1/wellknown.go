@@ -56,6 +56,14 @@ const (
 	// kubefarm rollout retry` sets it to the current time.
 	AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
 
+	// AnnotationPowerRequest on a Machine asks kubefarm-manager for one
+	// power operation: "<on|off|cycle>[,netboot]@<RFC3339 time>" (netboot:
+	// a one-time network boot first; not with off). The machinepower
+	// controller performs a request once, when its time is after
+	// status.power.lastOperationTime, and records it there and in
+	// status.power.lastOperation. `kubectl kubefarm power` sets it.
+	AnnotationPowerRequest = "kubefarm.io/power-request"
+
 	// TaintNetworkUnavailable keeps pods off a node until its pod network
 	// is verified (NoSchedule, put on at registration and lifted by the
 	// manager once the agent reports the CNI chain working).

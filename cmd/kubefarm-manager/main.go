@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/kubefarm/kubefarm/controllers/machinepower"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/manager"
 )
@@ -50,6 +51,9 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 	fs.StringVar(&o.EtcdToolsImage, "etcd-tools-image", "",
 		"whole reference of the image with /usr/local/bin/kubefarm-etcd (this manager's own image; the operator chart "+
 			"sets it), which tenants' etcd backup CronJobs and restores run; empty refuses spec.etcd.backup and spec.etcd.restoreFrom")
+	fs.DurationVar(&o.PowerPollInterval, "power-poll-interval", machinepower.DefaultInterval,
+		"how often each Machine with spec.power has its power state read from its BMC (status.power, the PowerControl "+
+			"condition), jittered by ±20% so that a farm's BMCs are not asked at once")
 }
 
 func main() {

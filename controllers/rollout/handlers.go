@@ -12,6 +12,7 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 // The phase handlers: each does its phase's side effect (idempotently) and
@@ -118,9 +119,14 @@ func (r *Reconciler) rebooting(ctx context.Context, s *scope, m *plan.Machine) (
 	if err := r.record(ctx, m, next, nil, nil); err != nil {
 		return false, err
 	}
-	if err := r.Power.PowerCycle(ctx, *m.M.Spec.Power); err != nil {
+	// A BMC's machine may boot from its disk first; the one-time network
+	// boot makes it come back to kubefarm-pxe and the new image. A qmp
+	// machine (the test farm's) boots from the network anyway, and QMP
+	// has no one-time boot device.
+	opts := power.Options{NetbootOnce: m.M.Spec.Power.Driver != v1alpha1.PowerQMP}
+	if err := r.Power.Cycle(ctx, m.M, opts); err != nil {
 		// Recorded before it was tried, so it is not tried again: the boot
-		// timeout decides. Said loudly.
+		// timeout decides. Said loudly, with the BMC's words.
 		r.event(m.M, corev1.EventTypeWarning, "PowerCycleFailed", "%v", err)
 		return false, nil
 	}

@@ -79,8 +79,9 @@ type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Tenants  Tenants
-	// Power resets machines that do not reboot; nil disables the fallback.
-	Power power.Cycler
+	// Power resets machines that do not reboot (with a one-time network
+	// boot for a BMC's machine); nil disables the fallback.
+	Power *power.Control
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// Poll is DefaultPoll when zero.

@@ -38,8 +38,10 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/internal/testing/examples"
+	"github.com/kubefarm/kubefarm/internal/testing/ipmisim"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/power"
+	"github.com/kubefarm/kubefarm/power/ipmi"
 )
 
 // One real API server (envtest) plays both the admin cluster and the
@@ -90,19 +92,40 @@ func (s staticTenant) Nodes(ctx context.Context, _ types.NamespacedName) (kubern
 	return s.cs, nodes, nil
 }
 
-// farmPower is the power driver of the fake farm: a reset reboots the
-// machine whose address names it. It wraps power.Recorder, which counts.
+// farmPower is the qmp power driver of the fake farm: a reset reboots the
+// machine whose address names it, and every reset is recorded.
 type farmPower struct {
-	power.Recorder
-	farm *fakeFarm
+	farm  *fakeFarm
+	mu    sync.Mutex
+	calls []v1alpha1.PowerSpec
 }
 
-func (p *farmPower) PowerCycle(ctx context.Context, spec v1alpha1.PowerSpec) error {
-	if err := p.Recorder.PowerCycle(ctx, spec); err != nil {
-		return err
+var _ power.Driver = (*farmPower)(nil)
+
+func (p *farmPower) Status(context.Context, power.Target) (power.State, error) {
+	return power.StateUnknown, power.ErrUnsupported
+}
+func (p *farmPower) On(context.Context, power.Target, power.Options) error {
+	return power.ErrUnsupported
+}
+func (p *farmPower) Off(context.Context, power.Target) error { return power.ErrUnsupported }
+
+func (p *farmPower) Cycle(_ context.Context, t power.Target, o power.Options) error {
+	p.mu.Lock()
+	p.calls = append(p.calls, t.Spec)
+	p.mu.Unlock()
+	if o.NetbootOnce {
+		return fmt.Errorf("the rollout asked qmp for a one-time network boot: %w", power.ErrUnsupported)
 	}
-	p.farm.rebootNow(strings.TrimPrefix(spec.Address, "unix:///farm/"))
+	p.farm.rebootNow(strings.TrimPrefix(t.Spec.Address, "unix:///farm/"))
 	return nil
+}
+
+// Calls are the specs of the resets so far, oldest first.
+func (p *farmPower) Calls() []v1alpha1.PowerSpec {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
 }
 
 // fixture is one scenario's namespace, pool and farm, and the manager that
@@ -118,6 +141,9 @@ type fixture struct {
 	imgA  v1alpha1.ImageRef
 	imgB  v1alpha1.ImageRef
 	power *farmPower
+	// powerSpec, if set, is the spec.power of each machine entry by name
+	// (default: the farm's qmp).
+	powerSpec func(name string) *v1alpha1.PowerSpec
 	// wrapTransport, if set, wraps the transport of the manager's clients,
 	// its own and the tenant's (the benchmark counts their requests).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
@@ -195,6 +221,9 @@ func newFixture(t testing.TB, n int, strategy v1alpha1.RolloutStrategy, opts ...
 			Name: name, IP: fmt.Sprintf("10.60.%d.%d", k/256, k%256), MACs: []string{fmt.Sprintf("02:00:00:60:%02x:%02x", k/256, k%256)},
 			Power: &v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix:///farm/workers-" + name},
 		})
+		if f.powerSpec != nil {
+			pool.Spec.Machines[i].Power = f.powerSpec(name)
+		}
 	}
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatal(err)
@@ -303,7 +332,9 @@ func (f *fixture) startManager() {
 		f.t.Fatal(err)
 	}
 	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
-		Tenants: tenant, Power: f.power, Poll: 100 * time.Millisecond}
+		Tenants: tenant, Poll: 100 * time.Millisecond,
+		Power: &power.Control{Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("rollout-controller"),
+			Drivers: power.Drivers{v1alpha1.PowerQMP: f.power, v1alpha1.PowerIPMI: ipmi.Driver{}}}}
 	rollout.SetAfterRecord(r, func(ctx context.Context, m *v1alpha1.Machine) {
 		f.mu.Lock()
 		hook := f.hook
@@ -822,6 +853,61 @@ func TestRolloutPowerCycle(t *testing.T) {
 		t.Errorf("power calls %+v, want one for workers-m00", calls)
 	}
 	f.waitEvent("workers-m00", "PowerCycled")
+}
+
+// TestRolloutPowerCycleThroughIPMI: a machine behind a real IPMI BMC
+// (ipmi_sim, whose hook runs a qemu machine) whose agent never reboots it
+// is power-cycled through the BMC after powerCycleAfter, with the one-time
+// network boot set on the BMC before the machine starts again; the
+// credentials come from the Secret the pool entry names.
+func TestRolloutPowerCycleThroughIPMI(t *testing.T) {
+	sim := ipmisim.Start(t)
+	ctx := context.Background()
+	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1),
+		PowerCycleAfter: &metav1.Duration{Duration: time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}},
+		func(f *fixture) {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "bmc"},
+				Data: map[string][]byte{power.KeyUsername: []byte(sim.Username), power.KeyPassword: []byte(sim.Password)}}
+			if err := env.Client.Create(ctx, secret); err != nil {
+				t.Fatal(err)
+			}
+			f.powerSpec = func(string) *v1alpha1.PowerSpec {
+				return &v1alpha1.PowerSpec{Driver: v1alpha1.PowerIPMI, Address: sim.Addr, CredentialsSecret: "bmc"}
+			}
+		})
+	// The machine runs: a cycle, not a first power-on.
+	target := power.Target{Machine: "m00", Spec: v1alpha1.PowerSpec{Driver: v1alpha1.PowerIPMI, Address: sim.Addr},
+		Username: sim.Username, Password: sim.Password}
+	if err := (ipmi.Driver{}).On(ctx, target, power.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	first := sim.QemuPID()
+	if first == 0 {
+		t.Fatal("no qemu runs after On")
+	}
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.deaf = true })
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.waitEvent("workers-m00", "PowerCycled")
+	var second int
+	f.eventually("a new qemu started by the BMC after the cycle", func() (bool, error) {
+		second = sim.QemuPID()
+		return second != 0 && second != first && slices.ContainsFunc(sim.HookLog(), func(l string) bool {
+			return strings.HasPrefix(l, fmt.Sprintf("qemu-started pid=%d ", second))
+		}), nil
+	})
+	log := sim.HookLog()
+	firstStart := slices.Index(log, fmt.Sprintf("qemu-started pid=%d args=", first))
+	pxe := slices.Index(log, "set boot pxe")
+	secondStart := slices.Index(log, fmt.Sprintf("qemu-started pid=%d args=-boot once=n", second))
+	if firstStart < 0 || pxe < firstStart || secondStart < pxe {
+		t.Fatalf("want the first start, then the PXE boot override, then a start with -boot once=n; the BMC's hook log: %q", log)
+	}
+	if ro := f.machine("workers-m00").Status.Rollout; ro == nil || ro.PowerCycleTime == nil {
+		t.Fatalf("status.rollout.powerCycleTime not recorded: %+v", ro)
+	}
+	if n := strings.Count(strings.Join(log, "\n"), "set boot pxe"); n != 1 {
+		t.Errorf("the BMC was asked for a network boot %d times, want once: %q", n, log)
+	}
 }
 
 // TestRolloutDrainTimeout: a PDB that allows nothing blocks the drain; the

@@ -23,10 +23,12 @@ import (
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/machinenode"
+	"github.com/kubefarm/kubefarm/controllers/machinepower"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/power"
+	"github.com/kubefarm/kubefarm/power/drivers"
 )
 
 // Options configure the manager; cmd/kubefarm-manager maps its flags onto them.
@@ -69,9 +71,13 @@ type Options struct {
 	// connects with each tenant's internal admin kubeconfig Secret. Tests
 	// whose tenants are stand-ins set it.
 	RolloutTenants rollout.Tenants
-	// Power resets machines that kubefarm-agent does not reboot; nil is
-	// power.New(), the drivers kubefarm ships.
-	Power power.Cycler
+	// PowerDrivers drive the machines' power (the machinepower
+	// controller's reads and requested operations, the rollout's resets);
+	// nil is drivers.New(), the drivers kubefarm ships.
+	PowerDrivers power.Drivers
+	// PowerPollInterval is how often a machine's power state is read
+	// (jittered ±20%); zero is machinepower.DefaultInterval (5 minutes).
+	PowerPollInterval time.Duration
 	// RolloutPoll is how often a pool with updates in flight is looked at
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
@@ -187,18 +193,32 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	if tenants == nil {
 		tenants = rollout.CachedTenants{Cache: tenantCache}
 	}
-	cycler := opts.Power
-	if cycler == nil {
-		cycler = power.New()
+	powerDrivers := opts.PowerDrivers
+	if powerDrivers == nil {
+		powerDrivers = drivers.New()
+	}
+	// The Secrets spec.power names are the operator's: read uncached, as
+	// the manager's cache holds only kubefarm's own.
+	powerControl := func(recorder string) *power.Control {
+		return &power.Control{Reader: mgr.GetAPIReader(), Drivers: powerDrivers, Recorder: mgr.GetEventRecorder(recorder)}
 	}
 	if err := (&rollout.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("rollout-controller"),
 		Tenants:  tenants,
-		Power:    cycler,
+		Power:    powerControl("rollout-controller"),
 		Poll:     opts.RolloutPoll,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the rollout controller: %w", err)
+	}
+	if err := (&machinepower.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Power:     *powerControl("machinepower-controller"),
+		Recorder:  mgr.GetEventRecorder("machinepower-controller"),
+		Interval:  opts.PowerPollInterval,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the Machine power controller: %w", err)
 	}
 	if err := (&csrapproval.Reconciler{
 		Client:   mgr.GetClient(),

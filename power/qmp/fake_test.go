@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 const greeting = `{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, "capabilities": ["oob"]}}`
@@ -92,7 +93,7 @@ func TestEventsBeforeTheReplyAreSkipped(t *testing.T) {
 		}
 		return nil
 	})
-	if err := (Driver{}).PowerCycle(context.Background(), spec); err != nil {
+	if err := (Driver{}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{}); err != nil {
 		t.Fatalf("PowerCycle: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -112,7 +113,7 @@ func TestQEMUErrorIsReported(t *testing.T) {
 		_, err = io.WriteString(w, `{"id": "`+id+`", "error": {"class": "GenericError", "desc": "no reset for you"}}`+"\r\n")
 		return err
 	})
-	err := (Driver{}).PowerCycle(context.Background(), spec)
+	err := (Driver{}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{})
 	if err == nil {
 		t.Fatal("PowerCycle succeeded on an error reply")
 	}
@@ -129,7 +130,7 @@ func TestNotQMPIsRejected(t *testing.T) {
 		_, err := io.WriteString(w, `{"hello": "world"}`+"\n")
 		return err
 	})
-	err := (Driver{}).PowerCycle(context.Background(), spec)
+	err := (Driver{}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{})
 	if err == nil || !strings.Contains(err.Error(), "not a QMP greeting") || !strings.Contains(err.Error(), spec.Address) {
 		t.Fatalf("err = %v, want a non-QMP peer named", err)
 	}
@@ -144,7 +145,7 @@ func TestHangupAfterResetSaysItMayHaveHappened(t *testing.T) {
 		_, err := expect(r, "system_reset")
 		return err // and hang up without a reply
 	})
-	err := (Driver{}).PowerCycle(context.Background(), spec)
+	err := (Driver{}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{})
 	if err == nil || !strings.Contains(err.Error(), "may have been reset") || !strings.Contains(err.Error(), "closed the connection") {
 		t.Fatalf("err = %v, want a lost reply after system_reset", err)
 	}
@@ -166,7 +167,7 @@ func TestContextDeadlineBoundsTheCall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := (Driver{}).PowerCycle(ctx, spec)
+	err := (Driver{}).Cycle(ctx, power.Target{Spec: spec}, power.Options{})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "greeting") || !strings.Contains(err.Error(), spec.Address) {
 		t.Fatalf("err = %v, want the deadline while waiting for the greeting, naming the address", err)
 	}
@@ -181,7 +182,7 @@ func TestContextDeadlineBoundsTheCall(t *testing.T) {
 func TestTimeoutAppliesWithoutADeadline(t *testing.T) {
 	spec, done := fakeMonitor(t, silent)
 	start := time.Now()
-	err := (Driver{Timeout: 200 * time.Millisecond}).PowerCycle(context.Background(), spec)
+	err := (Driver{Timeout: 200 * time.Millisecond}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}
@@ -195,7 +196,7 @@ func TestCancelInterruptsTheCall(t *testing.T) {
 	spec, done := fakeMonitor(t, silent)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	err := (Driver{}).PowerCycle(ctx, spec)
+	err := (Driver{}).Cycle(ctx, power.Target{Spec: spec}, power.Options{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want Canceled", err)
 	}
@@ -204,8 +205,51 @@ func TestCancelInterruptsTheCall(t *testing.T) {
 
 func TestBadAddressIsNamed(t *testing.T) {
 	spec := v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "ipmi://bmc1"}
-	err := (Driver{}).PowerCycle(context.Background(), spec)
+	err := (Driver{}).Cycle(context.Background(), power.Target{Spec: spec}, power.Options{})
 	if err == nil || !strings.Contains(err.Error(), `"ipmi://bmc1"`) {
 		t.Fatalf("err = %v, want the address rejected by name", err)
 	}
+}
+
+func TestStatusReadsTheRunState(t *testing.T) {
+	for runState, want := range map[string]power.State{
+		"running": power.StateOn, "paused": power.StateOn, "prelaunch": power.StateOn,
+		"guest-panicked": power.StateOn, "shutdown": power.StateOff,
+	} {
+		spec, done := fakeMonitor(t, func(r *bufio.Reader, w net.Conn) error {
+			if err := handshake(r, w); err != nil {
+				return err
+			}
+			id, err := expect(r, "query-status")
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(w, `{"return": {"status": "`+runState+`", "running": false}, "id": "`+id+`"}`+"\r\n")
+			return err
+		})
+		got, err := (Driver{}).Status(context.Background(), power.Target{Spec: spec})
+		if err != nil || got != want {
+			t.Errorf("run state %s: %s, %v; want %s", runState, got, err, want)
+		}
+		<-done
+	}
+}
+
+func TestStatusWithoutARunStateIsAnError(t *testing.T) {
+	spec, done := fakeMonitor(t, func(r *bufio.Reader, w net.Conn) error {
+		if err := handshake(r, w); err != nil {
+			return err
+		}
+		id, err := expect(r, "query-status")
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(w, `{"return": {}, "id": "`+id+`"}`+"\r\n")
+		return err
+	})
+	got, err := (Driver{}).Status(context.Background(), power.Target{Spec: spec})
+	if err == nil || got != power.StateUnknown || !strings.Contains(err.Error(), "no run state") || !strings.Contains(err.Error(), spec.Address) {
+		t.Fatalf("Status = %s, %v; want Unknown and an error naming the address", got, err)
+	}
+	<-done
 }

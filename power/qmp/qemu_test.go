@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/power"
 	"github.com/kubefarm/kubefarm/power/qmp"
 )
 
@@ -177,7 +178,7 @@ func TestQEMUResetThroughUnixSocket(t *testing.T) {
 	// Twice: QEMU serves one client per monitor, so the second reset
 	// succeeds only if the first call let go of its connection.
 	for i := range 2 {
-		if err := (qmp.Driver{}).PowerCycle(timeout(t, 10*time.Second), spec); err != nil {
+		if err := (qmp.Driver{}).Cycle(timeout(t, 10*time.Second), power.Target{Spec: spec}, power.Options{}); err != nil {
 			t.Fatalf("reset %d: %v", i+1, err)
 		}
 		if !w.event("RESET", 10*time.Second) {
@@ -205,7 +206,7 @@ func TestQEMUResetThroughTCP(t *testing.T) {
 	}
 	spec := v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "tcp://127.0.0.1:" + port}
 
-	if err := (qmp.Driver{}).PowerCycle(timeout(t, 10*time.Second), spec); err != nil {
+	if err := (qmp.Driver{}).Cycle(timeout(t, 10*time.Second), power.Target{Spec: spec}, power.Options{}); err != nil {
 		t.Fatalf("PowerCycle: %v", err)
 	}
 	if !w.event("RESET", 10*time.Second) {
@@ -222,7 +223,7 @@ func TestQEMUBusyMonitorTimesOutWithoutALateReset(t *testing.T) {
 	spec := v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix://" + path}
 
 	busy := dialWatcher(t, path)
-	err := (qmp.Driver{}).PowerCycle(timeout(t, time.Second), spec)
+	err := (qmp.Driver{}).Cycle(timeout(t, time.Second), power.Target{Spec: spec}, power.Options{})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "greeting") || !strings.Contains(err.Error(), path) {
 		t.Fatalf("err = %v, want the deadline waiting for the greeting, naming the address", err)
 	}
@@ -230,7 +231,7 @@ func TestQEMUBusyMonitorTimesOutWithoutALateReset(t *testing.T) {
 	if w.event("RESET", 2*time.Second) {
 		t.Fatal("the machine was reset after PowerCycle had returned an error")
 	}
-	if err := (qmp.Driver{}).PowerCycle(timeout(t, 10*time.Second), spec); err != nil {
+	if err := (qmp.Driver{}).Cycle(timeout(t, 10*time.Second), power.Target{Spec: spec}, power.Options{}); err != nil {
 		t.Fatalf("PowerCycle once the monitor is free: %v", err)
 	}
 	if !w.event("RESET", 10*time.Second) {
@@ -254,7 +255,7 @@ func TestUnreachableAddressFailsClearly(t *testing.T) {
 	} {
 		wg.Go(func() {
 			start := time.Now()
-			err := (qmp.Driver{}).PowerCycle(timeout(t, 10*time.Second), v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: address})
+			err := (qmp.Driver{}).Cycle(timeout(t, 10*time.Second), power.Target{Spec: v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: address}}, power.Options{})
 			switch {
 			case err == nil:
 				t.Errorf("%s: PowerCycle succeeded", address)
@@ -268,4 +269,35 @@ func TestUnreachableAddressFailsClearly(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestQEMUStatus: a stopped QEMU (-S) is powered, so On; its run state is
+// read through query-status, and the connection is let go (a second read
+// works on a one-client monitor).
+func TestQEMUStatus(t *testing.T) {
+	dir, _ := startQEMU(t, "unix:<dir>/a.sock")
+	target := power.Target{Machine: "farm/q1", Spec: v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix://" + filepath.Join(dir, "a.sock")}}
+	for i := range 2 {
+		st, err := (qmp.Driver{}).Status(timeout(t, 10*time.Second), target)
+		if err != nil || st != power.StateOn {
+			t.Fatalf("status %d = %s, %v; want On", i+1, st, err)
+		}
+	}
+}
+
+// TestUnsupportedOperations: QMP cannot power on or off, nor force a
+// network boot; each says so with power.ErrUnsupported, without dialling.
+func TestUnsupportedOperations(t *testing.T) {
+	target := power.Target{Spec: v1alpha1.PowerSpec{Driver: v1alpha1.PowerQMP, Address: "unix:///nonexistent/m.sock"}}
+	ctx := context.Background()
+	d := qmp.Driver{}
+	for name, err := range map[string]error{
+		"on":            d.On(ctx, target, power.Options{}),
+		"off":           d.Off(ctx, target),
+		"cycle netboot": d.Cycle(ctx, target, power.Options{NetbootOnce: true}),
+	} {
+		if !errors.Is(err, power.ErrUnsupported) {
+			t.Errorf("%s: %v, want ErrUnsupported", name, err)
+		}
+	}
 }

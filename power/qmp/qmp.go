@@ -1,6 +1,6 @@
 // Package qmp power-cycles QEMU machines through the QEMU Machine Protocol:
-// it connects to the machine's QMP monitor, sends system_reset and
-// disconnects. It is the power driver of the test farm's qemu machines and
+// it connects to the machine's QMP monitor, sends system_reset (or
+// query-status, to read the run state) and disconnects. It is the power driver of the test farm's qemu machines and
 // of any lab of virtual machines (see package power for why power control is
 // the rollout's fallback and which driver comes next).
 //
@@ -32,27 +32,88 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/power"
 )
 
-// DefaultTimeout bounds a PowerCycle whose context has no deadline.
+// DefaultTimeout bounds an operation whose context has no deadline.
 const DefaultTimeout = 10 * time.Second
 
-// Driver resets QEMU machines with QMP's system_reset. spec.Address is
-// tcp://host:port or unix:///path of the machine's QMP monitor. The zero
-// value is ready to use. A Driver holds no connection between calls.
+// Driver is the power.Driver of QEMU machines: spec.address is
+// tcp://host:port or unix:///path of the machine's QMP monitor. It can
+// reset a machine (system_reset) and read its run state (query-status); it
+// cannot power a machine on (a QEMU that is not running has no monitor to
+// ask) nor off (quit ends the process, after which nothing can start it
+// again), and it cannot force a network boot (QEMU's boot order is fixed
+// at its start): those return errors wrapping power.ErrUnsupported. The
+// zero value is ready to use. A Driver holds no connection between calls.
 type Driver struct {
 	// Timeout bounds a call whose context has no deadline; zero means
 	// DefaultTimeout. A context's own deadline always applies.
 	Timeout time.Duration
 }
 
-// PowerCycle connects to the QMP monitor at spec.Address, negotiates
-// capabilities, sends system_reset and waits for QEMU's acknowledgement.
-// Every error names the address. An error after system_reset was sent (its
-// reply did not arrive) does not mean the machine was not reset.
-func (d Driver) PowerCycle(ctx context.Context, spec v1alpha1.PowerSpec) error {
-	network, addr, err := parseAddress(spec.Address)
+var _ power.Driver = Driver{}
+
+// Status asks QEMU for its run state: a machine whose guest powered
+// itself off (run state shutdown, under -no-shutdown) is Off; any other
+// run state (running, paused, a guest panic) is On, since the power is.
+// A monitor nobody answers at is an error, not Off: the process may be
+// gone or only unreachable.
+func (d Driver) Status(ctx context.Context, t power.Target) (power.State, error) {
+	state := power.StateUnknown
+	err := d.run(ctx, t, "power status", func(dec *json.Decoder, enc *json.Encoder) error {
+		ret, err := execute(dec, enc, "query-status")
+		if err != nil {
+			return err
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(ret, &st); err != nil || st.Status == "" {
+			return fmt.Errorf("query-status: QEMU's answer %s has no run state", ret)
+		}
+		state = stateOf(st.Status)
+		return nil
+	})
+	return state, err
+}
+
+func stateOf(runState string) power.State {
+	if runState == "shutdown" {
+		return power.StateOff
+	}
+	return power.StateOn
+}
+
+// On is not something QMP can do.
+func (d Driver) On(context.Context, power.Target, power.Options) error {
+	return fmt.Errorf("qmp cannot power a machine on (a stopped QEMU has no monitor): %w", power.ErrUnsupported)
+}
+
+// Off is not something QMP can do and undo.
+func (d Driver) Off(context.Context, power.Target) error {
+	return fmt.Errorf("qmp cannot power a machine off and on again: %w", power.ErrUnsupported)
+}
+
+// Cycle connects to the QMP monitor, negotiates capabilities, sends
+// system_reset and waits for QEMU's acknowledgement. Every error names the
+// address. An error after system_reset was sent (its reply did not arrive)
+// does not mean the machine was not reset. o.NetbootOnce is refused: the
+// test farm's machines boot from the network anyway, and QMP has no
+// one-time boot device.
+func (d Driver) Cycle(ctx context.Context, t power.Target, o power.Options) error {
+	if o.NetbootOnce {
+		return fmt.Errorf("qmp power cycle of %s: a one-time network boot: %w", t.Spec.Address, power.ErrUnsupported)
+	}
+	return d.run(ctx, t, "power cycle", func(dec *json.Decoder, enc *json.Encoder) error {
+		_, err := execute(dec, enc, "system_reset")
+		return err
+	})
+}
+
+// run bounds one session with the monitor of t and runs fn in it.
+func (d Driver) run(ctx context.Context, t power.Target, op string, fn func(*json.Decoder, *json.Encoder) error) error {
+	network, addr, err := parseAddress(t.Spec.Address)
 	if err != nil {
 		return err
 	}
@@ -65,8 +126,8 @@ func (d Driver) PowerCycle(ctx context.Context, spec v1alpha1.PowerSpec) error {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	if err := systemReset(ctx, network, addr); err != nil {
-		return fmt.Errorf("qmp power cycle of %s: %w", spec.Address, err)
+	if err := session(ctx, network, addr, fn); err != nil {
+		return fmt.Errorf("qmp %s of %s: %w", op, t.Spec.Address, err)
 	}
 	return nil
 }
@@ -108,10 +169,10 @@ type message struct {
 	Event string `json:"event"`
 }
 
-// systemReset runs one QMP session: greeting, qmp_capabilities,
-// system_reset. The connection's deadline is the context's, and a cancelled
+// session runs one QMP session: greeting, qmp_capabilities, then fn's
+// commands. The connection's deadline is the context's, and a cancelled
 // context interrupts a blocked read or write at once.
-func systemReset(ctx context.Context, network, addr string) (err error) {
+func session(ctx context.Context, network, addr string, fn func(*json.Decoder, *json.Encoder) error) (err error) {
 	var dialer net.Dialer
 	conn, err := dialer.DialContext(ctx, network, addr)
 	if err != nil {
@@ -155,39 +216,40 @@ func systemReset(ctx context.Context, network, addr string) (err error) {
 	if len(greeting.QMP) == 0 {
 		return errors.New("the peer's first message is not a QMP greeting")
 	}
-	if err := execute(dec, enc, "qmp_capabilities"); err != nil {
+	if _, err := execute(dec, enc, "qmp_capabilities"); err != nil {
 		return err
 	}
-	return execute(dec, enc, "system_reset")
+	return fn(dec, enc)
 }
 
 // execute sends a command and waits for its reply, skipping the events that
-// QEMU may send before it (system_reset's own RESET event often comes first).
-func execute(dec *json.Decoder, enc *json.Encoder, command string) error {
+// QEMU may send before it (system_reset's own RESET event often comes
+// first), and returns the reply's return value.
+func execute(dec *json.Decoder, enc *json.Encoder, command string) (json.RawMessage, error) {
 	id := "kubefarm-" + command
 	if err := enc.Encode(map[string]string{"execute": command, "id": id}); err != nil {
-		return fmt.Errorf("sending %s: %w", command, err)
+		return nil, fmt.Errorf("sending %s: %w", command, err)
 	}
 	for {
 		var m message
 		if err := dec.Decode(&m); err != nil {
 			if command == "system_reset" {
-				return fmt.Errorf("system_reset sent, waiting for its reply (the machine may have been reset): %w", eof(err))
+				return nil, fmt.Errorf("system_reset sent, waiting for its reply (the machine may have been reset): %w", eof(err))
 			}
-			return fmt.Errorf("waiting for the reply to %s: %w", command, eof(err))
+			return nil, fmt.Errorf("waiting for the reply to %s: %w", command, eof(err))
 		}
 		switch {
 		case m.Event != "":
 			continue
 		case m.Error != nil:
-			return fmt.Errorf("%s: QEMU answered %s: %s", command, m.Error.Class, m.Error.Desc)
+			return nil, fmt.Errorf("%s: QEMU answered %s: %s", command, m.Error.Class, m.Error.Desc)
 		case m.Return != nil:
 			if m.ID != id {
-				return fmt.Errorf("%s: reply carries id %q, want %q", command, m.ID, id)
+				return nil, fmt.Errorf("%s: reply carries id %q, want %q", command, m.ID, id)
 			}
-			return nil
+			return m.Return, nil
 		default:
-			return fmt.Errorf("%s: unexpected message from QEMU", command)
+			return nil, fmt.Errorf("%s: unexpected message from QEMU", command)
 		}
 	}
 }

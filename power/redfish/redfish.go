@@ -53,7 +53,14 @@ type Driver struct {
 	Backoff time.Duration
 }
 
-var _ power.Driver = Driver{}
+var (
+	_ power.Driver = Driver{}
+	_ power.Warner = Driver{}
+)
+
+// Warning is the package's Warning: power.Control records it in a Warning
+// event on every operation.
+func (Driver) Warning(t power.Target) string { return Warning(t) }
 
 // Warning is the sentence a caller shows (in the Warning event of the
 // operation) when the target's BMC is reached without certificate

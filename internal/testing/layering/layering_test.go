@@ -24,7 +24,7 @@ var layers = map[string]int{
 	"internal/manager": 6, "pxe/server": 6,
 	// 5: reconcilers, webhooks, kubefarm-pxe's services, the agent's I/O.
 	"controllers/tenantcluster": 5, "controllers/nodepool": 5, "controllers/rollout": 5,
-	"controllers/machinenode": 5, "controllers/csrapproval": 5, "webhooks/": 5,
+	"controllers/machinenode": 5, "controllers/csrapproval": 5, "controllers/machinepower": 5, "webhooks/": 5,
 	"pxe/dhcp": 5, "pxe/tftp": 5, "pxe/httpboot": 5, "pxe/imagecheck": 5, "pxe/inventory": 5,
 	"pxe/dynamic": 5, "pxe/events": 5, "pxe/jointoken": 5, "pxe/routeradv": 5, "pxe/httplimit": 5,
 	"agent": 5, "agent/pxeclient": 5, "agent/noderegister": 5, "agent/podguard": 5,
@@ -37,7 +37,7 @@ var layers = map[string]int{
 	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3,
 	"pxe/bootfile": 3, "pxe/leases": 3, "pxe/fetchguard": 3,
 	"agent/render": 3, "agent/cnicheck": 3, "images/node": 3, "images/node/fetch": 3,
-	"power": 3, "power/qmp": 3, "power/redfish": 3, "power/ipmi": 3,
+	"power": 3, "power/qmp": 3, "power/redfish": 3, "power/ipmi": 3, "power/drivers": 3,
 	// 2: contracts several parts read: the boot protocol both ends speak,
 	// the node's CNI layout, a machine's image state, a tenant credential,
 	// the pools of a BootImage.

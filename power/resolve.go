@@ -1,0 +1,81 @@
+package power
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// The keys of the Secrets spec.power names.
+const (
+	// KeyUsername and KeyPassword are the BMC's credentials in
+	// spec.power.credentialsSecret.
+	KeyUsername = "username"
+	KeyPassword = "password"
+	// KeyCA is the PEM CA bundle in spec.power.caSecret.
+	KeyCA = "ca.crt"
+)
+
+// ErrCredentialsMissing is wrapped by Resolve's error when a Secret that
+// spec.power names does not exist or lacks a key (an empty value counts
+// as missing): the PowerControl condition's PowerCredentialsMissing.
+var ErrCredentialsMissing = errors.New("power credentials missing")
+
+// Resolve builds the Target of m's spec.power: the spec, and the
+// credentials and CA read from the Secrets it names in m's namespace.
+// reader should be uncached (the manager's API reader): these Secrets are
+// the operator's, and the manager's cache holds only kubefarm's own.
+//
+// A missing Secret or key is an error wrapping ErrCredentialsMissing that
+// names the Machine, the field, the Secret and the key. No error carries a
+// value read from a Secret.
+func Resolve(ctx context.Context, reader client.Reader, m *v1alpha1.Machine) (Target, error) {
+	name := m.Namespace + "/" + m.Name
+	if m.Spec.Power == nil {
+		return Target{}, fmt.Errorf("Machine %s %w", name, ErrNoPowerControl)
+	}
+	t := Target{Machine: name, Spec: *m.Spec.Power}
+	if s := t.Spec.CredentialsSecret; s != "" {
+		data, err := secretKeys(ctx, reader, m, "spec.power.credentialsSecret", s, KeyUsername, KeyPassword)
+		if err != nil {
+			return Target{}, err
+		}
+		t.Username, t.Password = string(data[0]), string(data[1])
+	}
+	if s := t.Spec.CASecret; s != "" {
+		data, err := secretKeys(ctx, reader, m, "spec.power.caSecret", s, KeyCA)
+		if err != nil {
+			return Target{}, err
+		}
+		t.CA = data[0]
+	}
+	return t, nil
+}
+
+// secretKeys reads the Secret named by field and returns the values of
+// keys, in order.
+func secretKeys(ctx context.Context, reader client.Reader, m *v1alpha1.Machine, field, secret string, keys ...string) ([][]byte, error) {
+	s := &corev1.Secret{}
+	err := reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: secret}, s)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("Machine %s/%s: %s: Secret %s/%s does not exist: %w", m.Namespace, m.Name, field, m.Namespace, secret, ErrCredentialsMissing)
+	case err != nil:
+		return nil, fmt.Errorf("Machine %s/%s: %s: reading Secret %s/%s: %w", m.Namespace, m.Name, field, m.Namespace, secret, err)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if len(s.Data[k]) == 0 {
+			return nil, fmt.Errorf("Machine %s/%s: %s: Secret %s/%s has no key %q (or it is empty): %w",
+				m.Namespace, m.Name, field, m.Namespace, secret, k, ErrCredentialsMissing)
+		}
+		out[i] = s.Data[k]
+	}
+	return out, nil
+}
