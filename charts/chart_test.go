@@ -1285,6 +1285,60 @@ pxe: {enabled: true, tftp: {enabled: false}, cache: {type: hostPath, hostPath: /
 	}
 }
 
+// TestPXEDiscoveryFlags: discovery's flags appear only with
+// pxe.discovery.enabled, then with the values; extraArgs cannot set them;
+// the schema refuses values that would turn its bounds off.
+func TestPXEDiscoveryFlags(t *testing.T) {
+	discoveryArgs := func(args []string) []string {
+		var out []string
+		for _, a := range args {
+			if strings.HasPrefix(a, "--discovery") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	c := pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true}"))).Spec.Template.Spec.Containers[0]
+	if got := discoveryArgs(c.Args); len(got) != 0 {
+		t.Errorf("discovery off by default, yet args %q", got)
+	}
+	c = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, discovery: {enabled: false, maxMachines: 7}}"))).Spec.Template.Spec.Containers[0]
+	if got := discoveryArgs(c.Args); len(got) != 0 {
+		t.Errorf("discovery.enabled false, yet args %q", got)
+	}
+	c = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, discovery: {enabled: true}}"))).Spec.Template.Spec.Containers[0]
+	want := []string{"--discovery=true", "--discovery-max-machines=1000", "--discovery-rate=5", "--discovery-burst=20"}
+	if got := discoveryArgs(c.Args); !reflect.DeepEqual(got, want) {
+		t.Errorf("discovery on: args %q, want %q", got, want)
+	}
+	c = pxeDaemonSet(t, renderObjects(t, values(t, "pxe: {enabled: true, discovery: {enabled: true, maxMachines: 50, rate: 0.5, burst: 3}}"))).Spec.Template.Spec.Containers[0]
+	want = []string{"--discovery=true", "--discovery-max-machines=50", "--discovery-rate=0.5", "--discovery-burst=3"}
+	if got := discoveryArgs(c.Args); !reflect.DeepEqual(got, want) {
+		t.Errorf("discovery values: args %q, want %q", got, want)
+	}
+	// RBAC on DiscoveredMachines only with discovery on (TestPXERBAC: none
+	// by default).
+	var cr rbacv1.ClusterRole
+	typed(t, find(t, renderObjects(t, values(t, "pxe: {enabled: true, discovery: {enabled: true}}")), "ClusterRole", pxeName), &cr)
+	wantRule := rbacv1.PolicyRule{APIGroups: []string{"kubefarm.io"}, Resources: []string{"discoveredmachines"}, Verbs: []string{"create", "get", "list", "patch", "watch"}}
+	if !slices.ContainsFunc(cr.Rules, func(r rbacv1.PolicyRule) bool { return reflect.DeepEqual(r, wantRule) }) {
+		t.Errorf("discovery on: ClusterRole rules %+v lack %+v", cr.Rules, wantRule)
+	}
+	for _, bad := range []string{
+		"pxe: {enabled: true, discovery: {enabled: true, maxMachines: 0}}",
+		"pxe: {enabled: true, discovery: {enabled: true, rate: 0}}",
+		"pxe: {enabled: true, discovery: {enabled: true, burst: 0}}",
+		"pxe: {enabled: true, discovery: {enabled: yes-please}}",
+		"pxe: {enabled: true, discovery: {other: 1}}",
+		"pxe: {enabled: true, extraArgs: {discovery: true}}",
+		"pxe: {enabled: true, extraArgs: {discovery-max-machines: 100000}}",
+	} {
+		if _, err := tryRender(t, values(t, bad)); err == nil {
+			t.Errorf("%s: rendered, want a refusal", bad)
+		}
+	}
+}
+
 func TestPXERBAC(t *testing.T) {
 	objs := renderObjects(t, values(t, "pxe: {enabled: true}"))
 
@@ -1334,11 +1388,13 @@ func TestPXERBAC(t *testing.T) {
 		t.Errorf("pxe ClusterRoleBinding = %+v", crb)
 	}
 
-	// The rendered rules are the generated ones.
+	// The rendered rules are the generated ones, all of them with
+	// discovery on (off, its rule is left out: wantCluster above).
+	full := renderObjects(t, values(t, "pxe: {enabled: true, discovery: {enabled: true}}"))
 	gen := generated(t, "files/rbac/pxe-role.yaml")
 	for _, g := range gen {
 		rules, _, _ := unstructured.NestedSlice(g.Object, "rules")
-		rendered := find(t, objs, g.GetKind(), pxeName)
+		rendered := find(t, full, g.GetKind(), pxeName)
 		got, _, _ := unstructured.NestedSlice(rendered.Object, "rules")
 		if !reflect.DeepEqual(got, rules) {
 			t.Errorf("%s rules differ from files/rbac/pxe-role.yaml:\n  got  %v\n  want %v", g.GetKind(), got, rules)
