@@ -92,6 +92,7 @@ See docs/kubectl-plugin.md.`,
 	root.SetErr(streams.ErrOut)
 	e.flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newKubeconfigCommand(e), newStatusCommand(e), newRolloutCommand(e))
+	root.AddCommand(newPowerCommand(e))
 	root.AddCommand(newEnrollCommand(e))
 	return root
 }
