@@ -1,8 +1,11 @@
 // Package dynamic is the catch-all range of kubefarm-pxe: a NodePool with
 // spec.network.dynamicRange gives MACs of no Machine an address on its
 // network, for discovery and inventory. Such a client gets the address, the
-// pool's network options and the boot options; it has no Machine, so there
-// is no boot script for it.
+// pool's network options and the boot options; it has no Machine, so its
+// boot script is what the pool's unknownMachines and kubefarm-pxe's
+// --discovery make of it (pxe/httpboot's DecideUnclaimed, which finds the
+// lease with LeaseOfMAC; POST /discovery checks its sender with LeaseOfIP:
+// lookup.go, cache reads only).
 //
 // Replicas of kubefarm-pxe run at once with no leader, so a lease cannot
 // live in one replica's memory. It is a DHCPLease object in the pool's

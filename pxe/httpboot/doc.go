@@ -6,7 +6,11 @@
 //
 //   - /boot/<mac>.ipxe: the machine's iPXE script (Script, a pure
 //     function). The MAC may be upper case or '-' separated; it is
-//     normalised to the API's lower-case colon form. Unknown MAC: 404. The
+//     normalised to the API's lower-case colon form. A MAC no Machine
+//     claims gets what DecideUnclaimed says of its catch-all lease
+//     (unclaimed.go): a Join pool's wait script (?wait=N, 60 rounds), a
+//     Hold pool's discovery script with --discovery (the pool's image,
+//     kubefarm.mode=discover, no boot secret), else 404. The
 //     image is the machine's status.servedImage, falling back to
 //     spec.desiredImage only before the rollout controller has pinned one
 //     (see ImageFor). The image's artifacts are cached before the script is
@@ -52,6 +56,14 @@
 //     with one server-side apply of that condition alone under FieldOwner
 //     (RequireReboot). Thousands of nodes beating every 15 s cost no API
 //     writes.
+//
+//   - POST /discovery (with --discovery): a discovery boot's hardware
+//     report, at most MaxDiscoveryReport bytes of strict JSON within the
+//     DiscoveredMachine type's bounds, only from the address a catch-all
+//     range leases to the report's MAC; recorded as the DiscoveredMachine
+//     of the MAC under a cap, a rate of new objects and a rate per source
+//     (discovery.go, docs/discovery.md). A MAC a Machine claims is answered
+//     {"enrolled": true}.
 //
 // /healthz and /metrics are not on the boot network: Handler.Probes serves
 // them for a listener of their own (kubefarm-pxe's --metrics-addr).
