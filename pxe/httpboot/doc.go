@@ -56,7 +56,6 @@
 //     with one server-side apply of that condition alone under FieldOwner
 //     (RequireReboot). Thousands of nodes beating every 15 s cost no API
 //     writes.
-//
 //   - POST /discovery (with --discovery): a discovery boot's hardware
 //     report, at most MaxDiscoveryReport bytes of strict JSON within the
 //     DiscoveredMachine type's bounds, only from the address a catch-all
