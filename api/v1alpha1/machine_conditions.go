@@ -99,12 +99,27 @@ const (
 	ReasonPowerCredentialsMissing = "PowerCredentialsMissing"
 )
 
-// Reasons of the Machine's Removing condition (kubefarm-manager).
+// Reasons of the Machine's Removing condition (kubefarm-manager,
+// controllers/machineremoval; docs/nodes.md, "Removing a machine").
+// Each step's reason is written before the step's side effect.
 const (
-	ReasonRemovalCordoning  = "Cordoning"
-	ReasonRemovalDraining   = "Draining"
-	ReasonRemovalDrainHeld  = "DrainHeld"
+	// ReasonRemovalCordoning: the node is being cordoned.
+	ReasonRemovalCordoning = "Cordoning"
+	// ReasonRemovalDraining: pods are being evicted or are terminating.
+	ReasonRemovalDraining = "Draining"
+	// ReasonRemovalDrainHeld: an eviction was refused (a
+	// PodDisruptionBudget, in the API server's words), or the drain
+	// outlasted drainTimeout under drainTimeoutPolicy Halt.
+	ReasonRemovalDrainHeld = "DrainHeld"
+	// ReasonRemovalDeleteNode: the Node is being deleted from the tenant.
 	ReasonRemovalDeleteNode = "DeletingNode"
-	ReasonRemovalPowerOff   = "PoweringOff"
-	ReasonRemovalFailed     = "RemovalFailed"
+	// ReasonRemovalPowerOff: the machine is being powered off.
+	ReasonRemovalPowerOff = "PoweringOff"
+	// ReasonRemovalFailed: the power off failed (the driver's words); it
+	// is tried again.
+	ReasonRemovalFailed = "RemovalFailed"
+	// ReasonRemovalTenantUnreachable (status Unknown): the tenant's API
+	// server cannot be reached, so whether the machine joined is not
+	// known; the Machine is held until it answers.
+	ReasonRemovalTenantUnreachable = "TenantUnreachable"
 )

@@ -407,13 +407,17 @@ type RolloutStrategy struct {
 	MaintenanceWindows []MaintenanceWindow `json:"maintenanceWindows,omitempty"`
 
 	// DrainTimeout bounds the drain of one node; past it drainTimeoutPolicy
-	// applies (a PodDisruptionBudget is never overridden).
+	// applies (the rollout never overrides a PodDisruptionBudget). It
+	// bounds the drain of a removed machine's node too.
 	// +optional
 	// +kubebuilder:default="15m"
 	DrainTimeout *metav1.Duration `json:"drainTimeout,omitempty"`
 
 	// DrainTimeoutPolicy is Halt (the update fails) or Skip (the machine is
-	// left on its image for now and tried again later).
+	// left on its image for now and tried again later). For a removed
+	// machine, Halt holds its Machine while the drain goes on, and Skip
+	// deletes its Node anyway, leaving the pods still on it to the
+	// tenant's pod garbage collector.
 	// +optional
 	// +kubebuilder:default=Halt
 	DrainTimeoutPolicy DrainTimeoutPolicy `json:"drainTimeoutPolicy,omitempty"`
