@@ -1,6 +1,8 @@
 // Package pxeclient is the agent's side of kubefarm-pxe's /config, /report
 // and /heartbeat (pxe/httpboot/agent.go, heartbeat.go): bounded requests,
-// retried with backoff while retrying can help.
+// retried with backoff while retrying can help. And of /discovery
+// (pxe/httpboot/discovery.go): one bounded request at a time, without a
+// secret, which the discovery loop repeats at its own pace.
 //
 // kubefarm-pxe authenticates every request by the boot's secret (package
 // bootsecret: the initrd received it from kubefarm-pxe and left it in a
@@ -26,6 +28,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -74,7 +78,13 @@ type StatusError struct {
 	Op   string // "GET /config/<mac>", "POST /report"
 	Code int
 	Body string // the start of the body, for the log; never a NodeConfig
+	// RetryAfter is the answer's Retry-After in seconds (a 429's), at
+	// most maxRetryAfter; 0 when it has none.
+	RetryAfter time.Duration
 }
+
+// maxRetryAfter bounds what a Retry-After may ask of the agent.
+const maxRetryAfter = time.Hour
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Code, e.Body)
@@ -267,5 +277,56 @@ func (c *Client) postJSON(ctx context.Context, op, url string, v any, check func
 
 func statusError(op string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	return &StatusError{Op: op, Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
+	se := &StatusError{Op: op, Code: resp.StatusCode, Body: string(bytes.TrimSpace(b))}
+	if secs, err := strconv.Atoi(strings.TrimSpace(resp.Header.Get("Retry-After"))); err == nil && secs > 0 {
+		se.RetryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
+	}
+	return se
+}
+
+// Discover posts a discovery report once and returns kubefarm-pxe's
+// answer; the discovery loop (cmd/kubefarm-agent) decides when to report
+// again, from the answer or, on an error, its own backoff and the
+// StatusError's RetryAfter. A discovery boot has no secret, so the request
+// carries none: kubefarm-pxe checks that it comes from the address a
+// catch-all range leases to the report's MAC. A report over
+// bootproto.MaxDiscoveryReport is not sent (kubefarm-pxe would refuse
+// it); the caller keeps its lists within the API's bounds (agent/facts).
+func (c *Client) Discover(ctx context.Context, rep bootproto.DiscoveryReport) (bootproto.DiscoveryAnswer, error) {
+	c.defaults()
+	const op = "POST " + bootproto.DiscoveryPath
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return bootproto.DiscoveryAnswer{}, err
+	}
+	if len(body) > bootproto.MaxDiscoveryReport {
+		return bootproto.DiscoveryAnswer{}, fmt.Errorf("%s: the report is %d bytes, over %d", op, len(body), bootproto.MaxDiscoveryReport)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.RequestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.Base.Discovery(), bytes.NewReader(body))
+	if err != nil {
+		return bootproto.DiscoveryAnswer{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return bootproto.DiscoveryAnswer{}, fmt.Errorf("%s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return bootproto.DiscoveryAnswer{}, statusError(op, resp)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
+	if err != nil {
+		return bootproto.DiscoveryAnswer{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(b) > maxReply {
+		return bootproto.DiscoveryAnswer{}, fmt.Errorf("%s: answer is over %d bytes", op, maxReply)
+	}
+	var a bootproto.DiscoveryAnswer
+	if err := json.Unmarshal(b, &a); err != nil {
+		return bootproto.DiscoveryAnswer{}, fmt.Errorf("%s: answer does not decode: %w", op, err)
+	}
+	return a, nil
 }

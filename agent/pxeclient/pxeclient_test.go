@@ -3,6 +3,7 @@ package pxeclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -183,5 +184,78 @@ func TestHeartbeat(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.err) || reply.Reboot {
 			t.Errorf("%s: %+v, %v; want an error with %q", tc.name, reply, err, tc.err)
 		}
+	}
+}
+
+func TestDiscover(t *testing.T) {
+	var got []bootproto.DiscoveryReport
+	var auth []string
+	answers := []func(w http.ResponseWriter){
+		func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"enrolled":false,"reportAfterSeconds":60}`)) },
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"enrolled":false,"reportAfterSeconds":60}`))
+		},
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "999999")
+			w.WriteHeader(http.StatusTooManyRequests)
+		},
+		func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"enrolled":true,"reportAfterSeconds":60}`)) },
+		func(w http.ResponseWriter) { _, _ = w.Write([]byte(`{"enrolled":`)) },
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != bootproto.DiscoveryPath {
+			http.Error(w, "wrong route", http.StatusTeapot)
+			return
+		}
+		auth = append(auth, r.Header.Get("Authorization"))
+		var rep bootproto.DiscoveryReport
+		if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		got = append(got, rep)
+		answers[len(got)-1](w)
+	}))
+	t.Cleanup(srv.Close)
+	c := &Client{Base: bootpaths.Base(srv.URL), Log: testr.New(t)}
+	rep := bootproto.DiscoveryReport{MAC: mac}
+	rep.Hardware.MemoryBytes = 1 << 30
+
+	a, err := c.Discover(context.Background(), rep)
+	if err != nil || a.Enrolled || a.ReportAfterSeconds != 60 {
+		t.Errorf("first: %+v, %v", a, err)
+	}
+	var se *StatusError
+	if _, err := c.Discover(context.Background(), rep); !errors.As(err, &se) || se.Code != 429 || se.RetryAfter != 7*time.Second {
+		t.Errorf("429: %v (%+v)", err, se)
+	}
+	if _, err := c.Discover(context.Background(), rep); !errors.As(err, &se) || se.RetryAfter != maxRetryAfter {
+		t.Errorf("429 asking for days: %v (%+v)", err, se)
+	}
+	if a, err := c.Discover(context.Background(), rep); err != nil || !a.Enrolled {
+		t.Errorf("enrolled: %+v, %v", a, err)
+	}
+	if _, err := c.Discover(context.Background(), rep); err == nil || !strings.Contains(err.Error(), "does not decode") {
+		t.Errorf("garbage answer: %v", err)
+	}
+	for i, h := range auth {
+		if h != "" {
+			t.Errorf("request %d carried Authorization %q: a discovery boot has no secret", i, h)
+		}
+	}
+	if len(got) != 5 || got[0].MAC != mac || got[0].Hardware.MemoryBytes != 1<<30 {
+		t.Errorf("server got %+v", got)
+	}
+
+	// Over the bound, nothing is sent.
+	big := rep
+	big.Hardware.System.Vendor = strings.Repeat("v", bootproto.MaxDiscoveryReport)
+	if _, err := c.Discover(context.Background(), big); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Errorf("oversized report: %v", err)
+	}
+	if len(got) != 5 {
+		t.Errorf("the oversized report was sent")
 	}
 }

@@ -52,6 +52,13 @@
 //     node configuration; unset: never) has passed since the agent first
 //     saw one. That first time is kept in --state-dir, so a restarted agent
 //     counts from it too.
+//
+// A discovery boot (kubefarm.mode=discover on the kernel command line: a
+// machine no Machine claims, booted by kubefarm-pxe without a boot secret)
+// does none of this: no configuration, no files, no units, no Node, no
+// pod guard. The agent reports the machine's hardware to /discovery until
+// the answer says it is enrolled, then reboots as for a rollout
+// (discovery.go, docs/agent.md).
 package main
 
 import (
@@ -75,9 +82,11 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 
+	"github.com/kubefarm/kubefarm/agent/facts"
 	"github.com/kubefarm/kubefarm/agent/podguard"
 	"github.com/kubefarm/kubefarm/agent/pxeclient"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
+	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
 )
 
@@ -106,6 +115,7 @@ type Options struct {
 	HeartbeatInterval  time.Duration // between heartbeats, ±20%; 0: none
 	RebootRequiredFile string        // in the root: Debian's flag that a reboot is needed
 	SessionsDir        string        // in the root: systemd-logind's session files
+	Console            string        // the console discovery mode writes to
 }
 
 func defaultOptions() Options {
@@ -117,6 +127,7 @@ func defaultOptions() Options {
 		FetchTimeout:  15 * time.Minute, NetworkTimeout: 5 * time.Minute, ReportTimeout: 5 * time.Minute,
 		HeartbeatInterval: 15 * time.Second, RebootRequiredFile: "/run/reboot-required", SessionsDir: "/run/systemd/sessions",
 		KubeletClientCert: "/var/lib/kubelet/pki/kubelet-client-current.pem", RegisterTimeout: 5 * time.Minute,
+		Console: "/dev/console",
 	}
 }
 
@@ -139,8 +150,19 @@ type Deps struct {
 	Reboot func(ctx context.Context) error
 	// Now is the clock of the login signal (default time.Now).
 	Now func() time.Time
-	// After is the wait between heartbeats (default time.After).
+	// After is the wait between heartbeats and between discovery reports
+	// (default time.After).
 	After func(time.Duration) <-chan time.Time
+
+	// Discovery mode's (discovery.go):
+	// LoadModules loads kernel modules (modprobe -a), for the IPMI
+	// device; nil: none are loaded.
+	LoadModules func(ctx context.Context, modules ...string) error
+	// BMCAddress reads the BMC's address (agent/facts.BMCAddress); nil:
+	// none is reported.
+	BMCAddress func(ctx context.Context) (string, error)
+	// Console writes a line to the machine's console; nil: none.
+	Console func(line string)
 }
 
 // systemctlStart queues the units' start jobs and returns: flanneld's job
@@ -173,19 +195,24 @@ func main() {
 	flag.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "between heartbeats to kubefarm-pxe after the report, ±20% (0: none)")
 	flag.StringVar(&o.RebootRequiredFile, "reboot-required-file", o.RebootRequiredFile, "in the root: the file whose existence asks for a reboot (Debian's convention)")
 	flag.StringVar(&o.SessionsDir, "sessions-dir", o.SessionsDir, "in the root: systemd-logind's session files, for the interactive login signal")
+	flag.StringVar(&o.Console, "console", o.Console, "where discovery mode (kubefarm.mode=discover) writes what an operator at the console should see")
 	flag.Parse()
 
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) },
-		Guard: nftLoad, Reboot: systemctlReboot}
+		Guard: nftLoad, Reboot: systemctlReboot, LoadModules: modprobe,
+		BMCAddress: func(ctx context.Context) (string, error) { return facts.BMCAddress(ctx, bmcRequest) },
+		Console:    func(line string) { writeConsole(o.Console, line) }}
 	hb, err := run(ctx, o, deps, log)
 	if err != nil {
 		log.Error(err, "kubefarm-agent failed")
 		os.Exit(1)
 	}
-	hb.loop(ctx)
+	if hb != nil {
+		hb.loop(ctx)
+	}
 	<-ctx.Done()
 }
 
@@ -244,12 +271,20 @@ func systemctlReboot(ctx context.Context) error {
 }
 
 // run does one boot's work up to the report and returns the heartbeats
-// that follow it; see the package comment.
+// that follow it; see the package comment. A discovery boot
+// (kubefarm.mode=discover) runs discovery mode instead, until the machine
+// is enrolled and rebooting: no heartbeats follow it.
 func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, error) {
 	d = d.withDefaults()
 	b, err := readBoot(o)
 	if err != nil {
 		return nil, err
+	}
+	if b.params.Mode == bootproto.ModeDiscover {
+		if err := discover(ctx, o, d, b, log.WithValues("server", b.params.Server.String(), "mac", b.mac)); err != nil && ctx.Err() == nil {
+			return nil, err
+		}
+		return nil, nil
 	}
 	log = log.WithValues("server", b.params.Server.String(), "mac", b.mac, "bootID", b.bootID)
 	// First of all, before kubelet can start a pod: pods must not reach

@@ -43,14 +43,21 @@ type Params struct {
 	// "" when the command line has none (kubefarm-pxe's script does not
 	// add it; the initrd then records the NIC it used, see ReadBootIface).
 	BootIF string
+	// Mode is kubefarm.mode=: "" for a boot that joins its pool, or
+	// ModeDiscover for the discovery boot of a machine no Machine claims
+	// (discovery.go), which joins nothing and only reports its hardware.
+	Mode string
 }
 
 // Parse reads a kernel command line (/proc/cmdline). kubefarm.server and
 // kubefarm.image are required; the last occurrence of an argument wins, as
-// with the kernel's own parameters.
+// with the kernel's own parameters. A kubefarm.mode= other than discover
+// (an empty one too) is refused: an agent that does not know what its
+// boot is for must not guess that it is to join.
 func Parse(cmdline string) (Params, error) {
 	var p Params
 	var server, bootif string
+	var modeSet bool
 	for _, a := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(a, "=")
 		switch k {
@@ -60,6 +67,8 @@ func Parse(cmdline string) (Params, error) {
 			p.Image = v
 		case KeyBootIF:
 			bootif = v
+		case KeyMode:
+			p.Mode, modeSet = v, true
 		}
 	}
 	if server == "" {
@@ -72,6 +81,12 @@ func Parse(cmdline string) (Params, error) {
 	p.Server = base
 	if !ValidDigest(p.Image) {
 		return Params{}, fmt.Errorf("kernel command line: kubefarm.image=%q is not sha256:<64 lower-case hex>", p.Image)
+	}
+	// Present and empty is refused too: the node image's units that a
+	// joining node needs skip any boot whose command line names
+	// kubefarm.mode (ConditionKernelCommandLine=!kubefarm.mode).
+	if modeSet && p.Mode != ModeDiscover {
+		return Params{}, fmt.Errorf("kernel command line: %s=%q is not a mode this agent knows (%q)", KeyMode, p.Mode, ModeDiscover)
 	}
 	if bootif != "" {
 		if p.BootIF, err = ParseBootIF(bootif); err != nil {
