@@ -24,6 +24,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/csrapproval"
 	"github.com/kubefarm/kubefarm/controllers/machinenode"
 	"github.com/kubefarm/kubefarm/controllers/machinepower"
+	"github.com/kubefarm/kubefarm/controllers/machineremoval"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
@@ -81,6 +82,10 @@ type Options struct {
 	// RolloutPoll is how often a pool with updates in flight is looked at
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
+	// RemovalPowerOff powers off a machine with spec.power once its Node
+	// has left the tenant (controllers/machineremoval); nil powers nothing
+	// off on removal.
+	RemovalPowerOff func(ctx context.Context, m *kubefarmv1.Machine) error
 
 	// cacheAllSecrets caches every Secret of the cluster, as the manager
 	// did before OwnedSecrets: for the memory benchmark's baseline only.
@@ -233,6 +238,15 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 		Tenants:  tenantCache,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine node controller: %w", err)
+	}
+	if err := (&machineremoval.Reconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("machineremoval-controller"),
+		Tenants:   tenantCache,
+		PowerOff:  opts.RemovalPowerOff,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the Machine removal controller: %w", err)
 	}
 	return nil
 }

@@ -24,7 +24,8 @@ var layers = map[string]int{
 	"internal/manager": 6, "pxe/server": 6,
 	// 5: reconcilers, webhooks, kubefarm-pxe's services, the agent's I/O.
 	"controllers/tenantcluster": 5, "controllers/nodepool": 5, "controllers/rollout": 5,
-	"controllers/machinenode": 5, "controllers/csrapproval": 5, "controllers/machinepower": 5, "webhooks/": 5,
+	"controllers/machinenode": 5, "controllers/csrapproval": 5, "controllers/machinepower": 5,
+	"controllers/machineremoval": 5, "webhooks/": 5,
 	"pxe/dhcp": 5, "pxe/tftp": 5, "pxe/httpboot": 5, "pxe/imagecheck": 5, "pxe/inventory": 5,
 	"pxe/dynamic": 5, "pxe/events": 5, "pxe/jointoken": 5, "pxe/routeradv": 5, "pxe/httplimit": 5,
 	"agent": 5, "agent/pxeclient": 5, "agent/noderegister": 5, "agent/podguard": 5,
