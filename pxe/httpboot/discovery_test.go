@@ -271,8 +271,9 @@ func TestKnownSet(t *testing.T) {
 	if k.reserve("b", 1) {
 		t.Error("b reserved over a cap of 1")
 	}
-	if !k.reserve("b", 3) || !k.reserve("b", 3) || k.count() != 2 {
-		t.Errorf("b reserved twice counts %d, want 2", k.count())
+	first, second := k.reserve("b", 3), k.reserve("b", 3)
+	if !first || !second || k.count() != 2 {
+		t.Errorf("b reserved twice (%v, %v) counts %d, want 2", first, second, k.count())
 	}
 	if !k.reserve("c", 3) || k.reserve("d", 3) {
 		t.Error("cap of 3: c must fit, d must not")
@@ -297,8 +298,10 @@ func TestKnownSet(t *testing.T) {
 func TestSourceLimiter(t *testing.T) {
 	now := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	s := newSourceLimiter(rate.Every(5*time.Second), 2, 2, func() time.Time { return now })
-	if !s.allow("a") || !s.allow("a") || s.allow("a") {
-		t.Error("a: burst of 2, then refused")
+	for i, want := range []bool{true, true, false} {
+		if got := s.allow("a"); got != want {
+			t.Errorf("a's request %d allowed %v, want %v (a burst of 2, then refused)", i+1, got, want)
+		}
 	}
 	if !s.allow("b") {
 		t.Error("b has its own bucket")
