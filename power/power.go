@@ -26,7 +26,7 @@ var ErrUnknownDriver = errors.New("unknown power driver")
 
 // ErrNoPowerControl is wrapped by the error of an operation on a Machine
 // without spec.power.
-var ErrNoPowerControl = errors.New("has no spec.power")
+var ErrNoPowerControl = errors.New("the Machine has no spec.power")
 
 // For returns the driver registered for name, or an error naming it and
 // the known ones.
@@ -76,11 +76,11 @@ type Control struct {
 // prepare finds the driver, shows its warning and resolves the target.
 func (c Control) prepare(ctx context.Context, m *v1alpha1.Machine, op string) (Driver, Target, error) {
 	if m.Spec.Power == nil {
-		return nil, Target{}, fmt.Errorf("Machine %s/%s %w", m.Namespace, m.Name, ErrNoPowerControl)
+		return nil, Target{}, fmt.Errorf("power control of Machine %s/%s: %w", m.Namespace, m.Name, ErrNoPowerControl)
 	}
 	d, err := c.Drivers.For(m.Spec.Power.Driver)
 	if err != nil {
-		return nil, Target{}, fmt.Errorf("Machine %s/%s: spec.power.driver: %w", m.Namespace, m.Name, err)
+		return nil, Target{}, fmt.Errorf("spec.power.driver of Machine %s/%s: %w", m.Namespace, m.Name, err)
 	}
 	t, err := Resolve(ctx, c.Reader, m)
 	if err != nil {

@@ -38,7 +38,7 @@ var ErrCredentialsMissing = errors.New("power credentials missing")
 func Resolve(ctx context.Context, reader client.Reader, m *v1alpha1.Machine) (Target, error) {
 	name := m.Namespace + "/" + m.Name
 	if m.Spec.Power == nil {
-		return Target{}, fmt.Errorf("Machine %s %w", name, ErrNoPowerControl)
+		return Target{}, fmt.Errorf("power control of Machine %s: %w", name, ErrNoPowerControl)
 	}
 	t := Target{Machine: name, Spec: *m.Spec.Power}
 	if s := t.Spec.CredentialsSecret; s != "" {
@@ -65,15 +65,15 @@ func secretKeys(ctx context.Context, reader client.Reader, m *v1alpha1.Machine, 
 	err := reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: secret}, s)
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("Machine %s/%s: %s: Secret %s/%s does not exist: %w", m.Namespace, m.Name, field, m.Namespace, secret, ErrCredentialsMissing)
+		return nil, fmt.Errorf("%s of Machine %s/%s: Secret %s/%s does not exist: %w", field, m.Namespace, m.Name, m.Namespace, secret, ErrCredentialsMissing)
 	case err != nil:
-		return nil, fmt.Errorf("Machine %s/%s: %s: reading Secret %s/%s: %w", m.Namespace, m.Name, field, m.Namespace, secret, err)
+		return nil, fmt.Errorf("%s of Machine %s/%s: reading Secret %s/%s: %w", field, m.Namespace, m.Name, m.Namespace, secret, err)
 	}
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
 		if len(s.Data[k]) == 0 {
-			return nil, fmt.Errorf("Machine %s/%s: %s: Secret %s/%s has no key %q (or it is empty): %w",
-				m.Namespace, m.Name, field, m.Namespace, secret, k, ErrCredentialsMissing)
+			return nil, fmt.Errorf("%s of Machine %s/%s: Secret %s/%s has no key %q (or it is empty): %w",
+				field, m.Namespace, m.Name, m.Namespace, secret, k, ErrCredentialsMissing)
 		}
 		out[i] = s.Data[k]
 	}

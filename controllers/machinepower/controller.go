@@ -237,7 +237,7 @@ func (r *Reconciler) perform(ctx context.Context, m *v1alpha1.Machine, req power
 		return nil
 	}); err != nil {
 		if apierrors.IsConflict(err) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		return ctrl.Result{}, err
 	}

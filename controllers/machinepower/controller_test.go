@@ -36,6 +36,7 @@ import (
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/power"
 	"github.com/kubefarm/kubefarm/power/drivers"
+	"github.com/kubefarm/kubefarm/power/redfish"
 )
 
 func TestMain(m *testing.M) { sushy.Main(m) }
@@ -61,7 +62,9 @@ func start(t *testing.T) *fixture {
 }
 
 // startManager runs the controller with a 2 s poll, as the manager wires
-// it (the drivers kubefarm ships, Secrets read uncached).
+// it (the drivers kubefarm ships, Secrets read uncached), but for a longer
+// redfish timeout: sushy-tools' ForceOff (virsh destroy) takes over the
+// driver's 20 s on a loaded test machine.
 func (f *fixture) startManager() {
 	mgr, err := ctrl.NewManager(f.env.Config, ctrl.Options{Scheme: f.env.Scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
@@ -71,12 +74,17 @@ func (f *fixture) startManager() {
 	}
 	rec := mgr.GetEventRecorder("machinepower-controller")
 	r := &machinepower.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: rec,
-		Power:    power.Control{Reader: mgr.GetAPIReader(), Drivers: drivers.New(), Recorder: rec},
-		Interval: 2 * time.Second, Timeout: 20 * time.Second}
+		Power:    power.Control{Reader: mgr.GetAPIReader(), Drivers: slowRedfish(drivers.New()), Recorder: rec},
+		Interval: 2 * time.Second, Timeout: 2 * time.Minute}
 	if err := r.SetupWithManager(mgr); err != nil {
 		f.t.Fatal(err)
 	}
 	f.stop = testenv.RunManager(mgr)
+}
+
+func slowRedfish(d power.Drivers) power.Drivers {
+	d[v1alpha1.PowerRedfish] = redfish.Driver{Timeout: 90 * time.Second}
+	return d
 }
 
 func (f *fixture) stopManager() {

@@ -98,7 +98,7 @@ func RunPower(ctx context.Context, c client.Client, o *PowerOptions, op power.Op
 		return err
 	}
 	if m.Spec.Power == nil {
-		return fmt.Errorf("Machine %s/%s has no spec.power: kubefarm cannot power it", o.Namespace, o.Machine)
+		return fmt.Errorf("cannot power Machine %s/%s: it has no spec.power", o.Namespace, o.Machine)
 	}
 	r := plugin.PowerRequest(m, op, o.Netboot && op != power.OpOff, now())
 	if err := c.Patch(ctx, m, client.RawPatch(types.MergePatchType, plugin.PowerRequestPatch(r)), client.FieldOwner(plugin.FieldManager)); err != nil {

@@ -99,7 +99,7 @@ func TestPower(t *testing.T) {
 	}
 
 	r = run("power", "off", "nopower")
-	r.fails(t, cli.ExitError, "error: Machine "+ns+"/nopower has no spec.power: kubefarm cannot power it\n")
+	r.fails(t, cli.ExitError, "error: cannot power Machine "+ns+"/nopower: it has no spec.power\n")
 	r = run("power", "off", "--netboot", "m1")
 	if r.code != cli.ExitError || !strings.Contains(r.errOut, "unknown flag: --netboot") {
 		t.Errorf("power off --netboot: %d %q, want the flag refused", r.code, r.errOut)
