@@ -34,6 +34,16 @@ type DHCPLeaseSpec struct {
 	// +required
 	ExpireTime metav1.Time `json:"expireTime"`
 
+	// BoundTime is when kubefarm-pxe acknowledged a REQUEST for this lease
+	// (DHCPACK): the client took the address. Absent while the address is
+	// only offered, and cleared whenever the lease is offered afresh after
+	// it lapsed (to another MAC or to the same one) or is declined. Renewals
+	// keep it, so it is when the current binding began. A catch-all pool
+	// with unknownMachines Join makes a Machine for a lease that has it,
+	// is unexpired and not declined.
+	// +optional
+	BoundTime *metav1.Time `json:"boundTime,omitempty"`
+
 	// Declined is set when the client answered the lease with DHCPDECLINE:
 	// another host on the network already uses the address. Until
 	// expireTime (one lease time later) the address belongs to nobody and
@@ -69,6 +79,7 @@ type DHCPLeaseSpec struct {
 // +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.mac`
 // +kubebuilder:printcolumn:name="IP",type=string,JSONPath=`.spec.ip`
 // +kubebuilder:printcolumn:name="Expires",type=string,format=date-time,JSONPath=`.spec.expireTime`
+// +kubebuilder:printcolumn:name="Bound",type=string,format=date-time,JSONPath=`.spec.boundTime`,priority=1
 // +kubebuilder:printcolumn:name="Declined",type=boolean,JSONPath=`.spec.declined`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DHCPLease struct {

@@ -176,10 +176,12 @@ type BootNetwork struct {
 //
 // An unknown machine gets an address from the range, the pool's network
 // options (mask, gateway, DNS, domain, lease time) and the boot options (the
-// boot file for its firmware). It has no Machine object, so the HTTP boot
-// script for it answers 404: the range serves discovery and inventory (a
-// live image that reports the hardware) and tools that boot without a
-// kubefarm script, not nodes that join a cluster.
+// boot file for its firmware). It has no Machine object; its HTTP boot
+// script follows unknownMachines: Hold boots the pool's image in discovery
+// mode when kubefarm-pxe runs with --discovery, and answers 404 otherwise;
+// Join answers a script that waits and asks DHCP again until the NodePool
+// controller has made the machine's Machine (once kubefarm-pxe has
+// acknowledged its lease), which it then boots as.
 //
 // Leases live in the API as DHCPLease objects, so every kubefarm-pxe
 // replica sees the same ones. Static machine IPs inside the range are never

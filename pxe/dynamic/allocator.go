@@ -199,7 +199,10 @@ func (a *Allocator) Offer(ctx context.Context, mac net.HardwareAddr, hostname st
 
 // Ack confirms (REQUEST) mac's lease on ip: extends expireTime to
 // now+leaseTime when less than half of it remains (so renewals do not
-// write every time), and revives the MAC's own expired lease. An address
+// write every time), and revives the MAC's own expired lease. The first
+// ACK of an offered lease, or the one that revives a lapsed or once
+// declined lease, sets spec.boundTime to now; a renewal keeps it (see
+// boundSince). An address
 // someone else holds, or outside the range, is ErrNotLeased (the server
 // NAKs); an address with no lease of this MAC is ErrNoRecord (silence).
 // Leases live in the API, so a restarted replica still knows them.
@@ -222,7 +225,8 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, ho
 	// A renewal well inside its lease is answered from the cache: no API
 	// call at all.
 	var cached kubefarmv1.DHCPLease
-	if err := a.cache.Get(ctx, key, &cached); err == nil && a.owns(&cached, mac, now) && !a.needsExtension(p, &cached, now) {
+	if err := a.cache.Get(ctx, key, &cached); err == nil && a.owns(&cached, mac, now) && cached.Spec.BoundTime != nil &&
+		!a.needsExtension(p, &cached, now) {
 		return a.lease(p, &cached), nil
 	}
 	// Otherwise the API decides. Three rounds absorb a concurrent writer.
@@ -247,12 +251,12 @@ func (a *Allocator) Ack(ctx context.Context, mac net.HardwareAddr, ip net.IP, ho
 		if cur.Spec.Declined && cur.Spec.ExpireTime.After(now) {
 			return nil, fmt.Errorf("%w: %s declined %s, which is withheld until %s", ErrNotLeased, mac, ip, cur.Spec.ExpireTime.UTC().Format(time.RFC3339))
 		}
-		if a.owns(&cur, mac, now) && !a.needsExtension(p, &cur, now) {
+		if a.owns(&cur, mac, now) && cur.Spec.BoundTime != nil && !a.needsExtension(p, &cur, now) {
 			return a.lease(p, &cur), nil
 		}
-		// Ours and past half-time, or expired: (re)write it, conditional on
-		// the version just read.
-		l, ok, err := a.update(ctx, p, &cur, mac, hostname, now.Add(p.netw.LeaseTime))
+		// Ours and past half-time, or expired, or only offered so far:
+		// (re)write it, conditional on the version just read.
+		l, ok, err := a.update(ctx, p, &cur, mac, hostname, now.Add(p.netw.LeaseTime), boundSince(&cur, mac, now))
 		if err != nil {
 			return nil, err
 		}
@@ -308,6 +312,8 @@ func (a *Allocator) Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP
 	return a.eachLease(ctx, mac, ip, func(ctx context.Context, p *pool, key types.NamespacedName) error {
 		return a.changeOwn(ctx, key, mac, "decline", func(cur *kubefarmv1.DHCPLease) error {
 			cur.Spec.Declined = true
+			// The client gave the address back: it is bound to nobody.
+			cur.Spec.BoundTime = nil
 			cur.Spec.ExpireTime = metav1.NewTime(a.now().Add(p.netw.LeaseTime))
 			return a.client.Update(ctx, cur)
 		})
@@ -410,7 +416,9 @@ func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, 
 		if cur.Spec.ExpireTime.After(now) {
 			return nil, false, nil
 		}
-		return a.update(ctx, p, &cur, mac, hostname, expire)
+		// Expired: taken over (or revived by its own MAC) as an offer,
+		// bound to nobody until a REQUEST is acknowledged.
+		return a.update(ctx, p, &cur, mac, hostname, expire, nil)
 	}
 	return nil, false, nil
 }
@@ -435,8 +443,10 @@ func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, h
 }
 
 // update rewrites cur (as read, resourceVersion included) for mac until
-// expire. ok false means another writer changed it first.
-func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLease, mac net.HardwareAddr, hostname string, expire time.Time) (*leases.Lease, bool, error) {
+// expire, bound since bound (nil: only offered). ok false means another
+// writer changed it first.
+func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLease, mac net.HardwareAddr, hostname string,
+	expire time.Time, bound *metav1.Time) (*leases.Lease, bool, error) {
 	if cur.Spec.MAC != mac.String() {
 		cur.Spec.Hostname = "" // the previous client's
 	}
@@ -445,6 +455,7 @@ func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLea
 	}
 	cur.Spec.MAC = mac.String()
 	cur.Spec.ExpireTime = metav1.NewTime(expire)
+	cur.Spec.BoundTime = bound
 	cur.Spec.Declined = false
 	cur.OwnerReferences = p.ownerRef()
 	err := a.client.Update(ctx, cur)
@@ -462,6 +473,21 @@ func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLea
 // nobody's: the address is in use by some other host.
 func (a *Allocator) owns(l *kubefarmv1.DHCPLease, mac net.HardwareAddr, now time.Time) bool {
 	return !l.Spec.Declined && l.Spec.MAC == mac.String() && l.Spec.ExpireTime.After(now)
+}
+
+// boundSince is the boundTime an ACK of mac writes on l, read at now: the
+// one l has while it is mac's current binding (a renewal), else now (the
+// first ACK after an offer, or one that revives a lapsed or once declined
+// lease). Renewals keep it rather than move it because most of them write
+// nothing (answered from the cache until half the lease time has passed),
+// so a time they moved would say only when a renewal last happened to
+// write; kept, it says how long the client has held the address.
+func boundSince(l *kubefarmv1.DHCPLease, mac net.HardwareAddr, now time.Time) *metav1.Time {
+	if l.Spec.BoundTime != nil && !l.Spec.Declined && l.Spec.MAC == mac.String() && l.Spec.ExpireTime.After(now) {
+		return l.Spec.BoundTime.DeepCopy()
+	}
+	t := metav1.NewTime(now)
+	return &t
 }
 
 // needsExtension: less than half the pool's lease time remains.

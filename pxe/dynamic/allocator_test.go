@@ -95,8 +95,14 @@ func (r *replica) sees(t *testing.T, p *kubefarmv1.NodePool) {
 func newNamespace(t *testing.T) string { return env.NewNamespace(t, "dynamic-") }
 
 // newPool creates a catch-all pool on 10.<net>.0.0/24 with a range from
-// .<first> to .<last>.
+// .<first> to .<last> and the default lease time (1h).
 func newPool(t *testing.T, ns, name string, netw, first, last int) *kubefarmv1.NodePool {
+	t.Helper()
+	return newPoolLeasing(t, ns, name, netw, first, last, 0)
+}
+
+// newPoolLeasing is newPool with the lease time leaseTime (0: the default).
+func newPoolLeasing(t *testing.T, ns, name string, netw, first, last int, leaseTime time.Duration) *kubefarmv1.NodePool {
 	t.Helper()
 	p := &kubefarmv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -108,6 +114,9 @@ func newPool(t *testing.T, ns, name string, netw, first, last int) *kubefarmv1.N
 				DynamicRange: &kubefarmv1.DynamicRange{Start: fmt.Sprintf("10.%d.0.%d", netw, first), End: fmt.Sprintf("10.%d.0.%d", netw, last)},
 			},
 		},
+	}
+	if leaseTime > 0 {
+		p.Spec.Network.LeaseTime = &metav1.Duration{Duration: leaseTime}
 	}
 	must(t, env.Client.Create(context.Background(), p))
 	// Pool selection looks across namespaces: a pool left behind would
@@ -137,6 +146,19 @@ func getLease(t *testing.T, ns, pool string, ip net.IP) *kubefarmv1.DHCPLease {
 	var l kubefarmv1.DHCPLease
 	must(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: dynamic.LeaseName(pool, ip)}, &l))
 	return &l
+}
+
+// boundAt fails t unless l's spec.boundTime is want (nil: absent).
+func boundAt(t *testing.T, what string, l *kubefarmv1.DHCPLease, want *time.Time) {
+	t.Helper()
+	switch got := l.Spec.BoundTime; {
+	case want == nil && got != nil:
+		t.Fatalf("%s: boundTime %s, want none", what, got.UTC().Format(time.RFC3339))
+	case want != nil && got == nil:
+		t.Fatalf("%s: no boundTime, want %s", what, want.UTC().Format(time.RFC3339))
+	case want != nil && !got.Time.Equal(*want):
+		t.Fatalf("%s: boundTime %s, want %s", what, got.UTC().Format(time.RFC3339), want.UTC().Format(time.RFC3339))
+	}
 }
 
 func must(t *testing.T, err error) {
@@ -341,14 +363,18 @@ func TestAckReleaseRestart(t *testing.T) {
 
 	offered, err := a.Offer(ctx, mac(1), "", nil, local(64))
 	must(t, err)
-	rvOffer := getLease(t, ns, "rack", offered.IP).ResourceVersion
+	o := getLease(t, ns, "rack", offered.IP)
+	boundAt(t, "an offer", o, nil)
+	rvOffer := o.ResourceVersion
 
 	ack := func(m net.HardwareAddr, ip net.IP) (*leases.Lease, error) {
 		return a.Ack(ctx, m, ip, "", nil, local(64))
 	}
 	l, err := ack(mac(1), offered.IP)
 	must(t, err)
-	o := getLease(t, ns, "rack", offered.IP)
+	ackedAt := clk.Now()
+	o = getLease(t, ns, "rack", offered.IP)
+	boundAt(t, "the first ACK", o, &ackedAt)
 	if o.ResourceVersion == rvOffer || !o.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) {
 		t.Fatalf("first ACK did not extend the hold to the lease time: rv %s (offer %s), expires %s", o.ResourceVersion, rvOffer, o.Spec.ExpireTime)
 	}
@@ -375,6 +401,7 @@ func TestAckReleaseRestart(t *testing.T) {
 	if o.ResourceVersion == rvAck || !o.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) {
 		t.Fatalf("renewal past half-time did not extend: rv %s, expires %s (now %s)", o.ResourceVersion, o.Spec.ExpireTime, clk.Now())
 	}
+	boundAt(t, "a renewal", o, &ackedAt)
 
 	// Someone else's address, an address outside the range: NAK.
 	if _, err := ack(mac(2), offered.IP); !errors.Is(err, dynamic.ErrNotLeased) {
@@ -418,6 +445,8 @@ func TestAckReleaseRestart(t *testing.T) {
 	if !again.IP.Equal(offered.IP) {
 		t.Fatalf("with an expired lease MAC 1 is offered %s, had %s", again.IP, offered.IP)
 	}
+	// Offered again after it lapsed: bound to nobody until the next ACK.
+	boundAt(t, "the lapsed lease offered again to its MAC", getLease(t, ns, "rack", offered.IP), nil)
 
 	// RELEASE from another MAC changes nothing; from the owner deletes.
 	must(t, a.Release(ctx, mac(2), offered.IP))
@@ -479,6 +508,8 @@ func TestDecline(t *testing.T) {
 	must(t, err)
 	_, err = a.Ack(ctx, mac(1), first.IP, "", nil, local(68))
 	must(t, err)
+	ackedAt := clk.Now()
+	boundAt(t, "the ACK", getLease(t, ns, "rack", first.IP), &ackedAt)
 
 	// Only the lease's own client may decline it.
 	must(t, a.Decline(ctx, mac(2), first.IP))
@@ -490,6 +521,7 @@ func TestDecline(t *testing.T) {
 	if !d.Spec.Declined || !d.Spec.ExpireTime.Time.Equal(clk.Now().Add(time.Hour)) || d.Spec.MAC != mac(1).String() {
 		t.Fatalf("declined lease: %+v, want declined and held for the 1h lease time", d.Spec)
 	}
+	boundAt(t, "the declined lease", d, nil)
 
 	// The declining client, asking either replica, gets another address.
 	for _, r := range []*replica{a, b} {
@@ -521,9 +553,12 @@ func TestDecline(t *testing.T) {
 	if _, err := a.Ack(ctx, mac(1), first.IP, "", nil, local(68)); err != nil {
 		t.Fatalf("the declining MAC taking its address back after the hold: %v", err)
 	}
-	if o := getLease(t, ns, "rack", first.IP); o.Spec.Declined || o.Spec.MAC != mac(1).String() {
+	o := getLease(t, ns, "rack", first.IP)
+	if o.Spec.Declined || o.Spec.MAC != mac(1).String() {
 		t.Fatalf("after the hold, the once-declined address is %+v, want MAC 1's and not declined", o.Spec)
 	}
+	revivedAt := clk.Now()
+	boundAt(t, "the once-declined lease ACKed again", o, &revivedAt)
 }
 
 // TestHostnameRecorded: the client's option 12 is stored for inventory
@@ -559,4 +594,73 @@ func TestHostnameRecorded(t *testing.T) {
 	if o := getLease(t, ns, "rack", l.IP); o.ResourceVersion != rv || o.Spec.Hostname != "disco-7" {
 		t.Fatalf("a renewal with a new hostname wrote (rv %s -> %s, hostname %q)", rv, o.ResourceVersion, o.Spec.Hostname)
 	}
+}
+
+// TestBoundTime: spec.boundTime, what the NodePool controller makes a
+// catch-all Machine from, says that a REQUEST was acknowledged, whatever
+// the lease time. The pool leases for 2 minutes, so an offer's hold (60 s)
+// is already half the lease time: the first ACK must write all the same.
+// A renewal keeps the first ACK's time; another MAC taking the lapsed
+// address over is an offer again, bound to nobody until its own ACK.
+func TestBoundTime(t *testing.T) {
+	ns := newNamespace(t)
+	p := newPoolLeasing(t, ns, "one", 69, 10, 10, 2*time.Minute) // a single address
+	clk := newClock()
+	a := newReplica(t, leases.NewTable(), clk)
+	a.sees(t, p)
+	ctx := context.Background()
+	ack := func(m net.HardwareAddr, ip net.IP) {
+		t.Helper()
+		_, err := a.Ack(ctx, m, ip, "", nil, local(69))
+		must(t, err)
+	}
+
+	offered, err := a.Offer(ctx, mac(1), "", nil, local(69))
+	must(t, err)
+	boundAt(t, "an offer", getLease(t, ns, "one", offered.IP), nil)
+
+	ack(mac(1), offered.IP)
+	ackedAt := clk.Now()
+	o := getLease(t, ns, "one", offered.IP)
+	boundAt(t, "the first ACK", o, &ackedAt)
+	if !o.Spec.ExpireTime.Time.Equal(ackedAt.Add(2 * time.Minute)) {
+		t.Fatalf("the first ACK left expireTime at %s, want the 2m lease time from %s", o.Spec.ExpireTime, ackedAt)
+	}
+
+	// The client asks again while bound (DISCOVER after a reboot, then
+	// REQUEST): same lease, same boundTime, nothing written.
+	clk.Advance(30 * time.Second)
+	again, err := a.Offer(ctx, mac(1), "", nil, local(69))
+	must(t, err)
+	if !again.IP.Equal(offered.IP) {
+		t.Fatalf("bound MAC offered %s, holds %s", again.IP, offered.IP)
+	}
+	ack(mac(1), offered.IP)
+	if n := getLease(t, ns, "one", offered.IP); n.ResourceVersion != o.ResourceVersion {
+		t.Fatalf("a renewal before half-time wrote (rv %s -> %s)", o.ResourceVersion, n.ResourceVersion)
+	}
+	// Past half-time the renewal writes, and keeps the time of the first ACK.
+	clk.Advance(31 * time.Second)
+	ack(mac(1), offered.IP)
+	o = getLease(t, ns, "one", offered.IP)
+	if !o.Spec.ExpireTime.Time.Equal(clk.Now().Add(2 * time.Minute)) {
+		t.Fatalf("renewal past half-time did not extend: expires %s (now %s)", o.Spec.ExpireTime, clk.Now())
+	}
+	boundAt(t, "a renewal past half-time", o, &ackedAt)
+
+	// The lease lapses; another MAC takes the only address over.
+	clk.Advance(3 * time.Minute)
+	taken, err := a.Offer(ctx, mac(2), "", nil, local(69))
+	must(t, err)
+	if !taken.IP.Equal(offered.IP) {
+		t.Fatalf("MAC 2 got %s, want the range's only address %s", taken.IP, offered.IP)
+	}
+	o = getLease(t, ns, "one", offered.IP)
+	if o.Spec.MAC != mac(2).String() {
+		t.Fatalf("after the take-over the lease names %s, want %s", o.Spec.MAC, mac(2))
+	}
+	boundAt(t, "an expired lease taken over by another MAC", o, nil)
+	ack(mac(2), offered.IP)
+	takenAt := clk.Now()
+	boundAt(t, "the new MAC's ACK", getLease(t, ns, "one", offered.IP), &takenAt)
 }

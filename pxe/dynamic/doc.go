@@ -36,16 +36,24 @@
 //     and the allocator adds no deadline of its own. A range with no free
 //     address, or none found within MaxAttempts, is ErrRangeFull.
 //
-// Lifetimes: an OFFER holds a new address for OfferHold (60 s). A REQUEST
-// (Ack) sets expireTime to now + the pool's lease time, and a renewal
-// writes only once less than half of that remains, so a client renewing at
-// T1 writes about once per lease time and a renewal in between is answered
-// from the cache. A RELEASE deletes the object with UID and resourceVersion
+// Lifetimes: an OFFER holds a new address for OfferHold (60 s), with no
+// spec.boundTime. A REQUEST (Ack) sets expireTime to now + the pool's lease
+// time and, on the first ACK of an offer, boundTime to now: the lease is
+// bound, the record the NodePool controller makes a catch-all Machine from
+// (unknownMachines Join), with no guessing from the time left. A renewal
+// writes only once less than half of the lease time remains, so a client
+// renewing at T1 writes about once per lease time and a renewal in between
+// is answered from the cache; it keeps boundTime, which therefore says when
+// the client took the address, not when a renewal last happened to write.
+// An ACK that revives a lapsed (or once declined) lease sets boundTime
+// afresh. Taking an expired lease over, for another MAC or as a new offer
+// to the same one, clears boundTime: that client has not been acknowledged
+// yet. A RELEASE deletes the object with UID and resourceVersion
 // preconditions. A DECLINE (the address is in use by another host) marks
-// the lease declined for one lease time: nobody, the declining MAC included,
-// is offered the address meanwhile. Expired leases stay until another MAC
-// needs the address; the owner reference to the NodePool has them
-// garbage-collected with the pool.
+// the lease declined for one lease time and clears boundTime: nobody, the
+// declining MAC included, is offered the address meanwhile. Expired leases
+// stay until another MAC needs the address; the owner reference to the
+// NodePool has them garbage-collected with the pool.
 //
 // Which pool serves a packet: the one whose subnet contains the relay
 // address (giaddr) when the packet was relayed, else the server's own
