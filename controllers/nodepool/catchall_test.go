@@ -27,17 +27,19 @@ func catchAllPool(t *testing.T, subnet int, policy v1alpha1.UnknownMachinePolicy
 }
 
 // lease writes the DHCPLease kubefarm-pxe writes for mac on ip: after the
-// REQUEST (acked) expireTime is a lease time away, after a bare OFFER only
-// the offer hold.
+// REQUEST (acked) boundTime is set, after a bare OFFER it is absent. Both
+// expire an hour away: an offer's hold is a minute, but only boundTime may
+// tell the two apart (an offer written by a clock an hour ahead must make
+// no Machine either).
 func lease(t *testing.T, pool *v1alpha1.NodePool, mac, ip string, acked bool) *v1alpha1.DHCPLease {
 	t.Helper()
-	expire := time.Now().Add(time.Hour)
-	if !acked {
-		expire = time.Now().Add(60 * time.Second)
-	}
 	l := &v1alpha1.DHCPLease{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: pool.Name + "-" + ip},
-		Spec:       v1alpha1.DHCPLeaseSpec{Pool: pool.Name, MAC: mac, IP: ip, ExpireTime: metav1.NewTime(expire)},
+		Spec:       v1alpha1.DHCPLeaseSpec{Pool: pool.Name, MAC: mac, IP: ip, ExpireTime: metav1.NewTime(time.Now().Add(time.Hour))},
+	}
+	if acked {
+		now := metav1.Now()
+		l.Spec.BoundTime = &now
 	}
 	if err := env.Client.Create(context.Background(), l); err != nil {
 		t.Fatal(err)

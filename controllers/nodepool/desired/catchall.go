@@ -18,17 +18,6 @@ import (
 // pool rebuilds it from the Machine itself on every pass (CatchAllMember
 // with Existing), so it survives the lease, reboots and rollouts.
 
-// OfferHold is how long kubefarm-pxe holds an offered, not yet requested
-// address (pxe/dynamic.DefaultOfferHold; a test keeps the two equal). A
-// DHCPLease carries no "acknowledged" flag: an OFFER writes expireTime =
-// now + OfferHold, a REQUEST (the ACK) now + the pool's lease time, and a
-// renewal extends it again once less than half remains.
-const OfferHold = 60 * time.Second
-
-// ClockSkew is the margin LeaseJoins allows between kubefarm-pxe's clock,
-// which wrote expireTime, and the manager's, which reads it.
-const ClockSkew = 60 * time.Second
-
 // CatchAllHostname is the hostname of a catch-all machine: its MAC with
 // dashes (aa-bb-cc-dd-ee-ff), the name dnsmasq's dhcp-generate-names makes.
 func CatchAllHostname(mac string) string { return strings.ReplaceAll(strings.ToLower(mac), ":", "-") }
@@ -40,23 +29,23 @@ func CatchAllName(pool, mac string) string { return MachineName(pool, CatchAllHo
 
 // LeaseJoins tells whether lease l, read at now, asks for a catch-all
 // Machine in pool: the pool's range says Join, the lease is of this pool
-// and inside its range, not declined, not being deleted, and acknowledged.
+// and inside its range, not declined, not being deleted, bound and
+// unexpired.
 //
-// Acknowledged is read from expireTime, the only trace the ACK leaves: an
-// OFFER's hold ends at most OfferHold after it was written, an ACK's lease
-// time later, and a client that keeps its lease renews it before half of
-// it has passed. So more than OfferHold+ClockSkew left means a REQUEST was
-// answered. A pool whose lease time is not above twice that (4 minutes)
-// cannot be told apart this way and its unknown machines are not made
-// Machines; docs/dhcp.md says so. A lease that has lapsed makes no new
-// Machine (its client is gone), which is also why a Machine once made
-// never depends on its lease again.
+// Bound is spec.boundTime, which kubefarm-pxe writes when it acknowledges
+// a REQUEST (pxe/dynamic) and clears when the address is offered afresh or
+// declined: a bare OFFER (the client may take another server's offer, or
+// none) makes no Machine, whatever the pool's lease time. A lease that has
+// lapsed makes no new Machine (its client is gone), which is also why a
+// Machine once made never depends on its lease again. expireTime is
+// compared with the manager's clock: skew from kubefarm-pxe's only moves
+// the moment a lapsed lease stops making Machines.
 func LeaseJoins(pool *kubefarmv1.NodePool, l *kubefarmv1.DHCPLease, now time.Time) bool {
 	if pool == nil || l == nil || !joins(pool) || l.Namespace != pool.Namespace || l.Spec.Pool != pool.Name ||
 		l.Spec.Declined || !l.DeletionTimestamp.IsZero() {
 		return false
 	}
-	if l.Spec.ExpireTime.Sub(now) <= OfferHold+ClockSkew {
+	if l.Spec.BoundTime == nil || !l.Spec.ExpireTime.After(now) {
 		return false
 	}
 	ip, err := netip.ParseAddr(l.Spec.IP)

@@ -10,16 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/dynamic"
 )
-
-// The builder reads kubefarm-pxe's offer hold from expireTime: the two
-// constants must agree.
-func TestOfferHoldIsKubefarmPXEs(t *testing.T) {
-	if OfferHold != dynamic.DefaultOfferHold {
-		t.Fatalf("OfferHold %s, kubefarm-pxe holds offers for %s", OfferHold, dynamic.DefaultOfferHold)
-	}
-}
 
 func joinPool(policy kubefarmv1.UnknownMachinePolicy) *kubefarmv1.NodePool {
 	p := testPool()
@@ -45,11 +36,13 @@ func TestCatchAllNames(t *testing.T) {
 
 func TestLeaseJoins(t *testing.T) {
 	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	bound := metav1.NewTime(now.Add(-time.Minute))
+	// lease is an acknowledged lease, an hour left, bound a minute ago.
 	lease := func(mod func(*kubefarmv1.DHCPLease)) *kubefarmv1.DHCPLease {
 		l := &kubefarmv1.DHCPLease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "workers-10-28-72-11"},
 			Spec: kubefarmv1.DHCPLeaseSpec{Pool: "workers", MAC: "52:54:00:00:00:01", IP: "10.28.72.11",
-				ExpireTime: metav1.NewTime(now.Add(time.Hour))},
+				ExpireTime: metav1.NewTime(now.Add(time.Hour)), BoundTime: bound.DeepCopy()},
 		}
 		if mod != nil {
 			mod(l)
@@ -70,14 +63,24 @@ func TestLeaseJoins(t *testing.T) {
 		{"hold pool", joinPool(kubefarmv1.UnknownHold), lease(nil), false},
 		{"policy unset is Hold", joinPool(""), lease(nil), false},
 		{"no range", testPool(), lease(nil), false},
-		{"an offer: at most the hold left", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
-			l.Spec.ExpireTime = metav1.NewTime(now.Add(OfferHold))
+		{"an offer: no boundTime", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
+			l.Spec.ExpireTime = metav1.NewTime(now.Add(time.Minute))
+			l.Spec.BoundTime = nil
 		}), false},
-		{"an offer written by a clock a minute ahead", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
-			l.Spec.ExpireTime = metav1.NewTime(now.Add(OfferHold + ClockSkew))
+		{"an offer with an hour left (a skewed clock)", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
+			l.Spec.BoundTime = nil
 		}), false},
+		{"acknowledged with a 2 minute lease time", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
+			l.Spec.ExpireTime = metav1.NewTime(now.Add(2 * time.Minute))
+		}), true},
+		{"acknowledged, a second left", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
+			l.Spec.ExpireTime = metav1.NewTime(now.Add(time.Second))
+		}), true},
 		{"expired", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
 			l.Spec.ExpireTime = metav1.NewTime(now.Add(-time.Second))
+		}), false},
+		{"expires right now", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) {
+			l.Spec.ExpireTime = metav1.NewTime(now)
 		}), false},
 		{"declined", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) { l.Spec.Declined = true }), false},
 		{"being deleted", joinPool(kubefarmv1.UnknownJoin), lease(func(l *kubefarmv1.DHCPLease) { l.DeletionTimestamp = &deleting }), false},
