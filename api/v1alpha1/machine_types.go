@@ -138,13 +138,16 @@ type MachinePowerStatus struct {
 	State PowerState `json:"state"`
 	// ReadTime is when it was read.
 	ReadTime metav1.Time `json:"readTime"`
-	// LastOperation is the latest power operation kubefarm asked for (On,
-	// Off, Cycle, with NetbootOnce when the next boot was forced to the
-	// network) and when; the plugin and the rollout write it.
+	// LastOperation is the latest power operation people asked for through
+	// the kubefarm.io/power-request annotation (`kubectl kubefarm power`)
+	// and where it is: "<on|off|cycle>[,netboot] <Pending|Succeeded|Failed|
+	// Interrupted>". Only the manager's machinepower controller writes it;
+	// the rollout's resets are in status.rollout.powerCycleTime.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	LastOperation string `json:"lastOperation,omitempty"`
-	// LastOperationTime is when LastOperation was asked for.
+	// LastOperationTime is the request's time (the annotation's), which
+	// tells a handled request from a new one.
 	// +optional
 	LastOperationTime *metav1.Time `json:"lastOperationTime,omitempty"`
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/testing/examples"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 // The tenant stand-in, as in controllers/machinenode: one real API server
@@ -190,6 +191,18 @@ func TestRemoval(t *testing.T) {
 		f.waitEvent(t, "e-e1", machineremoval.EventPoweredOff, "qmp")
 		f.waitEvent(t, "e-e1", machineremoval.EventReleased, "powered off")
 	})
+
+	t.Run("a driver that cannot power off (qmp) does not strand the Machine", func(t *testing.T) {
+		f.pool(t, "u", kubefarmv1.RolloutStrategy{}, entry("u1", 8, true))
+		f.registerNode(t, "u1")
+		m := f.waitFinalizer(t, "u-u1")
+		f.removeEntries(t, "u")
+		f.waitGone(t, m, 30*time.Second)
+		if calls := f.powerCalls("u-u1"); len(calls) != 1 {
+			t.Errorf("power-off calls of u-u1: %+v, want one", calls)
+		}
+		f.waitEvent(t, "u-u1", machineremoval.EventPoweredOff, "cannot power a machine off")
+	})
 }
 
 // start runs the integration environment and a manager with the NodePool
@@ -251,6 +264,10 @@ func (f *fixture) recordPowerOff(ctx context.Context, m *kubefarmv1.Machine) err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, powerCall{machine: m.Name, nodeGone: apierrors.IsNotFound(err)})
+	if strings.HasPrefix(m.Name, "u-") {
+		// Pool u stands for a driver that cannot power off (qmp).
+		return fmt.Errorf("powering %s off: %w", m.Name, power.ErrUnsupported)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package machineremoval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/ssa"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 // pass is one removal pass over a deleted Machine.
@@ -271,7 +273,15 @@ func (p *pass) powerOff(ctx context.Context) (time.Duration, error) {
 	p.facts.Recorded = kubefarmv1.ReasonRemovalPowerOff
 	pctx, cancel := context.WithTimeout(ctx, powerOffTimeout)
 	defer cancel()
-	if err := p.r.PowerOff(pctx, p.m); err != nil {
+	err := p.r.PowerOff(pctx, p.m)
+	if errors.Is(err, power.ErrUnsupported) {
+		// qmp cannot power a machine off: nothing will change that, so
+		// holding the Machine would only strand it.
+		p.facts.PoweredOff = true
+		p.event(corev1.EventTypeNormal, EventPoweredOff, "not powered off: %s cannot power a machine off", driver)
+		return 0, nil
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}

@@ -83,8 +83,8 @@ type Options struct {
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
 	// RemovalPowerOff powers off a machine with spec.power once its Node
-	// has left the tenant (controllers/machineremoval); nil powers nothing
-	// off on removal.
+	// has left the tenant (controllers/machineremoval); nil is the
+	// machine's power driver (PowerDrivers).
 	RemovalPowerOff func(ctx context.Context, m *kubefarmv1.Machine) error
 
 	// cacheAllSecrets caches every Secret of the cluster, as the manager
@@ -239,12 +239,16 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine node controller: %w", err)
 	}
+	removalPowerOff := opts.RemovalPowerOff
+	if removalPowerOff == nil {
+		removalPowerOff = powerControl("machineremoval-controller").Off
+	}
 	if err := (&machineremoval.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("machineremoval-controller"),
 		Tenants:   tenantCache,
-		PowerOff:  opts.RemovalPowerOff,
+		PowerOff:  removalPowerOff,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine removal controller: %w", err)
 	}

@@ -91,9 +91,8 @@ See docs/kubectl-plugin.md.`,
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	e.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newKubeconfigCommand(e), newStatusCommand(e), newRolloutCommand(e))
-	root.AddCommand(newPowerCommand(e))
-	root.AddCommand(newEnrollCommand(e))
+	root.AddCommand(newKubeconfigCommand(e), newStatusCommand(e), newRolloutCommand(e),
+		newPowerCommand(e), newEnrollCommand(e))
 	return root
 }
 
