@@ -68,7 +68,9 @@ import (
 //     rolling reboot-to-update moves both machines to a new image, so they
 //     boot with the ipvs proxier alone; a new Service's ClusterIP answers
 //     from both nodes in ipvs mode, and again after a live switch to
-//     nftables (docs/kube-proxy.md).
+//     nftables (docs/kube-proxy.md);
+//   - last, a third machine with a MAC no Machine claims is discovered,
+//     enrolled with the kubectl plugin, and joins (testDiscovery).
 //
 // KUBEFARM_NODE_IMAGE names the built image's folder (make e2e sets it).
 func TestNodeJoin(t *testing.T) {
@@ -538,6 +540,12 @@ func TestNodeJoin(t *testing.T) {
 		if err != nil {
 			t.Errorf("no Refused Events for the wrong IP and the replay on Machine %s:%s", machineKey, story())
 		}
+	})
+
+	// Last, with the first machine off: its own context, as the join's
+	// 30 minutes are about spent by now (docs/discovery.md).
+	t.Run("an unknown machine is discovered, enrolled with the plugin, reboots and joins", func(t *testing.T) {
+		testDiscovery(t, discoveryScenario{c: c, cs: cs, tenant: tenant, pool: pool, kubeconfig: kubeconfig})
 	})
 }
 

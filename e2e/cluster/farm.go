@@ -23,6 +23,10 @@ type FarmMachine struct {
 	// client (no option ROM), which ask for the x86-64 UEFI iPXE binary.
 	// Otherwise SeaBIOS runs Debian's iPXE ROM for an e1000.
 	UEFI bool
+	// DiskSerial, when set, gives the machine a 1 GiB virtio disk with
+	// this serial (qemu's null-co driver: no file, reads zeroes), for
+	// discovery to report. Farm machines are diskless otherwise.
+	DiskSerial string
 }
 
 // OVMF is the UEFI firmware of UEFI farm machines (Debian package ovmf).
@@ -47,6 +51,10 @@ func QemuArgs(m FarmMachine, console string) []string {
 		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
 		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no"}
+	if m.DiskSerial != "" {
+		args = append(args, "-blockdev", "null-co,node-name=disk0,size=1073741824,read-zeroes=on",
+			"-device", "virtio-blk-pci,drive=disk0,serial="+m.DiskSerial)
+	}
 	if m.UEFI {
 		// romfile= keeps qemu's iPXE option ROM off the NIC, so the
 		// firmware's own PXE client asks for the boot file as UEFI.

@@ -9,7 +9,8 @@ import (
 // TestQemuArgs: a BIOS machine netboots an e1000 through its iPXE ROM; a
 // UEFI one runs OVMF with a virtio-net NIC and no option ROM, so that the
 // firmware's own PXE client asks kubefarm-pxe for the UEFI binary. Both
-// are TCG machines with no disk on their own tap.
+// are TCG machines with no disk on their own tap, unless one is asked for
+// (discovery's e2e machine, whose disk serial it reports).
 func TestQemuArgs(t *testing.T) {
 	cases := []struct {
 		name       string
@@ -22,6 +23,10 @@ func TestQemuArgs(t *testing.T) {
 		{name: "UEFI", m: FarmMachine{Name: "b", MAC: "52:54:00:00:00:02", Index: 4, UEFI: true},
 			want: []string{"-bios " + OVMF, "-device virtio-net-pci,netdev=n0,mac=52:54:00:00:00:02,romfile=", "-netdev tap,id=n0,ifname=kfpxe-vm4,script=no,downscript=no"},
 			deny: []string{"e1000", "-boot"}},
+		{name: "BIOS with a disk for discovery", m: FarmMachine{Name: "c", MAC: "52:54:00:00:00:03", Index: 5, DiskSerial: "KF0001"},
+			want: []string{"-device e1000,netdev=n0,mac=52:54:00:00:00:03", "-boot n",
+				"-blockdev null-co,node-name=disk0,size=1073741824,read-zeroes=on", "-device virtio-blk-pci,drive=disk0,serial=KF0001"},
+			deny: []string{"-bios", "-hda", "-drive"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,7 +45,7 @@ func TestQemuArgs(t *testing.T) {
 					t.Errorf("%q has %q", line, d)
 				}
 			}
-			if slices.Contains(args, "-hda") || slices.Contains(args, "-drive") {
+			if tc.m.DiskSerial == "" && (slices.Contains(args, "-hda") || slices.Contains(args, "-drive") || slices.Contains(args, "-blockdev")) {
 				t.Errorf("a diskless machine has a disk: %q", line)
 			}
 		})

@@ -128,6 +128,10 @@ func (c *Cluster) ChartValues(digests map[string]string) map[string]any {
 			"dhcp":        map[string]any{"interface": c.BootBridge, "mode": "authoritative"},
 			"tftp":        map[string]any{"enabled": true, "addr": fmt.Sprintf("%s:%d", ip, PXETFTPPort)},
 			"ipxe":        map[string]any{"dir": IPXEDir},
+			// A pool's catch-all range with unknownMachines: Hold boots
+			// an unknown machine in discovery mode (TestNodeJoin's
+			// discovery step); pools without a range are unaffected.
+			"discovery": map[string]any{"enabled": true},
 			// Node images are pushed to the local registry, plain HTTP,
 			// on the host's loopback, which artifact fetches refuse
 			// unless allowed.
