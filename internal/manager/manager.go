@@ -28,6 +28,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/tenantcache"
 	"github.com/kubefarm/kubefarm/power"
 	"github.com/kubefarm/kubefarm/power/drivers"
 )
@@ -194,6 +195,13 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the NodePool controller: %w", err)
 	}
+	return setupMachineControllers(mgr, opts, tenantCache)
+}
+
+// setupMachineControllers registers the controllers of the pools'
+// machines: the rollout, power, the tenant's view of each machine's node
+// (serving CSRs, NodeReady) and removal.
+func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenantcache.Cache) error {
 	tenants := opts.RolloutTenants
 	if tenants == nil {
 		tenants = rollout.CachedTenants{Cache: tenantCache}

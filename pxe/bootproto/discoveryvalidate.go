@@ -40,83 +40,104 @@ func (r DiscoveryReport) Validate() (DiscoveryReport, error) {
 	}
 	out := DiscoveryReport{MAC: mac, Hardware: r.Hardware}
 	hw := &out.Hardware
-	var errs []error
-	text := func(field, v string, max int) {
-		if len(v) > max {
-			errs = append(errs, fmt.Errorf("%s is %d bytes, over %d", field, len(v), max))
-		} else if !Printable(v) {
-			errs = append(errs, fmt.Errorf("%s must be printable text", field))
-		}
-	}
-	text("hardware.system.vendor", hw.System.Vendor, MaxDiscoveryText)
-	text("hardware.system.product", hw.System.Product, MaxDiscoveryText)
-	text("hardware.system.serial", hw.System.Serial, MaxDiscoveryText)
-	text("hardware.system.uuid", hw.System.UUID, MaxDiscoveryUUID)
-	text("hardware.cpu.model", hw.CPU.Model, MaxDiscoveryText)
+	var c reportCheck
+	c.text("hardware.system.vendor", hw.System.Vendor, MaxDiscoveryText)
+	c.text("hardware.system.product", hw.System.Product, MaxDiscoveryText)
+	c.text("hardware.system.serial", hw.System.Serial, MaxDiscoveryText)
+	c.text("hardware.system.uuid", hw.System.UUID, MaxDiscoveryUUID)
+	c.text("hardware.cpu.model", hw.CPU.Model, MaxDiscoveryText)
 	if hw.CPU.Count < 0 || hw.CPU.Count > MaxDiscoveryCPUs {
-		errs = append(errs, fmt.Errorf("hardware.cpu.count %d is not within 0..%d", hw.CPU.Count, MaxDiscoveryCPUs))
+		c.fail(fmt.Errorf("hardware.cpu.count %d is not within 0..%d", hw.CPU.Count, MaxDiscoveryCPUs))
 	}
 	if hw.MemoryBytes < 0 {
-		errs = append(errs, fmt.Errorf("hardware.memoryBytes %d is negative", hw.MemoryBytes))
+		c.fail(fmt.Errorf("hardware.memoryBytes %d is negative", hw.MemoryBytes))
 	}
 	if mib := hw.MemoryBytes >> 20; hw.MemoryMiB != 0 && hw.MemoryMiB != mib {
-		errs = append(errs, fmt.Errorf("hardware.memoryMiB %d is not memoryBytes in MiB (%d)", hw.MemoryMiB, mib))
+		c.fail(fmt.Errorf("hardware.memoryMiB %d is not memoryBytes in MiB (%d)", hw.MemoryMiB, mib))
 	} else if hw.MemoryBytes >= 0 {
 		hw.MemoryMiB = mib
 	}
 	if hw.BMCAddress != "" {
 		if ip := net.ParseIP(hw.BMCAddress); ip == nil || ip.To4() == nil || len(hw.BMCAddress) > 15 {
-			errs = append(errs, fmt.Errorf("hardware.bmcAddress %q is not an IPv4 address", clip(hw.BMCAddress)))
+			c.fail(fmt.Errorf("hardware.bmcAddress %q is not an IPv4 address", clip(hw.BMCAddress)))
 		}
 	}
-	if len(hw.Disks) > MaxDiscoveryDisks {
-		errs = append(errs, fmt.Errorf("hardware.disks has %d entries, over %d", len(hw.Disks), MaxDiscoveryDisks))
-	} else {
-		hw.Disks = append([]v1alpha1.DiskFacts(nil), hw.Disks...)
-		for i, d := range hw.Disks {
-			f := fmt.Sprintf("hardware.disks[%d]", i)
-			if d.Name == "" {
-				errs = append(errs, errors.New(f+".name is empty"))
-			}
-			text(f+".name", d.Name, MaxDiscoveryDevice)
-			text(f+".model", d.Model, MaxDiscoveryText)
-			text(f+".serial", d.Serial, MaxDiscoveryText)
-			if d.SizeBytes < 0 {
-				errs = append(errs, fmt.Errorf("%s.sizeBytes %d is negative", f, d.SizeBytes))
-			}
-		}
-	}
-	if len(hw.NICs) > MaxDiscoveryNICs {
-		errs = append(errs, fmt.Errorf("hardware.nics has %d entries, over %d", len(hw.NICs), MaxDiscoveryNICs))
-	} else {
-		hw.NICs = append([]v1alpha1.NICFacts(nil), hw.NICs...)
-		for i := range hw.NICs {
-			n := &hw.NICs[i]
-			f := fmt.Sprintf("hardware.nics[%d]", i)
-			if m, err := NormalizeMAC(n.MAC); err != nil {
-				errs = append(errs, fmt.Errorf("%s.mac: %w", f, err))
-			} else {
-				n.MAC = m
-			}
-			text(f+".name", n.Name, MaxDiscoveryDevice)
-			text(f+".driver", n.Driver, MaxDiscoveryDriver)
-			if n.SpeedMbps < 0 {
-				errs = append(errs, fmt.Errorf("%s.speedMbps %d is negative", f, n.SpeedMbps))
-			}
-		}
-	}
-	if len(errs) > 0 {
+	hw.Disks = c.disks(hw.Disks)
+	hw.NICs = c.nics(hw.NICs)
+	if len(c.errs) > 0 {
 		// The first reason only: the answer is bounded, whatever the
 		// report held.
-		return DiscoveryReport{}, errs[0]
-	}
-	if len(out.Hardware.Disks) == 0 {
-		out.Hardware.Disks = nil
-	}
-	if len(out.Hardware.NICs) == 0 {
-		out.Hardware.NICs = nil
+		return DiscoveryReport{}, c.errs[0]
 	}
 	return out, nil
+}
+
+// reportCheck collects what is wrong with a report, in field order.
+type reportCheck struct{ errs []error }
+
+func (c *reportCheck) fail(err error) { c.errs = append(c.errs, err) }
+
+// text refuses an over-long or unprintable string: it ends up in printer
+// columns and terminals.
+func (c *reportCheck) text(field, v string, max int) {
+	if len(v) > max {
+		c.fail(fmt.Errorf("%s is %d bytes, over %d", field, len(v), max))
+	} else if !Printable(v) {
+		c.fail(fmt.Errorf("%s must be printable text", field))
+	}
+}
+
+// disks checks the disks and returns a copy (nil when there are none).
+func (c *reportCheck) disks(in []v1alpha1.DiskFacts) []v1alpha1.DiskFacts {
+	if len(in) > MaxDiscoveryDisks {
+		c.fail(fmt.Errorf("hardware.disks has %d entries, over %d", len(in), MaxDiscoveryDisks))
+		return nil
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	out := append([]v1alpha1.DiskFacts(nil), in...)
+	for i, d := range out {
+		f := fmt.Sprintf("hardware.disks[%d]", i)
+		if d.Name == "" {
+			c.fail(errors.New(f + ".name is empty"))
+		}
+		c.text(f+".name", d.Name, MaxDiscoveryDevice)
+		c.text(f+".model", d.Model, MaxDiscoveryText)
+		c.text(f+".serial", d.Serial, MaxDiscoveryText)
+		if d.SizeBytes < 0 {
+			c.fail(fmt.Errorf("%s.sizeBytes %d is negative", f, d.SizeBytes))
+		}
+	}
+	return out
+}
+
+// nics checks the NICs and returns a copy with their MACs normalized (nil
+// when there are none).
+func (c *reportCheck) nics(in []v1alpha1.NICFacts) []v1alpha1.NICFacts {
+	if len(in) > MaxDiscoveryNICs {
+		c.fail(fmt.Errorf("hardware.nics has %d entries, over %d", len(in), MaxDiscoveryNICs))
+		return nil
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	out := append([]v1alpha1.NICFacts(nil), in...)
+	for i := range out {
+		n := &out[i]
+		f := fmt.Sprintf("hardware.nics[%d]", i)
+		if m, err := NormalizeMAC(n.MAC); err != nil {
+			c.fail(fmt.Errorf("%s.mac: %w", f, err))
+		} else {
+			n.MAC = m
+		}
+		c.text(f+".name", n.Name, MaxDiscoveryDevice)
+		c.text(f+".driver", n.Driver, MaxDiscoveryDriver)
+		if n.SpeedMbps < 0 {
+			c.fail(fmt.Errorf("%s.speedMbps %d is negative", f, n.SpeedMbps))
+		}
+	}
+	return out
 }
 
 // clip bounds a value quoted in an error: the error goes back to the
