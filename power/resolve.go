@@ -32,8 +32,9 @@ var ErrCredentialsMissing = errors.New("power credentials missing")
 // reader should be uncached (the manager's API reader): these Secrets are
 // the operator's, and the manager's cache holds only kubefarm's own.
 //
-// A missing Secret or key is an error wrapping ErrCredentialsMissing that
-// names the Machine, the field, the Secret and the key. No error carries a
+// A missing Secret or key, or a credentials Secret without
+// LabelBMCCredentials=true, is an error wrapping ErrCredentialsMissing that
+// names the Machine, the field, the Secret and the key or label. No error carries a
 // value read from a Secret.
 func Resolve(ctx context.Context, reader client.Reader, m *v1alpha1.Machine) (Target, error) {
 	name := m.Namespace + "/" + m.Name
@@ -42,14 +43,14 @@ func Resolve(ctx context.Context, reader client.Reader, m *v1alpha1.Machine) (Ta
 	}
 	t := Target{Machine: name, Spec: *m.Spec.Power}
 	if s := t.Spec.CredentialsSecret; s != "" {
-		data, err := secretKeys(ctx, reader, m, "spec.power.credentialsSecret", s, KeyUsername, KeyPassword)
+		data, err := secretKeys(ctx, reader, m, "spec.power.credentialsSecret", s, true, KeyUsername, KeyPassword)
 		if err != nil {
 			return Target{}, err
 		}
 		t.Username, t.Password = string(data[0]), string(data[1])
 	}
 	if s := t.Spec.CASecret; s != "" {
-		data, err := secretKeys(ctx, reader, m, "spec.power.caSecret", s, KeyCA)
+		data, err := secretKeys(ctx, reader, m, "spec.power.caSecret", s, false, KeyCA)
 		if err != nil {
 			return Target{}, err
 		}
@@ -59,8 +60,10 @@ func Resolve(ctx context.Context, reader client.Reader, m *v1alpha1.Machine) (Ta
 }
 
 // secretKeys reads the Secret named by field and returns the values of
-// keys, in order.
-func secretKeys(ctx context.Context, reader client.Reader, m *v1alpha1.Machine, field, secret string, keys ...string) ([][]byte, error) {
+// keys, in order. A Secret whose values go to the BMC (credentials) must
+// carry LabelBMCCredentials=true: the BMC's address is the pool author's
+// choice, the Secret's contents are not.
+func secretKeys(ctx context.Context, reader client.Reader, m *v1alpha1.Machine, field, secret string, sent bool, keys ...string) ([][]byte, error) {
 	s := &corev1.Secret{}
 	err := reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: secret}, s)
 	switch {
@@ -68,6 +71,10 @@ func secretKeys(ctx context.Context, reader client.Reader, m *v1alpha1.Machine, 
 		return nil, fmt.Errorf("%s of Machine %s/%s: Secret %s/%s does not exist: %w", field, m.Namespace, m.Name, m.Namespace, secret, ErrCredentialsMissing)
 	case err != nil:
 		return nil, fmt.Errorf("%s of Machine %s/%s: reading Secret %s/%s: %w", field, m.Namespace, m.Name, m.Namespace, secret, err)
+	}
+	if sent && s.Labels[v1alpha1.LabelBMCCredentials] != "true" {
+		return nil, fmt.Errorf("%s of Machine %s/%s: Secret %s/%s lacks the label %s=true that lets the manager send it to a BMC (docs/power.md): %w",
+			field, m.Namespace, m.Name, m.Namespace, secret, v1alpha1.LabelBMCCredentials, ErrCredentialsMissing)
 	}
 	out := make([][]byte, len(keys))
 	for i, k := range keys {

@@ -23,6 +23,13 @@ const (
 	// LabelCredential marks the Secrets kubefarm-pxe may read: its cache
 	// selects on it, so nothing else in its namespace enters its memory.
 	LabelCredential = "kubefarm.io/credential"
+	// LabelBMCCredentials, with the value "true", marks a Secret the
+	// manager may send to a BMC as spec.power.credentialsSecret. Whoever
+	// can write a NodePool chooses the BMC's address, so without this
+	// opt-in by the Secret's owner a pool author could have the manager
+	// send any Secret of the namespace that has "username" and "password"
+	// keys to a host of their choosing.
+	LabelBMCCredentials = "kubefarm.io/bmc-credentials"
 	// LabelPKIRole marks certificate Secrets of one role of a tenant's PKI.
 	LabelPKIRole = "kubefarm.io/pki-role"
 

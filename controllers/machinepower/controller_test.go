@@ -96,7 +96,11 @@ func (f *fixture) stopManager() {
 
 func (f *fixture) secret(name string, data map[string]string) {
 	f.t.Helper()
-	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, StringData: data}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name,
+		Labels: map[string]string{v1alpha1.LabelBMCCredentials: "true"}}, StringData: data}
+	if name == "unmarked" {
+		s.Labels = nil
+	}
 	if err := f.env.Client.Create(context.Background(), s); err != nil {
 		f.t.Fatal(err)
 	}
@@ -219,6 +223,7 @@ func TestIPMI(t *testing.T) {
 	f.secret("bmc", map[string]string{power.KeyUsername: sim.Username, power.KeyPassword: sim.Password})
 	f.secret("bmc-wrong", map[string]string{power.KeyUsername: sim.Username, power.KeyPassword: "not-" + sim.Password})
 	f.secret("bmc-nopassword", map[string]string{power.KeyUsername: sim.Username})
+	f.secret("unmarked", map[string]string{power.KeyUsername: sim.Username, power.KeyPassword: sim.Password})
 	spec := func(secret string) v1alpha1.PowerSpec {
 		return v1alpha1.PowerSpec{Driver: v1alpha1.PowerIPMI, Address: sim.Addr, CredentialsSecret: secret}
 	}
@@ -226,6 +231,7 @@ func TestIPMI(t *testing.T) {
 	f.machine("m2", spec("bmc-wrong"))
 	f.machine("m3", spec("absent"))
 	f.machine("m4", spec("bmc-nopassword"))
+	f.machine("m5", spec("unmarked"))
 
 	t.Run("a readable BMC gives the state and PowerControl True", func(t *testing.T) {
 		c := f.waitCondition("m1", metav1.ConditionTrue, v1alpha1.ReasonPowerRead)
@@ -268,6 +274,11 @@ func TestIPMI(t *testing.T) {
 		c = f.waitCondition("m4", metav1.ConditionFalse, v1alpha1.ReasonPowerCredentialsMissing)
 		if !strings.Contains(c.Message, `Secret `+f.ns+`/bmc-nopassword has no key "password"`) {
 			t.Errorf("message %q does not name the Secret and the key", c.Message)
+		}
+		// Right keys, right password, but not marked for BMCs: not sent.
+		c = f.waitCondition("m5", metav1.ConditionFalse, v1alpha1.ReasonPowerCredentialsMissing)
+		if !strings.Contains(c.Message, `Secret `+f.ns+`/unmarked lacks the label `+v1alpha1.LabelBMCCredentials+`=true`) {
+			t.Errorf("message %q does not name the Secret and the label", c.Message)
 		}
 	})
 

@@ -866,7 +866,8 @@ func TestRolloutPowerCycleThroughIPMI(t *testing.T) {
 	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1),
 		PowerCycleAfter: &metav1.Duration{Duration: time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}},
 		func(f *fixture) {
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "bmc"},
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "bmc",
+				Labels: map[string]string{v1alpha1.LabelBMCCredentials: "true"}},
 				Data: map[string][]byte{power.KeyUsername: []byte(sim.Username), power.KeyPassword: []byte(sim.Password)}}
 			if err := env.Client.Create(ctx, secret); err != nil {
 				t.Fatal(err)

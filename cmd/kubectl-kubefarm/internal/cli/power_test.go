@@ -35,7 +35,8 @@ func TestPower(t *testing.T) {
 	sim := ipmisim.Start(t)
 	ctx := context.Background()
 	ns := env.NewNamespace(t, "power-")
-	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc"},
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bmc",
+		Labels: map[string]string{v1alpha1.LabelBMCCredentials: "true"}},
 		StringData: map[string]string{power.KeyUsername: sim.Username, power.KeyPassword: sim.Password}})
 	create(t, &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m1"},
 		Spec: v1alpha1.MachineSpec{Pool: "workers", Cluster: "tenant", Hostname: "m1", IP: "10.80.0.1", MACs: []string{"02:00:00:80:00:01"},
