@@ -36,8 +36,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -370,23 +368,15 @@ func (r *Reconciler) apply(ctx context.Context, m *v1alpha1.Machine, mutate muta
 	if have := meta.FindStatusCondition(conds, v1alpha1.ConditionPowerControl); have != nil {
 		status.Conditions = []metav1.Condition{*have}
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.Machine{Status: status})
+	owned := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace}, Status: status}
+	rv, err := ssa.ApplyStatusAt(ctx, r.Client, FieldOwner, owned, m.ResourceVersion)
 	if err != nil {
-		return err
-	}
-	ssa.PruneNulls(obj)
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Machine",
-		"metadata": map[string]any{"name": m.Name, "namespace": m.Namespace, "resourceVersion": m.ResourceVersion},
-		"status":   obj["status"],
-	}}
-	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if !apierrors.IsConflict(err) {
 			log.FromContext(ctx).Error(err, "writing status.power", "machine", m.Name)
 		}
 		return fmt.Errorf("writing status.power of Machine %s/%s: %w", m.Namespace, m.Name, err)
 	}
-	m.ResourceVersion = u.GetResourceVersion()
+	m.ResourceVersion = rv
 	m.Status.Power, m.Status.Conditions = st, conds
 	return nil
 }

@@ -7,11 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
@@ -79,26 +76,13 @@ func (r *Reconciler) applyMachineStatus(ctx context.Context, m *v1alpha1.Machine
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&v1alpha1.Machine{Status: v1alpha1.MachineStatus{
-		ServedImage: st.ServedImage, Rollout: st.Rollout, History: st.History}})
+	owned := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace},
+		Status: v1alpha1.MachineStatus{ServedImage: st.ServedImage, Rollout: st.Rollout, History: st.History}}
+	rv, err := ssa.ApplyStatusAt(ctx, r.Client, FieldOwner, owned, m.ResourceVersion)
 	if err != nil {
 		return err
 	}
-	ssa.PruneNulls(obj)
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Machine",
-		"metadata": map[string]any{"name": m.Name, "namespace": m.Namespace, "resourceVersion": m.ResourceVersion},
-		"status":   obj["status"],
-	}}
-	if u.Object["status"] == nil {
-		u.Object["status"] = map[string]any{}
-	}
-	// The server's answer is decoded back into u: its resourceVersion is
-	// the precondition of this pass's next write.
-	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return err
-	}
-	m.ResourceVersion = u.GetResourceVersion()
+	m.ResourceVersion = rv
 	m.Status.Rollout, m.Status.ServedImage, m.Status.History = st.Rollout, st.ServedImage, st.History
 	return nil
 }

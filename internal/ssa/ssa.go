@@ -51,9 +51,22 @@ func Apply(ctx context.Context, c client.Client, fieldOwner string, obj, into cl
 // status that fieldOwner stops setting are removed, and the spec is never
 // touched.
 func ApplyStatus(ctx context.Context, c client.Client, fieldOwner string, obj client.Object) error {
+	_, err := applyStatus(ctx, c, fieldOwner, obj, "")
+	return err
+}
+
+// ApplyStatusAt is ApplyStatus on the condition that the object is still
+// at resourceVersion (a Conflict otherwise), for a controller whose write
+// decides from what it read; it returns the resourceVersion the write
+// made, the precondition of its next write.
+func ApplyStatusAt(ctx context.Context, c client.Client, fieldOwner string, obj client.Object, resourceVersion string) (string, error) {
+	return applyStatus(ctx, c, fieldOwner, obj, resourceVersion)
+}
+
+func applyStatus(ctx context.Context, c client.Client, fieldOwner string, obj client.Object, resourceVersion string) (string, error) {
 	full, err := toApply(c.Scheme(), obj)
 	if err != nil {
-		return err
+		return "", err
 	}
 	status, ok := full.Object["status"]
 	if !ok {
@@ -63,16 +76,20 @@ func ApplyStatus(ctx context.Context, c client.Client, fieldOwner string, obj cl
 	if ns := obj.GetNamespace(); ns != "" {
 		meta["namespace"] = ns
 	}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": full.GetAPIVersion(),
 		"kind":       full.GetKind(),
 		"metadata":   meta,
 		"status":     status,
 	}}
+	// The server's answer is decoded back into u.
 	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying the status of %s %s: %w", u.GetKind(), u.GetName(), err)
+		return "", fmt.Errorf("applying the status of %s %s: %w", u.GetKind(), u.GetName(), err)
 	}
-	return nil
+	return u.GetResourceVersion(), nil
 }
 
 // toApply converts obj to its unstructured form with apiVersion and kind
