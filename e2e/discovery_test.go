@@ -30,6 +30,10 @@ type discoveryScenario struct {
 	tenant     kubernetes.Interface
 	pool       *kubefarmv1.NodePool
 	kubeconfig string
+	// bootImage is the BootImage the discovery pool boots: the join's
+	// first, which lives as long as TestNodeJoin (the rollout's new one
+	// is deleted when the rollout step ends).
+	bootImage string
 }
 
 // The discovery machine: an unknown MAC, a BIOS machine (the join's
@@ -65,13 +69,15 @@ func testDiscovery(t *testing.T, s discoveryScenario) {
 	defer cancel()
 	plugin := buildPlugin(t, ctx)
 
-	// The Helm pool as it is now: on the image the rollout moved it to.
+	// The Helm pool as it is now (its kubelet, network and kernel
+	// arguments), on the join's first image.
 	workers := &kubefarmv1.NodePool{}
 	if err := s.c.Get(ctx, client.ObjectKeyFromObject(s.pool), workers); err != nil {
 		t.Fatal(err)
 	}
 	pool := &kubefarmv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: discoveryPool, Namespace: s.pool.Namespace}}
 	pool.Spec = *workers.Spec.DeepCopy()
+	pool.Spec.BootImage = s.bootImage
 	pool.Spec.Machines = nil
 	pool.Spec.Network.DynamicRange = &kubefarmv1.DynamicRange{Start: "10.123.0.230", End: "10.123.0.239",
 		UnknownMachines: kubefarmv1.UnknownHold}

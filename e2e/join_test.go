@@ -545,7 +545,7 @@ func TestNodeJoin(t *testing.T) {
 	// Last, with the first machine off: its own context, as the join's
 	// 30 minutes are about spent by now (docs/discovery.md).
 	t.Run("an unknown machine is discovered, enrolled with the plugin, reboots and joins", func(t *testing.T) {
-		testDiscovery(t, discoveryScenario{c: c, cs: cs, tenant: tenant, pool: pool, kubeconfig: kubeconfig})
+		testDiscovery(t, discoveryScenario{c: c, cs: cs, tenant: tenant, pool: pool, kubeconfig: kubeconfig, bootImage: img.Name})
 	})
 }
 
