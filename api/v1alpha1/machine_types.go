@@ -140,8 +140,8 @@ type MachinePowerStatus struct {
 	ReadTime metav1.Time `json:"readTime"`
 	// LastOperation is the latest power operation people asked for through
 	// the kubefarm.io/power-request annotation (`kubectl kubefarm power`)
-	// and where it is: "<on|off|cycle>[,netboot] <Pending|Succeeded|Failed|
-	// Interrupted>". Only the manager's machinepower controller writes it;
+	// and where it is: "<On|Off|Cycle>[,NetbootOnce] <Pending|Succeeded|
+	// Failed|Interrupted>". Only the manager's machinepower controller writes it;
 	// the rollout's resets are in status.rollout.powerCycleTime.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64

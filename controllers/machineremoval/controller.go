@@ -9,8 +9,9 @@
 //     Eviction API, so PodDisruptionBudgets are honoured), bounded by the
 //     pool's spec.rollout.drainTimeout and drainTimeoutPolicy,
 //  3. deletes the Node from the tenant,
-//  4. powers the machine off where it has spec.power and the manager a
-//     power-off function (Reconciler.PowerOff),
+//  4. powers the machine off where it has spec.power (Reconciler.PowerOff:
+//     the manager's power.Control.Off; a driver that cannot power off,
+//     qmp, skips the step with an event),
 //  5. removes the finalizer, and the Machine goes.
 //
 // Each step is written to the Machine's Removing condition before its side
