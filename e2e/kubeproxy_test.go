@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -102,9 +103,26 @@ func kubeProxyPod(ctx context.Context, tenant kubernetes.Interface, node string)
 // waitKubeProxyMode). On failure it appends what kube-proxy left on each
 // node: its warnings and errors, its ipsets, iptables and nftables rules:
 // what found the missing /etc/protocols.
+//
+// The checks share one namespace: the web and client pods started for the
+// first are kept (a proxier switch does not touch them, and starting them
+// again on the small test machines costs a minute), while the Service is
+// deleted and made again, so that each mode programs a ClusterIP of its own.
 func checkProxyMode(t *testing.T, ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, nodes []string, mode string) {
 	t.Helper()
-	if err := cluster.CheckSpread(ctx, cfg, tenant, "proxy-"+mode, nodes, t.Logf); err != nil {
+	const namespace = "proxy-check"
+	err := tenant.CoreV1().Services(namespace).Delete(ctx, "web", metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("deleting the Service %s/web of the previous check: %v", namespace, err)
+	}
+	err = pollErr(ctx, time.Minute, func(ctx context.Context) (bool, error) {
+		_, err := tenant.CoreV1().Services(namespace).Get(ctx, "web", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("the Service %s/web of the previous check never went: %v", namespace, err)
+	}
+	if err := cluster.CheckSpread(ctx, cfg, tenant, namespace, nodes, t.Logf); err != nil {
 		t.Fatalf("in %s mode: %v\n%s", mode, err, kubeProxyState(ctx, cfg, tenant, nodes))
 	}
 }

@@ -315,6 +315,18 @@ func TestPXE(t *testing.T) {
 }
 
 // pollErr polls cond until it holds or timeout passes (poll without a test).
+// scenarioContext is the context of a long scenario: it ends margin before
+// go test's -timeout would kill the process, so that the scenario fails
+// with its own message and its cleanups still run; without a -timeout it
+// ends after an hour.
+func scenarioContext(t *testing.T, margin time.Duration) (context.Context, context.CancelFunc) {
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(time.Hour)
+	}
+	return context.WithDeadline(context.Background(), deadline.Add(-margin))
+}
+
 func pollErr(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
 	return wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, cond)
 }

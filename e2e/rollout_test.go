@@ -276,6 +276,11 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 	}
 	t.Logf("rollout of %d machines took %.0f s; %d samples: at most %d node(s) unavailable, at least %d spread pod(s) Ready; %d tenant API calls succeeded, %d failed",
 		len(s.vms), time.Since(switched).Seconds(), samples, maxUnavailable, minReady, apiOK, apiFailures)
+	// Where each machine's update spent its time (drain, reboot, boot,
+	// verification), in seconds after the switch.
+	for _, vm := range s.vms {
+		t.Logf("%s, seconds after the switch:%s", vm.Name, machineStory(ctx, s.cs, s.c, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.Name}, switched))
+	}
 
 	for _, vm := range s.vms {
 		m := &kubefarmv1.Machine{}

@@ -41,6 +41,7 @@ func CheckSpread(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 	if len(nodes) < 2 {
 		return fmt.Errorf("a spread needs two nodes or more, got %v", nodes)
 	}
+	start := time.Now()
 	s, err := createSpread(ctx, cs, namespace, nodes)
 	if err != nil {
 		return err
@@ -50,6 +51,9 @@ func CheckSpread(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 	if err != nil {
 		return err
 	}
+	// Where a slow check spends its time: starting the pods (image pulls
+	// on a freshly booted node) or the requests through Konnectivity.
+	say("    pods %v and client Ready %.0f s after the check began", web, time.Since(start).Seconds())
 	get := func(from, addr, port string) (string, error) {
 		return httpGetIn(ctx, cfg, cs, namespace, from, addr, port)
 	}
@@ -76,7 +80,7 @@ func CheckSpread(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface,
 	if err != nil {
 		return fmt.Errorf("the Service %s/web (%s) did not spread over the nodes: answers %v: %w", namespace, s.Spec.ClusterIP, seen, err)
 	}
-	say("    Service web (ClusterIP %s), asked from pod client on %s, answered from every node: %v", s.Spec.ClusterIP, nodes[0], sortedKeys(seen))
+	say("    Service web (ClusterIP %s), asked from pod client on %s, answered from every node: %v (%.0f s after the check began)", s.Spec.ClusterIP, nodes[0], sortedKeys(seen), time.Since(start).Seconds())
 	return nil
 }
 
