@@ -39,13 +39,42 @@ type Sim struct {
 	// a lower one: a "user" user may power a machine, so there is none.)
 	Operator string
 
-	dir string
+	dir     string
+	pidFile string
 }
+
+// Options change the BMC's address and its machine; the zero value is
+// what Start runs: a BMC on loopback and a small machine with nothing
+// attached.
+type Options struct {
+	// Addr is the IPv4 address the BMC listens on (default 127.0.0.1). A
+	// BMC that a pod must reach listens on an address of the host's that
+	// the test made (the e2e boot bridge's).
+	Addr string
+	// Qemu is the machine's command line, program first (default: 128 MiB,
+	// no disk, no network). The hook adds -daemonize and -pidfile, and
+	// -boot once=n when a one-time network boot is set.
+	Qemu []string
+	// PIDFile is where the hook has qemu write its pid (default: in Dir).
+	// A harness that stops machines after this process is gone names one
+	// it knows (e2e-cluster down stops <state>/run/qemu-*.pid).
+	PIDFile string
+}
+
+// defaultQemu is the machine of Start: enough to be "on".
+var defaultQemu = []string{"qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-m", "128",
+	"-display", "none", "-serial", "null", "-monitor", "none", "-nodefaults"}
 
 // Start runs ipmi_sim and stops it, and any qemu its hook started, when
 // the test ends. It skips the test, saying so, when ipmi_sim or
 // qemu-system-x86_64 is not installed.
 func Start(t testing.TB) *Sim {
+	t.Helper()
+	return StartWith(t, Options{})
+}
+
+// StartWith is Start with o's address and machine.
+func StartWith(t testing.TB, o Options) *Sim {
 	t.Helper()
 	for _, bin := range []string{"ipmi_sim", "qemu-system-x86_64"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -60,13 +89,27 @@ func Start(t testing.TB) *Sim {
 	}
 
 	dir := t.TempDir()
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1"
+	}
+	ip := net.ParseIP(o.Addr).To4()
+	if ip == nil {
+		t.Fatalf("ipmisim: address %q is not IPv4", o.Addr)
+	}
+	if len(o.Qemu) == 0 {
+		o.Qemu = defaultQemu
+	}
+	if o.PIDFile == "" {
+		o.PIDFile = filepath.Join(dir, "qemu.pid")
+	}
 	port := local.UDPPort(t)
 	s := &Sim{
-		Addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Addr:     net.JoinHostPort(o.Addr, strconv.Itoa(port)),
 		Username: "admin",
 		Password: local.RandomHex(t, 8),
 		Operator: "operator",
 		dir:      dir,
+		pidFile:  o.PIDFile,
 	}
 	write := func(name, text string, mode os.FileMode) {
 		t.Helper()
@@ -74,8 +117,8 @@ func Start(t testing.TB) *Sim {
 			t.Fatal(err)
 		}
 	}
-	write("hook.sh", fmt.Sprintf(hookScript, dir), 0o755)
-	write("lan.conf", fmt.Sprintf(lanConf, port, local.RandomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password, s.Password), 0o600)
+	write("hook.sh", fmt.Sprintf(hookScript, shellQuote(dir), shellQuote(o.PIDFile), shellWords(o.Qemu)), 0o755)
+	write("lan.conf", fmt.Sprintf(lanConf, o.Addr, port, local.RandomHex(t, 16), filepath.Join(dir, "hook.sh"), s.Password, s.Password), 0o600)
 	write("sim.emu", emulatorFile, 0o600)
 	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		t.Fatal(err)
@@ -107,10 +150,10 @@ func Start(t testing.TB) *Sim {
 
 	// Ready when the port is bound (about 0.1 s).
 	deadline := time.Now().Add(10 * time.Second)
-	for !udpBound(port) {
+	for !udpBound(ip, port) {
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(dir, "ipmi_sim.log"))
-			t.Fatalf("ipmi_sim did not bind 127.0.0.1:%d within 10 s; its log:\n%s", port, b)
+			t.Fatalf("ipmi_sim did not bind %s within 10 s; its log:\n%s", s.Addr, b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -120,7 +163,7 @@ func Start(t testing.TB) *Sim {
 // QemuPID is the pid of the running qemu machine, or 0 when the machine
 // is off. An exited qemu (a zombie) counts as off and is reaped.
 func (s *Sim) QemuPID() int {
-	b, err := os.ReadFile(filepath.Join(s.dir, "qemu.pid"))
+	b, err := os.ReadFile(s.pidFile)
 	if err != nil {
 		return 0
 	}
@@ -202,13 +245,14 @@ func alive(pid int) bool {
 	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
-// udpBound reads /proc/net/udp for a socket bound to 127.0.0.1:port.
-func udpBound(port int) bool {
+// udpBound reads /proc/net/udp for a socket bound to ip:port (the
+// kernel prints the address as one little-endian word).
+func udpBound(ip net.IP, port int) bool {
 	b, err := os.ReadFile("/proc/net/udp")
 	if err != nil {
 		return false
 	}
-	want := fmt.Sprintf("0100007F:%04X", port)
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], port)
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		if f := strings.Fields(line); len(f) > 1 && f[1] == want {
 			return true
@@ -217,17 +261,30 @@ func udpBound(port int) bool {
 	return false
 }
 
+// shellQuote makes s one word of a POSIX shell command.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// shellWords quotes each of args.
+func shellWords(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
 // FreeUDPPort is a loopback UDP port nobody listens on (for a test of a
 // BMC that does not answer).
 func FreeUDPPort(t testing.TB) int { return local.UDPPort(t) }
 
 // lanConf is ipmi_sim's configuration: one LAN channel on loopback, the
 // hook for power and boot device, an administrator and an operator.
-// Arguments: port, GUID (32 hex digits), hook path, the two passwords.
+// Arguments: address, port, GUID (32 hex digits), hook path, the two
+// passwords.
 const lanConf = `name "ipmisim"
 set_working_mc 0x20
   startlan 1
-    addr 127.0.0.1 %d
+    addr %s %d
     priv_limit admin
     allowed_auths_callback none md2 md5 straight
     allowed_auths_user none md2 md5 straight
@@ -253,25 +310,25 @@ mc_enable 0x20
 // ipmi_sim waits for the hook's output to close: a qemu holding the pipe
 // would hang the BMC. A pxe boot device applies to the next start only
 // and is then cleared, as a BMC clears a one-time boot flag. Argument:
-// the folder.
+// the folder, the pid file, qemu's command line (quoted words).
 const hookScript = `#!/bin/sh
 d=%s
+pidfile=%s
 echo "$*" | cut -d' ' -f2- >> "$d/hook.log"
 running() {
-  [ -f "$d/qemu.pid" ] || return 1
-  st=$(sed 's/.*) //' "/proc/$(cat "$d/qemu.pid")/stat" 2>/dev/null | cut -d' ' -f1)
+  [ -f "$pidfile" ] || return 1
+  st=$(sed 's/.*) //' "/proc/$(cat "$pidfile")/stat" 2>/dev/null | cut -d' ' -f1)
   [ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 start() {
   once=""
   if [ "$(cat "$d/boot" 2>/dev/null)" = pxe ]; then once="-boot once=n"; rm -f "$d/boot"; fi
-  qemu-system-x86_64 -machine q35 -accel tcg -m 128 -display none -serial null -monitor none \
-    -nodefaults -daemonize -pidfile "$d/qemu.pid" $once </dev/null >>"$d/qemu.log" 2>&1 || return 1
-  echo "qemu-started pid=$(cat "$d/qemu.pid") args=$once" >> "$d/hook.log"
+  %s -daemonize -pidfile "$pidfile" $once </dev/null >>"$d/qemu.log" 2>&1 || return 1
+  echo "qemu-started pid=$(cat "$pidfile") args=$once" >> "$d/hook.log"
 }
 stop() {
   running || return 0
-  pid=$(cat "$d/qemu.pid")
+  pid=$(cat "$pidfile")
   kill -9 "$pid"
   i=0
   while running && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
