@@ -35,7 +35,9 @@ import (
 )
 
 // Reasons of the events kubefarm-pxe records on Machines. They are the
-// stages of a boot in order, plus the refusals.
+// stages of a boot in order, plus the refusals and what stops a boot.
+// BootImageMissing is also, and DiscoveryCapReached only, recorded on
+// NodePools, by httpboot's Discovery through a record.EventRecorder.
 const (
 	ReasonOffered      = "Offered"      // DHCPOFFER sent
 	ReasonAcked        = "Acked"        // DHCPACK sent
@@ -53,6 +55,18 @@ const (
 	// image (a root filesystem whose digest did not match, a download
 	// that never completed) and reported why.
 	ReasonBootFailed = "BootFailed"
+	// ReasonBootImageMissing (Warning): the BootImage a boot needs does
+	// not exist, so kubefarm-pxe answers the script request 503 until it
+	// does. Recorded on the Machine (its status.servedImage or
+	// spec.desiredImage) and, for the discovery boot of a MAC no Machine
+	// claims, on the NodePool (its spec.bootImage).
+	ReasonBootImageMissing = "BootImageMissing"
+	// ReasonPoolMissing (Warning): the Machine's NodePool (spec.pool) does
+	// not exist; its script request is answered 503 until it does.
+	ReasonPoolMissing = "PoolMissing"
+	// ReasonDiscoveryCapReached (Warning, on the NodePool): a discovery
+	// report from its range was refused by --discovery-max-machines.
+	ReasonDiscoveryCapReached = "DiscoveryCapReached"
 )
 
 // DefaultInterval is how often the same event (machine, reason, subject)

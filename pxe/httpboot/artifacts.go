@@ -43,12 +43,19 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 	img, ok := h.machines.BootImage(imgName)
 	if !ok {
 		log.Info("machine's boot image not found", "image", imgName)
+		// The machine retries every few seconds: the Recorder's throttle
+		// makes that one Warning per interval.
+		h.warning(key, events.ReasonBootImageMissing, imgName, func() string { return imageMissingMessage(m, imgName) })
 		http.Error(w, "boot image not available", http.StatusServiceUnavailable)
 		return
 	}
 	pool, ok := h.machines.Pool(m.Namespace, m.Spec.Pool)
 	if !ok {
 		log.Info("machine's pool not found", "pool", m.Spec.Pool)
+		h.warning(key, events.ReasonPoolMissing, m.Spec.Pool, func() string {
+			return fmt.Sprintf("NodePool %s/%s (spec.pool) not found: kubefarm-pxe answers this machine's boot script requests 503 until it exists (kubectl get nodepools -n %s)",
+				m.Namespace, m.Spec.Pool, m.Namespace)
+		})
 		http.Error(w, "node pool not available", http.StatusServiceUnavailable)
 		return
 	}
@@ -68,6 +75,20 @@ func (h *Handler) boot(w http.ResponseWriter, r *http.Request, rawMAC string) {
 		})
 	}
 	writeScript(w, r, script)
+}
+
+// imageMissingMessage is the BootImageMissing Warning on machine m, whose
+// image (ImageFor) is name.
+func imageMissingMessage(m *kubefarmv1.Machine, name string) string {
+	const answer = "kubefarm-pxe answers this machine's boot script requests 503 until"
+	if name == "" {
+		return "the machine names no BootImage (spec.desiredImage is empty): " + answer + " it names one that exists (kubectl get bootimages)"
+	}
+	field := "spec.desiredImage"
+	if s := m.Status.ServedImage; s != nil && s.Name != "" {
+		field = "status.servedImage"
+	}
+	return fmt.Sprintf("BootImage %q (%s) not found: %s it exists (kubectl get bootimages)", name, field, answer)
 }
 
 // ensureArtifacts fetches img's artifacts before a script that names them

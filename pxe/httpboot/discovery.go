@@ -32,7 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -104,9 +103,12 @@ type DiscoveryConfig struct {
 	Refresh time.Duration
 	// Client writes DiscoveredMachines.
 	Client client.Client
-	// Events, when set, gets a Warning (DiscoveryCapReached) on the
-	// NodePool whose range served a report refused by the cap, at most
-	// once a minute for the replica.
+	// Events, when set, gets Warnings on NodePools: DiscoveryCapReached
+	// on the pool whose range served a report refused by the cap, at
+	// most once a minute for the replica; BootImageMissing on a Hold
+	// pool whose spec.bootImage does not exist when an unclaimed MAC of
+	// its range asks for its discovery boot, at most once a minute per
+	// pool (poolwarn.go).
 	Events record.EventRecorder
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
@@ -120,7 +122,11 @@ type Discovery struct {
 	known   *knownSet
 	global  *rate.Limiter
 	sources *sourceLimiter
-	warn    rate.Sometimes
+	// capWarn throttles capReached's log line and Warning for the
+	// replica; missing the BootImageMissing Warnings per pool
+	// (poolwarn.go).
+	capWarn *keyThrottle
+	missing *keyThrottle
 	reports *prometheus.CounterVec
 	log     logr.Logger
 }
@@ -145,46 +151,11 @@ func NewDiscovery(ctx context.Context, c cache.Cache, cfg DiscoveryConfig, reg p
 	if cfg.Client == nil {
 		return nil, errors.New("discovery: Client is required")
 	}
-	if cfg.MaxMachines < 1 {
-		return nil, fmt.Errorf("--discovery-max-machines (%d) must be at least 1", cfg.MaxMachines)
+	d, err := newDiscovery(cfg, log)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Rate <= 0 || cfg.Burst < 1 {
-		return nil, fmt.Errorf("--discovery-rate (%g) must be positive and --discovery-burst (%d) at least 1", cfg.Rate, cfg.Burst)
-	}
-	if cfg.PerIPInterval <= 0 {
-		cfg.PerIPInterval = DefaultPerIPInterval
-	}
-	if cfg.PerIPBurst < 1 {
-		cfg.PerIPBurst = DefaultPerIPBurst
-	}
-	if cfg.MaxSources < 1 {
-		cfg.MaxSources = DefaultMaxSources
-	}
-	if cfg.ReportAfter <= 0 {
-		cfg.ReportAfter = DefaultReportAfter
-	}
-	if cfg.Refresh <= 0 {
-		cfg.Refresh = DefaultRefresh
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	d := &Discovery{
-		cfg: cfg, reader: c, known: newKnownSet(cfg.Now),
-		global:  rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst),
-		sources: newSourceLimiter(rate.Every(cfg.PerIPInterval), cfg.PerIPBurst, cfg.MaxSources, cfg.Now),
-		warn:    rate.Sometimes{Interval: time.Minute},
-		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "kubefarm", Subsystem: "pxe_discovery", Name: "reports_total",
-			Help: "Discovery reports (POST /discovery), by result: created, updated, unchanged, enrolled, " +
-				"refused_cap, refused_rate, refused_source_rate, forbidden, invalid, failed.",
-		}, []string{"result"}),
-		log: log,
-	}
-	for _, r := range []string{DiscoveryCreated, DiscoveryUpdated, DiscoveryUnchanged, DiscoveryEnrolled, DiscoveryCapped,
-		DiscoveryRateLimited, DiscoverySourceLimit, DiscoveryForbidden, DiscoveryInvalid, DiscoveryFailed} {
-		d.reports.WithLabelValues(r)
-	}
+	d.reader = c
 	known := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "kubefarm", Subsystem: "pxe_discovery", Name: "machines",
 		Help: "DiscoveredMachines this replica counts against --discovery-max-machines (watched, plus created and not yet seen).",
@@ -214,6 +185,53 @@ func NewDiscovery(ctx context.Context, c cache.Cache, cfg DiscoveryConfig, reg p
 		},
 	}); err != nil {
 		return nil, fmt.Errorf("watching DiscoveredMachines: %w", err)
+	}
+	return d, nil
+}
+
+// newDiscovery checks cfg, fills its defaults and builds the Discovery,
+// without its reader, metrics registration or watch (NewDiscovery's).
+func newDiscovery(cfg DiscoveryConfig, log logr.Logger) (*Discovery, error) {
+	if cfg.MaxMachines < 1 {
+		return nil, fmt.Errorf("--discovery-max-machines (%d) must be at least 1", cfg.MaxMachines)
+	}
+	if cfg.Rate <= 0 || cfg.Burst < 1 {
+		return nil, fmt.Errorf("--discovery-rate (%g) must be positive and --discovery-burst (%d) at least 1", cfg.Rate, cfg.Burst)
+	}
+	if cfg.PerIPInterval <= 0 {
+		cfg.PerIPInterval = DefaultPerIPInterval
+	}
+	if cfg.PerIPBurst < 1 {
+		cfg.PerIPBurst = DefaultPerIPBurst
+	}
+	if cfg.MaxSources < 1 {
+		cfg.MaxSources = DefaultMaxSources
+	}
+	if cfg.ReportAfter <= 0 {
+		cfg.ReportAfter = DefaultReportAfter
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	d := &Discovery{
+		cfg: cfg, known: newKnownSet(cfg.Now),
+		global:  rate.NewLimiter(rate.Limit(cfg.Rate), cfg.Burst),
+		sources: newSourceLimiter(rate.Every(cfg.PerIPInterval), cfg.PerIPBurst, cfg.MaxSources, cfg.Now),
+		capWarn: newKeyThrottle(poolWarningInterval, 1, cfg.Now),
+		missing: newKeyThrottle(poolWarningInterval, maxWarnedPools, cfg.Now),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "kubefarm", Subsystem: "pxe_discovery", Name: "reports_total",
+			Help: "Discovery reports (POST /discovery), by result: created, updated, unchanged, enrolled, " +
+				"refused_cap, refused_rate, refused_source_rate, forbidden, invalid, failed.",
+		}, []string{"result"}),
+		log: log,
+	}
+	for _, r := range []string{DiscoveryCreated, DiscoveryUpdated, DiscoveryUnchanged, DiscoveryEnrolled, DiscoveryCapped,
+		DiscoveryRateLimited, DiscoverySourceLimit, DiscoveryForbidden, DiscoveryInvalid, DiscoveryFailed} {
+		d.reports.WithLabelValues(r)
 	}
 	return d, nil
 }
@@ -399,24 +417,6 @@ func (d *Discovery) tooMany(w http.ResponseWriter, after time.Duration) {
 	}
 	w.Header().Set("Retry-After", strconv.Itoa(secs))
 	d.answer(w, http.StatusTooManyRequests, false)
-}
-
-// capReached logs the refusal and records a Warning on the pool, both at
-// most once a minute for the replica: a flood must not turn into a flood
-// of log lines and Events.
-func (d *Discovery) capReached(r *http.Request, mac string, held dynamic.Held, machines Machines) {
-	d.warn.Do(func() {
-		msg := fmt.Sprintf("discovery report of %s from %s refused: %d DiscoveredMachines exist, the cap (--discovery-max-machines); "+
-			"enroll or delete some, or raise the cap (further refusals this minute are only counted in kubefarm_pxe_discovery_reports_total{result=%q})",
-			mac, peerHost(r), d.known.count(), DiscoveryCapped)
-		d.log.Info(msg, "pool", held.PoolKey())
-		if d.cfg.Events == nil {
-			return
-		}
-		if pool, ok := machines.Pool(held.Namespace, held.Pool); ok {
-			d.cfg.Events.Event(pool, corev1.EventTypeWarning, "DiscoveryCapReached", msg)
-		}
-	})
 }
 
 // knownSet counts the DiscoveredMachines against the cap: the names this

@@ -257,6 +257,13 @@ func (h *Handler) normal(machine, reason, subject string, message func() string)
 	}
 }
 
+// warning records a Warning event whose message is built only when due.
+func (h *Handler) warning(machine, reason, subject string, message func() string) {
+	if h.cfg.Events != nil && h.cfg.Events.Due(machine, reason, subject) {
+		h.cfg.Events.Warning(machine, reason, subject, message())
+	}
+}
+
 // machineKey is bootpaths' key of m.
 func machineKey(m *kubefarmv1.Machine) string { return bootpaths.MachineKey(m.Namespace, m.Name) }
 

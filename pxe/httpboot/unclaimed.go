@@ -233,6 +233,7 @@ func (h *Handler) unclaimed(w http.ResponseWriter, r *http.Request, mac string) 
 		img, found := h.machines.BootImage(pool.Spec.BootImage)
 		if !found {
 			log.Info("pool's boot image not found", "image", pool.Spec.BootImage)
+			h.cfg.Discovery.imageMissing(pool, mac, held.IP)
 			http.Error(w, "boot image not available", http.StatusServiceUnavailable)
 			return
 		}
