@@ -39,6 +39,8 @@ type EnrollRequest struct {
 	// IP of the new entry; empty takes the discovered machine's current
 	// address when it is inside the pool's subnet.
 	IP string
+	// Power is the --power-* flags (EnrollPower).
+	Power PowerFlags
 }
 
 var labelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -101,23 +103,34 @@ func EnrollEntry(r EnrollRequest) (v1alpha1.MachineEntry, error) {
 			return v1alpha1.MachineEntry{}, fmt.Errorf("IP %s is already machine %s's in NodePool %s: give another with --ip", ip, e.Name, pool)
 		}
 	}
-	// Claims: the MAC or IP in use by a Machine of another pool, or by a
-	// catch-all Machine. The catch-all Machine of this very MAC in this
-	// pool is not in the way: the pool retires it for the entry.
+	if err := claimConflict(p, machine, mac, ip, r.Claims); err != nil {
+		return v1alpha1.MachineEntry{}, err
+	}
+	power, err := EnrollPower(r.Power, dm)
+	if err != nil {
+		return v1alpha1.MachineEntry{}, err
+	}
+	return v1alpha1.MachineEntry{Name: r.Name, MACs: []string{mac}, IP: ip, Power: power}, nil
+}
+
+// claimConflict: the MAC or IP in use by a Machine of another pool, or by
+// a catch-all Machine. The catch-all Machine of this very MAC in this
+// pool is not in the way: the pool retires it for the entry.
+func claimConflict(p *v1alpha1.NodePool, machine, mac, ip string, claims []v1alpha1.AddressClaim) error {
 	mine := v1alpha1.AddressHolder{Namespace: p.Namespace, Pool: p.Name, Machine: machine}
 	catchAll := v1alpha1.AddressHolder{Namespace: p.Namespace, Pool: p.Name, Machine: p.Name + "-" + strings.ReplaceAll(mac, ":", "-")}
-	for _, c := range r.Claims {
+	for _, c := range claims {
 		if c.Spec.Holder == mine {
 			continue
 		}
 		switch {
 		case c.Spec.Kind == v1alpha1.AddressMAC && c.Spec.Address == mac && c.Spec.Holder != catchAll:
-			return v1alpha1.MachineEntry{}, fmt.Errorf("MAC %s is held by %s (AddressClaim %s): it is enrolled there", mac, c.Spec.Holder, c.Name)
+			return fmt.Errorf("MAC %s is held by %s (AddressClaim %s): it is enrolled there", mac, c.Spec.Holder, c.Name)
 		case c.Spec.Kind == v1alpha1.AddressIPv4 && c.Spec.Address == ip && c.Spec.Holder != catchAll:
-			return v1alpha1.MachineEntry{}, fmt.Errorf("IP %s is held by %s (AddressClaim %s): give another with --ip", ip, c.Spec.Holder, c.Name)
+			return fmt.Errorf("IP %s is held by %s (AddressClaim %s): give another with --ip", ip, c.Spec.Holder, c.Name)
 		}
 	}
-	return v1alpha1.MachineEntry{Name: r.Name, MACs: []string{mac}, IP: ip}, nil
+	return nil
 }
 
 func containsFold(list []string, s string) bool {
@@ -158,7 +171,10 @@ func PoolOwner(p *v1alpha1.NodePool) string {
 // ValuesSnippet is what to add to the values file of charts/kubefarm (the
 // kubefarm values shape) for entry: comments saying where, then the lines of
 // the node under the pool's `nodes:`. The MAC is quoted: unquoted, YAML 1.1
-// reads some MACs as base-60 numbers.
+// reads some MACs as base-60 numbers. The node's power is the entry's
+// spec.power field for field (charts/kubefarm copies a node's power into
+// its pool entry as it is); its strings are quoted for the same reason, and
+// because a Secret named 1e3 would otherwise be a number.
 func ValuesSnippet(p *v1alpha1.NodePool, owner string, entry v1alpha1.MachineEntry) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# NodePool %s/%s is managed by %s: kubectl kubefarm did not change it.\n", p.Namespace, p.Name, owner)
@@ -168,6 +184,15 @@ func ValuesSnippet(p *v1alpha1.NodePool, owner string, entry v1alpha1.MachineEnt
 	}
 	fmt.Fprintf(&b, "# Add these lines under nodes: of %s,\n# then upgrade the release or sync the application:\n", where)
 	fmt.Fprintf(&b, "- name: %s\n  mac: %q\n  ip: %s\n", entry.Name, strings.Join(entry.MACs, ","), entry.IP)
+	if pw := entry.Power; pw != nil {
+		fmt.Fprintf(&b, "  power:\n    driver: %s\n    address: %q\n    credentialsSecret: %q\n", pw.Driver, pw.Address, pw.CredentialsSecret)
+		if pw.CASecret != "" {
+			fmt.Fprintf(&b, "    caSecret: %q\n", pw.CASecret)
+		}
+		if pw.InsecureSkipVerify {
+			b.WriteString("    insecureSkipVerify: true\n")
+		}
+	}
 	return b.String()
 }
 
