@@ -98,8 +98,9 @@ func listenRouterSolicitations(iface string, reg prometheus.Registerer, log logr
 
 // discovery is the recorder of discovery reports of --discovery (nil
 // without it), registering its watch of DiscoveredMachines: it runs
-// before the cache starts. Its Warning when the cap refuses a report goes
-// through rec (nil: only the log line).
+// before the cache starts. Its Warnings on NodePools (the cap refusing a
+// report, a Hold pool's BootImage missing) go through rec (nil: only the
+// log lines).
 func discovery(ctx context.Context, c cache.Cache, writer client.Client, rec record.EventRecorder, o Options,
 	reg prometheus.Registerer, log logr.Logger) (*httpboot.Discovery, error) {
 	if !o.Discovery {
