@@ -62,12 +62,14 @@ const (
 	holdPolls = 6
 	// tenantTimeout bounds one request to a tenant.
 	tenantTimeout = 30 * time.Second
-	// powerOffTimeout bounds one power off (the drivers bound their own
-	// requests and retries below it).
-	powerOffTimeout = 2 * time.Minute
 	// maxStepsPerPass bounds one pass; a removal takes at most five steps.
 	maxStepsPerPass = 8
 )
+
+// DefaultPowerOffTimeout bounds one power off when Reconciler's
+// PowerOffTimeout is zero (the drivers bound their own requests and
+// retries below it: ipmi 15 s, redfish 20 s by default).
+const DefaultPowerOffTimeout = 2 * time.Minute
 
 // Event reasons on the Machine besides the Removing condition's transitions
 // (which are conditions.EmitTransitions's: Removing<reason>).
@@ -97,6 +99,9 @@ type Reconciler struct {
 	// PowerOff powers a machine with spec.power off; nil powers nothing
 	// off (the Machine goes once its Node is deleted).
 	PowerOff func(ctx context.Context, m *kubefarmv1.Machine) error
+	// PowerOffTimeout bounds one PowerOff call; DefaultPowerOffTimeout
+	// when zero. The manager sets it above the drivers' own timeout.
+	PowerOffTimeout time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// Poll is DefaultPoll when zero.
@@ -142,6 +147,13 @@ func (r *Reconciler) poll() time.Duration {
 		return r.Poll
 	}
 	return DefaultPoll
+}
+
+func (r *Reconciler) powerOffTimeout() time.Duration {
+	if r.PowerOffTimeout > 0 {
+		return r.PowerOffTimeout
+	}
+	return DefaultPowerOffTimeout
 }
 
 // Reconcile adds the finalizer to a live Machine, and runs one removal pass

@@ -56,6 +56,8 @@ type powerCall struct {
 	// nodeGone: the tenant had no Node of the machine's hostname when the
 	// power off was asked for.
 	nodeGone bool
+	// left is the time the call's context had left: PowerOffTimeout.
+	left time.Duration
 }
 
 type fixture struct {
@@ -185,6 +187,9 @@ func TestRemoval(t *testing.T) {
 		if len(calls) != 1 || !calls[0].nodeGone {
 			t.Errorf("power-off calls of e-e1: %+v, want one, after its Node was deleted", calls)
 		}
+		if len(calls) == 1 && (calls[0].left <= machineremoval.DefaultPowerOffTimeout || calls[0].left > powerOffTimeout) {
+			t.Errorf("the power off had %s, want PowerOffTimeout %s, not the default", calls[0].left, powerOffTimeout)
+		}
 		if calls := f.powerCalls("e-e2"); calls != nil {
 			t.Errorf("e-e2 has no spec.power but was powered off: %+v", calls)
 		}
@@ -205,6 +210,9 @@ func TestRemoval(t *testing.T) {
 	})
 }
 
+// powerOffTimeout is the fixture's PowerOffTimeout, above the default.
+const powerOffTimeout = 3 * time.Minute
+
 // start runs the integration environment and a manager with the NodePool
 // controller and this one (polling every 200ms, powering off through the
 // recording function), and creates the namespace, the TenantCluster, its
@@ -223,7 +231,7 @@ func start(t *testing.T) *fixture {
 	}
 	r := &machineremoval.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder("machineremoval-controller"), Tenants: tenants, Poll: 200 * time.Millisecond,
-		PowerOff: f.recordPowerOff}
+		PowerOff: f.recordPowerOff, PowerOffTimeout: powerOffTimeout}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -260,10 +268,14 @@ func start(t *testing.T) *fixture {
 // recordPowerOff is the power-off function: it records the call and
 // whether the tenant still had the machine's Node then.
 func (f *fixture) recordPowerOff(ctx context.Context, m *kubefarmv1.Machine) error {
+	var left time.Duration
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
 	err := f.env.Client.Get(ctx, client.ObjectKey{Name: m.Spec.Hostname}, &corev1.Node{})
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.calls = append(f.calls, powerCall{machine: m.Name, nodeGone: apierrors.IsNotFound(err)})
+	f.calls = append(f.calls, powerCall{machine: m.Name, nodeGone: apierrors.IsNotFound(err), left: left})
 	if strings.HasPrefix(m.Name, "u-") {
 		// Pool u stands for a driver that cannot power off (qmp).
 		return fmt.Errorf("powering %s off: %w", m.Name, power.ErrUnsupported)

@@ -271,7 +271,7 @@ func (p *pass) powerOff(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	p.facts.Recorded = kubefarmv1.ReasonRemovalPowerOff
-	pctx, cancel := context.WithTimeout(ctx, powerOffTimeout)
+	pctx, cancel := context.WithTimeout(ctx, p.r.powerOffTimeout())
 	defer cancel()
 	err := p.r.PowerOff(pctx, p.m)
 	if errors.Is(err, power.ErrUnsupported) {
