@@ -5,6 +5,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -12,8 +13,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/kubefarm/kubefarm/controllers/machinepower"
+	"github.com/kubefarm/kubefarm/controllers/machineremoval"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
 	"github.com/kubefarm/kubefarm/internal/manager"
+	"github.com/kubefarm/kubefarm/power/drivers"
+	"github.com/kubefarm/kubefarm/power/ipmi"
+	"github.com/kubefarm/kubefarm/power/redfish"
 )
 
 // bindFlags maps flags onto manager options. Every default is what the
@@ -54,6 +59,31 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 	fs.DurationVar(&o.PowerPollInterval, "power-poll-interval", machinepower.DefaultInterval,
 		"how often each Machine with spec.power has its power state read from its BMC (status.power, the PowerControl "+
 			"condition), jittered by ±20% so that a farm's BMCs are not asked at once")
+	fs.Var((*bmcTimeout)(&o.BMCTimeout), "bmc-timeout",
+		fmt.Sprintf("the `duration` one operation of the ipmi and redfish power drivers may take (a power read, on, off "+
+			"or reset: session, requests and retries), for BMCs that answer slowly (some iDRACs and iLOs under load take "+
+			"over 20s to reset); 0 means each driver's own (ipmi %s, redfish %s); at most %s. The power and machine "+
+			"removal controllers' own bound of one operation (%s, %s) grows to it plus %s when that is longer",
+			ipmi.DefaultTimeout, redfish.DefaultTimeout, drivers.MaxTimeout,
+			machinepower.DefaultTimeout, machineremoval.DefaultPowerOffTimeout, drivers.CallerMargin))
+}
+
+// bmcTimeout is --bmc-timeout: a duration that flag parsing refuses when
+// drivers.Options would (the flag package names the flag in the error).
+type bmcTimeout time.Duration
+
+func (b *bmcTimeout) String() string { return time.Duration(*b).String() }
+
+func (b *bmcTimeout) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration such as 45s or 2m: %w", err)
+	}
+	if err := (drivers.Options{Timeout: d}).Validate(); err != nil {
+		return err
+	}
+	*b = bmcTimeout(d)
+	return nil
 }
 
 func main() {

@@ -77,6 +77,12 @@ type Options struct {
 	// controller's reads and requested operations, the rollout's resets);
 	// nil is drivers.New(), the drivers kubefarm ships.
 	PowerDrivers power.Drivers
+	// BMCTimeout bounds one operation of the BMC power drivers (ipmi,
+	// redfish); zero is each driver's default. Up to
+	// drivers.MaxTimeout. The machinepower and machine removal
+	// controllers' own bound on one operation grows with it
+	// (drivers.Options.CallerBound).
+	BMCTimeout time.Duration
 	// PowerPollInterval is how often a machine's power state is read
 	// (jittered ±20%); zero is machinepower.DefaultInterval (5 minutes).
 	PowerPollInterval time.Duration
@@ -108,8 +114,21 @@ func NewScheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
+// powerDriverOptions are the options of the power drivers, checked.
+func (o Options) powerDriverOptions() (drivers.Options, error) {
+	d := drivers.Options{Timeout: o.BMCTimeout}
+	if err := d.Validate(); err != nil {
+		return d, fmt.Errorf("manager Options.BMCTimeout (--bmc-timeout): %w", err)
+	}
+	return d, nil
+}
+
 // New builds a manager with every webhook and health check registered.
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	// Options are refused before the manager reaches the API server.
+	if _, err := opts.powerDriverOptions(); err != nil {
+		return nil, err
+	}
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, fmt.Errorf("building scheme: %w", err)
@@ -206,9 +225,13 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 	if tenants == nil {
 		tenants = rollout.CachedTenants{Cache: tenantCache}
 	}
+	driverOpts, err := opts.powerDriverOptions()
+	if err != nil {
+		return err
+	}
 	powerDrivers := opts.PowerDrivers
 	if powerDrivers == nil {
-		powerDrivers = drivers.New()
+		powerDrivers = drivers.NewWith(driverOpts)
 	}
 	// The Secrets spec.power names are the operator's: read uncached, as
 	// the manager's cache holds only kubefarm's own.
@@ -230,6 +253,11 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 		Power:     *powerControl("machinepower-controller"),
 		Recorder:  mgr.GetEventRecorder("machinepower-controller"),
 		Interval:  opts.PowerPollInterval,
+		// An operator who gives slow BMCs more time means the whole
+		// operation: the controller's minute would otherwise cut a
+		// longer driver timeout short. The rollout's reset has no bound
+		// of its own but the driver's.
+		Timeout: driverOpts.CallerBound(machinepower.DefaultTimeout),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine power controller: %w", err)
 	}
@@ -257,6 +285,9 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 		Recorder:  mgr.GetEventRecorder("machineremoval-controller"),
 		Tenants:   tenantCache,
 		PowerOff:  removalPowerOff,
+		// As machinepower's: the driver's timeout, not the caller's, is
+		// the operator's knob.
+		PowerOffTimeout: driverOpts.CallerBound(machineremoval.DefaultPowerOffTimeout),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the Machine removal controller: %w", err)
 	}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubefarm/kubefarm/internal/manager"
+)
+
+// TestBMCTimeoutFlag: --bmc-timeout reaches manager.Options.BMCTimeout;
+// unset is 0 (each driver's default); a negative value, one above 5
+// minutes and a non-duration are refused at parsing, naming the flag.
+func TestBMCTimeoutFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    time.Duration
+		wantErr string
+	}{
+		{args: nil, want: 0},
+		{args: []string{"--bmc-timeout=0"}, want: 0},
+		{args: []string{"--bmc-timeout=45s"}, want: 45 * time.Second},
+		{args: []string{"--bmc-timeout", "2m"}, want: 2 * time.Minute},
+		{args: []string{"--bmc-timeout=5m"}, want: 5 * time.Minute},
+		{args: []string{"--bmc-timeout=-1s"}, wantErr: "negative"},
+		{args: []string{"--bmc-timeout=5m1s"}, wantErr: "above the maximum 5m0s"},
+		{args: []string{"--bmc-timeout=1h"}, wantErr: "above the maximum 5m0s"},
+		{args: []string{"--bmc-timeout=30"}, wantErr: "not a duration"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			fs := flag.NewFlagSet("kubefarm-manager", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			var o manager.Options
+			bindFlags(fs, &o)
+			err := fs.Parse(tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), "-bmc-timeout") || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Parse(%q) = %v, want an error naming -bmc-timeout and saying %q", tc.args, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tc.args, err)
+			}
+			if o.BMCTimeout != tc.want {
+				t.Errorf("Parse(%q): BMCTimeout = %s, want %s", tc.args, o.BMCTimeout, tc.want)
+			}
+		})
+	}
+}
