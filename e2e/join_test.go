@@ -69,8 +69,10 @@ import (
 //     boot with the ipvs proxier alone; a new Service's ClusterIP answers
 //     from both nodes in ipvs mode, and again after a live switch to
 //     nftables (docs/kube-proxy.md);
-//   - last, a third machine with a MAC no Machine claims is discovered,
-//     enrolled with the kubectl plugin, and joins (testDiscovery).
+//   - last, a third machine with a MAC no Machine claims, powered through
+//     an IPMI BMC, is discovered, enrolled with the kubectl plugin, and
+//     joins; hung in a rollout it is power-cycled through IPMI; removed, it
+//     is powered off (testDiscovery).
 //
 // KUBEFARM_NODE_IMAGE names the built image's folder (make e2e sets it).
 func TestNodeJoin(t *testing.T) {
@@ -475,9 +477,12 @@ func TestNodeJoin(t *testing.T) {
 		switchKubeProxyMode(t, ctx, kubeconfig, release, ns.Name, vals, tenantCfg, tenant, nodes, "ipvs")
 	})
 
+	var secondImage string
+	outer := t
 	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
-		testRollout(t, ctx, rolloutScenario{
+		secondImage = testRollout(t, ctx, rolloutScenario{
 			c: c, cs: cs, tenant: tenant, tenantCfg: tenantCfg, pool: pool, vms: vms, imgDir: imgDir, repo: repo, oldImage: img,
+			cleanup: outer.Cleanup,
 			switchImage: func(ctx context.Context, bootImage string) error {
 				if err := upgradeChangesOnly(ctx, t, c, kubeconfig, release, ns.Name, vals, bootImage); err != nil {
 					return err
@@ -547,9 +552,10 @@ func TestNodeJoin(t *testing.T) {
 		}
 	})
 
-	// Last, with the first machine off (docs/discovery.md).
-	t.Run("an unknown machine is discovered, enrolled with the plugin, reboots and joins", func(t *testing.T) {
-		testDiscovery(t, discoveryScenario{c: c, cs: cs, tenant: tenant, pool: pool, kubeconfig: kubeconfig, bootImage: img.Name})
+	// Last, with the first machine off (docs/discovery.md, docs/power.md).
+	t.Run("an unknown machine powered on through IPMI is discovered, enrolled with the plugin and joins; hung in a rollout it is power-cycled; removed, it is powered off", func(t *testing.T) {
+		testDiscovery(t, discoveryScenario{c: c, cs: cs, tenant: tenant, tenantCfg: tenantCfg, pool: pool, kubeconfig: kubeconfig,
+			bootImage: img.Name, nextImage: secondImage})
 	})
 }
 

@@ -114,6 +114,9 @@ type rolloutScenario struct {
 	// switchImage points the pool at the named BootImage the way the
 	// operator does: a helm upgrade of the cluster's release.
 	switchImage func(ctx context.Context, bootImage string) error
+	// cleanup registers the new BootImage's deletion: the scenario's, so
+	// that the steps after the rollout may boot it too.
+	cleanup func(func())
 }
 
 // testRollout switches the pool to a second BootImage and watches the
@@ -122,7 +125,9 @@ type rolloutScenario struct {
 // unavailable (maxUnavailable 1), the workload spread over both nodes keeps
 // the Ready pod its PodDisruptionBudget asks for, and a loop of tenant API
 // calls sees no failure.
-func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
+//
+// It returns the new BootImage's name.
+func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) string {
 	tenant := s.tenant
 	// A workload over both nodes and its budget; the tenant's scheduler,
 	// ReplicaSet and disruption controllers are real.
@@ -192,7 +197,7 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 	if err := s.c.Create(ctx, img); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("creating the second BootImage: %v", err)
 	}
-	t.Cleanup(func() { _ = s.c.Delete(context.Background(), img) })
+	s.cleanup(func() { _ = s.c.Delete(context.Background(), img) })
 	target := kubefarmv1.ImageRef{Name: img.Name, Digest: img.Spec.Rootfs.Digest}
 	if target.Digest == s.oldImage.Spec.Rootfs.Digest {
 		t.Fatal("the variant image has the old rootfs digest")
@@ -316,6 +321,7 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) {
 	if apiFailures > 0 {
 		t.Errorf("%d tenant API calls failed during the rollout, %d succeeded: %s", apiFailures, apiOK, strings.Join(apiErrs, "\n"))
 	}
+	return img.Name
 }
 
 func ptrInt64(v int64) *int64 { return &v }
