@@ -189,7 +189,7 @@ func (d Driver) run(ctx context.Context, t power.Target, op string, fn func(cont
 	// (it waits out its own read timeout), so the operation returns when
 	// ctx ends; the session's goroutine ends within an exchange timeout.
 	done := make(chan error, 1)
-	go func() { done <- session(ctx, host, port, t.Username, t.Password, fn) }()
+	go func() { done <- session(ctx, host, port, t.Username, t.Password, exchangeFor(timeout), fn) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
@@ -201,7 +201,21 @@ func (d Driver) run(ctx context.Context, t power.Target, op string, fn func(cont
 	return wrapError(t.Machine, op, net.JoinHostPort(host, strconv.Itoa(port)), timeout, err)
 }
 
-func session(ctx context.Context, host string, port int, user, pass string, fn func(context.Context, *client.Client) error) error {
+// exchangeFor is how long one request waits for its answer under an
+// operation's timeout: exchangeTimeout up to DefaultTimeout, and the same
+// share of a longer one (--bmc-timeout), so that raising the operation's
+// bound for a slow BMC also gives each of its answers longer: otherwise
+// a BMC slower than three exchanges to answer one command would fail
+// whatever the operator set.
+func exchangeFor(timeout time.Duration) time.Duration {
+	if timeout <= DefaultTimeout {
+		return exchangeTimeout
+	}
+	// In milliseconds: nanoseconds multiplied would overflow int64.
+	return time.Duration(timeout.Milliseconds()*exchangeTimeout.Milliseconds()/DefaultTimeout.Milliseconds()) * time.Millisecond
+}
+
+func session(ctx context.Context, host string, port int, user, pass string, exchange time.Duration, fn func(context.Context, *client.Client) error) error {
 	var c *client.Client
 	err := retry(ctx, "open session", func() error {
 		var err error
@@ -217,7 +231,7 @@ func session(ctx context.Context, host string, port int, user, pass string, fn f
 		c.WithInterface(client.InterfaceLanplus).
 			WithCipherSuiteID(types.CipherSuiteID3).
 			WithMaxPrivilegeLevel(types.PrivilegeLevelOperator).
-			WithTimeout(exchangeTimeout).
+			WithTimeout(exchange).
 			WithRetry(0)
 		if err := c.Connect(ctx); err != nil {
 			// No session to close on the BMC: only free the socket (an
@@ -235,7 +249,7 @@ func session(ctx context.Context, host string, port int, user, pass string, fn f
 	defer func() {
 		// Close the session on the BMC (BMCs have few), bounded on its
 		// own so a cancelled operation still frees it.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exchangeTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exchange)
 		defer cancel()
 		_ = c.Close(cctx)
 	}()

@@ -176,3 +176,22 @@ func TestRetryStopsAtTwoRetries(t *testing.T) {
 		t.Errorf("a step under a cancelled context ran %d times, want 1", calls)
 	}
 }
+
+// TestExchangeFor: the default bound keeps the 2 s per answer; a longer
+// --bmc-timeout gives each answer the same share of it.
+func TestExchangeFor(t *testing.T) {
+	for _, tc := range []struct {
+		timeout, want time.Duration
+	}{
+		{0, exchangeTimeout},
+		{time.Second, exchangeTimeout},
+		{DefaultTimeout, exchangeTimeout},
+		{30 * time.Second, 4 * time.Second},
+		{time.Minute, 8 * time.Second},
+		{5 * time.Minute, 40 * time.Second},
+	} {
+		if got := exchangeFor(tc.timeout); got != tc.want {
+			t.Errorf("exchangeFor(%s) = %s, want %s", tc.timeout, got, tc.want)
+		}
+	}
+}
