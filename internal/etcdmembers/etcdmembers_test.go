@@ -150,6 +150,10 @@ type load struct {
 	worst         atomic.Int64 // slowest Put+Get, ns
 }
 
+// loadRequestTimeout bounds one Put+Get of the load: shorter than
+// kube-apiserver's own patience, long enough for a starved test machine.
+const loadRequestTimeout = 15 * time.Second
+
 func startLoad(cli *clientv3.Client) *load {
 	l := &load{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -163,7 +167,12 @@ func startLoad(cli *clientv3.Client) *load {
 			case <-tick.C:
 			}
 			began := time.Now()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// loadRequestTimeout, not the 5 s it was: a CI run on two busy
+			// cores saw one write stall 5 s while a member was removed and
+			// fail, a stall kube-apiserver (whose etcd calls take the
+			// request's 60 s) would have waited out. The slowest request
+			// is still logged.
+			ctx, cancel := context.WithTimeout(context.Background(), loadRequestTimeout)
 			key, val := fmt.Sprintf("/load/%d", i%100), fmt.Sprint(i)
 			_, err := cli.Put(ctx, key, val)
 			if err == nil {
