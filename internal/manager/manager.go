@@ -114,20 +114,15 @@ func NewScheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
-// powerDriverOptions are the options of the power drivers, checked.
-func (o Options) powerDriverOptions() (drivers.Options, error) {
-	d := drivers.Options{Timeout: o.BMCTimeout}
-	if err := d.Validate(); err != nil {
-		return d, fmt.Errorf("manager Options.BMCTimeout (--bmc-timeout): %w", err)
-	}
-	return d, nil
-}
+// powerDriverOptions are the options of the power drivers; New checks
+// them before anything else.
+func (o Options) powerDriverOptions() drivers.Options { return drivers.Options{Timeout: o.BMCTimeout} }
 
 // New builds a manager with every webhook and health check registered.
 func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Options are refused before the manager reaches the API server.
-	if _, err := opts.powerDriverOptions(); err != nil {
-		return nil, err
+	if err := opts.powerDriverOptions().Validate(); err != nil {
+		return nil, fmt.Errorf("manager Options.BMCTimeout (--bmc-timeout): %w", err)
 	}
 	scheme, err := NewScheme()
 	if err != nil {
@@ -225,10 +220,7 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 	if tenants == nil {
 		tenants = rollout.CachedTenants{Cache: tenantCache}
 	}
-	driverOpts, err := opts.powerDriverOptions()
-	if err != nil {
-		return err
-	}
+	driverOpts := opts.powerDriverOptions()
 	powerDrivers := opts.PowerDrivers
 	if powerDrivers == nil {
 		powerDrivers = drivers.NewWith(driverOpts)

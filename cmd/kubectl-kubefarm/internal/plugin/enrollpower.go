@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/power"
 )
 
 // enroll's --power-* flags: the new entry's power control (its BMC), given
@@ -145,13 +146,13 @@ type SecretRead struct {
 // (PowerCredentialsMissing) at the first power operation, long after the
 // operator ran enroll. A warning only: the Secret may well be created
 // after the entry, and the operator may not be allowed to read it.
-func PowerSecretWarnings(ns string, power *v1alpha1.PowerSpec, creds, ca SecretRead) []string {
-	if power == nil {
+func PowerSecretWarnings(ns string, spec *v1alpha1.PowerSpec, creds, ca SecretRead) []string {
+	if spec == nil {
 		return nil
 	}
 	var out []string
-	name := ns + "/" + power.CredentialsSecret
-	need := fmt.Sprintf("keys username and password and the label %s=true", v1alpha1.LabelBMCCredentials)
+	name := ns + "/" + spec.CredentialsSecret
+	need := fmt.Sprintf("keys %s and %s and the label %s=true", power.KeyUsername, power.KeyPassword, v1alpha1.LabelBMCCredentials)
 	switch s := creds.Secret; {
 	case creds.NotFound:
 		out = append(out, fmt.Sprintf("Secret %s (--power-credentials) does not exist: create it with %s; until then the manager cannot drive the BMC (PowerCredentialsMissing)", name, need))
@@ -162,27 +163,27 @@ func PowerSecretWarnings(ns string, power *v1alpha1.PowerSpec, creds, ca SecretR
 	case s != nil:
 		if s.Labels[v1alpha1.LabelBMCCredentials] != "true" {
 			out = append(out, fmt.Sprintf("Secret %s (--power-credentials) lacks the label %s=true, so the manager will not send it to the BMC: kubectl label secret -n %s %s %s=true",
-				name, v1alpha1.LabelBMCCredentials, ns, power.CredentialsSecret, v1alpha1.LabelBMCCredentials))
+				name, v1alpha1.LabelBMCCredentials, ns, spec.CredentialsSecret, v1alpha1.LabelBMCCredentials))
 		}
-		for _, key := range []string{"username", "password"} {
+		for _, key := range []string{power.KeyUsername, power.KeyPassword} {
 			if len(s.Data[key]) == 0 {
 				out = append(out, fmt.Sprintf("Secret %s (--power-credentials) has no non-empty key %q", name, key))
 			}
 		}
 	}
-	if power.CASecret == "" {
+	if spec.CASecret == "" {
 		return out
 	}
-	caName := ns + "/" + power.CASecret
+	caName := ns + "/" + spec.CASecret
 	switch {
 	case ca.NotFound:
-		out = append(out, fmt.Sprintf("Secret %s (--power-ca) does not exist: create it with the key ca.crt (PEM)", caName))
+		out = append(out, fmt.Sprintf("Secret %s (--power-ca) does not exist: create it with the key %s (PEM)", caName, power.KeyCA))
 	case ca.Forbidden:
-		out = append(out, fmt.Sprintf("could not check Secret %s (--power-ca): you may not read Secrets in namespace %s; it needs the key ca.crt (PEM)", caName, ns))
+		out = append(out, fmt.Sprintf("could not check Secret %s (--power-ca): you may not read Secrets in namespace %s; it needs the key %s (PEM)", caName, ns, power.KeyCA))
 	case ca.Err != nil:
-		out = append(out, fmt.Sprintf("could not check Secret %s (--power-ca): %v; it needs the key ca.crt (PEM)", caName, ca.Err))
-	case ca.Secret != nil && len(ca.Secret.Data["ca.crt"]) == 0:
-		out = append(out, fmt.Sprintf("Secret %s (--power-ca) has no key ca.crt", caName))
+		out = append(out, fmt.Sprintf("could not check Secret %s (--power-ca): %v; it needs the key %s (PEM)", caName, ca.Err, power.KeyCA))
+	case ca.Secret != nil && len(ca.Secret.Data[power.KeyCA]) == 0:
+		out = append(out, fmt.Sprintf("Secret %s (--power-ca) has no key %s", caName, power.KeyCA))
 	}
 	return out
 }
