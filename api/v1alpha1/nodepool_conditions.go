@@ -76,8 +76,11 @@ const (
 	// artifacts; no machine is rebooted into it.
 	ReasonImageNotReady = "BootImageNotReady"
 	// ReasonInvalidStrategy: spec.rollout cannot be evaluated (a bad
-	// maintenance window or budget).
+	// maintenance window, budget or blocking pod selector).
 	ReasonInvalidStrategy = "InvalidStrategy"
+	// ReasonRolloutHeld: every machine that waits is held by a gate
+	// (blocking pods, kubefarm.io/reboot-hold); the message names them.
+	ReasonRolloutHeld = "RolloutHeld"
 
 	// Paused.
 
@@ -98,6 +101,22 @@ const (
 	ReasonAllUpdated = "AllMachinesUpdated"
 	// ReasonMachinesPending: some machine is not up to date yet.
 	ReasonMachinesPending = "MachinesPending"
+)
+
+// Reasons of a Machine's RolloutHeld condition (controllers/rollout/plan,
+// Hold).
+const (
+	// ReasonBlockingPods: pods matching spec.rollout.blockingPodSelector
+	// run on the machine's node (True).
+	ReasonBlockingPods = "BlockingPods"
+	// ReasonBlockingPodsUnknown: the tenant's pods could not be listed, so
+	// the blocking pod gate holds the machine (True; it fails closed).
+	ReasonBlockingPodsUnknown = "BlockingPodsUnknown"
+	// ReasonRebootHold: kubefarm.io/reboot-hold is set on the Machine or
+	// its Node (True).
+	ReasonRebootHold = "RebootHold"
+	// ReasonNotHeld: no gate holds the machine (False).
+	ReasonNotHeld = "NotHeld"
 )
 
 // NodePoolConditionTypes are the condition types a NodePool carries: Ready,

@@ -358,6 +358,19 @@ type RolloutStrategy struct {
 	// +optional
 	RebootAfterLogin *metav1.Duration `json:"rebootAfterLogin,omitempty"`
 
+	// BlockingPodSelector holds a machine's update before its cordon while
+	// a pod of the tenant matching it (in any namespace) runs on the
+	// machine's node, as kured's --blocking-pod-selector does: a batch job
+	// or a database primary the node should keep until it ends. Pods that
+	// ended (Succeeded, Failed) do not hold; an update already started is
+	// not held. Held machines show a RolloutHeld condition naming the pods,
+	// and the pool's Progressing condition names the held machines. The
+	// tenant's pods are listed only while a machine waits to start; when
+	// they cannot be listed every waiting machine is held (the gate fails
+	// closed).
+	// +optional
+	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
+
 	// FailureBudget is how many machine updates may fail before the rollout
 	// halts and waits for an operator.
 	// +optional

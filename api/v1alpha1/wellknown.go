@@ -62,6 +62,13 @@ const (
 	// tried again and the failure count starts from zero. `kubectl
 	// kubefarm rollout retry` sets it to the current time.
 	AnnotationRolloutRetry = "kubefarm.io/rollout-retry"
+	// AnnotationRebootHold keeps a machine out of the rollout's reboots (an
+	// image change or a reboot for drift) while it is set, on the Machine
+	// (the operator's) or on its tenant Node (the tenant's, as kured users
+	// keep chosen nodes out of reboots). Its value is the reason, shown in
+	// the Machine's RolloutHeld condition; an update already started is not
+	// held. Removing the annotation releases the machine.
+	AnnotationRebootHold = "kubefarm.io/reboot-hold"
 
 	// AnnotationPowerRequest on a Machine asks kubefarm-manager for one
 	// power operation: "<on|off|cycle>[,netboot]@<RFC3339 time>" (netboot:

@@ -1495,6 +1495,11 @@ func (in *RolloutStrategy) DeepCopyInto(out *RolloutStrategy) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.BlockingPodSelector != nil {
+		in, out := &in.BlockingPodSelector, &out.BlockingPodSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.FailureBudget != nil {
 		in, out := &in.FailureBudget, &out.FailureBudget
 		*out = new(int32)

@@ -32,6 +32,9 @@ func (r *Reconciler) tenantNodes(ctx context.Context, pool *v1alpha1.NodePool) (
 // nodeFacts is what the planner reads of a Node.
 func nodeFacts(n *corev1.Node) *plan.Node {
 	f := &plan.Node{Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID, Labels: n.Labels}
+	if v, ok := n.Annotations[v1alpha1.AnnotationRebootHold]; ok {
+		f.RebootHold = &v
+	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			f.Ready = c.Status == corev1.ConditionTrue

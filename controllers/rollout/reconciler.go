@@ -172,11 +172,12 @@ type phase func(ctx context.Context, s *scope) (stop bool, err error)
 
 // phases is the pass, in order: gate the image, list the Machines, pin a
 // first image on new ones, read the tenant, act on a retry, drive the
-// updates in flight, apply pause, halt and windows, start what the planner
-// selects, and decide when to look again.
+// updates in flight, apply pause, halt and windows, read the per-machine
+// gates (blocking pods, reboot holds), start what the planner selects,
+// write the machines' holds, and decide when to look again.
 func (r *Reconciler) phases() []phase {
 	return []phase{r.gateImage, r.listMachines, r.serveFirst, r.readTenant,
-		r.retry, r.driveInFlight, r.gateWindows, r.startSelected, r.requeueAfter}
+		r.retry, r.driveInFlight, r.gateWindows, r.readGates, r.startSelected, r.writeHolds, r.requeueAfter}
 }
 
 // Reconcile runs one pass over a pool. The pool's status is written once,

@@ -14,11 +14,12 @@ func (r *Reconciler) requeueAfter(_ context.Context, s *scope) (bool, error) {
 	if !s.sel.RetryAt.IsZero() {
 		s.wake(s.sel.RetryAt.Sub(s.now))
 	}
-	if s.sel.Pending > 0 {
+	if s.sel.Pending > len(s.sel.Held) {
 		// Budget held machines back: others' recovery (a node back to
 		// Ready, an operator's uncordon) is read, not watched.
 		s.wake(r.poll())
 	}
+	r.noteHeld(s)
 	r.summarize(s)
 	return false, nil
 }

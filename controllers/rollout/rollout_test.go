@@ -147,6 +147,8 @@ type fixture struct {
 	// wrapTransport, if set, wraps the transport of the manager's clients,
 	// its own and the tenant's (the benchmark counts their requests).
 	wrapTransport func(http.RoundTripper) http.RoundTripper
+	// tenantUnreachable: the rollout's tenant client fails every request.
+	tenantUnreachable bool
 
 	mu      sync.Mutex
 	stopMgr context.CancelFunc
@@ -330,6 +332,11 @@ func (f *fixture) startManager() {
 	tenant, err := newStaticTenant(mgr, cfg)
 	if err != nil {
 		f.t.Fatal(err)
+	}
+	if f.tenantUnreachable {
+		if tenant.cs, err = kubernetes.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1", Timeout: 5 * time.Second}); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 	r := &rollout.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("rollout-controller"),
 		Tenants: tenant, Poll: 100 * time.Millisecond,

@@ -27,6 +27,9 @@ type Node struct {
 	// BootID is the kubelet's report of the node's boot (nodeInfo.bootID).
 	BootID string
 	Labels map[string]string
+	// RebootHold is the value of the Node's kubefarm.io/reboot-hold
+	// annotation; nil without one.
+	RebootHold *string
 }
 
 // Machine is one machine of the pool with its Node (nil: the tenant has no
@@ -34,6 +37,9 @@ type Node struct {
 type Machine struct {
 	M    *v1alpha1.Machine
 	Node *Node
+	// Hold, when set, is the gate that keeps the machine's update from
+	// starting in this pass (HoldOf).
+	Hold *Hold
 }
 
 // Failed tells whether the machine's latest update towards target failed
@@ -116,6 +122,9 @@ type Selection struct {
 	Unavailable, Budget int
 	// BlockedByDomain names domains whose own budget held a machine back.
 	BlockedByDomain []string
+	// Held are the machines that need an update and may start but for a
+	// gate (Machine.Hold), in the order of machines; they count in Pending.
+	Held []Candidate
 	// RetryAt is when the earliest skipped machine may be tried again
 	// (zero: none waits).
 	RetryAt time.Time
@@ -181,7 +190,8 @@ func tallyDomains(machines []Machine, label string) domains {
 
 // candidates are the machines that need an update and may start now, in
 // the order of machines. A machine skipped last time that is still within
-// SkipBackoff counts in sel.Pending and sets sel.RetryAt instead.
+// SkipBackoff counts in sel.Pending and sets sel.RetryAt instead; one a
+// gate holds counts in sel.Pending and sel.Held.
 func candidates(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.RolloutStrategy, now time.Time, sel *Selection) []Candidate {
 	var cands []Candidate
 	for i, m := range machines {
@@ -202,7 +212,15 @@ func candidates(machines []Machine, target v1alpha1.ImageRef, st v1alpha1.Rollou
 				continue
 			}
 		}
-		cands = append(cands, Candidate{Machine: m, Index: i, Reason: reason, SkippedLast: skipped})
+		c := Candidate{Machine: m, Index: i, Reason: reason, SkippedLast: skipped}
+		if m.Hold != nil {
+			// A gate holds it: it waits without taking the budget's room
+			// from the machines behind it.
+			sel.Pending++
+			sel.Held = append(sel.Held, c)
+			continue
+		}
+		cands = append(cands, c)
 	}
 	return cands
 }

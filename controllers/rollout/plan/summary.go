@@ -35,6 +35,10 @@ type Summary struct {
 	// DrainBlocked names the first machine whose drain a refused eviction
 	// held up in this pass, and what refused it.
 	DrainBlocked string
+	// Held is how many waiting machines a gate held in this pass, and
+	// HeldNames names them (plan.HeldNames).
+	Held      int
+	HeldNames string
 }
 
 // Halted tells whether the failures exceed the failure budget.
@@ -74,7 +78,7 @@ func Conditions(s Summary) []metav1.Condition {
 		if s.DrainBlocked != "" {
 			msg += "; drain blocked: " + s.DrainBlocked
 		}
-		progressing = conditions.New(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonMachinesUpdating, msg)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonMachinesUpdating, msg+s.heldSuffix())
 	case !waiting && s.Unbooted > 0:
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForFirstBoot,
 			fmt.Sprintf("no machine waits for an update; %d of %d machines have not booted yet", s.Unbooted, s.Total))
@@ -91,12 +95,23 @@ func Conditions(s Summary) []metav1.Condition {
 			msg += "; the next opens at " + s.NextWindow.UTC().Format(time.RFC3339)
 		}
 		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForWindow, msg)
+	case s.Held > 0 && s.Held >= s.Pending:
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutHeld,
+			fmt.Sprintf("%d machines wait, held by the rollout's gates: %s", s.Pending, s.HeldNames))
 	default:
 		msg := fmt.Sprintf("%d machines wait: %d of %d unavailable already (budget %d)", s.Pending, s.Unavailable, s.Total, s.Budget)
 		if len(s.FullDomains) > 0 {
 			msg += "; failure domains at their own budget: " + strings.Join(s.FullDomains, ", ")
 		}
-		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForBudget, msg)
+		progressing = conditions.New(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonWaitingForBudget, msg+s.heldSuffix())
 	}
 	return []metav1.Condition{progressing, paused, halted, complete}
+}
+
+// heldSuffix names the held machines after another message.
+func (s Summary) heldSuffix() string {
+	if s.Held == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d held by the rollout's gates: %s", s.Held, s.HeldNames)
 }
