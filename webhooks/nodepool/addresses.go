@@ -2,8 +2,8 @@
 // belong to one machine in the whole admin cluster. Rules that need only the
 // object itself live in the CRD as CEL; this webhook holds what CEL cannot
 // see, other objects, and what CEL cannot compute nicely: the order and size
-// of spec.network.dynamicRange, and the time zones and durations of
-// spec.rollout.maintenanceWindows.
+// of spec.network.dynamicRange, the time zones and durations of
+// spec.rollout.maintenanceWindows, and spec.rollout.blockingPodSelector.
 //
 // The address check answers from an informer cache, for a quick answer to
 // kubectl apply: two pools created at the same instant can both pass it.
@@ -102,6 +102,7 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 	// The CRD checks the days and start of a window; the zone (a name in the
 	// time zone database) and the duration's bounds only code can.
 	errs = append(errs, window.Validate(pool.Spec.Rollout.MaintenanceWindows)...)
+	errs = append(errs, validateBlockingPodSelector(pool)...)
 	conflicts := 0
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))

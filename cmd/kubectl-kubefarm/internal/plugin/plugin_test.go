@@ -359,7 +359,8 @@ func TestRolloutStatus(t *testing.T) {
 		cond(v1alpha1.ConditionProgressing, metav1.ConditionFalse, "RolloutHalted", "2 failed updates exceed the failure budget 1", 2),
 		cond(v1alpha1.ConditionHalted, metav1.ConditionTrue, "FailureBudgetExceeded", "2 failed updates exceed the failure budget 1", 2),
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, "MachinesPending", "1 of 3 machines run the pool's image", 2)))
-	p.Spec.Rollout = v1alpha1.RolloutStrategy{Paused: true, FailureBudget: ptr.To[int32](1)}
+	p.Spec.Rollout = v1alpha1.RolloutStrategy{Paused: true, FailureBudget: ptr.To[int32](1),
+		BlockingPodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "batch"}}}
 	p.Status.FailedUpdates = 2
 	p.Status.RolloutImage = &img2
 	p.Annotations = map[string]string{v1alpha1.AnnotationRolloutRetry: "1"}
@@ -374,6 +375,9 @@ func TestRolloutStatus(t *testing.T) {
 			v1alpha1.RolloutHistoryEntry{Image: img2, Result: v1alpha1.RolloutDone, Reason: v1alpha1.RolloutForReboot, FinishTime: ago(2 * time.Hour)}),
 		machine("a", "other", "other-m0", &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutDraining, TargetImage: img2}),
 	}
+	machines[1].Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRolloutHeld, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonBlockingPods, LastTransitionTime: ago(5 * time.Minute),
+		Message: "1 pod matching spec.rollout.blockingPodSelector runs on Node m1: jobs/nightly"}}
 	got := RolloutStatus(&p, machines, 2, now)
 	want := `NodePool a/workers (cluster c1): Halted
 Image:          img-2
@@ -381,6 +385,7 @@ Rollout image:  img-2@sha256:222222222222222222222222222222222222222222222222222
 Paused:         true (spec.rollout.paused)
 Machines:       3 total, 2 ready, 1 updated, 1 updating, 1 unavailable
 Failed updates: 2 (failure budget 1)
+Gates:          pods matching app=batch, kubefarm.io/reboot-hold on a Machine or its Node
 Last retry:     1 (observed: 1)
 Note: the conditions describe an older generation than the pool's (generation 3); the rollout controller has not acted on the latest spec yet.
 
@@ -394,6 +399,10 @@ Conditions:
 Machines in the rollout:
   MACHINE      PHASE    REASON         SINCE   TARGET   MESSAGE
   workers-m0   Failed   ImageChanged   60m     img-2    in phase Rebooting: no new boot within 15m
+
+Machines held by a gate:
+  MACHINE      REASON         SINCE   MESSAGE
+  workers-m1   BlockingPods   5m      1 pod matching spec.rollout.blockingPodSelector runs on Node m1: jobs/nightly
 
 Recent updates:
   MACHINE      RESULT   REASON           IMAGE   AGE    MESSAGE
@@ -415,6 +424,7 @@ Image:          img-2
 Paused:         false (spec.rollout.paused)
 Machines:       3 total, 2 ready, 1 updated, 1 updating, 1 unavailable
 Failed updates: 0 (failure budget 1)
+Gates:          kubefarm.io/reboot-hold on a Machine or its Node
 
 Conditions:
   none: the rollout controller has not reported on this pool

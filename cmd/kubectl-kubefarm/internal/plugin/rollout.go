@@ -129,6 +129,7 @@ func RolloutStatus(p *v1alpha1.NodePool, machines []v1alpha1.Machine, historyLim
 	fmt.Fprintf(&b, "Machines:       %d total, %d ready, %d updated, %d updating, %d unavailable\n",
 		st.Machines, st.ReadyMachines, st.UpdatedMachines, st.UpdatingMachines, st.UnavailableMachines)
 	fmt.Fprintf(&b, "Failed updates: %d (failure budget %d)\n", st.FailedUpdates, budget)
+	fmt.Fprintf(&b, "Gates:          %s\n", Gates(p))
 	if v := p.Annotations[v1alpha1.AnnotationRolloutRetry]; v != "" {
 		fmt.Fprintf(&b, "Last retry:     %s (observed: %s)\n", v, cmp.Or(st.ObservedRetry, none))
 	}
@@ -159,6 +160,11 @@ func RolloutStatus(p *v1alpha1.NodePool, machines []v1alpha1.Machine, historyLim
 		b.WriteString("  none\n")
 	} else {
 		b.WriteString(indent(Table([]string{"MACHINE", "PHASE", "REASON", "SINCE", "TARGET", "MESSAGE"}, rows)))
+	}
+
+	if held := heldRows(machines, p.Name, now); len(held) > 0 {
+		b.WriteString("\nMachines held by a gate:\n")
+		b.WriteString(indent(Table([]string{"MACHINE", "REASON", "SINCE", "MESSAGE"}, held)))
 	}
 
 	if historyLimit != 0 {
@@ -214,4 +220,32 @@ func RolloutFinished(p *v1alpha1.NodePool) (finished bool, failure string) {
 		return false, ""
 	}
 	return meta.IsStatusConditionTrue(conds, v1alpha1.ConditionComplete), ""
+}
+
+// Gates names the gates of the pool's rollout that hold a machine before
+// its cordon: the blocking pod selector (as kubectl writes a selector) and
+// the reboot-hold annotation, which every pool honours.
+func Gates(p *v1alpha1.NodePool) string {
+	annotation := v1alpha1.AnnotationRebootHold + " on a Machine or its Node"
+	sel := p.Spec.Rollout.BlockingPodSelector
+	if sel == nil {
+		return annotation
+	}
+	return fmt.Sprintf("pods matching %s, %s", metav1.FormatLabelSelector(sel), annotation)
+}
+
+// heldRows are the pool's machines a gate holds (RolloutHeld True), by
+// name.
+func heldRows(machines []v1alpha1.Machine, pool string, now time.Time) [][]string {
+	var rows [][]string
+	for _, m := range machines {
+		if m.Spec.Pool != pool {
+			continue
+		}
+		if c := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ConditionRolloutHeld); c != nil && c.Status == metav1.ConditionTrue {
+			rows = append(rows, []string{m.Name, c.Reason, Age(now, c.LastTransitionTime), c.Message})
+		}
+	}
+	slices.SortFunc(rows, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	return rows
 }

@@ -102,7 +102,9 @@ if complete.status ~= "True" and (isPaused or progressing.reason == "RolloutPaus
   end
   return hs
 end
-if complete.status ~= "True" and progressing.reason == "WaitingForWindow" then
+-- Held by the rollout's gates (blocking pods, kubefarm.io/reboot-hold):
+-- a job's end or a person releases them, as with a window.
+if complete.status ~= "True" and (progressing.reason == "WaitingForWindow" or progressing.reason == "RolloutHeld") then
   hs.status = "Suspended"
   hs.message = why(progressing)
   return hs
