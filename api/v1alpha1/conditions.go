@@ -27,6 +27,12 @@ const (
 	// Absent on a tenant whose member count never changed. Not an input
 	// of Ready: the control plane serves throughout. See docs/etcd.md.
 	ConditionEtcdScaling = "EtcdScaling"
+	// ConditionVersionRolledOut reports spec.version's rollout: True once
+	// status.observedVersion is spec.version; False while the control plane
+	// steps towards it, one minor at a time, or while a step is refused
+	// (the reason says which, docs/versions.md). Not an input of Ready: the
+	// control plane serves throughout.
+	ConditionVersionRolledOut = "VersionRolledOut"
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"

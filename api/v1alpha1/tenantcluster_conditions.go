@@ -105,6 +105,30 @@ const (
 	ReasonStepFailed           = "StepFailed"
 	// ReasonMembersMatch: EtcdScaling False, the change is complete.
 	ReasonMembersMatch = "MembersMatch"
+
+	// VersionRolledOut (internal/upgradeplan decides it). ReasonRolledOut:
+	// True, every component runs spec.version.
+	ReasonRolledOut = "RolledOut"
+	// ReasonRollingOut: the first rollout, nothing ran yet.
+	ReasonRollingOut = "RollingOut"
+	// ReasonUpgradingStep: rolling to the next step of the upgrade, one
+	// minor above what runs (or spec.version); the message names the step
+	// and the steps left.
+	ReasonUpgradingStep = "UpgradingStep"
+	// The refusals: the control plane stays at status.observedVersion.
+	// ReasonKubeletSkew: the step would put kube-apiserver more than three
+	// minors ahead of some Node's kubelet; the message names the Nodes.
+	ReasonKubeletSkew = "KubeletSkew"
+	// ReasonKubeletVersionUnparsable: some Node's kubelet version cannot
+	// be read as v1.MINOR.PATCH, so the skew cannot be checked.
+	ReasonKubeletVersionUnparsable = "KubeletVersionUnparsable"
+	// ReasonNodesUnreadable: the tenant's Nodes could not be read.
+	ReasonNodesUnreadable = "NodesUnreadable"
+	// ReasonDowngradeRefused: spec.version is below what runs.
+	ReasonDowngradeRefused = "DowngradeRefused"
+	// ReasonVersionUnsupported: spec.version, or a minor the upgrade would
+	// step through, lies outside this kubefarm's supported window.
+	ReasonVersionUnsupported = "VersionUnsupported"
 )
 
 // TenantClusterConditionTypes are the condition types a TenantCluster
@@ -112,4 +136,4 @@ const (
 // rotation). printcolumns_test.go holds the CRDs' printer columns to this
 // list.
 var TenantClusterConditionTypes = []string{ConditionReady, ConditionEtcdReady, ConditionAPIServerReady,
-	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionEtcdBackedUp, ConditionEtcdScaling}
+	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionEtcdBackedUp, ConditionEtcdScaling, ConditionVersionRolledOut}

@@ -35,7 +35,7 @@ var layers = map[string]int{
 	// step, a snapshot and its upload) the controller and kubefarm-etcd use.
 	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3,
 	"controllers/tenantcluster/desired": 3, "controllers/nodepool/desired": 3,
-	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3,
+	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3, "internal/upgradeplan": 3,
 	"pxe/bootfile": 3, "pxe/leases": 3, "pxe/fetchguard": 3,
 	"agent/render": 3, "agent/cnicheck": 3, "agent/facts": 3, "images/node": 3, "images/node/fetch": 3,
 	"power": 3, "power/qmp": 3, "power/redfish": 3, "power/ipmi": 3, "power/drivers": 3,
@@ -47,7 +47,7 @@ var layers = map[string]int{
 	"internal/poolindex": 2,
 	// 1: shared leaves.
 	"internal/conditions": 1, "internal/ssa": 1, "internal/bootstraptoken": 1, "internal/newc": 1,
-	"internal/machineconfig": 1, "internal/restconfig": 1, "internal/s3target": 1,
+	"internal/machineconfig": 1, "internal/restconfig": 1, "internal/s3target": 1, "internal/kubeversion": 1,
 	// 0: the API types.
 	"api/v1alpha1": 0,
 }
