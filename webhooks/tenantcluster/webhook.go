@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/kubeversion"
+	"github.com/kubefarm/kubefarm/internal/upgradeplan"
 )
 
 // VersionValidator admits TenantCluster versions per the package
@@ -32,7 +34,7 @@ var _ admission.Validator[*kubefarmv1.TenantCluster] = &VersionValidator{}
 // SetupWithManager checks the window and registers the webhook at
 // /validate-kubefarm-io-v1alpha1-tenantcluster.
 func (v *VersionValidator) SetupWithManager(mgr ctrl.Manager) error {
-	if _, _, err := v.window(); err != nil {
+	if _, err := v.window(); err != nil {
 		return err
 	}
 	return ctrl.NewWebhookManagedBy(mgr, &kubefarmv1.TenantCluster{}).WithValidator(v).Complete()
@@ -40,34 +42,35 @@ func (v *VersionValidator) SetupWithManager(mgr ctrl.Manager) error {
 
 // window parses the bounds; a bad window is a programming error that
 // SetupWithManager reports at start-up.
-func (v *VersionValidator) window() (lo, hi int, err error) {
-	if lo, err = parseMinor(v.MinVersion); err != nil {
-		return 0, 0, fmt.Errorf("TenantCluster version window: MinVersion: %w", err)
-	}
-	if hi, err = parseMinor(v.MaxVersion); err != nil {
-		return 0, 0, fmt.Errorf("TenantCluster version window: MaxVersion: %w", err)
-	}
-	if lo > hi {
-		return 0, 0, fmt.Errorf("TenantCluster version window: MinVersion %s is above MaxVersion %s", v.MinVersion, v.MaxVersion)
-	}
-	return lo, hi, nil
+func (v *VersionValidator) window() (kubeversion.Window, error) {
+	return kubeversion.ParseWindow(v.MinVersion, v.MaxVersion)
 }
 
-// Validate is ValidateVersionChange plus the window. old is nil on CREATE.
+// Validate is ValidateVersionChange plus the window, for the new version
+// and every minor an upgrade steps through. old is nil on CREATE.
 func (v *VersionValidator) Validate(old, tc *kubefarmv1.TenantCluster) field.ErrorList {
 	exempt, errs := validateChange(old, tc)
 	if exempt || len(errs) > 0 {
 		return errs
 	}
-	lo, hi, err := v.window()
+	w, err := v.window()
 	if err != nil {
 		// Fail closed: an unknown window admits nothing new.
 		return field.ErrorList{field.InternalError(versionPath, err)}
 	}
-	nv, _ := ParseVersion(tc.Spec.Version) // validateChange parsed it
-	if nv.Minor < lo || nv.Minor > hi {
+	nv, _ := kubeversion.Parse(tc.Spec.Version) // validateChange parsed it
+	if !w.Contains(nv.Minor) {
 		return field.ErrorList{field.Invalid(versionPath, tc.Spec.Version,
 			fmt.Sprintf("this kubefarm supports Kubernetes %s to %s", v.MinVersion, v.MaxVersion))}
+	}
+	if old == nil {
+		return nil
+	}
+	// No rollout is in progress (validateChange), so the old spec.version
+	// is what runs, or what the first rollout is still rolling out.
+	pv, _ := kubeversion.Parse(old.Spec.Version)
+	if _, err := upgradeplan.Steps(pv, nv, w, nil); err != nil {
+		return field.ErrorList{field.Forbidden(versionPath, err.Error())}
 	}
 	return nil
 }

@@ -117,10 +117,28 @@ func TestDowngradeRejected(t *testing.T) {
 		"spec.version: Forbidden: downgrade from v1.34.4 to v1.33.7 is not supported")
 }
 
-func TestSkippedMinorRejected(t *testing.T) {
-	tc := create(t, "skip", "v1.33.7", "v1.33.7")
-	mustMention(t, setVersion(tc, "v1.35.0"),
-		"spec.version: Forbidden: upgrade from v1.33.7 to v1.35.0 skips a minor version: upgrade one minor at a time, to v1.34 first")
+// TestSkippedMinorAccepted: a cluster left at v1.32 by the previous
+// kubefarm release (staged here as the rollback of an upgrade that release
+// started, the only way a version below the window gets into spec.version)
+// may go straight to v1.34: the controller steps through v1.33
+// (controllers/tenantcluster's TestUpgradeSteps shows the stepping). A
+// cluster at v1.31 may not: v1.32, a step of the way, is not a minor this
+// kubefarm runs.
+func TestSkippedMinorAccepted(t *testing.T) {
+	tc := create(t, "skip", "v1.33.7", "v1.32.5")
+	if err := setVersion(tc, "v1.32.5"); err != nil {
+		t.Fatalf("going back to the observed v1.32.5 was rejected: %v", err)
+	}
+	if err := setVersion(tc, "v1.34.4"); err != nil {
+		t.Fatalf("v1.32.5 -> v1.34.4, through v1.33, was rejected: %v", err)
+	}
+
+	old := create(t, "skip-below", "v1.33.7", "v1.31.2")
+	if err := setVersion(old, "v1.31.2"); err != nil {
+		t.Fatalf("going back to the observed v1.31.2 was rejected: %v", err)
+	}
+	mustMention(t, setVersion(old, "v1.33.4"),
+		"spec.version: Forbidden: the upgrade from v1.31.2 to v1.33.4 steps through v1.32, which this kubefarm does not run")
 }
 
 func TestCreateOutsideWindowRejected(t *testing.T) {
