@@ -371,12 +371,42 @@ type RolloutStrategy struct {
 	// +optional
 	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
 
+	// Notify posts the rollout's notifications to a webhook: before a
+	// node's drain (DrainStarting), after a reboot is verified
+	// (RebootVerified) and when the rollout halts (RolloutHalted). A
+	// receiver that fails or hangs never holds the rollout up.
+	// +optional
+	Notify *RolloutNotify `json:"notify,omitempty"`
+
 	// FailureBudget is how many machine updates may fail before the rollout
 	// halts and waits for an operator.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	FailureBudget *int32 `json:"failureBudget,omitempty"`
+}
+
+// RolloutNotify is where and how the rollout notifies (docs/rollout.md,
+// "Notifications").
+type RolloutNotify struct {
+	// URLSecret names a Secret of the pool's namespace, labelled
+	// kubefarm.io/notify-url=true, whose key "url" is the webhook's URL
+	// (https or http; a chat webhook's URL is its credential, so it lives
+	// in a Secret and is never logged). The label is the Secret owner's
+	// consent: without it a pool author could post a message to any URL
+	// kept in a Secret of the namespace.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	URLSecret string `json:"urlSecret"`
+
+	// Template is a Go text/template of the message's text, over the
+	// fields Event, Namespace, Pool, Machine, Node, Image, Detail and Time;
+	// empty is "kubefarm {{.Event}}: {{.Namespace}}/{{.Pool}} machine
+	// {{.Machine}} ...". The text is cut at 4,096 bytes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Template string `json:"template,omitempty"`
 }
 
 // MaintenanceWindow is a recurring time span in a time zone.

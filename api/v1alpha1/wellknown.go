@@ -30,6 +30,10 @@ const (
 	// send any Secret of the namespace that has "username" and "password"
 	// keys to a host of their choosing.
 	LabelBMCCredentials = "kubefarm.io/bmc-credentials"
+	// LabelNotifyURL, with the value "true", marks a Secret whose "url" a
+	// NodePool's spec.rollout.notify may post to: the Secret owner's
+	// consent, as with LabelBMCCredentials.
+	LabelNotifyURL = "kubefarm.io/notify-url"
 	// LabelPKIRole marks certificate Secrets of one role of a tenant's PKI.
 	LabelPKIRole = "kubefarm.io/pki-role"
 

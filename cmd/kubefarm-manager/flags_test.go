@@ -50,3 +50,18 @@ func TestBMCTimeoutFlag(t *testing.T) {
 		})
 	}
 }
+
+// TestNotifyFlags: --notify-denied-cidrs and --notify-allowed-cidrs reach
+// manager.Options as given (checked when the manager is built).
+func TestNotifyFlags(t *testing.T) {
+	fs := flag.NewFlagSet("kubefarm-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o manager.Options
+	bindFlags(fs, &o)
+	if err := fs.Parse([]string{"--notify-denied-cidrs=10.96.0.0/12,10.244.0.0/16", "--notify-allowed-cidrs", "10.96.10.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.NotifyDeniedCIDRs != "10.96.0.0/12,10.244.0.0/16" || o.NotifyAllowedCIDRs != "10.96.10.0/24" {
+		t.Errorf("Options %q %q", o.NotifyDeniedCIDRs, o.NotifyAllowedCIDRs)
+	}
+}

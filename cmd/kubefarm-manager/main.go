@@ -59,6 +59,13 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 	fs.DurationVar(&o.PowerPollInterval, "power-poll-interval", machinepower.DefaultInterval,
 		"how often each Machine with spec.power has its power state read from its BMC (status.power, the PowerControl "+
 			"condition), jittered by ±20% so that a farm's BMCs are not asked at once")
+	fs.StringVar(&o.NotifyDeniedCIDRs, "notify-denied-cidrs", "",
+		"comma-separated CIDRs the rollout's notifications (spec.rollout.notify) may not connect to, such as the admin "+
+			"cluster's Service and Pod ranges; loopback, link-local, cloud metadata, multicast and the API server's "+
+			"addresses are always refused")
+	fs.StringVar(&o.NotifyAllowedCIDRs, "notify-allowed-cidrs", "",
+		"comma-separated CIDRs the rollout's notifications may connect to although --notify-denied-cidrs or the fixed "+
+			"refusals (not the API server) cover them: an in-cluster receiver's Service range, say")
 	fs.Var((*bmcTimeout)(&o.BMCTimeout), "bmc-timeout",
 		fmt.Sprintf("the `duration` one operation of the ipmi and redfish power drivers may take (a power read, on, off "+
 			"or reset: session, requests and retries), for BMCs that answer slowly (some iDRACs and iLOs under load take "+

@@ -12,6 +12,7 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/drain"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/internal/notify"
 	"github.com/kubefarm/kubefarm/power"
 )
 
@@ -22,7 +23,11 @@ func (r *Reconciler) cordoning(ctx context.Context, s *scope, m *plan.Machine) (
 	if err := r.setUnschedulable(ctx, s.cs, m, true); err != nil {
 		return false, err
 	}
-	return true, r.transition(ctx, s, m, v1alpha1.RolloutDraining, "evicting the node's pods")
+	if err := r.transition(ctx, s, m, v1alpha1.RolloutDraining, "evicting the node's pods"); err != nil {
+		return false, err
+	}
+	r.notify(ctx, s, notify.EventDrainStarting, m, "")
+	return true, nil
 }
 
 func (r *Reconciler) draining(ctx context.Context, s *scope, m *plan.Machine) (bool, error) {
@@ -180,6 +185,7 @@ func (r *Reconciler) verifying(ctx context.Context, s *scope, m *plan.Machine) (
 	}
 	r.event(m.M, corev1.EventTypeNormal, "RolloutVerified", "boot %s runs %s (%s) and stayed Ready for %ds",
 		m.M.Status.LastBoot.BootID, ro.TargetImage.Name, ro.TargetImage.Digest, minReady)
+	r.notify(ctx, s, notify.EventRebootVerified, m, "boot "+m.M.Status.LastBoot.BootID)
 	return true, nil
 }
 

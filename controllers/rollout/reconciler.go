@@ -82,6 +82,11 @@ type Reconciler struct {
 	// Power resets machines that do not reboot (with a one-time network
 	// boot for a BMC's machine); nil disables the fallback.
 	Power *power.Control
+	// Notifier posts spec.rollout.notify's notifications; nil sends none.
+	Notifier Notifier
+	// SecretReader reads the notification URL's Secret, an operator's
+	// that the manager's cache does not hold (nil: Client).
+	SecretReader client.Reader
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 	// Poll is DefaultPoll when zero.

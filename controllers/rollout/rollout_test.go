@@ -37,6 +37,7 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
+	"github.com/kubefarm/kubefarm/internal/notify"
 	"github.com/kubefarm/kubefarm/internal/testing/examples"
 	"github.com/kubefarm/kubefarm/internal/testing/ipmisim"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
@@ -149,6 +150,8 @@ type fixture struct {
 	wrapTransport func(http.RoundTripper) http.RoundTripper
 	// tenantUnreachable: the rollout's tenant client fails every request.
 	tenantUnreachable bool
+	// notifier, if set, is the rollout's Notifier, run by each manager.
+	notifier *notify.Notifier
 
 	mu      sync.Mutex
 	stopMgr context.CancelFunc
@@ -353,6 +356,12 @@ func (f *fixture) startManager() {
 			hook(ctx, m)
 		}
 	})
+	if f.notifier != nil {
+		r.Notifier = f.notifier
+		if err := mgr.Add(f.notifier); err != nil {
+			f.t.Fatal(err)
+		}
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		f.t.Fatal(err)
 	}

@@ -89,6 +89,12 @@ type Options struct {
 	// RolloutPoll is how often a pool with updates in flight is looked at
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
+	// NotifyDeniedCIDRs and NotifyAllowedCIDRs are comma-separated
+	// prefixes the rollout's notifications may not, or may after all,
+	// connect to, beyond the fixed refusals (loopback, link-local, cloud
+	// metadata, multicast, the admin API server's addresses): see
+	// pxe/fetchguard.
+	NotifyDeniedCIDRs, NotifyAllowedCIDRs string
 	// RemovalPowerOff powers off a machine with spec.power once its Node
 	// has left the tenant (controllers/machineremoval); nil is the
 	// machine's power driver (PowerDrivers).
@@ -230,12 +236,18 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 	powerControl := func(recorder string) *power.Control {
 		return &power.Control{Reader: mgr.GetAPIReader(), Drivers: powerDrivers, Recorder: mgr.GetEventRecorder(recorder)}
 	}
+	notifier, err := newNotifier(mgr, opts)
+	if err != nil {
+		return err
+	}
 	if err := (&rollout.Reconciler{
-		Client:   mgr.GetClient(),
-		Recorder: mgr.GetEventRecorder("rollout-controller"),
-		Tenants:  tenants,
-		Power:    powerControl("rollout-controller"),
-		Poll:     opts.RolloutPoll,
+		Client:       mgr.GetClient(),
+		Recorder:     mgr.GetEventRecorder("rollout-controller"),
+		Tenants:      tenants,
+		Power:        powerControl("rollout-controller"),
+		Poll:         opts.RolloutPoll,
+		Notifier:     notifier,
+		SecretReader: mgr.GetAPIReader(),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the rollout controller: %w", err)
 	}

@@ -1,0 +1,69 @@
+package rollout
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
+	"github.com/kubefarm/kubefarm/internal/notify"
+)
+
+// Notifier queues the rollout's notifications (internal/notify.Notifier);
+// Send never blocks.
+type Notifier interface {
+	Send(url, template string, m notify.Message) error
+}
+
+// notifyURLKey is the key of the notification Secret that holds the URL.
+const notifyURLKey = "url"
+
+// notify sends event about m (nil: about the pool) when the pool asks for
+// notifications. Nothing here fails the pass: a missing or unlabelled
+// Secret, a bad URL or template, a full queue are a NotificationFailed
+// Warning on the pool, naming what is wrong but never the URL.
+func (r *Reconciler) notify(ctx context.Context, s *scope, event string, m *plan.Machine, detail string) {
+	n := s.pool.Spec.Rollout.Notify
+	if n == nil || r.Notifier == nil {
+		return
+	}
+	msg := notify.Message{Event: event, Namespace: s.pool.Namespace, Pool: s.pool.Name, Detail: detail, Time: s.now.UTC()}
+	if s.image != nil {
+		msg.Image = s.image.Name
+	}
+	if m != nil {
+		msg.Machine, msg.Node = m.M.Name, m.M.Spec.Hostname
+	}
+	url, err := r.notifyURL(ctx, s.pool.Namespace, n.URLSecret)
+	if err == nil {
+		err = r.Notifier.Send(url, n.Template, msg)
+	}
+	if err != nil {
+		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, "NotificationFailed", "Notify",
+			"the %s notification was not sent: %v", event, err)
+	}
+}
+
+// notifyURL reads the URL from the pool's notification Secret, which must
+// carry the kubefarm.io/notify-url=true label.
+func (r *Reconciler) notifyURL(ctx context.Context, namespace, name string) (string, error) {
+	reader := r.SecretReader
+	if reader == nil {
+		reader = r.Client
+	}
+	sec := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec); err != nil {
+		return "", fmt.Errorf("spec.rollout.notify.urlSecret: reading Secret %s: %w", name, err)
+	}
+	if sec.Labels[v1alpha1.LabelNotifyURL] != "true" {
+		return "", fmt.Errorf("spec.rollout.notify.urlSecret: Secret %s is not labelled %s=true", name, v1alpha1.LabelNotifyURL)
+	}
+	url := string(sec.Data[notifyURLKey])
+	if url == "" {
+		return "", fmt.Errorf("spec.rollout.notify.urlSecret: Secret %s has no %q key", name, notifyURLKey)
+	}
+	return url, nil
+}
