@@ -3,7 +3,8 @@
 // object itself live in the CRD as CEL; this webhook holds what CEL cannot
 // see, other objects, and what CEL cannot compute nicely: the order and size
 // of spec.network.dynamicRange, the time zones and durations of
-// spec.rollout.maintenanceWindows, and spec.rollout.blockingPodSelector.
+// spec.rollout.maintenanceWindows, spec.rollout.blockingPodSelector, and
+// whether spec.rollout.notify.template renders.
 //
 // The address check answers from an informer cache, for a quick answer to
 // kubectl apply: two pools created at the same instant can both pass it.
@@ -103,6 +104,7 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 	// time zone database) and the duration's bounds only code can.
 	errs = append(errs, window.Validate(pool.Spec.Rollout.MaintenanceWindows)...)
 	errs = append(errs, validateBlockingPodSelector(pool)...)
+	errs = append(errs, validateNotify(pool)...)
 	conflicts := 0
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))
