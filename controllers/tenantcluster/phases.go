@@ -19,6 +19,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/upgradeplan"
 )
 
 // scope is one pass over one TenantCluster. Each phase reads what the
@@ -52,6 +53,10 @@ type scope struct {
 	// etcdVoting is how many etcd members vote, as the membership step of
 	// this pass left them; 0 when no step read etcd.
 	etcdVoting int32
+	// version is planVersion's decision, and apiServerBefore the version
+	// the API servers' template ran before this pass ("" when none).
+	version         upgradeplan.Decision
+	apiServerBefore string
 
 	// conditions are the ones the phases observed this pass, in phase
 	// order (CertificatesReady, EtcdReady, APIServerReady, AddonsReady):
@@ -134,6 +139,7 @@ func (r *Reconciler) phases() []phase {
 		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
 		r.reconcileEtcd,               // etcd, with its initial cluster state decided
 		r.reconcileBackup,             // the etcd backup CronJob and its runs' results
+		r.planVersion,                 // the version this pass rolls to: spec.version, an upgrade's next step, or held
 		r.reconcileAPIServer,          // created once etcd is ready; stops until then
 		r.reconcileTenant,             // RBAC and add-ons inside the tenant, once it answers
 		r.reconcileEncryptionRotation, // the next step of a key rotation, once the API servers run the current keys
@@ -436,6 +442,7 @@ func (r *Reconciler) reconcileAPIServer(ctx context.Context, s *scope) (ctrl.Res
 	if err := r.apply(ctx, s.tc, desired, s.apiServer); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.recordStepStarted(s)
 	cond, _ := apiServerCondition(s.apiServer)
 	s.observe(r, cond)
 	return ctrl.Result{}, nil
@@ -492,58 +499,6 @@ func (r *Reconciler) reconcilePDBs(ctx context.Context, s *scope) (ctrl.Result, 
 		if err := r.Client.Delete(ctx, pdb, client.Preconditions{UID: &pdb.UID}); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, err
 		}
-	}
-	return ctrl.Result{}, nil
-}
-
-// reconcileFollowers applies kube-controller-manager and kube-scheduler at
-// the version followerVersion allows: in an upgrade they follow the API
-// servers, never lead them.
-func (r *Reconciler) reconcileFollowers(ctx context.Context, s *scope) (ctrl.Result, error) {
-	c := s.cluster
-	follower := c
-	if v := followerVersion(c.Version, s.tc.Status.ObservedVersion, s.apiServer); v != c.Version {
-		held := *c
-		held.Version = v
-		follower = &held
-		// Not a reason for Ready=False: the control plane serves
-		// throughout; status.observedVersion tells the upgrade's progress.
-		log.FromContext(ctx).Info("upgrade in progress: controller-manager and scheduler wait for the API servers", "running", v, "desired", c.Version)
-	}
-	for _, b := range []struct {
-		what  string
-		build func(*desired.Cluster, *corev1.ConfigMap, desired.SecretData) (*appsv1.Deployment, error)
-	}{{"kube-controller-manager", desired.ControllerManagerDeployment}, {"kube-scheduler", desired.SchedulerDeployment}} {
-		d, err := b.build(follower, s.config, s.secrets)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		got := &appsv1.Deployment{}
-		if err := r.apply(ctx, s.tc, d, got); err != nil {
-			return ctrl.Result{}, err
-		}
-		s.followers = append(s.followers, got)
-		if ok, msg := deploymentAvailable(got, b.what); !ok {
-			s.notReady = append(s.notReady, msg)
-		}
-	}
-	return ctrl.Result{}, nil
-}
-
-// observeRollout notes an endpoint still unknown against Ready, and moves
-// status.observedVersion only when every component runs the desired
-// version, so during an upgrade it keeps naming the version still (partly)
-// running.
-func (r *Reconciler) observeRollout(_ context.Context, s *scope) (ctrl.Result, error) {
-	if s.endpoint == "" {
-		s.notReady = append(s.notReady, "the external endpoint is not known yet (waiting for the Service's address)")
-	}
-	allRolledOut := rolledOut(s.apiServer)
-	for _, d := range s.followers {
-		allRolledOut = allRolledOut && rolledOut(d)
-	}
-	if allRolledOut {
-		s.tc.Status.ObservedVersion = s.cluster.Version
 	}
 	return ctrl.Result{}, nil
 }

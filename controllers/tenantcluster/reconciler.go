@@ -11,7 +11,9 @@
 // credentials.go the kubeconfigs written from the tenant's PKI;
 // encryption.go the encryption key Secret and its rotation;
 // endpoint.go the arithmetic of the external address; status.go the
-// conditions each phase decides; tenantclients.go, tenantrbac.go and
+// conditions each phase decides; upgrade.go the version each component
+// runs (an upgrade's steps, the followers behind the API servers,
+// status.observedVersion); tenantclients.go, tenantrbac.go and
 // addons.go what the controller does inside the tenant.
 package tenantcluster
 
@@ -45,6 +47,7 @@ import (
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/conditions"
+	"github.com/kubefarm/kubefarm/internal/kubeversion"
 )
 
 // Image defaults: the versions the e2e cluster runs (e2e/cluster/images.go).
@@ -101,6 +104,14 @@ type Reconciler struct {
 	// DialEtcd reaches a tenant's etcd to change its membership; nil dials
 	// member 0's client URL. Tests pass one that reaches their own etcd.
 	DialEtcd DialEtcd
+	// TenantNodes reads a tenant's Nodes for the kubelet skew check before
+	// an upgrade step that raises the minor (CachedTenantNodes: the
+	// manager's tenant cache). Nil lists them through TenantClients, on
+	// the passes that would start such a step only.
+	TenantNodes TenantNodes
+	// VersionWindow is the minors the control plane may be upgraded
+	// through and to; zero is kubeversion.DefaultWindow, the webhook's.
+	VersionWindow kubeversion.Window
 	// SecretEvents, when set, is where the events of the S3 credentials
 	// Secrets come from: a cache of every Secret's name alone, watched as
 	// metav1.PartialObjectMetadata. internal/manager sets it because its
@@ -265,7 +276,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return
 		}
 		conditions.EmitTransitions(r.Recorder, tc, before.Conditions, tc.Status.Conditions,
-			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError)
+			v1alpha1.ReasonInvalidSpec, v1alpha1.ReasonReconcileError, v1alpha1.ReasonKubeletSkew, v1alpha1.ReasonKubeletVersionUnparsable,
+			v1alpha1.ReasonNodesUnreadable, v1alpha1.ReasonDowngradeRefused, v1alpha1.ReasonVersionUnsupported)
 	}()
 	return r.runPhases(ctx, s)
 }
