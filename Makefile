@@ -50,10 +50,11 @@ RUNTIME_BINARIES := $(addprefix $(BIN)/,containerd containerd-shim-runc-v2 ctr r
 # versitygw (kubefarm-etcd's S3 tests) and the previous minor's control
 # plane (the upgrade scenario).
 DEMO_TOOL_BINARIES := $(addprefix $(BIN)/,$(K8S_BINARIES) etcd konnectivity-server konnectivity-agent cert-manager-controller cert-manager-cainjector coredns)
-TOOL_BINARIES := $(DEMO_TOOL_BINARIES) $(BIN)/versitygw $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)) $(RUNTIME_BINARIES)
+TOOL_BINARIES := $(DEMO_TOOL_BINARIES) $(BIN)/versitygw $(BIN)/prometheus $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)) $(RUNTIME_BINARIES)
 # The subset the integration tests (envtest) start.
-# versitygw is the S3 server kubefarm-etcd's upload tests run against.
-ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller versitygw)
+# versitygw is the S3 server kubefarm-etcd's upload tests run against;
+# prometheus the alert source of the rollout's alert gate tests.
+ENVTEST_BINARIES := $(addprefix $(BIN)/,kube-apiserver etcd cert-manager-controller versitygw prometheus)
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 STATICCHECK    := $(BIN)/staticcheck
@@ -83,6 +84,11 @@ $(BIN)/etcd: hack/tools/go.mod hack/tools/go.sum hack/tools/etcd/main.go
 
 $(BIN)/versitygw: hack/tools/versitygw/go.mod hack/tools/versitygw/go.sum
 	cd hack/tools/versitygw && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/versity/versitygw/cmd/versitygw
+
+# Prometheus without its service discovery plugins (remove_all_sd): the
+# tests give it a static target, and the plugins are most of its build.
+$(BIN)/prometheus: hack/tools/prometheus/go.mod hack/tools/prometheus/go.sum
+	cd hack/tools/prometheus && $(TOOLS_ENV) $(GO) build -trimpath -tags remove_all_sd -ldflags '-s -w' -o $@ github.com/prometheus/prometheus/cmd/prometheus
 
 # CoreDNS's version string is a constant of the module (coremain.CoreVersion);
 # GitCommit, which `coredns -version` prints after it, gets the module

@@ -583,6 +583,31 @@ podDisruptionBudget: {enabled: false}
 	}
 }
 
+// TestAlertSources: alertSources become one --alert-source each, sorted
+// by name; the schema refuses a bad name and credentials in a URL.
+func TestAlertSources(t *testing.T) {
+	d := deployment(t, renderObjects(t, values(t, `
+alertSources:
+  thanos: https://thanos.example.com/prom
+  prod: http://prometheus-operated.monitoring.svc:9090
+`)))
+	var got []string
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--alert-source=") {
+			got = append(got, a)
+		}
+	}
+	want := []string{"--alert-source=prod=http://prometheus-operated.monitoring.svc:9090", "--alert-source=thanos=https://thanos.example.com/prom"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("alert sources %q, want %q", got, want)
+	}
+	for _, bad := range []string{"alertSources: {Prod: http://p:9090}", "alertSources: {prod: http://user:pw@p:9090}", "alertSources: {prod: p:9090}"} {
+		if _, err := tryRender(t, values(t, bad)); err == nil || !strings.Contains(err.Error(), "alertSources") {
+			t.Errorf("values %q: %v, want a schema error naming alertSources", bad, err)
+		}
+	}
+}
+
 func TestExtraArgsCannotOverrideChartFlags(t *testing.T) {
 	for _, flag := range []string{"leader-elect", "leader-election-namespace", "webhook-cert-dir", "zap-log-level", "metrics-bind-address"} {
 		_, err := tryRender(t, map[string]any{"extraArgs": map[string]any{flag: "x"}})

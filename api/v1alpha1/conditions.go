@@ -76,8 +76,9 @@ const (
 	// power off; the reason says which step it is at or what holds it.
 	ConditionRemoving = "Removing"
 	// ConditionRolloutHeld is True while a gate of spec.rollout holds the
-	// machine's update before its cordon (blocking pods on its node, or a
-	// kubefarm.io/reboot-hold annotation), the reason saying which; False
+	// machine's update before its cordon (blocking pods on its node, a
+	// kubefarm.io/reboot-hold annotation, the pool's firing alerts), the
+	// reason saying which; False
 	// once no gate holds it. Written by the rollout controller, only for
 	// machines that wait for an update or were held before.
 	ConditionRolloutHeld = "RolloutHeld"

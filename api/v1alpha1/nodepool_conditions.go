@@ -79,7 +79,8 @@ const (
 	// maintenance window, budget or blocking pod selector).
 	ReasonInvalidStrategy = "InvalidStrategy"
 	// ReasonRolloutHeld: every machine that waits is held by a gate
-	// (blocking pods, kubefarm.io/reboot-hold); the message names them.
+	// (blocking pods, kubefarm.io/reboot-hold, firing alerts); the message
+	// names them.
 	ReasonRolloutHeld = "RolloutHeld"
 
 	// Paused.
@@ -115,6 +116,12 @@ const (
 	// ReasonRebootHold: kubefarm.io/reboot-hold is set on the Machine or
 	// its Node (True).
 	ReasonRebootHold = "RebootHold"
+	// ReasonFiringAlerts: alerts matching spec.rollout.alertGate fire in
+	// its source; every waiting machine of the pool is held (True).
+	ReasonFiringAlerts = "FiringAlerts"
+	// ReasonAlertsUnknown: spec.rollout.alertGate's source could not be
+	// read, so the gate holds every waiting machine (True; fails closed).
+	ReasonAlertsUnknown = "AlertsUnknown"
 	// ReasonNotHeld: no gate holds the machine (False).
 	ReasonNotHeld = "NotHeld"
 )

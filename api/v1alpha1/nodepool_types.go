@@ -371,6 +371,14 @@ type RolloutStrategy struct {
 	// +optional
 	BlockingPodSelector *metav1.LabelSelector `json:"blockingPodSelector,omitempty"`
 
+	// AlertGate holds every machine update of the pool from starting while
+	// alerts matching it fire in an alert source the operator configured
+	// (kubefarm-manager --alert-source), as kured's --prometheus-url does.
+	// Updates already started finish. When the source cannot be read every
+	// waiting machine is held (the gate fails closed).
+	// +optional
+	AlertGate *AlertGate `json:"alertGate,omitempty"`
+
 	// Notify posts the rollout's notifications to a webhook: before a
 	// node's drain (DrainStarting), after a reboot is verified
 	// (RebootVerified) and when the rollout halts (RolloutHalted). A
@@ -384,6 +392,31 @@ type RolloutStrategy struct {
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	FailureBudget *int32 `json:"failureBudget,omitempty"`
+}
+
+// AlertGate names an alert source and which of its firing alerts hold the
+// pool's reboots (docs/rollout.md, "Gates").
+type AlertGate struct {
+	// Source is the name of one of the manager's --alert-source values (a
+	// Prometheus-compatible API: Prometheus, Thanos, Mimir, Alertmanager's
+	// Prometheus-compatible proxies). A pool names a source, never an
+	// address: the operator decides which servers the manager asks.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Source string `json:"source"`
+
+	// Include is an RE2 pattern an alert's name (its alertname label) must
+	// match, as a whole, to hold the pool; empty means every firing alert.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Include string `json:"include,omitempty"`
+
+	// Exclude is an RE2 pattern of alert names that never hold the pool
+	// (such as Watchdog, which always fires), matched as a whole.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Exclude string `json:"exclude,omitempty"`
 }
 
 // RolloutNotify is where and how the rollout notifies (docs/rollout.md,

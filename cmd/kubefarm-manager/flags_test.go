@@ -65,3 +65,24 @@ func TestNotifyFlags(t *testing.T) {
 		t.Errorf("Options %q %q", o.NotifyDeniedCIDRs, o.NotifyAllowedCIDRs)
 	}
 }
+
+// TestAlertSourceFlag: --alert-source is repeatable and refuses a value
+// that is not name=URL, naming the flag.
+func TestAlertSourceFlag(t *testing.T) {
+	fs := flag.NewFlagSet("kubefarm-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o manager.Options
+	bindFlags(fs, &o)
+	if err := fs.Parse([]string{"--alert-source=prod=http://prometheus.monitoring.svc:9090", "--alert-source", "thanos=https://thanos.example.com"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(o.AlertSources) != 2 || o.AlertSources[1] != "thanos=https://thanos.example.com" {
+		t.Errorf("AlertSources = %q", o.AlertSources)
+	}
+	fs = flag.NewFlagSet("kubefarm-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	bindFlags(fs, &manager.Options{})
+	if err := fs.Parse([]string{"--alert-source=http://prometheus:9090"}); err == nil || !strings.Contains(err.Error(), "-alert-source") {
+		t.Errorf("a source without a name: %v", err)
+	}
+}

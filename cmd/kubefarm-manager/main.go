@@ -15,6 +15,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/machinepower"
 	"github.com/kubefarm/kubefarm/controllers/machineremoval"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/alertgate"
 	"github.com/kubefarm/kubefarm/internal/manager"
 	"github.com/kubefarm/kubefarm/power/drivers"
 	"github.com/kubefarm/kubefarm/power/ipmi"
@@ -59,6 +60,15 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 	fs.DurationVar(&o.PowerPollInterval, "power-poll-interval", machinepower.DefaultInterval,
 		"how often each Machine with spec.power has its power state read from its BMC (status.power, the PowerControl "+
 			"condition), jittered by ±20% so that a farm's BMCs are not asked at once")
+	fs.Func("alert-source", "a Prometheus-compatible API a NodePool's spec.rollout.alertGate may name, as `name=URL` "+
+		"(repeatable; for example prod=http://prometheus.monitoring.svc:9090): while alerts matching a pool's patterns "+
+		"fire there, none of its machines starts an update", func(v string) error {
+		if _, _, err := alertgate.ParseSource(v); err != nil {
+			return err
+		}
+		o.AlertSources = append(o.AlertSources, v)
+		return nil
+	})
 	fs.StringVar(&o.NotifyDeniedCIDRs, "notify-denied-cidrs", "",
 		"comma-separated CIDRs the rollout's notifications (spec.rollout.notify) may not connect to, such as the admin "+
 			"cluster's Service and Pod ranges; loopback, link-local, cloud metadata, multicast and the API server's "+

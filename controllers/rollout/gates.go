@@ -31,8 +31,9 @@ const maxHeldNamed = 5
 const heldPolls = 3
 
 // readGates finds what holds each machine that waits to start: the
-// reboot-hold annotations and, with spec.rollout.blockingPodSelector, the
-// tenant's running pods that match it. The pods are listed only when some
+// reboot-hold annotations, with spec.rollout.alertGate the firing alerts
+// of its source, and with spec.rollout.blockingPodSelector the tenant's
+// running pods that match it. The pods are listed only when some
 // machine waits (one list for the pool, served from the API server's watch
 // cache), so a pool at rest costs the tenant nothing.
 func (r *Reconciler) readGates(ctx context.Context, s *scope) (bool, error) {
@@ -40,6 +41,14 @@ func (r *Reconciler) readGates(ctx context.Context, s *scope) (bool, error) {
 		return false, nil
 	}
 	g := plan.Gates{}
+	if gate := s.pool.Spec.Rollout.AlertGate; gate != nil {
+		hold, invalid := r.alertHold(ctx, gate)
+		if invalid != "" {
+			s.sum.Invalid = invalid
+			return true, nil
+		}
+		g.Pool = hold
+	}
 	if sel := s.pool.Spec.Rollout.BlockingPodSelector; sel != nil {
 		ls, err := metav1.LabelSelectorAsSelector(sel)
 		if err != nil {

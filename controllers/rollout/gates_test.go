@@ -92,7 +92,7 @@ func TestRolloutBlockingPods(t *testing.T) {
 	// While m01 updates, a matching pod lands on m02: it must be held too
 	// when its turn comes.
 	f.setHook(func(ctx context.Context, m *v1alpha1.Machine) {
-		if m.Name == "workers-m01" && m.Status.Rollout.Phase == v1alpha1.RolloutCordoning {
+		if m.Name == "workers-m01" && m.Status.Rollout != nil && m.Status.Rollout.Phase == v1alpha1.RolloutCordoning {
 			f.setHook(nil)
 			// Not runPod: t.Fatal belongs to the test's goroutine, and this
 			// is the controller's.

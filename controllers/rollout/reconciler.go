@@ -82,6 +82,9 @@ type Reconciler struct {
 	// Power resets machines that do not reboot (with a one-time network
 	// boot for a BMC's machine); nil disables the fallback.
 	Power *power.Control
+	// Alerts reads the alert sources spec.rollout.alertGate names; nil
+	// makes every pool with an alert gate an invalid strategy.
+	Alerts AlertReader
 	// Notifier posts spec.rollout.notify's notifications; nil sends none.
 	Notifier Notifier
 	// SecretReader reads the notification URL's Secret, an operator's

@@ -152,6 +152,8 @@ type fixture struct {
 	tenantUnreachable bool
 	// notifier, if set, is the rollout's Notifier, run by each manager.
 	notifier *notify.Notifier
+	// alerts, if set, are the rollout's alert sources.
+	alerts rollout.AlertReader
 
 	mu      sync.Mutex
 	stopMgr context.CancelFunc
@@ -356,6 +358,7 @@ func (f *fixture) startManager() {
 			hook(ctx, m)
 		}
 	})
+	r.Alerts = f.alerts
 	if f.notifier != nil {
 		r.Notifier = f.notifier
 		if err := mgr.Add(f.notifier); err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/kubefarm/kubefarm/controllers/nodepool"
 	"github.com/kubefarm/kubefarm/controllers/rollout"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster"
+	"github.com/kubefarm/kubefarm/internal/alertgate"
 	"github.com/kubefarm/kubefarm/internal/tenantcache"
 	"github.com/kubefarm/kubefarm/power"
 	"github.com/kubefarm/kubefarm/power/drivers"
@@ -89,6 +90,10 @@ type Options struct {
 	// RolloutPoll is how often a pool with updates in flight is looked at
 	// again; zero is rollout.DefaultPoll.
 	RolloutPoll time.Duration
+	// AlertSources are the --alert-source values, name=URL, of the
+	// Prometheus-compatible APIs a NodePool's spec.rollout.alertGate may
+	// name (internal/alertgate).
+	AlertSources []string
 	// NotifyDeniedCIDRs and NotifyAllowedCIDRs are comma-separated
 	// prefixes the rollout's notifications may not, or may after all,
 	// connect to, beyond the fixed refusals (loopback, link-local, cloud
@@ -103,6 +108,8 @@ type Options struct {
 	// cacheAllSecrets caches every Secret of the cluster, as the manager
 	// did before OwnedSecrets: for the memory benchmark's baseline only.
 	cacheAllSecrets bool
+	// alerts are New's alert sources (nil: none configured).
+	alerts rollout.AlertReader
 	// secretEvents is New's cache of Secret names (newSecretEvents).
 	secretEvents cache.Cache
 }
@@ -129,6 +136,13 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Options are refused before the manager reaches the API server.
 	if err := opts.powerDriverOptions().Validate(); err != nil {
 		return nil, fmt.Errorf("manager Options.BMCTimeout (--bmc-timeout): %w", err)
+	}
+	alerts, err := alertgate.New(opts.AlertSources, alertgate.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("manager Options.AlertSources (--alert-source): %w", err)
+	}
+	if len(opts.AlertSources) > 0 {
+		opts.alerts = alerts
 	}
 	scheme, err := NewScheme()
 	if err != nil {
@@ -248,6 +262,7 @@ func setupMachineControllers(mgr ctrl.Manager, opts Options, tenantCache *tenant
 		Poll:         opts.RolloutPoll,
 		Notifier:     notifier,
 		SecretReader: mgr.GetAPIReader(),
+		Alerts:       opts.alerts,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("registering the rollout controller: %w", err)
 	}

@@ -26,6 +26,9 @@ type Gates struct {
 	// PodsUnknown, when set, is why the tenant's pods could not be listed:
 	// the gate then holds every machine it is asked about (fails closed).
 	PodsUnknown string
+	// Pool, when set, holds every machine of the pool: the alert gate's
+	// verdict (firing alerts, or a source that could not be read).
+	Pool *Hold
 }
 
 // maxHoldValue bounds how much of a reboot-hold annotation's value a
@@ -38,7 +41,7 @@ const maxNamedPods = 5
 
 // HoldOf is what holds m's update, nil when nothing does. The operator's
 // annotation on the Machine comes first, then the tenant's on the Node,
-// then the blocking pods.
+// then the pool's alerts, then the blocking pods.
 func HoldOf(m Machine, g Gates) *Hold {
 	if v, ok := m.M.Annotations[v1alpha1.AnnotationRebootHold]; ok {
 		return &Hold{Reason: v1alpha1.ReasonRebootHold,
@@ -47,6 +50,10 @@ func HoldOf(m Machine, g Gates) *Hold {
 	if m.Node != nil && m.Node.RebootHold != nil {
 		return &Hold{Reason: v1alpha1.ReasonRebootHold,
 			Message: fmt.Sprintf("%s is set on Node %s: %q", v1alpha1.AnnotationRebootHold, m.M.Spec.Hostname, clip(*m.Node.RebootHold, maxHoldValue))}
+	}
+	if g.Pool != nil {
+		h := *g.Pool
+		return &h
 	}
 	if !g.PodSelector {
 		return nil

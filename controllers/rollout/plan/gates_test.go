@@ -58,6 +58,12 @@ func TestHoldOf(t *testing.T) {
 		{name: "a long value is cut on a rune", m: with(machine("m1", imgA, ""), nodeHold(long)),
 			reason: v1alpha1.ReasonRebootHold, says: []string{strings.Repeat("é", 128) + "..."}},
 		{name: "a machine without a node and no annotation", m: with(machine("m1", imgA, ""), noNode), g: pods},
+		{name: "the pool's alerts before pods", m: with(machine("m1", imgA, ""), onNode("n1")),
+			g:      Gates{PodSelector: true, BlockingPods: pods.BlockingPods, Pool: &Hold{Reason: v1alpha1.ReasonFiringAlerts, Message: "NodeDown (2)"}},
+			reason: v1alpha1.ReasonFiringAlerts, says: []string{"NodeDown (2)"}},
+		{name: "an annotation before the pool's alerts", m: with(machine("m1", imgA, ""), machineHold("x")),
+			g:      Gates{Pool: &Hold{Reason: v1alpha1.ReasonAlertsUnknown}},
+			reason: v1alpha1.ReasonRebootHold},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := HoldOf(tc.m, tc.g)
