@@ -3,8 +3,8 @@
 // object itself live in the CRD as CEL; this webhook holds what CEL cannot
 // see, other objects, and what CEL cannot compute nicely: the order and size
 // of spec.network.dynamicRange, the time zones and durations of
-// spec.rollout.maintenanceWindows, spec.rollout.blockingPodSelector, and
-// whether spec.rollout.notify.template renders.
+// spec.rollout.maintenanceWindows, spec.rollout.blockingPodSelector, the
+// alert gate's patterns, and whether spec.rollout.notify.template renders.
 //
 // The address check answers from an informer cache, for a quick answer to
 // kubectl apply: two pools created at the same instant can both pass it.
@@ -105,6 +105,7 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 	errs = append(errs, window.Validate(pool.Spec.Rollout.MaintenanceWindows)...)
 	errs = append(errs, validateBlockingPodSelector(pool)...)
 	errs = append(errs, validateNotify(pool)...)
+	errs = append(errs, validateAlertGate(pool)...)
 	conflicts := 0
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))

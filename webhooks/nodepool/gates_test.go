@@ -44,3 +44,30 @@ func TestValidateBlockingPodSelector(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateAlertGate(t *testing.T) {
+	for _, tc := range []struct {
+		name, include, exclude, want string
+	}{
+		{name: "no patterns"},
+		{name: "both", include: "Node.*|Kube.*", exclude: "Watchdog"},
+		{name: "a bad include", include: "(", want: "spec.rollout.alertGate.include"},
+		{name: "a bad exclude", exclude: "[a-", want: "spec.rollout.alertGate.exclude"},
+		{name: "a Perl-only construct", include: "(?=x)", want: "spec.rollout.alertGate.include"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := &kubefarmv1.NodePool{}
+			pool.Spec.Rollout.AlertGate = &kubefarmv1.AlertGate{Source: "prod", Include: tc.include, Exclude: tc.exclude}
+			errs := validateAlertGate(pool)
+			if tc.want == "" {
+				if len(errs) != 0 {
+					t.Fatalf("rejected: %v", errs)
+				}
+				return
+			}
+			if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Fatalf("errors %v, want one naming %s", errs, tc.want)
+			}
+		})
+	}
+}

@@ -30,7 +30,7 @@ var layers = map[string]int{
 	"pxe/dynamic": 5, "pxe/events": 5, "pxe/jointoken": 5, "pxe/routeradv": 5, "pxe/httplimit": 5,
 	"agent": 5, "agent/pxeclient": 5, "agent/noderegister": 5, "agent/podguard": 5,
 	// 4: the manager's way into the tenants, shared by its controllers.
-	"internal/tenantcache": 4, "internal/notify": 4,
+	"internal/tenantcache": 4, "internal/notify": 4, "internal/alertgate": 4,
 	// 3: pure builders and deciders, and the etcd libraries (a membership
 	// step, a snapshot and its upload) the controller and kubefarm-etcd use.
 	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3,

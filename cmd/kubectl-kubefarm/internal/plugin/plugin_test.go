@@ -360,7 +360,8 @@ func TestRolloutStatus(t *testing.T) {
 		cond(v1alpha1.ConditionHalted, metav1.ConditionTrue, "FailureBudgetExceeded", "2 failed updates exceed the failure budget 1", 2),
 		cond(v1alpha1.ConditionComplete, metav1.ConditionFalse, "MachinesPending", "1 of 3 machines run the pool's image", 2)))
 	p.Spec.Rollout = v1alpha1.RolloutStrategy{Paused: true, FailureBudget: ptr.To[int32](1),
-		BlockingPodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "batch"}}}
+		BlockingPodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "batch"}},
+		AlertGate:           &v1alpha1.AlertGate{Source: "prod", Exclude: "Watchdog"}}
 	p.Status.FailedUpdates = 2
 	p.Status.RolloutImage = &img2
 	p.Annotations = map[string]string{v1alpha1.AnnotationRolloutRetry: "1"}
@@ -385,7 +386,7 @@ Rollout image:  img-2@sha256:222222222222222222222222222222222222222222222222222
 Paused:         true (spec.rollout.paused)
 Machines:       3 total, 2 ready, 1 updated, 1 updating, 1 unavailable
 Failed updates: 2 (failure budget 1)
-Gates:          pods matching app=batch, kubefarm.io/reboot-hold on a Machine or its Node
+Gates:          alerts firing in prod except "Watchdog", pods matching app=batch, kubefarm.io/reboot-hold on a Machine or its Node
 Last retry:     1 (observed: 1)
 Note: the conditions describe an older generation than the pool's (generation 3); the rollout controller has not acted on the latest spec yet.
 

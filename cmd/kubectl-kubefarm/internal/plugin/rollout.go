@@ -223,15 +223,24 @@ func RolloutFinished(p *v1alpha1.NodePool) (finished bool, failure string) {
 }
 
 // Gates names the gates of the pool's rollout that hold a machine before
-// its cordon: the blocking pod selector (as kubectl writes a selector) and
-// the reboot-hold annotation, which every pool honours.
+// its cordon: the alert gate, the blocking pod selector (as kubectl writes
+// a selector) and the reboot-hold annotation, which every pool honours.
 func Gates(p *v1alpha1.NodePool) string {
-	annotation := v1alpha1.AnnotationRebootHold + " on a Machine or its Node"
-	sel := p.Spec.Rollout.BlockingPodSelector
-	if sel == nil {
-		return annotation
+	var gates []string
+	if g := p.Spec.Rollout.AlertGate; g != nil {
+		a := "alerts firing in " + g.Source
+		if g.Include != "" {
+			a += fmt.Sprintf(" named %q", g.Include)
+		}
+		if g.Exclude != "" {
+			a += fmt.Sprintf(" except %q", g.Exclude)
+		}
+		gates = append(gates, a)
 	}
-	return fmt.Sprintf("pods matching %s, %s", metav1.FormatLabelSelector(sel), annotation)
+	if sel := p.Spec.Rollout.BlockingPodSelector; sel != nil {
+		gates = append(gates, "pods matching "+metav1.FormatLabelSelector(sel))
+	}
+	return strings.Join(append(gates, v1alpha1.AnnotationRebootHold+" on a Machine or its Node"), ", ")
 }
 
 // heldRows are the pool's machines a gate holds (RolloutHeld True), by
