@@ -67,21 +67,6 @@ func TestUpgradeSteps(t *testing.T) {
 		})
 	})
 	rollOut := upgradeRollOut(ns, "up")
-	image := func(ctx context.Context, component string) string {
-		d := &appsv1.Deployment{}
-		name := "up-" + strings.TrimPrefix(component, "kube-")
-		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, d); err != nil {
-			return err.Error()
-		}
-		for _, c := range d.Spec.Template.Spec.Containers {
-			if c.Name == component {
-				return c.Image
-			}
-		}
-		return "no " + component + " container"
-	}
-	want := func(v string) string { return "registry.k8s.io/kube-apiserver:" + v }
-
 	poll(ctx, t, "Ready at "+prevVersion, 4*time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, true); err != nil {
 			return false, "", err
@@ -102,7 +87,18 @@ func TestUpgradeSteps(t *testing.T) {
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), node) })
 	setKubelet(ctx, t, node.Name, "v1.30.5")
 	setSpecVersion(ctx, t, key, nextVersion)
+	checkStepHeld(ctx, t, key, rollOut, "node upgrade-test-old-kubelet (v1.30.5)")
 
+	// Its NodePool boots a newer kubelet: the next pass (the add-ons'
+	// resync at the latest) starts the step, API servers first.
+	setKubelet(ctx, t, node.Name, "v1.31.0")
+	checkStepTaken(ctx, t, key, rollOut)
+}
+
+// checkStepHeld waits for the step to nextVersion to be held by the
+// kubelet of the Node named, and checks that the control plane stays.
+func checkStepHeld(ctx context.Context, t *testing.T, key types.NamespacedName, rollOut func(context.Context, bool) error, named string) {
+	t.Helper()
 	poll(ctx, t, "the step held by the old kubelet", time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, true); err != nil {
 			return false, "", err
@@ -113,19 +109,23 @@ func TestUpgradeSteps(t *testing.T) {
 		}
 		c := condition(got, v1alpha1.ConditionVersionRolledOut)
 		return hasCondition(got, v1alpha1.ConditionVersionRolledOut, metav1.ConditionFalse, v1alpha1.ReasonKubeletSkew) &&
-			strings.Contains(c.Message, "node upgrade-test-old-kubelet (v1.30.5)"), conditionsString(got), nil
+			strings.Contains(c.Message, named), conditionsString(got), nil
 	})
-	waitTenantEvent(ctx, t, ns, mustTC(ctx, t, key).UID, v1alpha1.ConditionVersionRolledOut+v1alpha1.ReasonKubeletSkew, corev1.EventTypeWarning)
-	if got := image(ctx, desired.ComponentAPIServer); got != want(prevVersion) {
-		t.Fatalf("held, the API servers run %s, want %s", got, want(prevVersion))
+	waitTenantEvent(ctx, t, key.Namespace, mustTC(ctx, t, key).UID, v1alpha1.ConditionVersionRolledOut+v1alpha1.ReasonKubeletSkew, corev1.EventTypeWarning)
+	if got := componentImage(ctx, key, desired.ComponentAPIServer); got != imageOf(desired.ComponentAPIServer, prevVersion) {
+		t.Fatalf("held, the API servers run %s, want %s", got, prevVersion)
 	}
 	if got := mustTC(ctx, t, key); got.Status.ObservedVersion != prevVersion {
 		t.Fatalf("held, status.observedVersion is %s", got.Status.ObservedVersion)
 	}
+}
 
-	// Its NodePool boots a newer kubelet: the next pass (the add-ons'
-	// resync at the latest) starts the step, API servers first.
-	setKubelet(ctx, t, node.Name, "v1.31.0")
+// checkStepTaken follows the step to nextVersion: the API servers first,
+// reported as the last step with an event, controller-manager and
+// scheduler behind them until they are rolled out, then
+// status.observedVersion and VersionRolledOut True.
+func checkStepTaken(ctx context.Context, t *testing.T, key types.NamespacedName, rollOut func(context.Context, bool) error) {
+	t.Helper()
 	poll(ctx, t, "the API servers rolled first", time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, false); err != nil {
 			return false, "", err
@@ -135,20 +135,19 @@ func TestUpgradeSteps(t *testing.T) {
 			return false, "", err
 		}
 		c := condition(got, v1alpha1.ConditionVersionRolledOut)
-		return image(ctx, desired.ComponentAPIServer) == want(nextVersion) &&
+		return componentImage(ctx, key, desired.ComponentAPIServer) == imageOf(desired.ComponentAPIServer, nextVersion) &&
 			hasCondition(got, v1alpha1.ConditionVersionRolledOut, metav1.ConditionFalse, v1alpha1.ReasonUpgradingStep) &&
 			c.Message == prevVersion+" -> "+nextVersion+" (the last step)", conditionsString(got), nil
 	})
-	waitTenantEvent(ctx, t, ns, mustTC(ctx, t, key).UID, "UpgradeStepStarted", corev1.EventTypeNormal)
+	waitTenantEvent(ctx, t, key.Namespace, mustTC(ctx, t, key).UID, "UpgradeStepStarted", corev1.EventTypeNormal)
 	for _, f := range []string{"kube-controller-manager", "kube-scheduler"} {
-		if got := image(ctx, f); got != "registry.k8s.io/"+f+":"+prevVersion {
+		if got := componentImage(ctx, key, f); got != imageOf(f, prevVersion) {
 			t.Errorf("%s runs %s while the API servers roll, want %s", f, got, prevVersion)
 		}
 	}
 	if got := mustTC(ctx, t, key); got.Status.ObservedVersion != prevVersion {
 		t.Errorf("status.observedVersion is %s before the step finished", got.Status.ObservedVersion)
 	}
-
 	poll(ctx, t, "the step finished", time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, true); err != nil {
 			return false, "", err
@@ -158,9 +157,28 @@ func TestUpgradeSteps(t *testing.T) {
 			return false, "", err
 		}
 		return got.Status.ObservedVersion == nextVersion &&
-			image(ctx, "kube-scheduler") == "registry.k8s.io/kube-scheduler:"+nextVersion &&
+			componentImage(ctx, key, "kube-scheduler") == imageOf("kube-scheduler", nextVersion) &&
 			hasCondition(got, v1alpha1.ConditionVersionRolledOut, metav1.ConditionTrue, v1alpha1.ReasonRolledOut), conditionsString(got), nil
 	})
+}
+
+func imageOf(component, version string) string { return "registry.k8s.io/" + component + ":" + version }
+
+// componentImage is the image of a control plane component's container
+// in its Deployment (named after the component without "kube-"), or what
+// went wrong reading it.
+func componentImage(ctx context.Context, key types.NamespacedName, component string) string {
+	d := &appsv1.Deployment{}
+	name := key.Name + "-" + strings.TrimPrefix(component, "kube-")
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: name}, d); err != nil {
+		return err.Error()
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == component {
+			return c.Image
+		}
+	}
+	return "no " + component + " container"
 }
 
 // upgradeRollOut plays the StatefulSet and Deployment controllers of
