@@ -11,8 +11,11 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.apiServer) || !has(self.apiServer.expose) || self.apiServer.expose.type != 'ExternalIP' || has(self.apiServer.expose.externalIP)",fieldPath=".apiServer.expose.externalIP",message="externalIP is required when apiServer.expose.type is ExternalIP"
 type TenantClusterSpec struct {
 	// Version is the Kubernetes version of the control plane, for example
-	// v1.34.4. Upgrades move one minor version at a time; downgrades are
-	// rejected.
+	// v1.34.4. A version several minors ahead is reached one minor at a
+	// time (each minor between at the patch kubefarm pins for it, the API
+	// server first), each step held while a Node's kubelet would fall more
+	// than three minors behind (the VersionRolledOut condition says why);
+	// downgrades are rejected (docs/versions.md).
 	// +kubebuilder:validation:Pattern=`^v1\.[0-9]+\.[0-9]+$`
 	// +required
 	Version string `json:"version"`

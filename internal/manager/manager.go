@@ -209,7 +209,15 @@ func SetupControllers(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// The kubelet skew check reads Nodes from the tenant cache's shared
+	// informer; stand-in tenants (DialTenant) are listed through the
+	// add-ons' client instead, as the cache dials the real address.
+	var tenantNodes tenantcluster.TenantNodes
+	if opts.DialTenant == nil {
+		tenantNodes = tenantcluster.CachedTenantNodes{Cache: tenantCache}
+	}
 	if err := (&tenantcluster.Reconciler{
+		TenantNodes:   tenantNodes,
 		Client:        mgr.GetClient(),
 		APIReader:     mgr.GetAPIReader(),
 		Scheme:        mgr.GetScheme(),
