@@ -42,6 +42,23 @@ if (ready.observedGeneration or generation) < generation then
   hs.message = "waiting for kubefarm-manager to observe generation " .. tostring(generation)
   return hs
 end
+-- spec.version's rollout: a step the controller refused (a kubelet too
+-- old for it, a version it cannot reach) waits for a person, although the
+-- control plane keeps serving: Degraded. A step under way: Progressing.
+local rolled = condition("VersionRolledOut")
+if rolled ~= nil and rolled.status == "False" and (rolled.observedGeneration or generation) >= generation then
+  local r = rolled.reason
+  if r == "KubeletSkew" or r == "KubeletVersionUnparsable" or r == "DowngradeRefused" or r == "VersionUnsupported" then
+    hs.status = "Degraded"
+    hs.message = why(rolled)
+    return hs
+  end
+  if ready.status == "True" then
+    hs.status = "Progressing"
+    hs.message = why(rolled)
+    return hs
+  end
+end
 if ready.status == "True" then
   hs.status = "Healthy"
   hs.message = why(ready)
