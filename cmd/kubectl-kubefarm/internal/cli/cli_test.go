@@ -470,6 +470,7 @@ Rollout image:  node-2@sha256:22222222222222222222222222222222222222222222222222
 Paused:         false (spec.rollout.paused)
 Machines:       3 total, 2 ready, 1 updated, 0 updating, 1 unavailable
 Failed updates: 2 (failure budget 1)
+Gates:          kubefarm.io/reboot-hold on a Machine or its Node
 
 Conditions:
   TYPE          STATUS   REASON                  SINCE   MESSAGE

@@ -264,7 +264,8 @@ func TestStatus(t *testing.T) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "c2"},
 			Spec:       v1alpha1.TenantClusterSpec{Version: "v1.34.4"},
 			Status: v1alpha1.TenantClusterStatus{ObservedVersion: "v1.33.4", Conditions: []metav1.Condition{
-				cond(v1alpha1.ConditionReady, metav1.ConditionFalse, "APIServerReadyFalse", "rolling", 1)}},
+				cond(v1alpha1.ConditionReady, metav1.ConditionFalse, "APIServerReadyFalse", "rolling", 1),
+				cond(v1alpha1.ConditionVersionRolledOut, metav1.ConditionFalse, v1alpha1.ReasonUpgradingStep, "v1.33.4 -> v1.34.4 (the last step)", 1)}},
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c1"},
@@ -315,6 +316,10 @@ NAMESPACE   NAME   VERSION                     READY     REASON                E
 a           c1     v1.34.4                     True      ControlPlaneReady     https://10.0.0.1:6443
 a           new    v1.34.4                     Unknown   -                     -
 b           c2     v1.34.4 (running v1.33.4)   False     APIServerReadyFalse   -
+
+VERSION UPGRADES
+NAMESPACE   NAME   REASON          MESSAGE
+b           c2     UpgradingStep   v1.33.4 -> v1.34.4 (the last step)
 `
 	if gotAll != wantAll {
 		t.Errorf("Status (all namespaces) =\n%s\nwant\n%s", gotAll, wantAll)

@@ -114,6 +114,9 @@ func Status(clusters []v1alpha1.TenantCluster, pools []v1alpha1.NodePool, machin
 	if len(rows) > 0 {
 		sections = append(sections, "TENANT CLUSTERS\n"+Table(headers("NAME", "VERSION", "READY", "REASON", "ENDPOINT"), rows))
 	}
+	if rows := upgradeRows(clusters, ns); len(rows) > 0 {
+		sections = append(sections, "VERSION UPGRADES\n"+Table(headers("NAME", "REASON", "MESSAGE"), rows))
+	}
 
 	pools = slices.Clone(pools)
 	slices.SortFunc(pools, func(a, b v1alpha1.NodePool) int { return byKey(a.ObjectMeta, b.ObjectMeta) })
@@ -164,6 +167,22 @@ func MachinesInRollout(machines []v1alpha1.Machine, pool string) []v1alpha1.Mach
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Spec.Pool, b.Spec.Pool), cmp.Compare(a.Name, b.Name))
 	})
 	return out
+}
+
+// upgradeRows are the clusters whose spec.version is being stepped to or
+// was refused (VersionRolledOut False, but for a new cluster's first
+// rollout): the step and the steps left, or why it waits.
+func upgradeRows(clusters []v1alpha1.TenantCluster, ns func(namespace string, cols ...string) []string) [][]string {
+	var rows [][]string
+	for i := range clusters {
+		tc := &clusters[i]
+		c := meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionVersionRolledOut)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason == v1alpha1.ReasonRollingOut {
+			continue
+		}
+		rows = append(rows, ns(tc.Namespace, tc.Name, c.Reason, c.Message))
+	}
+	return rows
 }
 
 // clusterVersion is the spec's version, and during an upgrade the version
