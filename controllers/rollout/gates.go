@@ -62,20 +62,28 @@ func (r *Reconciler) readGates(ctx context.Context, s *scope) (bool, error) {
 		}
 	}
 	for i := range s.machines {
-		s.machines[i].Hold = plan.HoldOf(s.machines[i], g)
+		// Only a machine that waits can be held: one in flight finishes,
+		// one up to date has nothing to hold.
+		if waits(s.machines[i], s.target) {
+			s.machines[i].Hold = plan.HoldOf(s.machines[i], g)
+		}
 	}
 	return false, nil
 }
 
 // anyWaiting tells whether a machine of the pool waits to start an update.
 func anyWaiting(s *scope) bool {
-	return slices.ContainsFunc(s.machines, func(m plan.Machine) bool {
-		if machinestate.InFlight(m.M) || plan.Failed(m.M, s.target) {
-			return false
-		}
-		_, needs := plan.NeedsUpdate(m.M, s.target)
-		return needs
-	})
+	return slices.ContainsFunc(s.machines, func(m plan.Machine) bool { return waits(m, s.target) })
+}
+
+// waits tells whether m needs an update towards target that has not
+// started (and has not failed, waiting for a retry).
+func waits(m plan.Machine, target v1alpha1.ImageRef) bool {
+	if machinestate.InFlight(m.M) || plan.Failed(m.M, target) {
+		return false
+	}
+	_, needs := plan.NeedsUpdate(m.M, target)
+	return needs
 }
 
 // blockingPods lists the tenant's pods that match selector and have not
