@@ -5,6 +5,9 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -44,6 +47,26 @@ func (r *Reconciler) notify(ctx context.Context, s *scope, event string, m *plan
 	if err != nil {
 		r.Recorder.Eventf(s.pool, nil, corev1.EventTypeWarning, "NotificationFailed", "Notify",
 			"the %s notification was not sent: %v", event, err)
+	}
+}
+
+// notifyHalt sends RolloutHalted once per halt: writeStatus calls it after
+// a write of the pool's status, and it notifies when the pool is halted
+// and this manager has not notified that halt yet. The pool's cached copy
+// may lag its own last write, so "Halted was False before this pass" would
+// notify one halt twice; the halts notified are remembered instead, and
+// forgotten when the pool is no longer halted (a retry) or deleted. A new
+// leader that finds a pool already halted writes nothing, so it does not
+// post the old halt again.
+func (r *Reconciler) notifyHalt(ctx context.Context, s *scope) {
+	key := types.NamespacedName{Namespace: s.pool.Namespace, Name: s.pool.Name}
+	halted := meta.FindStatusCondition(s.pool.Status.Conditions, v1alpha1.ConditionHalted)
+	if halted == nil || halted.Status != metav1.ConditionTrue {
+		r.haltsNotified.Delete(key)
+		return
+	}
+	if _, done := r.haltsNotified.LoadOrStore(key, true); !done {
+		r.notify(ctx, s, notify.EventRolloutHalted, nil, halted.Message)
 	}
 }
 

@@ -33,6 +33,7 @@ package rollout
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -94,6 +95,10 @@ type Reconciler struct {
 	Now func() time.Time
 	// Poll is DefaultPoll when zero.
 	Poll time.Duration
+
+	// haltsNotified are the pools whose current halt was notified
+	// (notifyHalt), by namespace and name.
+	haltsNotified sync.Map
 
 	// afterRecord, in tests, runs right after a phase was recorded and
 	// before its side effect: a test cancels ctx there to kill the
@@ -195,6 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetPool(req.Namespace, req.Name)
+			r.haltsNotified.Delete(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -5,14 +5,12 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/rollout/plan"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/machinestate"
-	"github.com/kubefarm/kubefarm/internal/notify"
 	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
@@ -76,8 +74,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, before *v1alpha1
 		return fmt.Errorf("applying the rollout status of NodePool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
 	conditions.EmitTransitions(r.Recorder, pool, before.Conditions, st.Conditions, v1alpha1.ReasonRolloutHalted, v1alpha1.ReasonFailureBudgetSpent, v1alpha1.ReasonInvalidStrategy)
-	if !meta.IsStatusConditionTrue(before.Conditions, v1alpha1.ConditionHalted) && meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionHalted) {
-		r.notify(ctx, s, notify.EventRolloutHalted, nil, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionHalted).Message)
-	}
+	r.notifyHalt(ctx, s)
 	return nil
 }
