@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -276,8 +275,9 @@ func (src *source) read(ctx context.Context, o Options) ([]Alert, error) {
 	return src.firing, nil
 }
 
-// limitBody cuts every answer at max bytes with an error, so a server
-// (or something posing as one) cannot fill the manager's memory.
+// limitBody cuts every answer at max bytes with an error
+// (http.MaxBytesError), so a server (or something posing as one) cannot
+// fill the manager's memory.
 type limitBody struct {
 	rt  http.RoundTripper
 	max int64
@@ -288,28 +288,7 @@ func (l limitBody) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &limitedReadCloser{rc: resp.Body, left: l.max}
+	// No ResponseWriter: this is a client's answer, nothing to close.
+	resp.Body = http.MaxBytesReader(nil, resp.Body, l.max)
 	return resp, nil
 }
-
-// ErrTooLarge: an answer passed Options.MaxBytes.
-var ErrTooLarge = errors.New("the alert source's answer is too large")
-
-type limitedReadCloser struct {
-	rc   io.ReadCloser
-	left int64
-}
-
-func (l *limitedReadCloser) Read(p []byte) (int, error) {
-	if l.left <= 0 {
-		return 0, ErrTooLarge
-	}
-	if int64(len(p)) > l.left {
-		p = p[:l.left]
-	}
-	n, err := l.rc.Read(p)
-	l.left -= int64(n)
-	return n, err
-}
-
-func (l *limitedReadCloser) Close() error { return l.rc.Close() }

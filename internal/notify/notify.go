@@ -20,6 +20,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -165,9 +166,9 @@ func New(o Options) (*Notifier, error) {
 		g = fetchguard.New(fetchguard.Options{})
 	}
 	n := &Notifier{
-		queue:   make(chan job, cmpOr(o.Queue, DefaultQueue)),
+		queue:   make(chan job, cmp.Or(o.Queue, DefaultQueue)),
 		client:  fetchguard.Client(g.Transport()),
-		timeout: cmpOr(o.Timeout, DefaultTimeout),
+		timeout: cmp.Or(o.Timeout, DefaultTimeout),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefarm_rollout_notifications_total",
 			Help: "Rollout notifications by result: sent (2xx), failed (refused address, timeout, other status), dropped (queue full), invalid (bad URL or template).",
@@ -182,14 +183,6 @@ func New(o Options) (*Notifier, error) {
 		}
 	}
 	return n, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Results of a notification, the counter's label.
