@@ -284,10 +284,12 @@ type RolloutHistoryEntry struct {
 
 // MachineStatus is what the controllers and the machine itself reported.
 type MachineStatus struct {
-	// Conditions: NodeReady (kubefarm-manager, from the Node), and
-	// NetworkVerified and RebootRequired (kubefarm-pxe, from the agent's
-	// report and heartbeat). A Machine has no aggregate Ready condition yet;
-	// Booted and UpToDate are reserved names.
+	// Conditions: NodeReady (kubefarm-manager, from the Node), PowerControl
+	// and Removing (kubefarm-manager's power and removal controllers),
+	// RolloutHeld (the rollout's gates), and NetworkVerified and
+	// RebootRequired (kubefarm-pxe, from the agent's report and heartbeat).
+	// A Machine has no aggregate Ready condition yet; Booted and UpToDate
+	// are reserved names.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

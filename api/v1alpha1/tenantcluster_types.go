@@ -199,7 +199,8 @@ type PodSecurityDefaults struct {
 // TenantClusterStatus is what the controller observed.
 type TenantClusterStatus struct {
 	// Conditions: Ready, EtcdReady, APIServerReady, CertificatesReady, AddonsReady,
-	// EncryptionKeyRotated.
+	// EncryptionKeyRotated, EtcdBackedUp, EtcdScaling and VersionRolledOut
+	// (TenantClusterConditionTypes).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
