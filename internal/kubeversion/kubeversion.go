@@ -63,6 +63,25 @@ func Parse(s string) (Version, error) {
 	return Version{Minor: minor, Patch: patch}, nil
 }
 
+// reportedRE is a version as a running component reports it (a kubelet's
+// nodeInfo.kubeletVersion): v1.MINOR.PATCH, often with a build suffix
+// (v1.34.4+k3s1, v1.34.4-eks-1).
+var reportedRE = regexp.MustCompile(`^v1\.([0-9]{1,4})\.([0-9]{1,6})(?:[-+].*)?$`)
+
+// ParseReported parses a version a component reports, build suffix
+// allowed. A component built without version ldflags reports
+// v0.0.0-master, which does not parse: its version cannot be judged.
+func ParseReported(s string) (Version, error) {
+	m := reportedRE.FindStringSubmatch(s)
+	if m == nil {
+		return Version{}, fmt.Errorf("%q is not of the form v1.MINOR.PATCH[-+suffix]", s)
+	}
+	// At most 4 and 6 digits: they fit.
+	minor, _ := strconv.Atoi(m[1])
+	patch, _ := strconv.Atoi(m[2])
+	return Version{Minor: minor, Patch: patch}, nil
+}
+
 // String is the canonical form, v1.MINOR.PATCH.
 func (v Version) String() string { return fmt.Sprintf("v1.%d.%d", v.Minor, v.Patch) }
 

@@ -79,3 +79,27 @@ func TestPinnedPatches(t *testing.T) {
 		}
 	}
 }
+
+func TestParseReported(t *testing.T) {
+	for s, want := range map[string]string{
+		"v1.34.4":       "v1.34.4",
+		"v1.34.4+k3s1":  "v1.34.4",
+		"v1.31.2-eks-1": "v1.31.2",
+		"v0.0.0-master": "",
+		"1.34.4":        "",
+		"":              "",
+		"v1.34":         "",
+		"v1.34.4junk":   "",
+	} {
+		v, err := ParseReported(s)
+		if want == "" {
+			if err == nil {
+				t.Errorf("ParseReported(%q) = %v, want an error", s, v)
+			}
+			continue
+		}
+		if err != nil || v.String() != want {
+			t.Errorf("ParseReported(%q) = %v, %v; want %s", s, v, err, want)
+		}
+	}
+}

@@ -21,9 +21,7 @@ package upgradeplan
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
@@ -200,21 +198,16 @@ type kubelets struct {
 	tooOld, newer, unparsable []string
 }
 
-// A kubelet reports v1.MINOR.PATCH, often with a build suffix
-// (v1.34.4+k3s1, v1.34.4-eks-1); a kubelet built without version ldflags
-// reports v0.0.0-master and cannot be judged.
-var kubeletRE = regexp.MustCompile(`^v1\.([0-9]{1,4})\.([0-9]{1,6})(?:[-+].*)?$`)
-
 func judgeKubelets(nodes map[string]string, apiServer kubeversion.Version) kubelets {
 	var k kubelets
 	for _, name := range slices.Sorted(maps.Keys(nodes)) {
 		v := nodes[name]
-		m := kubeletRE.FindStringSubmatch(v)
-		if m == nil {
+		kv, err := kubeversion.ParseReported(v)
+		if err != nil {
 			k.unparsable = append(k.unparsable, fmt.Sprintf("%s (%q)", name, v))
 			continue
 		}
-		minor, _ := strconv.Atoi(m[1]) // at most 4 digits
+		minor := kv.Minor
 		switch {
 		case apiServer.Minor-minor > MaxKubeletSkew:
 			k.tooOld = append(k.tooOld, fmt.Sprintf("%s (%s)", name, v))
