@@ -26,6 +26,8 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+
+	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
 // Defaults.
@@ -113,6 +115,10 @@ type Alert struct {
 	Labels map[string]string
 }
 
+// maxNameText bounds one alert name in Summary: a condition message quotes
+// it, and a label value has no bound of its own.
+const maxNameText = 128
+
 // Summary names up to max alert names with their counts, most first:
 // "HighLatency (3), DiskFull (1)".
 func Summary(alerts []Alert, max int) string {
@@ -136,7 +142,7 @@ func Summary(alerts []Alert, max int) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(names)-max))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%s (%d)", n, counts[n]))
+		parts = append(parts, fmt.Sprintf("%s (%d)", conditions.Clip(n, maxNameText), counts[n]))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -79,6 +79,10 @@ func TestSummary(t *testing.T) {
 	if got := Summary(alerts, 2); got != "B (2), A (1), and 2 more" {
 		t.Errorf("Summary = %q", got)
 	}
+	long := strings.Repeat("x", 10000)
+	if got := Summary([]Alert{{Name: long}}, 5); len(got) > 200 || !strings.HasSuffix(got, "... (1)") {
+		t.Errorf("a 10,000-byte alert name is summarised in %d bytes: %.60q", len(got), got)
+	}
 }
 
 // alertsServer answers the alerts API with body (a Prometheus-shaped JSON

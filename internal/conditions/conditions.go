@@ -5,6 +5,8 @@
 package conditions
 
 import (
+	"unicode/utf8"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,4 +56,19 @@ func eventType(old *metav1.Condition, c metav1.Condition, warningReasons []strin
 		return corev1.EventTypeWarning
 	}
 	return corev1.EventTypeNormal
+}
+
+// Clip cuts s to at most n bytes, on a rune boundary, marking the cut: for
+// text a condition message quotes that someone else chose (an annotation's
+// value, a version a Node reports, an alert's name), so that one long value
+// cannot push the message past the API's bound and fail the status write.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

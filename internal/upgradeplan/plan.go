@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/conditions"
 	"github.com/kubefarm/kubefarm/internal/kubeversion"
 )
 
@@ -34,6 +35,10 @@ const MaxKubeletSkew = 3
 
 // maxNamed bounds the Nodes a message names; the rest are counted.
 const maxNamed = 10
+
+// maxVersionText bounds an unparsable kubelet version a message quotes: a
+// Node's status is the tenant's to write.
+const maxVersionText = 64
 
 // Input is what the decision is made from.
 type Input struct {
@@ -204,7 +209,7 @@ func judgeKubelets(nodes map[string]string, apiServer kubeversion.Version) kubel
 		v := nodes[name]
 		kv, err := kubeversion.ParseReported(v)
 		if err != nil {
-			k.unparsable = append(k.unparsable, fmt.Sprintf("%s (%q)", name, v))
+			k.unparsable = append(k.unparsable, fmt.Sprintf("%s (%q)", name, conditions.Clip(v, maxVersionText)))
 			continue
 		}
 		minor := kv.Minor

@@ -3,9 +3,9 @@ package plan
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
 // Hold is why a gate of spec.rollout holds a machine's update before its
@@ -45,11 +45,11 @@ const maxNamedPods = 5
 func HoldOf(m Machine, g Gates) *Hold {
 	if v, ok := m.M.Annotations[v1alpha1.AnnotationRebootHold]; ok {
 		return &Hold{Reason: v1alpha1.ReasonRebootHold,
-			Message: fmt.Sprintf("%s is set on the Machine: %q", v1alpha1.AnnotationRebootHold, clip(v, maxHoldValue))}
+			Message: fmt.Sprintf("%s is set on the Machine: %q", v1alpha1.AnnotationRebootHold, conditions.Clip(v, maxHoldValue))}
 	}
 	if m.Node != nil && m.Node.RebootHold != nil {
 		return &Hold{Reason: v1alpha1.ReasonRebootHold,
-			Message: fmt.Sprintf("%s is set on Node %s: %q", v1alpha1.AnnotationRebootHold, m.M.Spec.Hostname, clip(*m.Node.RebootHold, maxHoldValue))}
+			Message: fmt.Sprintf("%s is set on Node %s: %q", v1alpha1.AnnotationRebootHold, m.M.Spec.Hostname, conditions.Clip(*m.Node.RebootHold, maxHoldValue))}
 	}
 	if g.Pool != nil {
 		h := *g.Pool
@@ -108,16 +108,4 @@ func runVerb(n int) string {
 		return "runs"
 	}
 	return "run"
-}
-
-// clip cuts s to at most n bytes, on a rune boundary, marking the cut.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "..."
 }
