@@ -20,7 +20,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -166,18 +165,7 @@ func TestEtcdScaleController(t *testing.T) {
 	// tenant behind every test's API server must not get this tenant's
 	// add-ons: the tenant does not answer.
 	setTenantDown(tenantHost("sc", ns), true)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.Client.Delete(ctx, mustTC(ctx, t, key)); err != nil {
-			t.Error(err)
-			return
-		}
-		poll(ctx, t, "the tenant deleted", time.Minute, func(ctx context.Context) (bool, string, error) {
-			_, err := getTC(ctx, key)
-			return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
-		})
-	})
+	deleteOnCleanup(t, key)
 	member := func(i int, port int) string {
 		return fmt.Sprintf("https://sc-etcd-%d.sc-etcd.%s.svc.cluster.local:%d", i, ns, port)
 	}

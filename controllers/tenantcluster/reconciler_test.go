@@ -517,22 +517,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 				return client.IgnoreNotFound(ignoreConflict(err))
 			}
 		}
-		for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
-			dep := &appsv1.Deployment{}
-			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			if dep.Status.ObservedGeneration == dep.Generation {
-				continue
-			}
-			n := *dep.Spec.Replicas
-			dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n,
-				ReadyReplicas: n, AvailableReplicas: n}
-			if err := env.Client.Status().Update(ctx, dep); err != nil {
-				return ignoreConflict(err)
-			}
-		}
-		return nil
+		return markControlPlaneAvailable(ctx, ns, name, false)
 	}
 	// The tenant's API server does not answer yet: its RBAC cannot be
 	// written, so the admin kubeconfig would not work, and Ready waits.
@@ -792,6 +777,46 @@ func etcdState(ctx context.Context, t *testing.T, ns, name string) string {
 		t.Fatalf("the etcd state ConfigMap: %v", err)
 	}
 	return cm.Data[desired.EtcdStateKey]
+}
+
+// markControlPlaneAvailable plays the Deployment controller for a tenant's
+// kube-apiserver, kube-controller-manager and kube-scheduler: every replica
+// of the current generation available. holdAPIServer leaves a new
+// generation of the API servers unrolled (an upgrade caught half way).
+func markControlPlaneAvailable(ctx context.Context, ns, name string, holdAPIServer bool) error {
+	for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
+		dep := &appsv1.Deployment{}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+		if dep.Status.ObservedGeneration == dep.Generation || (d == "-apiserver" && holdAPIServer && dep.Status.ObservedGeneration > 0) {
+			continue
+		}
+		n := *dep.Spec.Replicas
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n,
+			ReadyReplicas: n, AvailableReplicas: n}
+		if err := env.Client.Status().Update(ctx, dep); err != nil {
+			return ignoreConflict(err)
+		}
+	}
+	return nil
+}
+
+// deleteOnCleanup deletes the TenantCluster when the test ends and waits
+// until it is gone (its finalizer done), so the next test starts clean.
+func deleteOnCleanup(t *testing.T, key types.NamespacedName) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := env.Client.Delete(ctx, mustTC(ctx, t, key)); err != nil {
+			t.Error(err)
+			return
+		}
+		poll(ctx, t, "the tenant deleted", time.Minute, func(ctx context.Context) (bool, string, error) {
+			_, err := getTC(ctx, key)
+			return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
+		})
+	})
 }
 
 func ignoreConflict(err error) error {

@@ -2,14 +2,12 @@ package tenantcluster_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -54,18 +52,7 @@ func TestUpgradeSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(tc)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := env.Client.Delete(ctx, mustTC(ctx, t, key)); err != nil {
-			t.Error(err)
-			return
-		}
-		poll(ctx, t, "the tenant deleted", time.Minute, func(ctx context.Context) (bool, string, error) {
-			_, err := getTC(ctx, key)
-			return apierrors.IsNotFound(err), fmt.Sprint(err), client.IgnoreNotFound(err)
-		})
-	})
+	deleteOnCleanup(t, key)
 	rollOut := upgradeRollOut(ns, "up")
 	poll(ctx, t, "Ready at "+prevVersion, 4*time.Minute, func(ctx context.Context) (bool, string, error) {
 		if err := rollOut(ctx, true); err != nil {
@@ -197,22 +184,7 @@ func upgradeRollOut(ns, name string) func(ctx context.Context, apiServer bool) e
 				return ignoreConflict(err)
 			}
 		}
-		for _, d := range []string{"-apiserver", "-controller-manager", "-scheduler"} {
-			dep := &appsv1.Deployment{}
-			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + d}, dep); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			if dep.Status.ObservedGeneration == dep.Generation || (d == "-apiserver" && !apiServer && dep.Status.ObservedGeneration > 0) {
-				continue
-			}
-			n := *dep.Spec.Replicas
-			dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n,
-				ReadyReplicas: n, AvailableReplicas: n}
-			if err := env.Client.Status().Update(ctx, dep); err != nil {
-				return ignoreConflict(err)
-			}
-		}
-		return nil
+		return markControlPlaneAvailable(ctx, ns, name, !apiServer)
 	}
 }
 
