@@ -101,9 +101,6 @@ func TestRolloutAlertGate(t *testing.T) {
 	if !refired.Load() {
 		t.Fatal("the hook never fired the alarm again")
 	}
-	if c := f.held("workers-m00"); c == nil || c.Status != metav1.ConditionFalse {
-		t.Errorf("m00, which updated while the alarm fired, says RolloutHeld %+v; only waiting machines are held", c)
-	}
 	for _, name := range []string{"workers-m01", "workers-m02"} {
 		if m := f.machine(name); m.Status.Rollout != nil || doneOn(m, f.imgB) != 0 {
 			t.Errorf("%s started while TestAlarm fired again", name)
