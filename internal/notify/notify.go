@@ -3,10 +3,13 @@
 // --notify-url does, without ever holding the rollout up.
 //
 // The rollout only enqueues: Send never blocks and never fails the pass. One
-// sender goroutine delivers in order, each post bounded by a timeout, none
-// retried; a full queue, a dead or slow receiver, a refused address are
-// counted in kubefarm_rollout_notifications_total and logged without the
-// URL (a chat webhook's URL is its credential).
+// sender goroutine delivers in order, each post bounded by a timeout; what
+// may pass (a refused or reset connection, a timeout, HTTP 408, 425, 429 or
+// 5xx) is posted again, at most twice, after 1 s and 2 s. A full queue, a
+// dead or slow receiver, a refused address are counted in
+// kubefarm_rollout_notifications_total (retries in
+// kubefarm_rollout_notification_retries_total) and logged without the URL
+// (a chat webhook's URL is its credential).
 //
 // The body is JSON with a "text" field, the shape Slack, Mattermost,
 // Rocket.Chat and Google Chat incoming webhooks read, and the facts beside
@@ -59,6 +62,12 @@ const (
 const (
 	DefaultQueue   = 256
 	DefaultTimeout = 10 * time.Second
+	// DefaultAttempts bounds the posts of one notification: the first and
+	// two retries. With the default timeout and backoff a dead receiver
+	// costs a notification at most 33 s, during which later ones wait in
+	// the queue (delivery stays in order).
+	DefaultAttempts = 3
+	DefaultBackoff  = time.Second
 	// MaxTemplate bounds a template's size, MaxText the text it renders
 	// (longer text is cut): chat services refuse large messages anyway.
 	MaxTemplate = 4096
@@ -140,6 +149,12 @@ type Options struct {
 	Queue int
 	// Timeout bounds one post (DefaultTimeout when 0).
 	Timeout time.Duration
+	// Attempts bounds the posts of one notification (DefaultAttempts when
+	// 0; 1 posts once).
+	Attempts int
+	// Backoff is the wait before the first retry, doubled before each
+	// next one (DefaultBackoff when 0).
+	Backoff time.Duration
 	// Registerer takes the counter (nil: not registered).
 	Registerer prometheus.Registerer
 }
@@ -153,10 +168,13 @@ type job struct {
 // Notifier queues and posts notifications. It is a controller-runtime
 // Runnable that runs on the leader only, so a notification goes out once.
 type Notifier struct {
-	queue   chan job
-	client  *http.Client
-	timeout time.Duration
-	results *prometheus.CounterVec
+	queue    chan job
+	client   *http.Client
+	timeout  time.Duration
+	attempts int
+	backoff  time.Duration
+	results  *prometheus.CounterVec
+	retries  prometheus.Counter
 }
 
 // New is a Notifier; Start runs its sender.
@@ -166,13 +184,19 @@ func New(o Options) (*Notifier, error) {
 		g = fetchguard.New(fetchguard.Options{})
 	}
 	n := &Notifier{
-		queue:   make(chan job, cmp.Or(o.Queue, DefaultQueue)),
-		client:  fetchguard.Client(g.Transport()),
-		timeout: cmp.Or(o.Timeout, DefaultTimeout),
+		queue:    make(chan job, cmp.Or(o.Queue, DefaultQueue)),
+		client:   fetchguard.Client(g.Transport()),
+		timeout:  cmp.Or(o.Timeout, DefaultTimeout),
+		attempts: cmp.Or(o.Attempts, DefaultAttempts),
+		backoff:  cmp.Or(o.Backoff, DefaultBackoff),
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kubefarm_rollout_notifications_total",
-			Help: "Rollout notifications by result: sent (2xx), failed (refused address, timeout, other status), dropped (queue full), invalid (bad URL or template).",
+			Help: "Rollout notifications by result: sent (2xx), failed (refused address, timeout, other status, after the retries), dropped (queue full), invalid (bad URL or template).",
 		}, []string{"result"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kubefarm_rollout_notification_retries_total",
+			Help: "Rollout notification posts made again after a failure that may pass (connection refused or reset, timeout, HTTP 408, 425, 429, 5xx).",
+		}),
 	}
 	for _, r := range []string{ResultSent, ResultFailed, ResultDropped, ResultInvalid} {
 		n.results.WithLabelValues(r)
@@ -180,6 +204,9 @@ func New(o Options) (*Notifier, error) {
 	if o.Registerer != nil {
 		if err := o.Registerer.Register(n.results); err != nil {
 			return nil, fmt.Errorf("registering kubefarm_rollout_notifications_total: %w", err)
+		}
+		if err := o.Registerer.Register(n.retries); err != nil {
+			return nil, fmt.Errorf("registering kubefarm_rollout_notification_retries_total: %w", err)
 		}
 	}
 	return n, nil
@@ -195,6 +222,9 @@ const (
 
 // Counter is the results counter (tests read it).
 func (n *Notifier) Counter() *prometheus.CounterVec { return n.results }
+
+// Retries is the retries counter (tests read it).
+func (n *Notifier) Retries() prometheus.Counter { return n.retries }
 
 // CheckURL refuses what is no webhook URL: a scheme other than http or
 // https, no host, or credentials in it. The error never quotes the URL.
@@ -251,7 +281,7 @@ func (n *Notifier) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case j := <-n.queue:
-			if err := n.post(ctx, j); err != nil {
+			if err := n.deliver(ctx, j); err != nil {
 				n.results.WithLabelValues(ResultFailed).Inc()
 				// The URL is a credential: the error names the host at most.
 				lg.Info("a rollout notification was not delivered", "reason", err.Error())
@@ -260,6 +290,44 @@ func (n *Notifier) Start(ctx context.Context) error {
 			n.results.WithLabelValues(ResultSent).Inc()
 		}
 	}
+}
+
+// deliver posts j, again after a failure that may pass, at most attempts
+// times in all.
+func (n *Notifier) deliver(ctx context.Context, j job) error {
+	wait := n.backoff
+	for attempt := 1; ; attempt++ {
+		err := n.post(ctx, j)
+		var pe *postError
+		if err == nil || attempt >= n.attempts || !errors.As(err, &pe) || !pe.transient {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+		n.retries.Inc()
+	}
+}
+
+// postError is a failed post: its text names the host at most, and
+// transient says whether posting again may succeed.
+type postError struct {
+	msg       string
+	transient bool
+}
+
+func (e *postError) Error() string { return e.msg }
+
+// transientStatus: the receiver may take the same post later.
+func transientStatus(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return code >= 500
 }
 
 // post delivers one notification within the timeout.
@@ -275,38 +343,41 @@ func (n *Notifier) post(ctx context.Context, j job) error {
 	host := req.URL.Host
 	resp, err := n.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("posting to %s: %s", host, failureKind(err))
+		kind, transient := failureKind(err)
+		return &postError{msg: fmt.Sprintf("posting to %s: %s", host, kind), transient: transient}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	// Read a little of the answer so the connection can be reused.
 	_, _ = io.CopyN(io.Discard, resp.Body, 4096)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("posting to %s: status %d", host, resp.StatusCode)
+		return &postError{msg: fmt.Sprintf("posting to %s: status %d", host, resp.StatusCode), transient: transientStatus(resp.StatusCode)}
 	}
 	return nil
 }
 
 // failureKind says what went wrong without quoting the error, whose text
-// carries the whole URL (url.Error).
-func failureKind(err error) string {
+// carries the whole URL (url.Error), and whether posting again may pass: a
+// refused address, a redirect loop, a name that does not resolve or an
+// untrusted certificate will not change in seconds.
+func failureKind(err error) (string, bool) {
 	var refused *fetchguard.RefusedError
 	var ne net.Error
 	switch {
 	case errors.As(err, &refused):
-		return refused.Error()
+		return refused.Error(), false
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "timed out"
+		return "timed out", true
 	case errors.Is(err, fetchguard.ErrTooManyRedirects):
-		return "too many redirects"
+		return "too many redirects", false
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
+		return "connection refused", true
 	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
+		return "connection reset", true
 	case errors.As(err, new(*net.DNSError)):
-		return "the host name did not resolve"
+		return "the host name did not resolve", false
 	case errors.As(err, new(x509.UnknownAuthorityError)), errors.As(err, new(x509.HostnameError)), errors.As(err, new(*tls.CertificateVerificationError)):
-		return "the receiver's certificate was not trusted"
+		return "the receiver's certificate was not trusted", false
 	default:
-		return "the request failed"
+		return "the request failed", false
 	}
 }

@@ -168,7 +168,7 @@ func TestDeadReceiverDoesNotBlock(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	r := newReceiver(t, block)
-	n := loopbackNotifier(t, Options{Queue: 2, Timeout: 200 * time.Millisecond})
+	n := loopbackNotifier(t, Options{Queue: 2, Timeout: 200 * time.Millisecond, Backoff: 10 * time.Millisecond})
 	sent := 0
 	dropped := 0
 	start := time.Now()
@@ -193,6 +193,78 @@ func TestDeadReceiverDoesNotBlock(t *testing.T) {
 	if got := testutil.ToFloat64(n.Counter().WithLabelValues(ResultSent)); got != 0 {
 		t.Errorf("sent = %v to a receiver that never answered", got)
 	}
+	// Each timed-out notification was posted three times.
+	if got := testutil.ToFloat64(n.Retries()); got != float64(2*sent) {
+		t.Errorf("retries = %v, want 2 for each of the %d notifications", got, sent)
+	}
+}
+
+// statusReceiver answers each post with the next of codes (the last one
+// from then on) and counts the posts.
+func statusReceiver(t *testing.T, codes ...int) (*httptest.Server, func() int) {
+	var mu sync.Mutex
+	posts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		code := codes[min(posts, len(codes)-1)]
+		posts++
+		mu.Unlock()
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() int { mu.Lock(); defer mu.Unlock(); return posts }
+}
+
+// TestRetries: what may pass is posted again after a backoff, at most
+// twice; what will not (a 4xx, a refused address) is posted once.
+func TestRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		codes                  []int
+		attempts               int
+		result                 string
+		wantPosts, wantRetries int
+	}{
+		{name: "503 then 200 is sent on the second post", codes: []int{503, 200}, result: ResultSent, wantPosts: 2, wantRetries: 1},
+		{name: "429, 502, then 204 is sent on the third", codes: []int{429, 502, 204}, result: ResultSent, wantPosts: 3, wantRetries: 2},
+		{name: "500 for ever fails after three posts", codes: []int{500}, result: ResultFailed, wantPosts: 3, wantRetries: 2},
+		{name: "400 fails at once", codes: []int{400, 200}, result: ResultFailed, wantPosts: 1},
+		{name: "404 fails at once", codes: []int{404, 200}, result: ResultFailed, wantPosts: 1},
+		{name: "Attempts 1 posts once", codes: []int{503, 200}, attempts: 1, result: ResultFailed, wantPosts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, posts := statusReceiver(t, tc.codes...)
+			n := loopbackNotifier(t, Options{Attempts: tc.attempts, Backoff: 5 * time.Millisecond})
+			if err := n.Send(srv.URL, "", sample); err != nil {
+				t.Fatal(err)
+			}
+			waitCount(t, n, tc.result, 1)
+			if got := posts(); got != tc.wantPosts {
+				t.Errorf("%d posts, want %d", got, tc.wantPosts)
+			}
+			if got := testutil.ToFloat64(n.Retries()); got != float64(tc.wantRetries) {
+				t.Errorf("retries = %v, want %d", got, tc.wantRetries)
+			}
+		})
+	}
+	t.Run("a refused address is not retried", func(t *testing.T) {
+		srv, posts := statusReceiver(t, 200)
+		n, err := New(Options{Backoff: 5 * time.Millisecond}) // the default guard refuses loopback
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = n.Start(ctx) }()
+		defer func() { cancel(); <-done }()
+		if err := n.Send(srv.URL, "", sample); err != nil {
+			t.Fatal(err)
+		}
+		waitCount(t, n, ResultFailed, 1)
+		if posts() != 0 || testutil.ToFloat64(n.Retries()) != 0 {
+			t.Errorf("%d posts, %v retries to a refused address", posts(), testutil.ToFloat64(n.Retries()))
+		}
+	})
 }
 
 // TestGuardRefuses: with the default guard, a post to loopback (as to
