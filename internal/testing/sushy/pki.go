@@ -14,10 +14,10 @@ import (
 	"time"
 )
 
-// writePKI makes a throw-away CA and a server certificate for 127.0.0.1
-// signed by it, writes the certificate and key into dir for the emulator
+// writePKI makes a throw-away CA and a server certificate for ip signed
+// by it, writes the certificate and key into dir for the emulator
 // and returns the CA's PEM and the files' paths.
-func writePKI(t testing.TB, dir string) (caPEM []byte, certFile, keyFile string) {
+func writePKI(t testing.TB, dir string, ip net.IP) (caPEM []byte, certFile, keyFile string) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -42,10 +42,10 @@ func writePKI(t testing.TB, dir string) (caPEM []byte, certFile, keyFile string)
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip.String()},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses: []net.IP{ip},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
 	if err != nil {

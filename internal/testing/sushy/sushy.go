@@ -7,10 +7,15 @@
 //
 // Per test, Start makes: a throw-away CA and a server certificate for
 // 127.0.0.1, an htpasswd file (bcrypt) for a random password, a tap
-// device with a unique name, a libvirt domain (TCG, 128 MiB, no disk, one
-// e1000 on that tap, so a Pxe boot override has a device to point at) and
+// device with a unique name, a libvirt domain (TCG, 128 MiB, a blank
+// sparse disk that its boot order names, one e1000 on that tap, so a Pxe
+// boot override has a device to point at) and
 // sushy-emulator on a free loopback port restricted to that one domain.
 // t.Cleanup stops the emulator and removes the domain and the tap.
+// StartWith does the same for a machine that really boots (the e2e farm's):
+// the emulator on another address of the host, the domain on a tap the
+// caller made (enslaved to its boot bridge), with its MAC, memory and a
+// serial console written to a file.
 //
 // libvirtd and virtlogd are system daemons: the first Start of a process
 // starts them unless they answer already (the host preparation of
@@ -26,6 +31,7 @@ package sushy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -33,6 +39,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -84,9 +91,39 @@ func sushyDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "vendor", "sushy-tools")
 }
 
+// Options of StartWith; the zero value is Start's machine.
+type Options struct {
+	// ListenIP is the host address the emulator listens on and its
+	// certificate names; 127.0.0.1 when empty.
+	ListenIP string
+	// Tap is an existing tap device (made and enslaved to a bridge by the
+	// caller, who removes it) for the machine's e1000; when empty Start
+	// makes one attached to nothing.
+	Tap string
+	// MAC of the machine's e1000; libvirt picks one when empty.
+	MAC string
+	// MemoryMiB of the machine; 128 when zero.
+	MemoryMiB int
+	// Console is a file the machine's serial console is written to; none
+	// when empty.
+	Console string
+}
+
 // Start runs an emulator and its machine (powered off) for t.
-func Start(t testing.TB) *Emulator {
+func Start(t testing.TB) *Emulator { t.Helper(); return StartWith(t, Options{}) }
+
+// StartWith runs an emulator and its machine (powered off) for t, as o
+// says. The machine's boot order names only a disk (a 16 MiB sparse file,
+// blank): it boots from the network only when told to, as a server whose
+// disk comes first would.
+func StartWith(t testing.TB, o Options) *Emulator {
 	t.Helper()
+	o.ListenIP = cmp.Or(o.ListenIP, "127.0.0.1")
+	o.MemoryMiB = cmp.Or(o.MemoryMiB, 128)
+	listen := net.ParseIP(o.ListenIP)
+	if listen == nil {
+		t.Fatalf("sushy.Options.ListenIP %q is not an IP address", o.ListenIP)
+	}
 	dir := sushyDir()
 	// Only these three make a skip; anything else missing (virtlogd,
 	// Debian's python3 and its modules) is a failure that says what.
@@ -107,7 +144,7 @@ func Start(t testing.TB) *Emulator {
 	tmp := t.TempDir()
 	e := &Emulator{Username: "admin", Password: local.RandomHex(t, 16)}
 
-	caPEM, certFile, keyFile := writePKI(t, tmp)
+	caPEM, certFile, keyFile := writePKI(t, tmp, listen)
 	e.CA = caPEM
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
@@ -115,12 +152,15 @@ func Start(t testing.TB) *Emulator {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 
 	id := local.RandomHex(t, 4)
-	tap := "kfsushy" + id // 15 characters at most
 	e.Domain = "kubefarm-sushy-" + id
 	uuid := newUUID(t)
-	run(t, "ip", "tuntap", "add", "dev", tap, "mode", "tap")
-	t.Cleanup(func() { runQuiet("ip", "link", "del", tap) })
-	defineDomain(t, tmp, e.Domain, uuid, tap)
+	if o.Tap == "" {
+		o.Tap = "kfsushy" + id // 15 characters at most
+		run(t, "ip", "tuntap", "add", "dev", o.Tap, "mode", "tap")
+		tap := o.Tap
+		t.Cleanup(func() { runQuiet("ip", "link", "del", tap) })
+	}
+	defineDomain(t, tmp, e.Domain, uuid, o)
 
 	htpasswd := filepath.Join(tmp, "htpasswd")
 	out, err := exec.Command("/usr/bin/python3", "-c",
@@ -136,14 +176,14 @@ func Start(t testing.TB) *Emulator {
 	writeFile(t, config, fmt.Sprintf("SUSHY_EMULATOR_AUTH_FILE = %q\nSUSHY_EMULATOR_ALLOWED_INSTANCES = [%q]\n", htpasswd, uuid))
 
 	port := local.TCPPort(t)
-	e.Endpoint = fmt.Sprintf("https://127.0.0.1:%d", port)
+	e.Endpoint = "https://" + net.JoinHostPort(o.ListenIP, fmt.Sprint(port))
 	e.Log = filepath.Join(tmp, "sushy.log")
 	logf, err := os.Create(e.Log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("/usr/bin/python3", "-m", "sushy_tools.emulator.main",
-		"-i", "127.0.0.1", "-p", fmt.Sprint(port), "--config", config,
+		"-i", o.ListenIP, "-p", fmt.Sprint(port), "--config", config,
 		"--ssl-certificate", certFile, "--ssl-key", keyFile, "--libvirt-uri", "qemu:///system")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir)
@@ -240,24 +280,43 @@ func (e *Emulator) DomainID(t testing.TB) string {
 // defineDomain defines the machine (persistent: sushy powers it on with
 // libvirt's create, and rewrites its XML for a boot override, which a
 // transient domain cannot take) and removes it at cleanup.
-func defineDomain(t testing.TB, dir, name, uuid, tap string) {
+func defineDomain(t testing.TB, dir, name, uuid string, o Options) {
 	t.Helper()
+	disk := filepath.Join(dir, "disk.raw")
+	if err := os.WriteFile(disk, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(disk, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	var mac, console string
+	if o.MAC != "" {
+		mac = fmt.Sprintf("\n      <mac address='%s'/>", o.MAC)
+	}
+	if o.Console != "" {
+		console = fmt.Sprintf("\n    <serial type='file'><source path='%s'/><target port='0'/></serial>", o.Console)
+	}
 	xml := fmt.Sprintf(`<domain type='qemu'>
   <name>%s</name>
   <uuid>%s</uuid>
-  <memory unit='MiB'>128</memory>
+  <memory unit='MiB'>%d</memory>
   <vcpu>1</vcpu>
   <os><type arch='x86_64' machine='pc'>hvm</type><boot dev='hd'/></os>
   <on_reboot>restart</on_reboot>
   <devices>
     <emulator>%s</emulator>
-    <interface type='ethernet'>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='%s'/>
+      <target dev='vda' bus='virtio'/>
+    </disk>
+    <interface type='ethernet'>%s
       <target dev='%s' managed='no'/>
       <model type='e1000'/>
-    </interface>
+    </interface>%s
   </devices>
 </domain>
-`, name, uuid, qemuBin, tap)
+`, name, uuid, o.MemoryMiB, qemuBin, disk, mac, o.Tap, console)
 	path := filepath.Join(dir, "domain.xml")
 	writeFile(t, path, xml)
 	run(t, "virsh", "-c", "qemu:///system", "define", path)
@@ -265,6 +324,13 @@ func defineDomain(t testing.TB, dir, name, uuid, tap string) {
 		runQuiet("virsh", "-c", "qemu:///system", "destroy", name)
 		runQuiet("virsh", "-c", "qemu:///system", "undefine", name)
 	})
+}
+
+// Destroy pulls the machine's plug (virsh destroy), as a test's own act
+// rather than the BMC's.
+func (e *Emulator) Destroy(t testing.TB) {
+	t.Helper()
+	run(t, "virsh", "-c", "qemu:///system", "destroy", e.Domain)
 }
 
 func run(t testing.TB, name string, args ...string) string {
