@@ -376,6 +376,37 @@ func TestClusterChartMapsCatchAll(t *testing.T) {
 	}
 }
 
+// TestClusterChartMapsCatchAllBesideListedMachines: a pool may list
+// machines (here one behind a Redfish BMC) and join unknown ones in its
+// range, as the e2e's join pool does.
+func TestClusterChartMapsCatchAllBesideListedMachines(t *testing.T) {
+	_, pools := clusterObjects(t, mustRenderCluster(t, values(t, `
+nodePools:
+- name: workers
+  range: 10.123.0.200,10.123.0.209,255.255.255.0,12h
+  extraOpts: [{dhcp-generate-names: "tag:?"}, {dhcp-ignore-names: "tag:?"}]
+  nodes:
+  - name: m1
+    mac: "52:54:00:7b:00:3d"
+    ip: 10.123.0.61
+    power: {driver: redfish, address: "https://10.123.0.1:8443/redfish/v1/Systems/abc", credentialsSecret: m1-bmc, caSecret: m1-bmc-ca}
+`)))
+	if len(pools) != 1 {
+		t.Fatalf("%d pools, want 1", len(pools))
+	}
+	n := pools[0].Spec.Network
+	want := &kubefarmv1.DynamicRange{Start: "10.123.0.200", End: "10.123.0.209", UnknownMachines: kubefarmv1.UnknownJoin}
+	if !reflect.DeepEqual(n.DynamicRange, want) || n.Subnet != "10.123.0.0/24" {
+		t.Errorf("network %+v, range %+v, want %+v in 10.123.0.0/24", n, n.DynamicRange, want)
+	}
+	ms := pools[0].Spec.Machines
+	wantPower := &kubefarmv1.PowerSpec{Driver: kubefarmv1.PowerRedfish, Address: "https://10.123.0.1:8443/redfish/v1/Systems/abc",
+		CredentialsSecret: "m1-bmc", CASecret: "m1-bmc-ca"}
+	if len(ms) != 1 || ms[0].IP != "10.123.0.61" || !reflect.DeepEqual(ms[0].Power, wantPower) {
+		t.Errorf("machines %+v, want m1 at 10.123.0.61 with power %+v", ms, wantPower)
+	}
+}
+
 // TestClusterChartMaps covers the mappings the examples do not use.
 func TestClusterChartMaps(t *testing.T) {
 	files := mustRenderCluster(t, values(t, `
