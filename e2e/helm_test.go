@@ -56,7 +56,14 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 	ex := exampleTenantCluster(t)
 	var nodes []any
 	for _, vm := range vms {
-		nodes = append(nodes, map[string]any{"name": vm.Name, "mac": vm.MAC, "ip": vm.IP})
+		if vm.catchAll {
+			continue
+		}
+		n := map[string]any{"name": vm.Name, "mac": vm.MAC, "ip": vm.IP}
+		if vm.redfish != nil {
+			n["power"] = vm.redfish.powerValues()
+		}
+		nodes = append(nodes, n)
 	}
 	return map[string]any{
 		"kubernetes": map[string]any{
@@ -80,8 +87,11 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 			map[string]any{"registry": "docker.io", "endpoints": []any{"http://" + mirror}},
 		},
 		"nodePools": []any{map[string]any{
-			"name":  "workers",
-			"range": "10.123.0.0,static,255.255.255.0,infinite",
+			"name": "workers",
+			// kubefarm's catchall example's range: an unlisted machine
+			// booting in it joins under its MAC-derived name.
+			"range":     joinCatchAllStart + "," + joinCatchAllEnd + ",255.255.255.0,12h",
+			"extraOpts": []any{map[string]any{"dhcp-generate-names": "tag:?"}, map[string]any{"dhcp-ignore-names": "tag:?"}},
 			// The console on the serial port (the test's console log), with
 			// journald's copy: what an operator's serial-over-LAN shows.
 			// The IPVS modules, for kube-proxy's ipvs mode (docs/kube-proxy.md).

@@ -35,12 +35,22 @@ import (
 	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
 )
 
-// TestNodeJoin is the whole promise on one machine: two qemu machines (TCG;
-// one SeaBIOS running Debian's iPXE ROM, one UEFI through OVMF, started
-// with the demo's cluster.QemuArgs) on the boot bridge netboot from the
-// kubefarm-pxe pod into the node image `make node-image` built, pushed as
-// one OCI artifact to the local registry, and join a tenant cluster:
+// TestNodeJoin is the whole promise on one machine: two qemu machines (TCG)
+// on the boot bridge netboot from the kubefarm-pxe pod into the node image
+// `make node-image` built, pushed as one OCI artifact to the local
+// registry, and join a tenant cluster. The first is a server behind a
+// Redfish BMC (sushy-tools in front of a libvirt domain, SeaBIOS running
+// Debian's iPXE ROM, a blank disk first in its boot order), listed in the
+// values with its BMC and powered on with `kubectl kubefarm power on
+// --netboot`; the second (UEFI through OVMF, started with the demo's
+// cluster.QemuArgs) is listed nowhere and boots in the pool's catch-all
+// range (kubefarm's catchall example's dhcp-generate-names):
 //   - the TenantCluster is Ready (NodePort endpoint on the host's address);
+//   - the Redfish machine's Machine shows power On read through its BMC and
+//     the plugin's On,NetbootOnce Succeeded; the BMC reads a Pxe override;
+//   - the catch-all machine joins as 52-54-00-7b-00-3e, its Machine named
+//     after its MAC with an address of the range; after the rolling
+//     reboot-to-update it is the same Machine at the same address;
 //   - the NodePool's Machine boots: DHCP, TFTP, the iPXE script, kernel,
 //     initrd and root filesystem from the pod, which fetched them from the
 //     registry by digest;
@@ -107,9 +117,14 @@ func TestNodeJoin(t *testing.T) {
 	if !cluster.UEFIAvailable() {
 		t.Fatalf("%s is missing: install the Debian package ovmf (make deps)", cluster.OVMF)
 	}
+	// The first is a server behind a Redfish BMC (sushy-tools and
+	// libvirt), listed in the values with its BMC and powered on through
+	// it. The second is listed nowhere: it boots in the pool's catch-all
+	// range (kubefarm's catchall example's dhcp-generate-names) and joins
+	// under the name its MAC makes, the name this test expects.
 	vms := []*joinVM{
 		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-1", MAC: "52:54:00:7b:00:3d", IP: "10.123.0.61", Index: 0}},
-		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-2", MAC: "52:54:00:7b:00:3e", IP: "10.123.0.62", Index: 1, UEFI: true}},
+		{FarmMachine: cluster.FarmMachine{Name: "52-54-00-7b-00-3e", MAC: "52:54:00:7b:00:3e", Index: 1, UEFI: true}, catchAll: true},
 	}
 	mac, ip, hostname := vms[0].MAC, vms[0].IP, vms[0].Name
 	var nodes []string
@@ -125,6 +140,7 @@ func TestNodeJoin(t *testing.T) {
 	// (its control plane pods freed from the small e2e node) before its
 	// namespace goes, so the scenarios after this one start on an idle node.
 	t.Cleanup(func() { deleteNamespace(t, cs, ns.Name) })
+	attachRedfish(t, ctx, c, vms[0], ns.Name)
 
 	// The tenant and its pool come from charts/kubefarm and a kubefarm
 	// values file, installed through the Helm SDK as the README's install
@@ -155,6 +171,9 @@ func TestNodeJoin(t *testing.T) {
 	// helm uninstall removes the TenantCluster and the NodePool, and with
 	// them the Machines and the control plane: nothing is left behind.
 	t.Cleanup(func() { uninstallCluster(t, c, kubeconfig, release, ns.Name) })
+	// The plugin powers the first machine on: built while the tenant's
+	// control plane comes up.
+	startPluginBuild(ctx, t.TempDir())
 	tc := &kubefarmv1.TenantCluster{}
 	key := client.ObjectKey{Namespace: ns.Name, Name: release}
 	if err := c.Get(ctx, key, tc); err != nil {
@@ -186,10 +205,19 @@ func TestNodeJoin(t *testing.T) {
 	stagesOut := os.Getenv("KUBEFARM_BOOT_STAGES_OUT")
 	whole := t
 	powerOns := make([]time.Time, len(vms))
+	powerUp := func(t *testing.T, i int) {
+		if vms[i].redfish != nil {
+			powerOns[i] = redfishPowerOn(t, ctx, c, vms[i], client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vms[i].Name})
+			return
+		}
+		powerOns[i] = time.Now()
+		vms[i].powerOn(t)
+	}
 	if stagesOut == "" {
-		for i := range vms {
-			powerOns[i] = time.Now()
-			vms[i].powerOn(t)
+		// The catch-all machine first: the Redfish one waits for its
+		// Machine and the plugin.
+		for i := len(vms) - 1; i >= 0; i-- {
+			powerUp(t, i)
 		}
 	}
 	powerOn := time.Now()
@@ -201,8 +229,7 @@ func TestNodeJoin(t *testing.T) {
 		for i, vm := range vms {
 			if stagesOut != "" {
 				// The whole test's t: the machines outlive this step.
-				powerOns[i] = time.Now()
-				vms[i].powerOn(whole)
+				powerUp(whole, i)
 			}
 			if i == 0 {
 				powerOn = powerOns[0]
@@ -225,8 +252,15 @@ func TestNodeJoin(t *testing.T) {
 				t.Fatalf("node %s never became Ready: %v%s", vm.Name, err,
 					machineStory(ctx, cs, c, client.ObjectKey{Namespace: ns.Name, Name: pool.Name + "-" + vm.Name}, powerOns[i]))
 			}
-			t.Logf("Node %s (%s) Ready %.0f s after power-on", vm.Name, vm.Firmware(), time.Since(powerOns[i]).Seconds())
+			t.Logf("Node %s (%s) Ready %.0f s after power-on", vm.Name, vm.how(), time.Since(powerOns[i]).Seconds())
 		}
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("the Redfish machine's Machine shows its power; the catch-all machine has a Machine named from its MAC", func(t *testing.T) {
+		checkJoinMachines(t, ctx, c, pool, vms)
 	})
 	if t.Failed() {
 		return
@@ -527,11 +561,7 @@ func TestNodeJoin(t *testing.T) {
 		}
 		// Power the machine off, then ask from its MAC and IP: without the
 		// boot's secret nothing is served, whatever the address.
-		// The machine's process as it is now: make bench-node powers it on
-		// inside the join step.
-		q, qexit := vms[0].cmd, vms[0].exit
-		_ = q.Process.Kill()
-		qexit <- <-qexit
+		vms[0].pullPlug(t)
 		cl := bootClient(t, mac)
 		netnstest.Run(t, "ip", "-n", cl, "addr", "add", ip+"/24", "dev", "eth0")
 		if code := httpStatus(t, cl, base+mac); code != 403 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,12 @@ import (
 // netboots again (no -no-reboot), which is how the rollout updates it.
 type joinVM struct {
 	cluster.FarmMachine
+	// catchAll: the values do not list it; it boots in the pool's
+	// catch-all range and joins under its MAC-derived name (Name).
+	catchAll bool
+	// redfish, when set, is its BMC: powered on through it, a libvirt
+	// domain instead of a qemu child of the test.
+	redfish *redfishBMC
 
 	console string
 	cmd     *exec.Cmd
@@ -47,6 +54,9 @@ type joinVM struct {
 
 func (vm *joinVM) powerOn(t *testing.T) {
 	t.Helper()
+	if vm.redfish != nil {
+		t.Fatalf("%s is powered through its Redfish BMC (redfishPowerOn)", vm.Name)
+	}
 	vm.console = filepath.Join(t.TempDir(), "console-"+vm.Name+".log")
 	if err := cluster.AddTap(vm.Tap(), cluster.BootBridge); err != nil {
 		t.Fatal(err)
@@ -74,8 +84,12 @@ func (vm *joinVM) powerOn(t *testing.T) {
 	})
 }
 
-// exited is the machine's qemu exit, nil while it runs.
+// exited is the machine's qemu exit, nil while it runs (always nil for a
+// machine behind a BMC: its power is the BMC's to tell).
 func (vm *joinVM) exited() error {
+	if vm.redfish != nil {
+		return nil
+	}
 	select {
 	case err := <-vm.exit:
 		vm.exit <- err
@@ -83,6 +97,18 @@ func (vm *joinVM) exited() error {
 	default:
 		return nil
 	}
+}
+
+// pullPlug stops the machine at once, as the test's own act: its qemu
+// killed, or its libvirt domain destroyed.
+func (vm *joinVM) pullPlug(t *testing.T) {
+	t.Helper()
+	if vm.redfish != nil {
+		vm.redfish.emu.Destroy(t)
+		return
+	}
+	_ = vm.cmd.Process.Kill()
+	vm.exit <- <-vm.exit
 }
 
 func ptrInt32(v int32) *int32 { return &v }
@@ -176,12 +202,18 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) string {
 	}
 
 	bootIDs := map[string]string{}
+	before := map[string]*kubefarmv1.Machine{}
 	for _, vm := range s.vms {
 		n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		bootIDs[vm.Name] = n.Status.NodeInfo.BootID
+		m := &kubefarmv1.Machine{}
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.pool.Namespace, Name: s.pool.Name + "-" + vm.Name}, m); err != nil {
+			t.Fatal(err)
+		}
+		before[vm.Name] = m
 	}
 
 	// The new image, pushed and verified by kubefarm-pxe before the switch.
@@ -294,6 +326,13 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) string {
 		}
 		if m.Status.LastBoot == nil || m.Status.LastBoot.ImageDigest != target.Digest || m.Status.ServedImage == nil || *m.Status.ServedImage != target {
 			t.Errorf("%s: served %v, booted %+v; want the new image %s", m.Name, m.Status.ServedImage, m.Status.LastBoot, target.Digest)
+		}
+		// The same Machine, at the same address, after the reboot: for the
+		// catch-all machine, the name and address its MAC got at its first
+		// boot survive it.
+		if was := before[vm.Name]; m.UID != was.UID || m.Spec.IP != was.Spec.IP || !slices.Equal(m.Spec.MACs, was.Spec.MACs) {
+			t.Errorf("%s: Machine uid %s ip %s macs %v after the rollout, %s %s %v before", m.Name, m.UID, m.Spec.IP, m.Spec.MACs,
+				was.UID, was.Spec.IP, was.Spec.MACs)
 		}
 		if len(m.Status.History) == 0 || m.Status.History[0].Result != kubefarmv1.RolloutDone || m.Status.History[0].Image != target {
 			t.Errorf("%s: history %+v, want a Done update to %s first", m.Name, m.Status.History, target.Name)

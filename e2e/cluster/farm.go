@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
@@ -43,12 +44,16 @@ func (m FarmMachine) Firmware() string {
 	return "BIOS (SeaBIOS, e1000 iPXE ROM)"
 }
 
+// QemuMemoryMiB is a farm machine's memory: it holds the node image's root
+// filesystem in RAM.
+const QemuMemoryMiB = 3072
+
 // QemuArgs is the machine's qemu command line, console written to console:
 // TCG (no KVM on these hosts), one CPU, no disk, the network first and
 // only. The memory holds the node image's root filesystem in RAM.
 func QemuArgs(m FarmMachine, console string) []string {
 	args := []string{"qemu-system-x86_64",
-		"-machine", "pc,accel=tcg", "-m", "3072", "-smp", "1",
+		"-machine", "pc,accel=tcg", "-m", fmt.Sprint(QemuMemoryMiB), "-smp", "1",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
 		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no"}
 	if m.DiskSerial != "" {
@@ -110,6 +115,11 @@ func (c *Cluster) powerOffAll() {
 	pids, _ := filepath.Glob(c.path("run", "qemu-*.pid"))
 	for _, p := range pids {
 		c.stop(strings.TrimSuffix(filepath.Base(p), ".pid"), 10*time.Second)
+	}
+	// A Redfish machine is a libvirt domain (internal/testing/sushy): its
+	// qemu is libvirtd's child, and outlives a test process that was killed.
+	for _, pid := range processesMentioning("guest=kubefarm-sushy-") {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 }
 
