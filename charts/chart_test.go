@@ -608,6 +608,47 @@ alertSources:
 	}
 }
 
+// TestAlertSourceCredentials: a source's Secret is mounted read-only under
+// /etc/kubefarm/alert-sources/<name> and named by --alert-source-auth; a
+// Secret for a source that does not exist is refused, naming it.
+func TestAlertSourceCredentials(t *testing.T) {
+	d := deployment(t, renderObjects(t, values(t, `
+alertSources:
+  prod: https://prometheus.monitoring.svc:9091
+  thanos: https://thanos.example.com/prom
+alertSourceCredentials:
+  prod: prometheus-reader
+`)))
+	spec := d.Spec.Template.Spec
+	var got []string
+	for _, a := range spec.Containers[0].Args {
+		if strings.HasPrefix(a, "--alert-source-auth") {
+			got = append(got, a)
+		}
+	}
+	if want := []string{"--alert-source-auth=prod=/etc/kubefarm/alert-sources/prod"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("args %q, want %q", got, want)
+	}
+	var vol string
+	for _, v := range spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "prometheus-reader" {
+			vol = v.Name
+		}
+	}
+	mounted := false
+	for _, m := range spec.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == vol && m.MountPath == "/etc/kubefarm/alert-sources/prod" && m.ReadOnly)
+	}
+	if vol == "" || !mounted || len(vol) > 63 {
+		t.Errorf("the Secret prometheus-reader is not mounted read-only at /etc/kubefarm/alert-sources/prod: volumes %+v, mounts %+v",
+			spec.Volumes, spec.Containers[0].VolumeMounts)
+	}
+	_, err := tryRender(t, values(t, "alertSources: {prod: https://p:9090}\nalertSourceCredentials: {other: s}"))
+	if err == nil || !strings.Contains(err.Error(), "alertSourceCredentials.other: no alertSources entry is named other") {
+		t.Errorf("credentials of an unknown source: %v", err)
+	}
+}
+
 func TestExtraArgsCannotOverrideChartFlags(t *testing.T) {
 	for _, flag := range []string{"leader-elect", "leader-election-namespace", "webhook-cert-dir", "zap-log-level", "metrics-bind-address"} {
 		_, err := tryRender(t, map[string]any{"extraArgs": map[string]any{flag: "x"}})

@@ -85,4 +85,14 @@ func TestAlertSourceFlag(t *testing.T) {
 	if err := fs.Parse([]string{"--alert-source=http://prometheus:9090"}); err == nil || !strings.Contains(err.Error(), "-alert-source") {
 		t.Errorf("a source without a name: %v", err)
 	}
+	fs = flag.NewFlagSet("kubefarm-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o = manager.Options{}
+	bindFlags(fs, &o)
+	if err := fs.Parse([]string{"--alert-source-auth=prod=/etc/kubefarm/alert-sources/prod"}); err != nil || len(o.AlertSourceAuth) != 1 {
+		t.Errorf("--alert-source-auth: %v, %q", err, o.AlertSourceAuth)
+	}
+	if err := fs.Parse([]string{"--alert-source-auth=prod=relative"}); err == nil || !strings.Contains(err.Error(), "-alert-source-auth") {
+		t.Errorf("a relative directory: %v", err)
+	}
 }

@@ -69,6 +69,15 @@ func bindFlags(fs *flag.FlagSet, o *manager.Options) {
 		o.AlertSources = append(o.AlertSources, v)
 		return nil
 	})
+	fs.Func("alert-source-auth", "the CA and credentials of an --alert-source, as `name=DIR` (repeatable): DIR, an absolute "+
+		"path (a mounted Secret), may hold ca.crt (PEM, verifies an https source instead of the system roots), token (a "+
+		"bearer token) or username and password (basic authentication); the token and password are read for every request", func(v string) error {
+		if _, _, err := alertgate.ParseAuth(v); err != nil {
+			return err
+		}
+		o.AlertSourceAuth = append(o.AlertSourceAuth, v)
+		return nil
+	})
 	fs.StringVar(&o.NotifyDeniedCIDRs, "notify-denied-cidrs", "",
 		"comma-separated CIDRs the rollout's notifications (spec.rollout.notify) may not connect to, such as the admin "+
 			"cluster's Service and Pod ranges; loopback, link-local, cloud metadata, multicast and the API server's "+

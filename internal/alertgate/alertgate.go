@@ -157,6 +157,10 @@ type Options struct {
 	MaxAge time.Duration
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Auth are the --alert-source-auth values, name=DIR: a source's CA and
+	// credentials (files AuthFileCA, AuthFileToken or AuthFileUsername and
+	// AuthFilePassword).
+	Auth []string
 }
 
 // Sources are the operator's alert sources by name.
@@ -190,6 +194,10 @@ func New(values []string, o Options) (*Sources, error) {
 		o.Now = time.Now
 	}
 	s := &Sources{o: o, sources: map[string]*source{}}
+	auth, err := authDirs(values, o.Auth)
+	if err != nil {
+		return nil, err
+	}
 	for _, v := range values {
 		name, raw, err := ParseSource(v)
 		if err != nil {
@@ -199,7 +207,16 @@ func New(values []string, o Options) (*Sources, error) {
 			return nil, fmt.Errorf("source %s is named twice", name)
 		}
 		// No proxy from the environment, and a bounded answer.
-		rt := &http.Transport{Proxy: nil, ResponseHeaderTimeout: o.Timeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}
+		tr := &http.Transport{Proxy: nil, ResponseHeaderTimeout: o.Timeout, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second}
+		var rt http.RoundTripper = tr
+		if dir, ok := auth[name]; ok {
+			tc, cr, err := loadAuth(name, dir)
+			if err != nil {
+				return nil, err
+			}
+			tr.TLSClientConfig = tc
+			rt = authenticate{next: tr, cr: cr}
+		}
 		c, err := api.NewClient(api.Config{Address: raw, RoundTripper: limitBody{rt, o.MaxBytes}})
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", name, err)
@@ -207,6 +224,32 @@ func New(values []string, o Options) (*Sources, error) {
 		s.sources[name] = &source{api: promv1.NewAPI(c)}
 	}
 	return s, nil
+}
+
+// authDirs maps each --alert-source-auth value to its source, refusing
+// one that names no source or a source named twice.
+func authDirs(values, auth []string) (map[string]string, error) {
+	names := map[string]bool{}
+	for _, v := range values {
+		if name, _, err := ParseSource(v); err == nil {
+			names[name] = true
+		}
+	}
+	out := map[string]string{}
+	for _, v := range auth {
+		name, dir, err := ParseAuth(v)
+		if err != nil {
+			return nil, err
+		}
+		if !names[name] {
+			return nil, fmt.Errorf("--alert-source-auth names source %s, which no --alert-source defines", name)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--alert-source-auth names source %s twice", name)
+		}
+		out[name] = dir
+	}
+	return out, nil
 }
 
 // Names are the configured sources, sorted.

@@ -94,6 +94,9 @@ type Options struct {
 	// Prometheus-compatible APIs a NodePool's spec.rollout.alertGate may
 	// name (internal/alertgate).
 	AlertSources []string
+	// AlertSourceAuth are the --alert-source-auth values, name=DIR: the
+	// directory (a mounted Secret) of a source's CA and credentials.
+	AlertSourceAuth []string
 	// NotifyDeniedCIDRs and NotifyAllowedCIDRs are comma-separated
 	// prefixes the rollout's notifications may not, or may after all,
 	// connect to, beyond the fixed refusals (loopback, link-local, cloud
@@ -137,9 +140,9 @@ func New(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := opts.powerDriverOptions().Validate(); err != nil {
 		return nil, fmt.Errorf("manager Options.BMCTimeout (--bmc-timeout): %w", err)
 	}
-	alerts, err := alertgate.New(opts.AlertSources, alertgate.Options{})
+	alerts, err := alertgate.New(opts.AlertSources, alertgate.Options{Auth: opts.AlertSourceAuth})
 	if err != nil {
-		return nil, fmt.Errorf("manager Options.AlertSources (--alert-source): %w", err)
+		return nil, fmt.Errorf("manager Options.AlertSources (--alert-source, --alert-source-auth): %w", err)
 	}
 	if len(opts.AlertSources) > 0 {
 		opts.alerts = alerts
