@@ -13,7 +13,7 @@ import (
 )
 
 func TestParseSource(t *testing.T) {
-	for v, want := range map[string]string{
+	checkParse(t, "ParseSource", func(v string) error { _, _, err := ParseSource(v); return err }, map[string]string{
 		"prod=http://prometheus.monitoring.svc:9090":  "",
 		"alertmanager-2=https://thanos.example.com/x": "",
 		"noequals":                       "not name=URL",
@@ -23,23 +23,39 @@ func TestParseSource(t *testing.T) {
 		"prod=http://":                   "no host",
 		"prod=http://user:secret@p:9090": "credentials",
 		"prod=%zz":                       "does not parse",
-	} {
-		_, _, err := ParseSource(v)
+	})
+	if _, err := New([]string{"a=http://x:1", "a=http://y:1"}, Options{}); err == nil || !strings.Contains(err.Error(), "named twice") {
+		t.Errorf("a duplicate source: %v", err)
+	}
+}
+
+func TestParseAuth(t *testing.T) {
+	checkParse(t, "ParseAuth", func(v string) error { _, _, err := ParseAuth(v); return err }, map[string]string{
+		"prod=/etc/kubefarm/alert-sources/prod": "",
+		"prod":                                  "not name=DIR",
+		"Prod=/x":                               "source name",
+		"prod=relative/dir":                     "not an absolute path",
+	})
+}
+
+// checkParse runs parse (named fn) on each case: "" wants no error,
+// anything else an error saying it, and no error may quote "secret".
+func checkParse(t *testing.T, fn string, parse func(string) error, cases map[string]string) {
+	t.Helper()
+	for v, want := range cases {
+		err := parse(v)
 		if want == "" {
 			if err != nil {
-				t.Errorf("ParseSource(%q): %v", v, err)
+				t.Errorf("%s(%q): %v", fn, v, err)
 			}
 			continue
 		}
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("ParseSource(%q) = %v, want an error saying %q", v, err, want)
+			t.Errorf("%s(%q) = %v, want an error saying %q", fn, v, err, want)
 		}
 		if err != nil && strings.Contains(err.Error(), "secret") {
-			t.Errorf("ParseSource quotes the password: %v", err)
+			t.Errorf("%s quotes the password: %v", fn, err)
 		}
-	}
-	if _, err := New([]string{"a=http://x:1", "a=http://y:1"}, Options{}); err == nil || !strings.Contains(err.Error(), "named twice") {
-		t.Errorf("a duplicate source: %v", err)
 	}
 }
 

@@ -20,26 +20,6 @@ const twoFiring = `{"status":"success","data":{"alerts":[
  {"labels":{"alertname":"NodeDown"},"state":"firing","activeAt":"2026-11-27T00:00:00Z","value":"1"},
  {"labels":{"alertname":"Watchdog"},"state":"firing","activeAt":"2026-11-27T00:00:00Z","value":"1"}]}}`
 
-func TestParseAuth(t *testing.T) {
-	for v, want := range map[string]string{
-		"prod=/etc/kubefarm/alert-sources/prod": "",
-		"prod":                                  "not name=DIR",
-		"Prod=/x":                               "source name",
-		"prod=relative/dir":                     "not an absolute path",
-	} {
-		_, _, err := alertgate.ParseAuth(v)
-		if want == "" {
-			if err != nil {
-				t.Errorf("alertgate.ParseAuth(%q): %v", v, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("alertgate.ParseAuth(%q) = %v, want an error saying %q", v, err, want)
-		}
-	}
-}
-
 // authDir writes a credentials directory with the given files.
 func authDir(t *testing.T, files map[string]string) string {
 	t.Helper()

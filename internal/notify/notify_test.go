@@ -117,6 +117,12 @@ func (r *receiver) bodies() []body {
 func loopbackNotifier(t *testing.T, o Options) *Notifier {
 	t.Helper()
 	o.Guard = fetchguard.New(fetchguard.Options{Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	return running(t, o)
+}
+
+// running is a Notifier of o whose sender runs until t ends.
+func running(t *testing.T, o Options) *Notifier {
+	t.Helper()
 	n, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -249,14 +255,7 @@ func TestRetries(t *testing.T) {
 	}
 	t.Run("a refused address is not retried", func(t *testing.T) {
 		srv, posts := statusReceiver(t, 200)
-		n, err := New(Options{Backoff: 5 * time.Millisecond}) // the default guard refuses loopback
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); _ = n.Start(ctx) }()
-		defer func() { cancel(); <-done }()
+		n := running(t, Options{Backoff: 5 * time.Millisecond}) // the default guard refuses loopback
 		if err := n.Send(srv.URL, "", sample); err != nil {
 			t.Fatal(err)
 		}
@@ -271,14 +270,7 @@ func TestRetries(t *testing.T) {
 // the metadata service or the API server) is refused before connecting.
 func TestGuardRefuses(t *testing.T) {
 	r := newReceiver(t, nil)
-	n, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.Start(ctx) }()
-	defer func() { cancel(); <-done }()
+	n := running(t, Options{})
 	if err := n.Send(r.URL, "", sample); err != nil {
 		t.Fatal(err)
 	}
