@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/internal/notify"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 // chatReceiver is a real webhook receiver on loopback that records the

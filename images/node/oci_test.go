@@ -20,7 +20,7 @@ import (
 
 	nodeimage "github.com/kubefarm/kubefarm/images/node"
 	"github.com/kubefarm/kubefarm/images/node/cni"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 

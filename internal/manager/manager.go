@@ -101,7 +101,7 @@ type Options struct {
 	// prefixes the rollout's notifications may not, or may after all,
 	// connect to, beyond the fixed refusals (loopback, link-local, cloud
 	// metadata, multicast, the admin API server's addresses): see
-	// pxe/fetchguard.
+	// internal/fetchguard.
 	NotifyDeniedCIDRs, NotifyAllowedCIDRs string
 	// RemovalPowerOff powers off a machine with spec.power once its Node
 	// has left the tenant (controllers/machineremoval); nil is the

@@ -8,8 +8,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/internal/notify"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 // notifyResolveTimeout bounds the lookup of the API server's addresses,

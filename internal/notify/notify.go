@@ -42,7 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 )
 
 // The events a rollout notifies.

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 )
 
 var sample = Message{Event: EventDrainStarting, Namespace: "farm", Pool: "workers", Machine: "workers-m01", Node: "m01",

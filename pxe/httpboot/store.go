@@ -22,8 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 // ErrNotCached is returned by Open for a digest the cache does not hold.

@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/internal/testing/accepts"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 )
 
 // TestStoreRefusesDeniedAddresses: a store with the default guard refuses

@@ -28,7 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 )
 
 func sha(b []byte) string {

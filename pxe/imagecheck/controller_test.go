@@ -28,10 +28,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/internal/testing/accepts"
 	"github.com/kubefarm/kubefarm/internal/testing/testenv"
 	"github.com/kubefarm/kubefarm/pxe/events"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/imagecheck"
 )

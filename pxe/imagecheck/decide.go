@@ -20,7 +20,7 @@ import (
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/internal/conditions"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 )
 

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/bootpaths"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/tftp"

@@ -8,10 +8,10 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 
+	"github.com/kubefarm/kubefarm/internal/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/dhcp"
 	"github.com/kubefarm/kubefarm/pxe/events"
-	"github.com/kubefarm/kubefarm/pxe/fetchguard"
 	"github.com/kubefarm/kubefarm/pxe/httpboot"
 	"github.com/kubefarm/kubefarm/pxe/jointoken"
 	"github.com/kubefarm/kubefarm/pxe/tftp"

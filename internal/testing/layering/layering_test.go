@@ -36,7 +36,7 @@ var layers = map[string]int{
 	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3,
 	"controllers/tenantcluster/desired": 3, "controllers/nodepool/desired": 3,
 	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3, "internal/upgradeplan": 3,
-	"pxe/bootfile": 3, "pxe/leases": 3, "pxe/fetchguard": 3,
+	"pxe/bootfile": 3, "pxe/leases": 3, "internal/fetchguard": 3,
 	"agent/render": 3, "agent/cnicheck": 3, "agent/facts": 3, "images/node": 3, "images/node/fetch": 3,
 	"power": 3, "power/qmp": 3, "power/redfish": 3, "power/ipmi": 3, "power/drivers": 3,
 	// 2: contracts several parts read: the boot protocol both ends speak,

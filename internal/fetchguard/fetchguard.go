@@ -1,6 +1,8 @@
 // Package fetchguard decides which addresses kubefarm-pxe may connect to
 // when it fetches a BootImage's artifacts, and enforces it on every
-// connection those fetches make.
+// connection those fetches make. kubefarm-manager's rollout notifications
+// (internal/notify) go through the same guard: their URL is a pool
+// author's choice too.
 //
 // A BootImage's author chooses the URLs and the OCI repository, and so
 // whatever those redirect to. kubefarm-pxe runs on the admin cluster's
