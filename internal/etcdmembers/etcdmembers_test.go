@@ -190,7 +190,7 @@ func startLoad(cli *clientv3.Client) *load {
 			if err != nil {
 				l.failures.Add(1)
 				l.mu.Lock()
-				l.errs = append(l.errs, loadError{at: time.Now(), err: err})
+				l.errs = append(l.errs, loadError{began: began, at: time.Now(), err: err})
 				l.mu.Unlock()
 			}
 		}
@@ -204,8 +204,9 @@ func (l *load) end() {
 }
 
 type loadError struct {
-	at  time.Time
-	err error
+	// began is when the request was sent, at when its error came back.
+	began, at time.Time
+	err       error
 }
 
 func (e loadError) String() string { return fmt.Sprintf("%s: %v", e.at.Format("15:04:05.000"), e.err) }
@@ -225,14 +226,24 @@ const transferGrace = time.Second
 // clientv3), and a request caught between leaders may see "leader
 // changed". A transfer is how a leader is removed without an election,
 // so these are the transfer's cost, not a fault of the change; any other
-// error, or one outside a transfer, is.
+// error, or one outside a transfer, is. A request the old leader had taken
+// when it handed over may instead wait out its timeout and come back as
+// "request timed out, possibly due to previous leader failure" (etcd's own
+// word that leadership changed while it waited): that one counts when the
+// request was sent before the transfer (and its grace) ended, and came back
+// after it began.
 func droppedByTransfer(e loadError, transfers []window) bool {
 	msg := e.err.Error()
-	if !strings.Contains(msg, "raft proposal dropped") && !strings.Contains(msg, "leader changed") {
+	timedOut := strings.Contains(msg, "request timed out, possibly due to previous leader failure")
+	if !timedOut && !strings.Contains(msg, "raft proposal dropped") && !strings.Contains(msg, "leader changed") {
 		return false
 	}
 	for _, w := range transfers {
-		if !e.at.Before(w.from) && !e.at.After(w.to.Add(transferGrace)) {
+		end := w.to.Add(transferGrace)
+		if timedOut && !e.began.After(end) && !e.at.Before(w.from) {
+			return true
+		}
+		if !timedOut && !e.at.Before(w.from) && !e.at.After(end) {
 			return true
 		}
 	}
@@ -475,9 +486,16 @@ func TestDroppedByTransfer(t *testing.T) {
 		{"dropped after the grace", 301*time.Millisecond + transferGrace, "raft proposal dropped", false},
 		{"dropped before", -time.Millisecond, "raft proposal dropped", false},
 		{"other error inside", 100 * time.Millisecond, "context deadline exceeded", false},
+		// Sent 10 s before it came back (etcd answered the failing one in
+		// the scenario after 10 s).
+		{"timed out, sent inside", 100*time.Millisecond + 10*time.Second, "etcdserver: request timed out, possibly due to previous leader failure", true},
+		{"timed out, sent within the grace", 300*time.Millisecond + transferGrace + 10*time.Second, "etcdserver: request timed out, possibly due to previous leader failure", true},
+		{"timed out, sent after the grace", 301*time.Millisecond + transferGrace + 10*time.Second, "etcdserver: request timed out, possibly due to previous leader failure", false},
+		{"timed out, back before the transfer", -time.Millisecond, "etcdserver: request timed out, possibly due to previous leader failure", false},
+		{"a plain timeout, sent inside", 100*time.Millisecond + 10*time.Second, "etcdserver: request timed out", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := loadError{at: t0.Add(tc.at), err: errors.New(tc.err)}
+			e := loadError{began: t0.Add(tc.at - 10*time.Second), at: t0.Add(tc.at), err: errors.New(tc.err)}
 			if got := droppedByTransfer(e, transfers); got != tc.want {
 				t.Errorf("droppedByTransfer(%s) = %v, want %v", e, got, tc.want)
 			}
