@@ -194,7 +194,7 @@ func New(values []string, o Options) (*Sources, error) {
 		o.Now = time.Now
 	}
 	s := &Sources{o: o, sources: map[string]*source{}}
-	auth, err := authDirs(values, o.Auth)
+	auth, err := authDirs(o.Auth)
 	if err != nil {
 		return nil, err
 	}
@@ -223,26 +223,23 @@ func New(values []string, o Options) (*Sources, error) {
 		}
 		s.sources[name] = &source{api: promv1.NewAPI(c)}
 	}
+	for name := range auth {
+		if !s.Has(name) {
+			return nil, fmt.Errorf("--alert-source-auth names source %s, which no --alert-source defines", name)
+		}
+	}
 	return s, nil
 }
 
-// authDirs maps each --alert-source-auth value to its source, refusing
-// one that names no source or a source named twice.
-func authDirs(values, auth []string) (map[string]string, error) {
-	names := map[string]bool{}
-	for _, v := range values {
-		if name, _, err := ParseSource(v); err == nil {
-			names[name] = true
-		}
-	}
+// authDirs maps each --alert-source-auth value's source to its directory,
+// refusing a source named twice (New refuses one no --alert-source
+// defines).
+func authDirs(auth []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, v := range auth {
 		name, dir, err := ParseAuth(v)
 		if err != nil {
 			return nil, err
-		}
-		if !names[name] {
-			return nil, fmt.Errorf("--alert-source-auth names source %s, which no --alert-source defines", name)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("--alert-source-auth names source %s twice", name)

@@ -63,9 +63,10 @@ type credentials struct {
 func loadAuth(name, dir string) (*tls.Config, credentials, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	cr := credentials{dir: dir}
-	info, err := os.Stat(dir)
-	if err != nil || !info.IsDir() {
-		return nil, cr, fmt.Errorf("source %s: the credentials directory %s: %v", name, dir, cmpErr(err, "not a directory"))
+	if info, err := os.Stat(dir); err != nil {
+		return nil, cr, fmt.Errorf("source %s: the credentials directory %s: %w", name, dir, errors.Unwrap(err))
+	} else if !info.IsDir() {
+		return nil, cr, fmt.Errorf("source %s: the credentials directory %s is not a directory", name, dir)
 	}
 	if ca, err := readAuthFile(dir, AuthFileCA); err == nil {
 		pool := x509.NewCertPool()
@@ -87,13 +88,6 @@ func loadAuth(name, dir string) (*tls.Config, credentials, error) {
 		return nil, cr, fmt.Errorf("source %s: %s has %s but no %s", name, dir, AuthFilePassword, AuthFileUsername)
 	}
 	return tc, cr, nil
-}
-
-func cmpErr(err error, otherwise string) string {
-	if err != nil {
-		return err.Error()
-	}
-	return otherwise
 }
 
 // readAuthFile reads one credentials file, bounded, surrounding blanks
