@@ -3,10 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,9 +244,10 @@ func checkJoinMachines(t *testing.T, ctx context.Context, c client.Client, pool 
 	}
 }
 
-// inRange tells whether ip is within [start, end] (dotted IPv4, compared
-// as addresses).
+// inRange tells whether ip is within [start, end].
 func inRange(ip, start, end string) bool {
-	a, s, e := net.ParseIP(ip).To4(), net.ParseIP(start).To4(), net.ParseIP(end).To4()
-	return a != nil && s != nil && e != nil && bytes.Compare(a, s) >= 0 && bytes.Compare(a, e) <= 0
+	a, err1 := netip.ParseAddr(ip)
+	s, err2 := netip.ParseAddr(start)
+	e, err3 := netip.ParseAddr(end)
+	return err1 == nil && err2 == nil && err3 == nil && a.Compare(s) >= 0 && a.Compare(e) <= 0
 }

@@ -114,8 +114,9 @@ func Start(t testing.TB) *Emulator { t.Helper(); return StartWith(t, Options{}) 
 
 // StartWith runs an emulator and its machine (powered off) for t, as o
 // says. The machine's boot order names only a disk (a 16 MiB sparse file,
-// blank): it boots from the network only when told to, as a server whose
-// disk comes first would.
+// blank), as a server whose disk comes first; a Pxe boot override makes
+// the network the boot device. (Whether SeaBIOS would fall through to the
+// NIC without the override is not tested.)
 func StartWith(t testing.TB, o Options) *Emulator {
 	t.Helper()
 	o.ListenIP = cmp.Or(o.ListenIP, "127.0.0.1")
