@@ -15,6 +15,9 @@ const (
 	// ConditionEncryptionKeyRotated reports the encryption key rotation
 	// (docs/encryption.md).
 	ConditionEncryptionKeyRotated = "EncryptionKeyRotated"
+	// ConditionCARotated reports the rotation of the tenant's rotatable
+	// CAs (docs/pki.md, CA rotation).
+	ConditionCARotated = "CARotated"
 	// ConditionEtcdBackedUp reports the scheduled etcd snapshots
 	// (spec.etcd.backup): True when the newest finished run took a
 	// snapshot, False when it failed or none finished yet. It is not an

@@ -80,6 +80,20 @@ const (
 	// failed; retried shortly.
 	ReasonRewriteFailed = "RewriteFailed"
 
+	// CARotated: True when no CA rotation is in progress (ReasonCAsInUse;
+	// the message names the generation of each CA that signs); False while
+	// one is, with the step reached or awaited as the reason: NewCAIssuing
+	// (the new CA's Certificate is being issued), BothTrusted (the old and
+	// the new CA are trusted; the control plane rolls), SigningWithNew (the
+	// leaves are re-issued by the new CA), OldCADropped (only the new CA
+	// is trusted; the old one is deleted once the control plane rolled),
+	// WaitingForRollout, or ReasonCARecordInvalid (the trust Secret's
+	// record is damaged; the message names the Secret and the annotation,
+	// and no step is taken). Not an input of Ready: the control plane
+	// serves throughout. See docs/pki.md.
+	ReasonCAsInUse        = "CAsInUse"
+	ReasonCARecordInvalid = "CARecordInvalid"
+
 	// EtcdBackedUp (spec.etcd.backup). ReasonSnapshotTaken: the newest
 	// finished run took and verified a snapshot (the message names it).
 	ReasonSnapshotTaken = "SnapshotTaken"
@@ -136,4 +150,4 @@ const (
 // rotation). printcolumns_test.go holds the CRDs' printer columns to this
 // list.
 var TenantClusterConditionTypes = []string{ConditionReady, ConditionEtcdReady, ConditionAPIServerReady,
-	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionEtcdBackedUp, ConditionEtcdScaling, ConditionVersionRolledOut}
+	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionCARotated, ConditionEtcdBackedUp, ConditionEtcdScaling, ConditionVersionRolledOut}

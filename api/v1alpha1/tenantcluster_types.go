@@ -199,8 +199,8 @@ type PodSecurityDefaults struct {
 // TenantClusterStatus is what the controller observed.
 type TenantClusterStatus struct {
 	// Conditions: Ready, EtcdReady, APIServerReady, CertificatesReady, AddonsReady,
-	// EncryptionKeyRotated, EtcdBackedUp, EtcdScaling and VersionRolledOut
-	// (TenantClusterConditionTypes).
+	// EncryptionKeyRotated, CARotated, EtcdBackedUp, EtcdScaling and
+	// VersionRolledOut (TenantClusterConditionTypes).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

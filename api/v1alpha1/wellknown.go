@@ -61,6 +61,23 @@ const (
 	// rotation: a value the key Secret has not handled yet starts one (the
 	// date, say). A request during a rotation waits for it to finish.
 	AnnotationRotateEncryptionKey = "kubefarm.io/rotate-encryption-key"
+	// AnnotationRotateCAPrefix + a CA's role ("front-proxy-ca") on a
+	// TenantCluster requests the rotation of that CA: a value its trust
+	// Secret has not handled yet starts one (the date, say); a request
+	// during a rotation waits for it to finish (docs/pki.md).
+	AnnotationRotateCAPrefix = "kubefarm.io/rotate-"
+	// The record of a CA's rotation, on its trust Secret
+	// (<tenant>-<ca>-trust): the generations whose certificates the
+	// Secret's bundle holds ("1,2"), the generation that signs the leaves,
+	// the generation being issued and not yet trusted ("" when none), and
+	// the request the last rotation was started for.
+	AnnotationCATrusted = "kubefarm.io/ca-trusted"
+	AnnotationCASigner  = "kubefarm.io/ca-signer"
+	AnnotationCAPending = "kubefarm.io/ca-pending"
+	AnnotationCAHandled = "kubefarm.io/ca-rotation-handled"
+	// LabelCAGeneration on a CA's Certificate and Secret is its
+	// generation; the first has none (it predates rotation) and counts as 1.
+	LabelCAGeneration = "kubefarm.io/ca-generation"
 	// AnnotationRolloutRetry on a NodePool restarts a halted rollout: when
 	// its value differs from status.observedRetry, failed machines are
 	// tried again and the failure count starts from zero. `kubectl

@@ -158,6 +158,11 @@ type Cluster struct {
 
 	Images             Images
 	AdminClusterDomain string
+
+	// CATrust holds the rotation record of each CA that was ever rotated
+	// (read by the controller from its trust Secret); a CA without one
+	// has its first generation only and the pods mount its own Secret.
+	CATrust map[PKIRole]CATrust
 }
 
 // AdvertiseAddress is the IP the API server advertises to the tenant (the

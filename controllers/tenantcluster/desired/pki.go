@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -111,6 +112,9 @@ type certDef struct {
 	ips    []string
 	// signingKey marks the service-account key: RSA, never rotated.
 	signingKey bool
+	// generation of a CA past its first (0 otherwise): it names the
+	// Certificate and is its LabelCAGeneration.
+	generation int
 }
 
 var (
@@ -124,15 +128,20 @@ var (
 // so a reconciler that applies in order creates issuers' backing Secrets
 // before the leaves that need them.
 func (c *Cluster) certDefs() []certDef {
-	ca, fp, etcd := c.IssuerName(RoleCA), c.IssuerName(RoleFrontProxyCA), c.IssuerName(RoleEtcdCA)
+	ca, fp, etcd := c.signerIssuer(RoleCA), c.signerIssuer(RoleFrontProxyCA), c.signerIssuer(RoleEtcdCA)
 	self := c.SelfSignedIssuerName()
 	etcdDNS, etcdIPs := c.etcdSANs()
 	apiDNS, apiIPs := c.APIServerSANs()
 	extDNS, extIPs := c.externalSANs()
-	defs := []certDef{
+	var defs []certDef
+	for _, d := range []certDef{
 		{role: RoleCA, issuer: self, isCA: true, cn: "kubernetes-ca", usages: caUsages},
 		{role: RoleFrontProxyCA, issuer: self, isCA: true, cn: "front-proxy-ca", usages: caUsages},
 		{role: RoleEtcdCA, issuer: self, isCA: true, cn: "etcd-ca", usages: caUsages},
+	} {
+		defs = append(defs, c.caGenerations(d)...)
+	}
+	defs = append(defs, []certDef{
 		{role: RoleServiceAccount, issuer: self, cn: "service-account-signer", usages: []cmapi.KeyUsage{cmapi.UsageDigitalSignature}, signingKey: true},
 
 		{role: RoleAPIServer, issuer: ca, cn: "kube-apiserver", usages: serverUsages, dns: apiDNS, ips: apiIPs},
@@ -155,7 +164,7 @@ func (c *Cluster) certDefs() []certDef {
 		// Peers dial each other and accept each other's dials with the same
 		// certificate, so it needs both usages.
 		{role: RoleEtcdPeer, issuer: etcd, cn: "etcd-peer", usages: peerUsages, dns: etcdDNS, ips: etcdIPs},
-	}
+	}...)
 	if c.Backup != nil {
 		// Its own identity, not the API server's etcd client certificate:
 		// the backup's pods can be told apart in etcd's logs, and the
@@ -163,6 +172,22 @@ func (c *Cluster) certDefs() []certDef {
 		defs = append(defs, certDef{role: RoleEtcdBackupClient, issuer: etcd, cn: "kubefarm-etcd-backup", usages: clientUsages})
 	}
 	return defs
+}
+
+// caGenerations is one definition per generation of a CA that must
+// exist (CATrust.Generations): the first is d itself, a later one is
+// named and labelled with its generation, and its common name carries it
+// so that a person reading a chain can tell the two apart.
+func (c *Cluster) caGenerations(d certDef) []certDef {
+	var out []certDef
+	for _, g := range c.caTrust(d.role).Generations() {
+		gd := d
+		if g > 1 {
+			gd.generation, gd.cn = g, fmt.Sprintf("%s-%d", d.cn, g)
+		}
+		out = append(out, gd)
+	}
+	return out
 }
 
 // externalSANs are the names clients outside the tenant use for the API
@@ -228,7 +253,10 @@ func Issuers(c *Cluster) []*cmapi.Issuer {
 	}
 	out := []*cmapi.Issuer{mk(c.SelfSignedIssuerName(), cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}})}
 	for _, ca := range []PKIRole{RoleCA, RoleFrontProxyCA, RoleEtcdCA} {
-		out = append(out, mk(c.IssuerName(ca), cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: c.SecretName(ca)}}))
+		for _, g := range c.caTrust(ca).Generations() {
+			name := c.CAName(ca, g)
+			out = append(out, mk(name, cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: name}}))
+		}
 	}
 	return out
 }
@@ -261,6 +289,10 @@ func Certificates(c *Cluster) []*cmapi.Certificate {
 func (c *Cluster) certificateFor(d certDef) *cmapi.Certificate {
 	name := c.SecretName(d.role)
 	labels := mergeLabels(c.labels(componentPKI), map[string]string{v1alpha1.LabelPKIRole: string(d.role)})
+	if d.generation > 1 {
+		name = c.CAName(d.role, d.generation)
+		labels[v1alpha1.LabelCAGeneration] = strconv.Itoa(d.generation)
+	}
 	cert := &cmapi.Certificate{
 		TypeMeta:   metav1.TypeMeta{APIVersion: cmapi.SchemeGroupVersion.String(), Kind: cmapi.CertificateKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels},

@@ -59,7 +59,7 @@ func (c *Cluster) podVolumes(mounts []secretMount, configKeys []string, extra ..
 		vols = append(vols, corev1.Volume{
 			Name: c.secretVolumeName(role),
 			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName:  c.SecretName(role),
+				SecretName:  c.volumeSecretName(role),
 				Items:       items,
 				DefaultMode: ptrTo(secretFileMode),
 			}},
@@ -132,7 +132,7 @@ func (c *Cluster) checksum(secrets SecretData, mounts []secretMount, config map[
 		keysByRole[m.role] = sortedUnique(append(keysByRole[m.role], m.keys...))
 	}
 	for _, role := range sortedKeys(keysByRole) {
-		name := c.SecretName(role)
+		name := c.volumeSecretName(role)
 		for _, k := range keysByRole[role] {
 			write([]byte("secret/" + name + "/" + k))
 			if v, ok := secrets[name][k]; ok {

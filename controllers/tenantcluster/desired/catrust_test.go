@@ -1,0 +1,175 @@
+package desired
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// TestDecideCAStep walks a whole rotation, each step only when its facts
+// allow it, and holds the steps that must wait.
+func TestDecideCAStep(t *testing.T) {
+	steady1 := FirstCATrust()
+	pending := CATrust{Trusted: []int{1}, Signer: 1, Pending: 2, Handled: "r1"}
+	both := CATrust{Trusted: []int{1, 2}, Signer: 1, Handled: "r1"}
+	signing := CATrust{Trusted: []int{1, 2}, Signer: 2, Handled: "r1"}
+	steady2 := CATrust{Trusted: []int{2}, Signer: 2, Handled: "r1"}
+	all := CAFacts{RolledOut: true, LeavesBySigner: true}
+	tests := []struct {
+		name  string
+		t     CATrust
+		f     CAFacts
+		want  CAStep
+		after CATrust
+	}{
+		{"never rotated, nothing asked", steady1, all, CAStepNone, steady1},
+		{"a request starts it", steady1, CAFacts{Request: "r1"}, CAStepIssue, pending},
+		{"the issued generation is trusted beside the old", pending, CAFacts{Request: "r1"}, CAStepTrust, both},
+		{"the new one signs only once the pods trust both", both, CAFacts{Request: "r1", LeavesBySigner: true}, CAStepWaitRollout, both},
+		{"rolled out: the new one signs", both, all, CAStepSign, signing},
+		{"old leaves left: the old one stays trusted", signing, CAFacts{RolledOut: true}, CAStepWaitRollout, signing},
+		{"pods still on old leaves: the old one stays trusted", signing, CAFacts{LeavesBySigner: true}, CAStepWaitRollout, signing},
+		{"new leaves rolled out: the old one is dropped", signing, all, CAStepDrop, steady2},
+		{"dropped, pods still trust it: wait", steady2, CAFacts{OldLeft: true}, CAStepWaitRollout, steady2},
+		{"dropped and rolled out: deleted", steady2, CAFacts{OldLeft: true, RolledOut: true}, CAStepDelete, steady2},
+		{"the handled request starts nothing", steady2, CAFacts{Request: "r1", RolledOut: true}, CAStepNone, steady2},
+		{"a new request after the deletion", steady2, CAFacts{Request: "r2", RolledOut: true},
+			CAStepIssue, CATrust{Trusted: []int{2}, Signer: 2, Pending: 3, Handled: "r2"}},
+		{"a request during a rotation waits for it", both, CAFacts{Request: "r2"}, CAStepWaitRollout, both},
+		{"a request before the old one is deleted waits", steady2, CAFacts{Request: "r2", OldLeft: true}, CAStepWaitRollout, steady2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := DecideCAStep(tt.t, tt.f)
+			if got != tt.want {
+				t.Fatalf("DecideCAStep(%+v, %+v) = %q, want %q", tt.t, tt.f, got, tt.want)
+			}
+			next := tt.t.Advance(got, tt.f.Request)
+			if !slices.Equal(next.Trusted, tt.after.Trusted) || next.Signer != tt.after.Signer ||
+				next.Pending != tt.after.Pending || next.Handled != tt.after.Handled {
+				t.Errorf("after %s: %+v, want %+v", got, next, tt.after)
+			}
+			if err := next.validate(); err != nil {
+				t.Errorf("after %s the record is invalid: %v", got, err)
+			}
+		})
+	}
+}
+
+// TestCATrustRecord: the Secret's annotations round-trip, and a damaged
+// record is refused naming the Secret and the annotation.
+func TestCATrustRecord(t *testing.T) {
+	c := mustResolve(t, newTC(), testOptions())
+	for _, rec := range []CATrust{FirstCATrust(), {Trusted: []int{1}, Signer: 1, Pending: 2, Handled: "x"},
+		{Trusted: []int{4, 5}, Signer: 5, Handled: "2026-11-28"}} {
+		s := TrustSecret(c, RoleFrontProxyCA, rec, []byte("pem"))
+		got, err := ParseCATrust(s)
+		if err != nil || !slices.Equal(got.Trusted, rec.Trusted) || got.Signer != rec.Signer || got.Pending != rec.Pending || got.Handled != rec.Handled {
+			t.Errorf("round trip of %+v: %+v, %v", rec, got, err)
+		}
+		if s.Name != "alpha-front-proxy-ca-trust" || s.Labels[v1alpha1.LabelPKIRole] != "front-proxy-ca-trust" || string(s.Data["tls.crt"]) != "pem" {
+			t.Errorf("trust Secret %s labels %v data %q", s.Name, s.Labels, s.Data)
+		}
+	}
+	bad := []struct{ trusted, signer, pending, wantIn string }{
+		{"", "1", "", v1alpha1.AnnotationCATrusted},
+		{"1,x", "1", "", v1alpha1.AnnotationCATrusted},
+		{"1", "0", "", v1alpha1.AnnotationCASigner},
+		{"1", "2", "", "signer 2 is not among"},
+		{"1,3", "1", "", "not consecutive"},
+		{"1,2,3", "2", "", "3 generations"},
+		{"1,2", "1", "3", "does not follow"},
+		{"1", "1", "-1", v1alpha1.AnnotationCAPending},
+	}
+	for _, b := range bad {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "alpha-front-proxy-ca-trust", Annotations: map[string]string{
+			v1alpha1.AnnotationCATrusted: b.trusted, v1alpha1.AnnotationCASigner: b.signer, v1alpha1.AnnotationCAPending: b.pending}}}
+		_, err := ParseCATrust(s)
+		if err == nil || !strings.Contains(err.Error(), b.wantIn) || !strings.Contains(err.Error(), "tenants/alpha-front-proxy-ca-trust") {
+			t.Errorf("record %+v: error %v, want one naming the Secret and %q", b, err, b.wantIn)
+		}
+	}
+}
+
+// TestCAGenerationsRendered: during a rotation both generations have a
+// Certificate and an Issuer, the leaves name the signer's Issuer, and the
+// pods mount the trust Secret at the CA's path; a tenant never rotated
+// renders exactly as before rotation existed.
+func TestCAGenerationsRendered(t *testing.T) {
+	c := mustResolve(t, newTC(), testOptions())
+	leafIssuer := func(c *Cluster) string {
+		for _, cert := range Certificates(c) {
+			if cert.Name == c.SecretName(RoleFrontProxyClient) {
+				return cert.Spec.IssuerRef.Name
+			}
+		}
+		return ""
+	}
+	names := func(c *Cluster) (certs, issuers []string) {
+		for _, cert := range Certificates(c) {
+			if cert.Labels[v1alpha1.LabelPKIRole] == string(RoleFrontProxyCA) {
+				certs = append(certs, cert.Name+"/"+cert.Spec.CommonName+"/"+cert.Labels[v1alpha1.LabelCAGeneration])
+			}
+		}
+		for _, is := range Issuers(c) {
+			if strings.HasPrefix(is.Name, "alpha-front-proxy-ca") {
+				issuers = append(issuers, is.Name+"->"+is.Spec.CA.SecretName)
+			}
+		}
+		return certs, issuers
+	}
+	certs, issuers := names(c)
+	if !slices.Equal(certs, []string{"alpha-front-proxy-ca/front-proxy-ca/"}) || !slices.Equal(issuers, []string{"alpha-front-proxy-ca->alpha-front-proxy-ca"}) ||
+		leafIssuer(c) != "alpha-front-proxy-ca" || c.volumeSecretName(RoleFrontProxyCA) != "alpha-front-proxy-ca" {
+		t.Errorf("never rotated: certs %v issuers %v leaf issuer %s mount %s", certs, issuers, leafIssuer(c), c.volumeSecretName(RoleFrontProxyCA))
+	}
+
+	c.CATrust = map[PKIRole]CATrust{RoleFrontProxyCA: {Trusted: []int{1, 2}, Signer: 2}}
+	certs, issuers = names(c)
+	if !slices.Equal(certs, []string{"alpha-front-proxy-ca/front-proxy-ca/", "alpha-front-proxy-ca-2/front-proxy-ca-2/2"}) ||
+		!slices.Equal(issuers, []string{"alpha-front-proxy-ca->alpha-front-proxy-ca", "alpha-front-proxy-ca-2->alpha-front-proxy-ca-2"}) {
+		t.Errorf("rotating: certs %v issuers %v", certs, issuers)
+	}
+	if leafIssuer(c) != "alpha-front-proxy-ca-2" || !slices.Equal(LeafRoles(c, RoleFrontProxyCA), []PKIRole{RoleFrontProxyClient}) {
+		t.Errorf("rotating: leaf issuer %s, leaves %v", leafIssuer(c), LeafRoles(c, RoleFrontProxyCA))
+	}
+	vols := c.podVolumes(apiServerMounts, nil)
+	found := false
+	for _, v := range vols {
+		if v.Name == c.secretVolumeName(RoleFrontProxyCA) {
+			found = v.Secret.SecretName == "alpha-front-proxy-ca-trust"
+		}
+		if v.Secret != nil && v.Secret.SecretName == "alpha-front-proxy-ca" {
+			t.Errorf("volume %s still mounts the CA's own Secret", v.Name)
+		}
+	}
+	if !found {
+		t.Errorf("the front-proxy CA volume does not mount the trust Secret: %+v", vols)
+	}
+	// The cluster CA is not rotatable yet: a record for it changes nothing
+	// the pods mount.
+	c.CATrust[RoleCA] = CATrust{Trusted: []int{1, 2}, Signer: 1}
+	if c.volumeSecretName(RoleCA) != "alpha-ca" {
+		t.Errorf("the cluster CA mounts %s", c.volumeSecretName(RoleCA))
+	}
+}
+
+// TestTrustBundle: oldest first, every trusted generation, and a missing
+// certificate named.
+func TestTrustBundle(t *testing.T) {
+	c := mustResolve(t, newTC(), testOptions())
+	secrets := SecretData{"alpha-front-proxy-ca": {"tls.crt": []byte("ONE\n")}, "alpha-front-proxy-ca-2": {"tls.crt": []byte("TWO")}}
+	got, err := TrustBundle(c, RoleFrontProxyCA, CATrust{Trusted: []int{1, 2}, Signer: 1}, secrets)
+	if err != nil || string(got) != "ONE\nTWO\n" {
+		t.Errorf("bundle %q, %v", got, err)
+	}
+	_, err = TrustBundle(c, RoleFrontProxyCA, CATrust{Trusted: []int{2, 3}, Signer: 2}, secrets)
+	if err == nil || !strings.Contains(err.Error(), "alpha-front-proxy-ca-3") {
+		t.Errorf("missing generation: %v", err)
+	}
+}
