@@ -47,6 +47,9 @@ type scope struct {
 	// encryptionKeys its content.
 	encryptionSecret *corev1.Secret
 	encryptionKeys   desired.EncryptionKeys
+	// caTrust are the trust Secrets of the CAs ever rotated, as read
+	// (and synced) this pass.
+	caTrust map[desired.PKIRole]*corev1.Secret
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
@@ -134,7 +137,9 @@ func (r *Reconciler) phases() []phase {
 	return []phase{
 		r.resolve,                     // the spec, with the published address; stops on an invalid spec
 		r.reconcileServices,           // before the PKI: a load balancer's address is a SAN
+		r.readCATrust,                 // the CA rotation records, which decide the CAs' generations
 		r.reconcilePKI,                // Issuers, Certificates, their Secrets; stops while issuing
+		r.syncCATrust,                 // the trust bundles, from the CA Secrets just read
 		r.reconcileConfig,             // the control plane ConfigMap and the kubeconfigs
 		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
 		r.reconcileEtcd,               // etcd, with its initial cluster state decided
@@ -145,6 +150,7 @@ func (r *Reconciler) phases() []phase {
 		r.reconcileEncryptionRotation, // the next step of a key rotation, once the API servers run the current keys
 		r.reconcilePDBs,               // disruption budgets
 		r.reconcileFollowers,          // controller-manager and scheduler, behind the API servers in an upgrade
+		r.reconcileCARotation,         // the next step of a CA rotation, once the control plane runs the current one
 		r.observeRollout,              // the endpoint still pending, observedVersion
 	}
 }

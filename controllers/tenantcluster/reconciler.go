@@ -214,7 +214,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=tenantclusters/finalizers,verbs=update
-// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;patch

@@ -670,6 +670,7 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	t.Run("an add-on switched off is deleted", func(t *testing.T) { checkAddonSwitchOff(ctx, t, key) })
 	t.Run("encryption at rest", func(t *testing.T) { checkEncryptionSetup(ctx, t, key) })
 	t.Run("encryption key rotation", func(t *testing.T) { checkEncryptionRotation(ctx, t, key, markReady) })
+	t.Run("front-proxy CA rotation", func(t *testing.T) { checkCARotation(ctx, t, key, markReady) })
 
 	t.Run("deletion", func(t *testing.T) {
 		// Pods as the ReplicaSet and StatefulSet controllers (absent from

@@ -1,0 +1,289 @@
+package tenantcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+)
+
+// CA rotation (docs/pki.md, desired/catrust.go): readCATrust feeds each
+// rotated CA's record into the builders before the PKI is applied,
+// syncCATrust keeps each trust Secret's bundle equal to the certificates
+// of the generations it names (a CA renewal changes them) and hands it to
+// the checksums, and reconcileCARotation takes the next step once the
+// workloads of this pass rolled out. Each record change is an Update of
+// the trust Secret with its resourceVersion: two passes that read the
+// same record cannot both advance it.
+
+// readCATrust reads the trust Secret of every rotatable CA from the API
+// server (not the cache: a record one step old would render the previous
+// step's Certificates and pods).
+func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	s.caTrust = map[desired.PKIRole]*corev1.Secret{}
+	for _, ca := range desired.RotatableCAs {
+		secret := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.TrustSecretName(ca)}, secret)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading the trust Secret of %s: %w", ca, err)
+		}
+		t, err := desired.ParseCATrust(secret)
+		if err != nil {
+			// Never guessed: a record read wrong could delete a CA that
+			// still signs. The Secret's next edit brings the next pass.
+			r.setCondition(s.tc, notReady(v1alpha1.ConditionCARotated, v1alpha1.ReasonCARecordInvalid, err.Error()))
+			return ctrl.Result{}, err
+		}
+		if c.CATrust == nil {
+			c.CATrust = map[desired.PKIRole]desired.CATrust{}
+		}
+		c.CATrust[ca], s.caTrust[ca] = t, secret
+	}
+	return ctrl.Result{}, nil
+}
+
+// syncCATrust brings each trust Secret's bundle up to date with the CA
+// Secrets just read, and adds it to the data the checksums hash.
+func (r *Reconciler) syncCATrust(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	for ca, live := range s.caTrust {
+		t := c.CATrust[ca]
+		bundle, err := desired.TrustBundle(c, ca, t, s.secrets)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !bytes.Equal(live.Data[desired.TrustBundleKey], bundle) {
+			updated := live.DeepCopy()
+			updated.Data = map[string][]byte{desired.TrustBundleKey: bundle}
+			if err := r.Client.Update(ctx, updated); err != nil {
+				return ctrl.Result{}, fmt.Errorf("updating the bundle of %s: %w", live.Name, err)
+			}
+			s.caTrust[ca] = updated
+		}
+		s.secrets[live.Name] = s.caTrust[ca].Data
+	}
+	return ctrl.Result{}, nil
+}
+
+// caOutcome is one CA's step in this pass, for the condition.
+type caOutcome struct {
+	ca   desired.PKIRole
+	step desired.CAStep
+	msg  string
+}
+
+// reconcileCARotation takes the next step of every rotatable CA and
+// writes CARotated.
+func (r *Reconciler) reconcileCARotation(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.apiServer == nil {
+		return ctrl.Result{}, nil
+	}
+	var outcomes []caOutcome
+	for _, ca := range desired.RotatableCAs {
+		o, err := r.rotateCA(ctx, s, ca)
+		if apierrors.IsConflict(err) {
+			// Read stale; the Secret's newer version brings the next pass.
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		outcomes = append(outcomes, o)
+	}
+	r.setCondition(s.tc, caRotatedCondition(outcomes))
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole) (caOutcome, error) {
+	c := s.cluster
+	t := c.CATrustOf(ca)
+	old, err := r.oldCALeft(ctx, c, ca, t)
+	if err != nil {
+		return caOutcome{}, err
+	}
+	facts := desired.CAFacts{
+		Request:        s.tc.Annotations[desired.RotateCAAnnotation(ca)],
+		LeavesBySigner: leavesSignedBy(c, ca, t.Signer, s.secrets) == nil,
+		RolledOut:      s.controlPlaneRolledOut(),
+		OldLeft:        old,
+	}
+	step := desired.DecideCAStep(t, facts)
+	out := caOutcome{ca: ca, step: step, msg: caSteadyMessage(ca, t)}
+	switch step {
+	case desired.CAStepNone:
+		return out, nil
+	case desired.CAStepWaitRollout:
+		out.msg = fmt.Sprintf("%s: waiting for the control plane to roll out (%s)", ca, caStage(t))
+		if err := leavesSignedBy(c, ca, t.Signer, s.secrets); len(t.Trusted) == 2 && t.Signer == t.Trusted[1] && err != nil {
+			out.msg = fmt.Sprintf("%s: waiting for its leaves: %v", ca, err)
+		}
+		return out, nil
+	case desired.CAStepDelete:
+		return out, r.deleteCAGeneration(ctx, s, ca, t.Signer-1)
+	}
+	next := t.Advance(step, facts.Request)
+	bundle, err := desired.TrustBundle(c, ca, next, s.secrets)
+	if err != nil {
+		return caOutcome{}, err
+	}
+	if err := r.writeCATrust(ctx, s, ca, next, bundle); err != nil {
+		return caOutcome{}, err
+	}
+	out.msg = fmt.Sprintf("%s: %s", ca, caStage(next))
+	r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "CARotation", string(step), "%s", out.msg)
+	return out, nil
+}
+
+// writeCATrust creates the trust Secret (the first rotation of the CA) or
+// updates the one read this pass.
+func (r *Reconciler) writeCATrust(ctx context.Context, s *scope, ca desired.PKIRole, t desired.CATrust, bundle []byte) error {
+	want := desired.TrustSecret(s.cluster, ca, t, bundle)
+	live := s.caTrust[ca]
+	if live == nil {
+		if err := controllerutil.SetControllerReference(s.tc, want, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, want); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("secrets"), want.Name, err)
+			}
+			return fmt.Errorf("creating the trust Secret %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	updated := live.DeepCopy()
+	updated.Annotations, updated.Data = want.Annotations, want.Data
+	if err := r.Client.Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			return err
+		}
+		return fmt.Errorf("updating the trust Secret %s: %w", want.Name, err)
+	}
+	return nil
+}
+
+// oldCALeft tells whether the generation below the signer still has its
+// Certificate or its Secret (its Issuer goes first, see
+// deleteCAGeneration, and is not read: the controller only writes
+// Issuers).
+func (r *Reconciler) oldCALeft(ctx context.Context, c *desired.Cluster, ca desired.PKIRole, t desired.CATrust) (bool, error) {
+	if !t.Steady() || t.Signer < 2 {
+		return false, nil
+	}
+	key := client.ObjectKey{Namespace: c.Namespace, Name: c.CAName(ca, t.Signer-1)}
+	for _, obj := range []client.Object{&cmapi.Certificate{}, &corev1.Secret{}} {
+		found, err := r.getLive(ctx, key, obj)
+		if err != nil || found {
+			return found, err
+		}
+	}
+	return false, nil
+}
+
+// deleteCAGeneration deletes a retired generation's Issuer, Certificate
+// and Secret (its private key).
+func (r *Reconciler) deleteCAGeneration(ctx context.Context, s *scope, ca desired.PKIRole, gen int) error {
+	name := s.cluster.CAName(ca, gen)
+	meta := metav1.ObjectMeta{Namespace: s.cluster.Namespace, Name: name}
+	for _, obj := range []client.Object{&cmapi.Issuer{ObjectMeta: meta}, &cmapi.Certificate{ObjectMeta: meta}, &corev1.Secret{ObjectMeta: meta}} {
+		if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %s of %s generation %d: %w", name, ca, gen, err)
+		}
+	}
+	r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "CARotation", string(desired.CAStepDelete),
+		"%s: generation %d is no longer trusted; deleted its Issuer, Certificate and Secret %s", ca, gen, name)
+	return nil
+}
+
+// controlPlaneRolledOut: the API servers and the followers run the pod
+// templates this pass applied.
+func (s *scope) controlPlaneRolledOut() bool {
+	if !rolledOut(s.apiServer) || len(s.followers) == 0 {
+		return false
+	}
+	for _, d := range s.followers {
+		if !rolledOut(d) {
+			return false
+		}
+	}
+	return true
+}
+
+// leavesSignedBy checks that every leaf of ca in secrets is signed by
+// generation gen's certificate; the error names the first that is not.
+func leavesSignedBy(c *desired.Cluster, ca desired.PKIRole, gen int, secrets desired.SecretData) error {
+	caCert, err := firstCert(secrets[c.CAName(ca, gen)][desired.CertificateKey])
+	if err != nil {
+		return fmt.Errorf("secret %s: %w", c.CAName(ca, gen), err)
+	}
+	for _, leaf := range desired.LeafRoles(c, ca) {
+		name := c.SecretName(leaf)
+		cert, err := firstCert(secrets[name][desired.CertificateKey])
+		if err != nil {
+			return fmt.Errorf("secret %s: %w", name, err)
+		}
+		if err := cert.CheckSignatureFrom(caCert); err != nil {
+			return fmt.Errorf("secret %s is not signed by %s yet", name, c.CAName(ca, gen))
+		}
+	}
+	return nil
+}
+
+func firstCert(data []byte) (*x509.Certificate, error) {
+	b, _ := pem.Decode(data)
+	if b == nil {
+		return nil, fmt.Errorf("no PEM certificate")
+	}
+	return x509.ParseCertificate(b.Bytes)
+}
+
+// caStage says where a record stands, naming generations.
+func caStage(t desired.CATrust) string {
+	switch {
+	case t.Pending != 0:
+		return fmt.Sprintf("generation %d is being issued; generation %d signs and is trusted", t.Pending, t.Signer)
+	case len(t.Trusted) == 2:
+		return fmt.Sprintf("generations %d and %d are trusted, %d signs", t.Trusted[0], t.Trusted[1], t.Signer)
+	}
+	return fmt.Sprintf("generation %d signs and is the only one trusted", t.Signer)
+}
+
+func caSteadyMessage(ca desired.PKIRole, t desired.CATrust) string {
+	return fmt.Sprintf("%s: %s", ca, caStage(t))
+}
+
+// caRotatedCondition is CARotated from every CA's outcome: True when no
+// CA is in a rotation.
+func caRotatedCondition(outcomes []caOutcome) metav1.Condition {
+	var msgs []string
+	reason := ""
+	for _, o := range outcomes {
+		msgs = append(msgs, o.msg)
+		if o.step != desired.CAStepNone && o.step != desired.CAStepDelete && reason == "" {
+			reason = string(o.step)
+		}
+	}
+	msg := strings.Join(msgs, "; ")
+	if reason == "" {
+		return metav1.Condition{Type: v1alpha1.ConditionCARotated, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonCAsInUse, Message: msg}
+	}
+	return notReady(v1alpha1.ConditionCARotated, reason, msg)
+}
