@@ -10,6 +10,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +58,32 @@ func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 		}
 		c.CATrust[ca], s.caTrust[ca] = t, secret
 	}
+	// Written from the records every pass, so that a pass which stops
+	// before the late phase (while a re-issued leaf is pending, say) does
+	// not carry a CARotated of an earlier step read from the cache.
+	var outcomes []caOutcome
+	for _, ca := range desired.RotatableCAs {
+		t := c.CATrustOf(ca)
+		outcomes = append(outcomes, caOutcome{ca: ca, step: recordStep(t, s.tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, t)})
+	}
+	r.setCondition(s.tc, caRotatedCondition(outcomes))
 	return ctrl.Result{}, nil
+}
+
+// recordStep is the step a record stands at, for the condition of a pass
+// that may not reach the late phase.
+func recordStep(t desired.CATrust, request string) desired.CAStep {
+	switch {
+	case t.Pending != 0:
+		return desired.CAStepIssue
+	case len(t.Trusted) == 2 && t.Signer == t.Trusted[0]:
+		return desired.CAStepTrust
+	case len(t.Trusted) == 2:
+		return desired.CAStepSign
+	case request != "" && request != t.Handled:
+		return desired.CAStepIssue
+	}
+	return desired.CAStepNone
 }
 
 // syncCATrust brings each trust Secret's bundle up to date with the CA
@@ -213,10 +239,12 @@ func (r *Reconciler) deleteCAGeneration(ctx context.Context, s *scope, ca desire
 	return nil
 }
 
-// controlPlaneRolledOut: the API servers and the followers run the pod
-// templates this pass applied.
+// controlPlaneRolledOut: etcd, the API servers and the followers run the
+// pod templates this pass applied. Every step of every CA waits for all
+// of them, not only for the pods that trust that CA: one rule, and a step
+// is never taken while any control-plane pod is being replaced.
 func (s *scope) controlPlaneRolledOut() bool {
-	if !rolledOut(s.apiServer) || len(s.followers) == 0 {
+	if !rolledOut(s.apiServer) || len(s.followers) == 0 || !etcdRolledOut(s.etcd) {
 		return false
 	}
 	for _, d := range s.followers {
@@ -225,6 +253,21 @@ func (s *scope) controlPlaneRolledOut() bool {
 		}
 	}
 	return true
+}
+
+// etcdRolledOut: every member runs the StatefulSet's current template and
+// is ready.
+func etcdRolledOut(sts *appsv1.StatefulSet) bool {
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation {
+		return false
+	}
+	want := int32(1)
+	if sts.Spec.Replicas != nil {
+		want = *sts.Spec.Replicas
+	}
+	st := sts.Status
+	return st.UpdatedReplicas == want && st.ReadyReplicas == want && st.Replicas == want &&
+		(st.UpdateRevision == "" || st.CurrentRevision == st.UpdateRevision)
 }
 
 // leavesSignedBy checks that every leaf of ca in secrets is signed by

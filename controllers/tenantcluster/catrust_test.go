@@ -46,11 +46,10 @@ func secretData(ctx context.Context, ns, name string) (map[string][]byte, error)
 	return s.Data, err
 }
 
-// caRecord reads the front-proxy CA's trust record; nil when the CA was
-// never rotated.
-func caRecord(ctx context.Context, key types.NamespacedName) (*desired.CATrust, *corev1.Secret, error) {
+// caRecord reads a CA's trust record; nil when the CA was never rotated.
+func caRecord(ctx context.Context, key types.NamespacedName, ca desired.PKIRole) (*desired.CATrust, *corev1.Secret, error) {
 	s := &corev1.Secret{}
-	err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name + "-front-proxy-ca-trust"}, s)
+	err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name + "-" + string(ca) + "-trust"}, s)
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}
@@ -61,34 +60,35 @@ func caRecord(ctx context.Context, key types.NamespacedName) (*desired.CATrust, 
 	return &t, s, err
 }
 
-// apiServerVolume is the Secret the API servers' template mounts for the
-// front-proxy CA, and whether the Deployment still rolls out.
-func apiServerVolume(ctx context.Context, key types.NamespacedName) (string, bool, error) {
+// apiServerVolume is the Secret the API servers' template mounts for ca,
+// and whether the Deployment still rolls out.
+func apiServerVolume(ctx context.Context, key types.NamespacedName, ca desired.PKIRole) (string, bool, error) {
 	d := &appsv1.Deployment{}
 	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name + "-apiserver"}, d); err != nil {
 		return "", false, err
 	}
 	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.Name == "pki-front-proxy-ca" {
+		if v.Name == "pki-"+string(ca) {
 			return v.Secret.SecretName, d.Status.ObservedGeneration != d.Generation, nil
 		}
 	}
-	return "", false, fmt.Errorf("no front-proxy CA volume")
+	return "", false, fmt.Errorf("no %s volume", ca)
 }
 
-// checkCARotation rotates the front-proxy CA: the new CA is issued and
+// checkCARotation rotates ca, whose leaf is one it signs: the new CA is issued and
 // trusted beside the old before any leaf it signs exists, it signs only
 // once the control plane rolled out with both (held while it has not),
 // the old CA leaves the bundle only once the leaf is re-issued, and its
 // Certificate, Issuer and Secret are deleted at the end.
-func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName, markReady func(context.Context) error) {
+func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName, ca, leafRole desired.PKIRole, markReady func(context.Context) error) {
 	ns := key.Namespace
-	oldCA, err := secretData(ctx, ns, key.Name+"-front-proxy-ca")
+	caName, leafName := key.Name+"-"+string(ca), key.Name+"-"+string(leafRole)
+	oldCA, err := secretData(ctx, ns, caName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	oldCert := pemCerts(t, oldCA["tls.crt"])[0]
-	if rec, _, err := caRecord(ctx, key); err != nil || rec != nil {
+	if rec, _, err := caRecord(ctx, key, ca); err != nil || rec != nil {
 		t.Fatalf("a tenant never rotated has a trust record %+v (%v)", rec, err)
 	}
 	if got, _ := getTC(ctx, key); !hasCondition(got, v1alpha1.ConditionCARotated, metav1.ConditionTrue, v1alpha1.ReasonCAsInUse) {
@@ -99,7 +99,7 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(cur.DeepCopy())
-	cur.Annotations[desired.RotateCAAnnotation(desired.RoleFrontProxyCA)] = "2026-11-28"
+	cur.Annotations[desired.RotateCAAnnotation(ca)] = "2026-11-28"
 	if err := env.Client.Patch(ctx, cur, patch); err != nil {
 		t.Fatal(err)
 	}
@@ -108,14 +108,14 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 	// new CA must not sign.
 	var newCert *x509.Certificate
 	poll(ctx, t, "both CAs trusted, the switch held by the rollout", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
-		rec, s, err := caRecord(ctx, key)
+		rec, s, err := caRecord(ctx, key, ca)
 		if err != nil || rec == nil {
 			return false, "no record yet", err
 		}
 		if rec.Signer != 1 {
 			return false, "", fmt.Errorf("the new CA signs before the control plane rolled out with both: %+v", rec)
 		}
-		vol, rolling, err := apiServerVolume(ctx, key)
+		vol, rolling, err := apiServerVolume(ctx, key, ca)
 		if err != nil {
 			return false, "", err
 		}
@@ -132,20 +132,20 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 			return false, fmt.Sprintf("record %+v rolling %v volume %s %s", *rec, rolling, vol, conditionsString(got)), nil
 		}
 		bundle := pemCerts(t, s.Data["tls.crt"])
-		if len(bundle) != 2 || !bundle[0].Equal(oldCert) || vol != key.Name+"-front-proxy-ca-trust" || rec.Handled != "2026-11-28" {
+		if len(bundle) != 2 || !bundle[0].Equal(oldCert) || vol != caName+"-trust" || rec.Handled != "2026-11-28" {
 			return false, "", fmt.Errorf("both trusted: bundle of %d, volume %s, record %+v", len(bundle), vol, *rec)
 		}
 		newCert = bundle[1]
 		return true, "", nil
 	})
-	leaf, err := secretData(ctx, ns, key.Name+"-front-proxy-client")
+	leaf, err := secretData(ctx, ns, leafName)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if pemCerts(t, leaf["tls.crt"])[0].CheckSignatureFrom(oldCert) != nil {
 		t.Error("the leaf was re-issued before the control plane trusted the new CA")
 	}
-	if newCert.Subject.CommonName != "front-proxy-ca-2" || !newCert.IsCA {
+	if newCert.Subject.CommonName != oldCert.Subject.CommonName+"-2" || !newCert.IsCA {
 		t.Errorf("the new CA is %s (CA %v)", newCert.Subject.CommonName, newCert.IsCA)
 	}
 
@@ -155,12 +155,12 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 		if err := markReady(ctx); err != nil {
 			return false, "", err
 		}
-		rec, s, err := caRecord(ctx, key)
+		rec, s, err := caRecord(ctx, key, ca)
 		if err != nil {
 			return false, "", err
 		}
 		seen[fmt.Sprint(rec.Trusted, rec.Signer)] = true
-		leaf, err := secretData(ctx, ns, key.Name+"-front-proxy-client")
+		leaf, err := secretData(ctx, ns, leafName)
 		if err != nil {
 			return false, "", err
 		}
@@ -171,7 +171,7 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 		if !byNew && !slices.Equal(rec.Trusted, []int{1, 2}) && !slices.Equal(rec.Trusted, []int{1}) {
 			return false, "", fmt.Errorf("the old CA dropped while the leaf is still its: %+v", *rec)
 		}
-		_, oldErr := secretData(ctx, ns, key.Name+"-front-proxy-ca")
+		_, oldErr := secretData(ctx, ns, caName)
 		got, err := getTC(ctx, key)
 		if err != nil {
 			return false, "", err
@@ -183,7 +183,7 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 	if !seen["[1 2] 2"] {
 		t.Errorf("no pass saw both trusted with the new CA signing: %v", seen)
 	}
-	_, s, err := caRecord(ctx, key)
+	_, s, err := caRecord(ctx, key, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 		t.Errorf("the bundle after the rotation holds %d certificates", len(b))
 	}
 	for _, obj := range []client.Object{&cmapi.Certificate{}, &cmapi.Issuer{}} {
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: key.Name + "-front-proxy-ca"}, obj)
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: caName}, obj)
 		if !apierrors.IsNotFound(err) {
 			t.Errorf("the old CA's %T is still there: %v", obj, err)
 		}

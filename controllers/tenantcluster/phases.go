@@ -50,6 +50,8 @@ type scope struct {
 	// caTrust are the trust Secrets of the CAs ever rotated, as read
 	// (and synced) this pass.
 	caTrust map[desired.PKIRole]*corev1.Secret
+	// etcd is the live StatefulSet, as applied.
+	etcd *appsv1.StatefulSet
 	// apiServer and the followers are the live Deployments, as applied.
 	apiServer *appsv1.Deployment
 	followers []*appsv1.Deployment
@@ -361,6 +363,7 @@ func (r *Reconciler) reconcileEtcd(ctx context.Context, s *scope) (ctrl.Result, 
 	if err := r.apply(ctx, s.tc, desired, live); err != nil {
 		return ctrl.Result{}, err
 	}
+	s.etcd = live
 	s.observe(r, etcdReadyDuringScaling(s, c, live))
 	return result, nil
 }

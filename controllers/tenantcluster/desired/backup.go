@@ -305,7 +305,11 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 	args := []string{
 		"snapshot",
 		"--endpoints=" + strings.Join(c.EtcdClientURLs(), ","),
-		"--cacert=" + path.Join(pki, secretCAKey),
+		// The etcd CA as the members trust it (its bundle during a
+		// rotation), not the client certificate's issuer: during a
+		// rotation the two differ while the members' server certificates
+		// are re-issued.
+		"--cacert=" + pkiFile(RoleEtcdCA, secretCertKey),
 		"--cert=" + path.Join(pki, secretCertKey),
 		"--key=" + path.Join(pki, secretPrivateKeyKey),
 		"--dir=" + backupMount,
@@ -334,6 +338,7 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 	// file system is read-only.
 	ctr.VolumeMounts = []corev1.VolumeMount{
 		{Name: c.secretVolumeName(RoleEtcdBackupClient), MountPath: pki, ReadOnly: true},
+		{Name: c.secretVolumeName(RoleEtcdCA), MountPath: pkiFile(RoleEtcdCA, ""), ReadOnly: true},
 		{Name: volumeBackup, MountPath: backupMount},
 		{Name: volumeTmp, MountPath: tmpDir},
 	}
@@ -349,8 +354,13 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 			SecretName:  c.SecretName(RoleEtcdBackupClient),
 			DefaultMode: ptrTo(secretFileMode),
 			Items: []corev1.KeyToPath{
-				{Key: secretCAKey, Path: secretCAKey}, {Key: secretCertKey, Path: secretCertKey}, {Key: secretPrivateKeyKey, Path: secretPrivateKeyKey},
+				{Key: secretCertKey, Path: secretCertKey}, {Key: secretPrivateKeyKey, Path: secretPrivateKeyKey},
 			},
+		}}},
+		{Name: c.secretVolumeName(RoleEtcdCA), VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  c.volumeSecretName(RoleEtcdCA),
+			DefaultMode: ptrTo(secretFileMode),
+			Items:       []corev1.KeyToPath{{Key: secretCertKey, Path: secretCertKey}},
 		}}},
 	}
 	pod.Volumes = append(pod.Volumes, s3Volumes...)

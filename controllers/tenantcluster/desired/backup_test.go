@@ -95,7 +95,7 @@ func TestEtcdBackupCronJob(t *testing.T) {
 		}
 		for flag, want := range map[string]string{
 			"--endpoints": strings.Join(c.EtcdClientURLs(), ","),
-			"--cacert":    "/etc/kubernetes/pki/etcd-backup-client/ca.crt",
+			"--cacert":    "/etc/kubernetes/pki/etcd-ca/tls.crt",
 			"--cert":      "/etc/kubernetes/pki/etcd-backup-client/tls.crt",
 			"--key":       "/etc/kubernetes/pki/etcd-backup-client/tls.key",
 			"--dir":       "/backup",
@@ -112,17 +112,27 @@ func TestEtcdBackupCronJob(t *testing.T) {
 		if ctr.SecurityContext == nil || !*ctr.SecurityContext.ReadOnlyRootFilesystem || *ctr.SecurityContext.AllowPrivilegeEscalation {
 			t.Errorf("container security %+v", ctr.SecurityContext)
 		}
-		var claim, secret string
+		var claim string
+		var secrets []string
 		for _, v := range pod.Volumes {
 			if v.PersistentVolumeClaim != nil {
 				claim = v.PersistentVolumeClaim.ClaimName
 			}
 			if v.Secret != nil {
-				secret = v.Secret.SecretName
+				secrets = append(secrets, v.Secret.SecretName)
 			}
 		}
-		if claim != "alpha-etcd-backup" || secret != "alpha-etcd-backup-client" {
-			t.Errorf("volumes: claim %q, secret %q", claim, secret)
+		if claim != "alpha-etcd-backup" || !slices.Equal(secrets, []string{"alpha-etcd-backup-client", "alpha-etcd-ca"}) {
+			t.Errorf("volumes: claim %q, secrets %q", claim, secrets)
+		}
+		// During a rotation of the etcd CA the run trusts its bundle, as
+		// the members do.
+		rotating := *c
+		rotating.CATrust = map[PKIRole]CATrust{RoleEtcdCA: {Trusted: []int{1, 2}, Signer: 2}}
+		for _, v := range rotating.etcdBackupPod().Volumes {
+			if v.Name == "pki-etcd-ca" && v.Secret.SecretName != "alpha-etcd-ca-trust" {
+				t.Errorf("rotating: the backup mounts %s for the etcd CA", v.Secret.SecretName)
+			}
 		}
 
 		pvc := EtcdBackupClaim(c)

@@ -15,15 +15,15 @@ import (
 
 // CA rotation (docs/pki.md). A CA has generations: the first is the
 // Certificate, Secret and Issuer <tenant>-<ca> every tenant has, the n-th
-// is <tenant>-<ca>-<n>. Once a CA was ever rotated, the pods no longer
-// mount its own Secret but its trust Secret (<tenant>-<ca>-trust), whose
+// is <tenant>-<ca>-<n>. Once a CA trusts a later generation, the pods no
+// longer mount its own Secret but its trust Secret (<tenant>-<ca>-trust), whose
 // tls.crt is the bundle of the trusted generations' certificates, at the
 // same path: no flag changes, and the checksum of the bundle rolls the
 // pods that trust it. The trust Secret's annotations are the rotation's
 // record; the controller advances it one step at a time, each step only
 // once every pod that trusts the CA runs the previous one:
 //
-//	steady (gen n trusted, signs)   --request-->  pending n+1 (issued, not yet trusted)
+//	steady (gen n trusted, signs)   --request-->  pending n+1 (issued, not yet trusted; no pod rolls)
 //	pending n+1 issued              -->  trusted {n, n+1}, n signs
 //	rolled out                      -->  n+1 signs: the leaves are re-issued by it
 //	leaves re-issued, rolled out    -->  trusted {n+1} (n dropped from the bundle)
@@ -34,10 +34,11 @@ import (
 // gone, so nothing it verifies fails in between.
 
 // RotatableCAs are the CAs a rotation can replace: those only
-// control-plane pods trust, which kubefarm restarts at will. The cluster
-// CA is also trusted by the tenant's nodes and pods and by people's
-// kubeconfigs, which need their own step (docs/pki.md).
-var RotatableCAs = []PKIRole{RoleFrontProxyCA}
+// control-plane pods (and the etcd backup's runs) trust, which kubefarm
+// restarts at will. The cluster CA is also trusted by the tenant's nodes
+// and pods and by people's kubeconfigs, which need their own step
+// (docs/pki.md).
+var RotatableCAs = []PKIRole{RoleFrontProxyCA, RoleEtcdCA}
 
 // Rotatable tells whether role is a CA a rotation can replace.
 func Rotatable(role PKIRole) bool { return slices.Contains(RotatableCAs, role) }
@@ -137,10 +138,16 @@ func (c *Cluster) caTrust(ca PKIRole) CATrust {
 // signerIssuer names the Issuer that signs ca's leaves.
 func (c *Cluster) signerIssuer(ca PKIRole) string { return c.CAName(ca, c.caTrust(ca).Signer) }
 
-// volumeSecretName is the Secret the pods mount for role: a rotated CA's
-// trust Secret, every other role's own.
+// volumeSecretName is the Secret the pods mount for role: the trust
+// Secret of a CA that trusts anything but its first generation alone,
+// every other role's own. While the first rotation issues generation 2
+// the pods keep mounting generation 1's Secret, whose certificate is all
+// the bundle would hold: switching to the trust Secret then would restart
+// every etcd member and API server for nothing, and each etcd restart of
+// the leader is a leader move (docs/etcd.md).
 func (c *Cluster) volumeSecretName(role PKIRole) string {
-	if _, ok := c.CATrust[role]; ok && Rotatable(role) {
+	t, ok := c.CATrust[role]
+	if ok && Rotatable(role) && !slices.Equal(t.Trusted, []int{1}) {
 		return c.TrustSecretName(role)
 	}
 	return c.SecretName(role)

@@ -151,6 +151,17 @@ func TestCAGenerationsRendered(t *testing.T) {
 	if !found {
 		t.Errorf("the front-proxy CA volume does not mount the trust Secret: %+v", vols)
 	}
+	// While generation 2 is issued, generation 1 alone is trusted: the
+	// pods keep mounting its own Secret and do not roll for it.
+	c.CATrust[RoleFrontProxyCA] = CATrust{Trusted: []int{1}, Signer: 1, Pending: 2}
+	if c.volumeSecretName(RoleFrontProxyCA) != "alpha-front-proxy-ca" {
+		t.Errorf("pending generation 2: the pods mount %s", c.volumeSecretName(RoleFrontProxyCA))
+	}
+	// After a rotation the trust Secret stays, holding generation 2.
+	c.CATrust[RoleFrontProxyCA] = CATrust{Trusted: []int{2}, Signer: 2, Pending: 3}
+	if c.volumeSecretName(RoleFrontProxyCA) != "alpha-front-proxy-ca-trust" {
+		t.Errorf("generation 2 trusted: the pods mount %s", c.volumeSecretName(RoleFrontProxyCA))
+	}
 	// The cluster CA is not rotatable yet: a record for it changes nothing
 	// the pods mount.
 	c.CATrust[RoleCA] = CATrust{Trusted: []int{1, 2}, Signer: 1}

@@ -11,7 +11,9 @@ import (
 // trusting the tenant's etcd CA only. Member 0's client URL is
 // EtcdClientURL(0).
 func EtcdClientTLS(c *Cluster, secrets SecretData) (*tls.Config, error) {
-	caName, clientName := c.SecretName(RoleEtcdCA), c.SecretName(RoleAPIServerEtcdClient)
+	// The CA as the API servers mount it: its trust bundle once it was
+	// rotated, so the controller trusts what they trust.
+	caName, clientName := c.volumeSecretName(RoleEtcdCA), c.SecretName(RoleAPIServerEtcdClient)
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(secrets[caName][secretCertKey]) {
 		return nil, fmt.Errorf("secret %s: no etcd CA certificate in %s", caName, secretCertKey)
