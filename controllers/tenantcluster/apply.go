@@ -40,7 +40,11 @@ func (r *Reconciler) applyUnowned(ctx context.Context, obj, into client.Object) 
 // Status is the one place where the applied object is not built from
 // scratch: conditions carry lastTransitionTime, which must survive passes
 // that change nothing, so the caller passes the status it computed from the
-// observed one.
+// observed one. That is also why the write is conditional on the
+// resourceVersion the pass read (a Conflict otherwise): the status carries
+// every condition, including those the pass did not decide, and from a
+// stale copy it would put an older pass's back.
 func (r *Reconciler) applyStatus(ctx context.Context, tc *v1alpha1.TenantCluster) error {
-	return ssa.ApplyStatus(ctx, r.Client, FieldOwner, tc)
+	_, err := ssa.ApplyStatusAt(ctx, r.Client, FieldOwner, tc, tc.ResourceVersion)
+	return err
 }

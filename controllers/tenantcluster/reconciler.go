@@ -234,7 +234,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // conditions, is decided from it once, by a deferred server-side apply, so
 // every exit path (including errors) reports what was observed and no exit
 // path decides Ready on its own.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ctrl.Result, retErr error) {
 	tc := &v1alpha1.TenantCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, tc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -272,6 +272,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			return
 		}
 		if err := r.applyStatus(ctx, tc); err != nil {
+			if apierrors.IsConflict(err) && retErr == nil {
+				// The pass read a TenantCluster the cache had not
+				// caught up with (another watch's event came first):
+				// its conditions would write an older pass's back over
+				// a newer one's. The newer object's event brings the
+				// next pass; the requeue is a backstop.
+				result = ctrl.Result{RequeueAfter: time.Second}
+				return
+			}
 			retErr = errors.Join(retErr, fmt.Errorf("applying status: %w", err))
 			return
 		}
