@@ -261,6 +261,10 @@ func TestTenantCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("rotating the etcd and front-proxy CAs under load", func(t *testing.T) {
+		checkCARotationUnderLoad(ctx, t, c, cs, key, tenantCfg, readyAt(cluster.KubernetesVersion), waitFor)
+	})
+
 	t.Run("deleting it leaves nothing behind", func(t *testing.T) {
 		if err := c.Delete(ctx, tc); err != nil {
 			t.Fatal(err)
