@@ -265,13 +265,16 @@ func TestStatus(t *testing.T) {
 			Spec:       v1alpha1.TenantClusterSpec{Version: "v1.34.4"},
 			Status: v1alpha1.TenantClusterStatus{ObservedVersion: "v1.33.4", Conditions: []metav1.Condition{
 				cond(v1alpha1.ConditionReady, metav1.ConditionFalse, "APIServerReadyFalse", "rolling", 1),
-				cond(v1alpha1.ConditionVersionRolledOut, metav1.ConditionFalse, v1alpha1.ReasonUpgradingStep, "v1.33.4 -> v1.34.4 (the last step)", 1)}},
+				cond(v1alpha1.ConditionVersionRolledOut, metav1.ConditionFalse, v1alpha1.ReasonUpgradingStep, "v1.33.4 -> v1.34.4 (the last step)", 1),
+				cond(v1alpha1.ConditionCARotated, metav1.ConditionFalse, "WaitingForRollout",
+					"etcd-ca: waiting for the control plane to roll out (generations 1 and 2 are trusted, 1 signs)", 1)}},
 		},
 		{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "c1"},
 			Spec:       v1alpha1.TenantClusterSpec{Version: "v1.34.4"},
 			Status: v1alpha1.TenantClusterStatus{ObservedVersion: "v1.34.4", Endpoint: "https://10.0.0.1:6443", Conditions: []metav1.Condition{
-				cond(v1alpha1.ConditionReady, metav1.ConditionTrue, "ControlPlaneReady", "", 1)}},
+				cond(v1alpha1.ConditionReady, metav1.ConditionTrue, "ControlPlaneReady", "", 1),
+				cond(v1alpha1.ConditionCARotated, metav1.ConditionTrue, v1alpha1.ReasonCAsInUse, "etcd-ca: generation 1 signs", 1)}},
 		},
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "new"}, Spec: v1alpha1.TenantClusterSpec{Version: "v1.34.4"}},
 	}
@@ -320,6 +323,10 @@ b           c2     v1.34.4 (running v1.33.4)   False     APIServerReadyFalse   -
 VERSION UPGRADES
 NAMESPACE   NAME   REASON          MESSAGE
 b           c2     UpgradingStep   v1.33.4 -> v1.34.4 (the last step)
+
+CA ROTATIONS
+NAMESPACE   NAME   REASON              MESSAGE
+b           c2     WaitingForRollout   etcd-ca: waiting for the control plane to roll out (generations 1 and 2 are trusted, 1 signs)
 `
 	if gotAll != wantAll {
 		t.Errorf("Status (all namespaces) =\n%s\nwant\n%s", gotAll, wantAll)

@@ -117,6 +117,9 @@ func Status(clusters []v1alpha1.TenantCluster, pools []v1alpha1.NodePool, machin
 	if rows := upgradeRows(clusters, ns); len(rows) > 0 {
 		sections = append(sections, "VERSION UPGRADES\n"+Table(headers("NAME", "REASON", "MESSAGE"), rows))
 	}
+	if rows := falseConditionRows(clusters, v1alpha1.ConditionCARotated, ns); len(rows) > 0 {
+		sections = append(sections, "CA ROTATIONS\n"+Table(headers("NAME", "REASON", "MESSAGE"), rows))
+	}
 
 	pools = slices.Clone(pools)
 	slices.SortFunc(pools, func(a, b v1alpha1.NodePool) int { return byKey(a.ObjectMeta, b.ObjectMeta) })
@@ -181,6 +184,20 @@ func upgradeRows(clusters []v1alpha1.TenantCluster, ns func(namespace string, co
 			continue
 		}
 		rows = append(rows, ns(tc.Namespace, tc.Name, c.Reason, c.Message))
+	}
+	return rows
+}
+
+// falseConditionRows are the clusters whose condition typ is False, with
+// its reason and message: a CA rotation in progress says its step and
+// what it waits for.
+func falseConditionRows(clusters []v1alpha1.TenantCluster, typ string, ns func(namespace string, cols ...string) []string) [][]string {
+	var rows [][]string
+	for i := range clusters {
+		tc := &clusters[i]
+		if c := meta.FindStatusCondition(tc.Status.Conditions, typ); c != nil && c.Status == metav1.ConditionFalse {
+			rows = append(rows, ns(tc.Namespace, tc.Name, c.Reason, c.Message))
+		}
 	}
 	return rows
 }
