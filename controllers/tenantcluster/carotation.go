@@ -66,7 +66,7 @@ func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 		t := c.CATrustOf(ca)
 		outcomes = append(outcomes, caOutcome{ca: ca, step: recordStep(t, s.tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, t)})
 	}
-	r.setCondition(s.tc, caRotatedCondition(outcomes))
+	r.setCondition(s.tc, caRotatedCondition(append(outcomes, unsupportedRotations(s.tc)...)))
 	return ctrl.Result{}, nil
 }
 
@@ -134,7 +134,7 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *scope) (ctrl.Re
 		}
 		outcomes = append(outcomes, o)
 	}
-	r.setCondition(s.tc, caRotatedCondition(outcomes))
+	r.setCondition(s.tc, caRotatedCondition(append(outcomes, unsupportedRotations(s.tc)...)))
 	return ctrl.Result{}, nil
 }
 
@@ -296,6 +296,21 @@ func firstCert(data []byte) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("no PEM certificate")
 	}
 	return x509.ParseCertificate(b.Bytes)
+}
+
+// unsupportedRotations says, for a rotation annotation of a CA that cannot
+// be rotated (the cluster CA), that it is not acted on, rather than
+// leaving the request unanswered.
+func unsupportedRotations(tc *v1alpha1.TenantCluster) []caOutcome {
+	var out []caOutcome
+	for _, ca := range []desired.PKIRole{desired.RoleCA} {
+		key := desired.RotateCAAnnotation(ca)
+		if tc.Annotations[key] != "" {
+			out = append(out, caOutcome{ca: ca, step: desired.CAStepNone,
+				msg: fmt.Sprintf("%s is set, but the cluster CA cannot be rotated yet (docs/pki.md); nothing is done", key)})
+		}
+	}
+	return out
 }
 
 // caStage says where a record stands, naming generations.

@@ -1,0 +1,62 @@
+package tenantcluster
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+)
+
+// TestCARotatedCondition: True only when no CA is in a rotation, the
+// reason of the first CA that is, every CA named in the message, and a
+// request to rotate the cluster CA answered rather than ignored.
+func TestCARotatedCondition(t *testing.T) {
+	steady := desired.FirstCATrust()
+	both := desired.CATrust{Trusted: []int{1, 2}, Signer: 1, Handled: "r"}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		records     map[desired.PKIRole]desired.CATrust
+		status      metav1.ConditionStatus
+		reason      string
+		msgHas      []string
+	}{
+		{"nothing asked", nil, nil, metav1.ConditionTrue, v1alpha1.ReasonCAsInUse,
+			[]string{"front-proxy-ca: generation 1 signs", "etcd-ca: generation 1 signs"}},
+		{"a request not handled yet", map[string]string{"kubefarm.io/rotate-etcd-ca": "r"}, nil,
+			metav1.ConditionFalse, string(desired.CAStepIssue), []string{"etcd-ca"}},
+		{"a handled request", map[string]string{"kubefarm.io/rotate-etcd-ca": "r"},
+			map[desired.PKIRole]desired.CATrust{desired.RoleEtcdCA: {Trusted: []int{2}, Signer: 2, Handled: "r"}},
+			metav1.ConditionTrue, v1alpha1.ReasonCAsInUse, []string{"etcd-ca: generation 2 signs"}},
+		{"both trusted", nil, map[desired.PKIRole]desired.CATrust{desired.RoleFrontProxyCA: both},
+			metav1.ConditionFalse, string(desired.CAStepTrust), []string{"generations 1 and 2 are trusted, 1 signs"}},
+		{"the cluster CA asked for", map[string]string{"kubefarm.io/rotate-ca": "2026-11-28"}, nil,
+			metav1.ConditionTrue, v1alpha1.ReasonCAsInUse, []string{"kubefarm.io/rotate-ca is set, but the cluster CA cannot be rotated yet"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := &v1alpha1.TenantCluster{}
+			tc.Annotations = tt.annotations
+			var outcomes []caOutcome
+			for _, ca := range desired.RotatableCAs {
+				rec, ok := tt.records[ca]
+				if !ok {
+					rec = steady
+				}
+				outcomes = append(outcomes, caOutcome{ca: ca, step: recordStep(rec, tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, rec)})
+			}
+			c := caRotatedCondition(append(outcomes, unsupportedRotations(tc)...))
+			if c.Type != v1alpha1.ConditionCARotated || c.Status != tt.status || c.Reason != tt.reason {
+				t.Errorf("%s %s %s: %s, want %s %s", c.Type, c.Status, c.Reason, c.Message, tt.status, tt.reason)
+			}
+			for _, want := range tt.msgHas {
+				if !strings.Contains(c.Message, want) {
+					t.Errorf("message %q lacks %q", c.Message, want)
+				}
+			}
+		})
+	}
+}
