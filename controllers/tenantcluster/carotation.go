@@ -31,19 +31,27 @@ import (
 // the trust Secret with its resourceVersion: two passes that read the
 // same record cannot both advance it.
 
-// readCATrust reads the trust Secret of every rotatable CA from the API
-// server (not the cache: a record one step old would render the previous
-// step's Certificates and pods).
+// readCATrust reads the trust Secret of every rotatable CA. One that
+// exists is read from the API server, not the cache: a record one step
+// old would render the previous step's Certificates and pods. Whether it
+// exists is asked of the cache, so that a CA never rotated (most of them)
+// costs no request per pass; the cache can only miss a trust Secret just
+// created, whose record then still equals the first in everything it
+// renders (generation 1 trusted and signing), and whose creation event
+// brings the next pass.
 func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
 	s.caTrust = map[desired.PKIRole]*corev1.Secret{}
 	for _, ca := range desired.RotatableCAs {
+		key := client.ObjectKey{Namespace: c.Namespace, Name: c.TrustSecretName(ca)}
 		secret := &corev1.Secret{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.TrustSecretName(ca)}, secret)
-		if apierrors.IsNotFound(err) {
+		if found, err := r.getLive(ctx, key, secret); err != nil || !found {
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("reading the trust Secret of %s: %w", ca, err)
+			}
 			continue
 		}
-		if err != nil {
+		if err := r.APIReader.Get(ctx, key, secret); err != nil {
 			return ctrl.Result{}, fmt.Errorf("reading the trust Secret of %s: %w", ca, err)
 		}
 		t, err := desired.ParseCATrust(secret)
@@ -64,7 +72,7 @@ func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 	var outcomes []caOutcome
 	for _, ca := range desired.RotatableCAs {
 		t := c.CATrustOf(ca)
-		outcomes = append(outcomes, caOutcome{ca: ca, step: recordStep(t, s.tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, t)})
+		outcomes = append(outcomes, caOutcome{step: recordStep(t, s.tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, t)})
 	}
 	r.setCondition(s.tc, caRotatedCondition(append(outcomes, unsupportedRotations(s.tc)...)))
 	return ctrl.Result{}, nil
@@ -111,7 +119,6 @@ func (r *Reconciler) syncCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 
 // caOutcome is one CA's step in this pass, for the condition.
 type caOutcome struct {
-	ca   desired.PKIRole
 	step desired.CAStep
 	msg  string
 }
@@ -145,21 +152,27 @@ func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole)
 	if err != nil {
 		return caOutcome{}, err
 	}
+	// The leaves are checked only between the switch and the drop, the one
+	// stage that asks (DecideCAStep): not in every pass of every tenant.
+	var leaves error
+	if len(t.Trusted) == 2 && t.Signer == t.Trusted[1] {
+		leaves = leavesSignedBy(c, ca, t.Signer, s.secrets)
+	}
 	facts := desired.CAFacts{
 		Request:        s.tc.Annotations[desired.RotateCAAnnotation(ca)],
-		LeavesBySigner: leavesSignedBy(c, ca, t.Signer, s.secrets) == nil,
+		LeavesBySigner: leaves == nil,
 		RolledOut:      s.controlPlaneRolledOut(),
 		OldLeft:        old,
 	}
 	step := desired.DecideCAStep(t, facts)
-	out := caOutcome{ca: ca, step: step, msg: caSteadyMessage(ca, t)}
+	out := caOutcome{step: step, msg: caSteadyMessage(ca, t)}
 	switch step {
 	case desired.CAStepNone:
 		return out, nil
 	case desired.CAStepWaitRollout:
 		out.msg = fmt.Sprintf("%s: waiting for the control plane to roll out (%s)", ca, caStage(t))
-		if err := leavesSignedBy(c, ca, t.Signer, s.secrets); len(t.Trusted) == 2 && t.Signer == t.Trusted[1] && err != nil {
-			out.msg = fmt.Sprintf("%s: waiting for its leaves: %v", ca, err)
+		if leaves != nil {
+			out.msg = fmt.Sprintf("%s: waiting for its leaves: %v", ca, leaves)
 		}
 		return out, nil
 	case desired.CAStepDelete:
@@ -198,9 +211,7 @@ func (r *Reconciler) writeCATrust(ctx context.Context, s *scope, ca desired.PKIR
 	updated := live.DeepCopy()
 	updated.Annotations, updated.Data = want.Annotations, want.Data
 	if err := r.Client.Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) {
-			return err
-		}
+		// Still a Conflict to the caller (apierrors unwraps).
 		return fmt.Errorf("updating the trust Secret %s: %w", want.Name, err)
 	}
 	return nil
@@ -302,15 +313,12 @@ func firstCert(data []byte) (*x509.Certificate, error) {
 // be rotated (the cluster CA), that it is not acted on, rather than
 // leaving the request unanswered.
 func unsupportedRotations(tc *v1alpha1.TenantCluster) []caOutcome {
-	var out []caOutcome
-	for _, ca := range []desired.PKIRole{desired.RoleCA} {
-		key := desired.RotateCAAnnotation(ca)
-		if tc.Annotations[key] != "" {
-			out = append(out, caOutcome{ca: ca, step: desired.CAStepNone,
-				msg: fmt.Sprintf("%s is set, but the cluster CA cannot be rotated yet (docs/pki.md); nothing is done", key)})
-		}
+	key := desired.RotateCAAnnotation(desired.RoleCA)
+	if tc.Annotations[key] == "" {
+		return nil
 	}
-	return out
+	return []caOutcome{{step: desired.CAStepNone,
+		msg: fmt.Sprintf("%s is set, but the cluster CA cannot be rotated yet (docs/pki.md); nothing is done", key)}}
 }
 
 // caStage says where a record stands, naming generations.

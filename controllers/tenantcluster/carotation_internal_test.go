@@ -46,7 +46,7 @@ func TestCARotatedCondition(t *testing.T) {
 				if !ok {
 					rec = steady
 				}
-				outcomes = append(outcomes, caOutcome{ca: ca, step: recordStep(rec, tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, rec)})
+				outcomes = append(outcomes, caOutcome{step: recordStep(rec, tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, rec)})
 			}
 			c := caRotatedCondition(append(outcomes, unsupportedRotations(tc)...))
 			if c.Type != v1alpha1.ConditionCARotated || c.Status != tt.status || c.Reason != tt.reason {

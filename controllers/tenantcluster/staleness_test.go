@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -70,17 +70,8 @@ func TestStaleCopyWritesNoStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range before.Status.Conditions {
-		if got := findCondition(after, c.Type); got == nil {
+		if got := meta.FindStatusCondition(after.Status.Conditions, c.Type); got == nil {
 			t.Errorf("condition %s was removed by the stale pass", c.Type)
 		}
 	}
-}
-
-func findCondition(tc *v1alpha1.TenantCluster, typ string) *metav1.Condition {
-	for i := range tc.Status.Conditions {
-		if tc.Status.Conditions[i].Type == typ {
-			return &tc.Status.Conditions[i]
-		}
-	}
-	return nil
 }

@@ -29,7 +29,8 @@ import (
 //     desired.EncryptionConfigSecret);
 //   - the PKI, written by cert-manager with the labels of each
 //     Certificate's spec.secretTemplate (desired.Certificates), the etcd
-//     backup client's among them.
+//     backup client's and a rotated CA's later generations among them,
+//     and a rotated CA's trust Secret (desired.TrustSecret).
 //
 // The one Secret it reads that is not kubefarm's is the S3 credentials
 // Secret a TenantCluster's backups name, the operator's: the controller

@@ -153,7 +153,7 @@ func TestEtcdBackupCronJob(t *testing.T) {
 				continue
 			}
 			found = true
-			if cert.Spec.IssuerRef.Name != c.IssuerName(RoleEtcdCA) || cert.Spec.CommonName != "kubefarm-etcd-backup" || cert.Spec.IsCA {
+			if cert.Spec.IssuerRef.Name != c.CAName(RoleEtcdCA, 1) || cert.Spec.CommonName != "kubefarm-etcd-backup" || cert.Spec.IsCA {
 				t.Errorf("backup certificate %+v", cert.Spec)
 			}
 		}

@@ -125,10 +125,7 @@ func LeafRoles(c *Cluster, ca PKIRole) []PKIRole {
 }
 
 // CATrustOf is ca's record: the one the controller read, or the first.
-func (c *Cluster) CATrustOf(ca PKIRole) CATrust { return c.caTrust(ca) }
-
-// caTrust is ca's record: the one the controller read, or the first.
-func (c *Cluster) caTrust(ca PKIRole) CATrust {
+func (c *Cluster) CATrustOf(ca PKIRole) CATrust {
 	if t, ok := c.CATrust[ca]; ok {
 		return t
 	}
@@ -136,7 +133,7 @@ func (c *Cluster) caTrust(ca PKIRole) CATrust {
 }
 
 // signerIssuer names the Issuer that signs ca's leaves.
-func (c *Cluster) signerIssuer(ca PKIRole) string { return c.CAName(ca, c.caTrust(ca).Signer) }
+func (c *Cluster) signerIssuer(ca PKIRole) string { return c.CAName(ca, c.CATrustOf(ca).Signer) }
 
 // volumeSecretName is the Secret the pods mount for role: the trust
 // Secret of a CA that trusts anything but its first generation alone,

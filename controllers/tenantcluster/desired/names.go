@@ -59,10 +59,6 @@ func (c *Cluster) SecretName(role PKIRole) string { return c.prefixed(string(rol
 // service-account key.
 func (c *Cluster) SelfSignedIssuerName() string { return c.prefixed("selfsigned") }
 
-// IssuerName names the CA Issuer backed by the CA of the given role; it is
-// the same name as the CA's Certificate and Secret.
-func (c *Cluster) IssuerName(ca PKIRole) string { return c.prefixed(string(ca)) }
-
 // EtcdStateConfigMapName names the ConfigMap holding etcd's initial
 // cluster state (EtcdStateConfigMap).
 func (c *Cluster) EtcdStateConfigMapName() string { return c.prefixed("etcd-state") }

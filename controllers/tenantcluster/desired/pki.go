@@ -180,7 +180,7 @@ func (c *Cluster) certDefs() []certDef {
 // so that a person reading a chain can tell the two apart.
 func (c *Cluster) caGenerations(d certDef) []certDef {
 	var out []certDef
-	for _, g := range c.caTrust(d.role).Generations() {
+	for _, g := range c.CATrustOf(d.role).Generations() {
 		gd := d
 		if g > 1 {
 			gd.generation, gd.cn = g, fmt.Sprintf("%s-%d", d.cn, g)
@@ -253,7 +253,7 @@ func Issuers(c *Cluster) []*cmapi.Issuer {
 	}
 	out := []*cmapi.Issuer{mk(c.SelfSignedIssuerName(), cmapi.IssuerConfig{SelfSigned: &cmapi.SelfSignedIssuer{}})}
 	for _, ca := range []PKIRole{RoleCA, RoleFrontProxyCA, RoleEtcdCA} {
-		for _, g := range c.caTrust(ca).Generations() {
+		for _, g := range c.CATrustOf(ca).Generations() {
 			name := c.CAName(ca, g)
 			out = append(out, mk(name, cmapi.IssuerConfig{CA: &cmapi.CAIssuer{SecretName: name}}))
 		}
