@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
@@ -192,14 +191,16 @@ func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole)
 }
 
 // writeCATrust creates the trust Secret (the first rotation of the CA) or
-// updates the one read this pass.
+// updates the one read this pass. It has no owner, as the CA Secrets
+// cert-manager writes have none: garbage collection would delete it with
+// the TenantCluster, and under volumeReclaimPolicy Retain a TenantCluster
+// recreated on the kept PKI must find the record that says which
+// generation signs. deletePKI deletes it under Delete (its pki-role
+// label), and that label's watch brings its events.
 func (r *Reconciler) writeCATrust(ctx context.Context, s *scope, ca desired.PKIRole, t desired.CATrust, bundle []byte) error {
 	want := desired.TrustSecret(s.cluster, ca, t, bundle)
 	live := s.caTrust[ca]
 	if live == nil {
-		if err := controllerutil.SetControllerReference(s.tc, want, r.Client.Scheme()); err != nil {
-			return err
-		}
 		if err := r.Client.Create(ctx, want); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				return apierrors.NewConflict(corev1.Resource("secrets"), want.Name, err)

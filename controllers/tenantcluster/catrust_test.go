@@ -135,6 +135,9 @@ func checkCARotation(ctx context.Context, t *testing.T, key types.NamespacedName
 		if len(bundle) != 2 || !bundle[0].Equal(oldCert) || vol != caName+"-trust" || rec.Handled != "2026-11-28" {
 			return false, "", fmt.Errorf("both trusted: bundle of %d, volume %s, record %+v", len(bundle), vol, *rec)
 		}
+		if len(s.OwnerReferences) != 0 {
+			return false, "", fmt.Errorf("trust Secret has owners %v: garbage collection would delete it under Retain", s.OwnerReferences)
+		}
 		newCert = bundle[1]
 		return true, "", nil
 	})
