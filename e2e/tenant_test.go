@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -419,12 +417,8 @@ func servingSerial(t *testing.T, cfg *rest.Config) string {
 }
 
 func serialOf(certPEM []byte) string {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return ""
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
+	cert := firstPEMCert(certPEM)
+	if cert == nil {
 		return ""
 	}
 	return cert.SerialNumber.String()
