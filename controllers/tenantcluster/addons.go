@@ -77,7 +77,7 @@ func addonInputs(tc *v1alpha1.TenantCluster, c *desired.Cluster, secrets desired
 	on := func(b *bool) bool { return b == nil || *b }
 	in := desired.AddonInputs{
 		Endpoint:        endpoint,
-		CACert:          secrets[c.SecretName(desired.RoleCA)]["tls.crt"],
+		CACert:          c.TrustPEM(desired.RoleCA, secrets),
 		KubeProxyMode:   tc.Spec.KubeProxy.Mode,
 		CoreDNS:         on(tc.Spec.Addons.CoreDNS),
 		ProbeHostPolicy: on(tc.Spec.Addons.ProbeHostPolicy),

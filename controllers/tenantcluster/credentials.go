@@ -65,7 +65,7 @@ func (r *Reconciler) readSecrets(ctx context.Context, s *scope) (desired.SecretD
 func (r *Reconciler) applyKubeconfigs(ctx context.Context, s *scope) error {
 	tc, c, endpoint, secrets := s.tc, s.cluster, s.endpoint, s.secrets
 	admin := secrets[c.SecretName(desired.RoleAdmin)]
-	ca, crt, key := admin["ca.crt"], admin["tls.crt"], admin["tls.key"]
+	ca, crt, key := c.TrustPEM(desired.RoleCA, secrets), admin["tls.crt"], admin["tls.key"]
 	internal, err := desired.AdminKubeconfig(c, false, ca, crt, key)
 	if err != nil {
 		return err
@@ -118,7 +118,7 @@ func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *desired.
 	}
 	s := secrets[c.SecretName(desired.RoleTokenIssuer)]
 	kubeconfig, err := desired.Kubeconfig(c.Name, c.InClusterEndpoint(), desired.UserTokenIssuer,
-		desired.ClientCredentials{CAData: s["ca.crt"], CertData: s["tls.crt"], KeyData: s["tls.key"]})
+		desired.ClientCredentials{CAData: c.TrustPEM(desired.RoleCA, secrets), CertData: s["tls.crt"], KeyData: s["tls.key"]})
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (r *Reconciler) applyTokenIssuerCredential(ctx context.Context, c *desired.
 	if endpoint != "" {
 		// Until the endpoint is known there is nothing a node could
 		// join, and kubefarm-pxe answers /config with 503.
-		facts, err := json.Marshal(nodeFacts(c, endpoint, s["ca.crt"]))
+		facts, err := json.Marshal(nodeFacts(c, endpoint, c.TrustPEM(desired.RoleCA, secrets)))
 		if err != nil {
 			return err
 		}

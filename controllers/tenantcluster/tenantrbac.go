@@ -27,9 +27,12 @@ const tenantClientTimeout = 10 * time.Second
 // only identity with permissions before the bindings below exist.
 func tenantRESTConfig(c *desired.Cluster, secrets desired.SecretData) (*rest.Config, error) {
 	s := secrets[c.SecretName(desired.RoleSuperAdmin)]
-	ca, crt, key := s["ca.crt"], s["tls.crt"], s["tls.key"]
-	if len(ca) == 0 || len(crt) == 0 || len(key) == 0 {
-		return nil, fmt.Errorf("the super-admin Secret %s lacks ca.crt, tls.crt or tls.key", c.SecretName(desired.RoleSuperAdmin))
+	ca, crt, key := c.TrustPEM(desired.RoleCA, secrets), s["tls.crt"], s["tls.key"]
+	if len(crt) == 0 || len(key) == 0 {
+		return nil, fmt.Errorf("the super-admin Secret %s lacks tls.crt or tls.key", c.SecretName(desired.RoleSuperAdmin))
+	}
+	if len(ca) == 0 {
+		return nil, fmt.Errorf("tenant %s/%s: the cluster CA's certificate (Secret %s) is not read yet", c.Namespace, c.Name, c.SecretName(desired.RoleCA))
 	}
 	return &rest.Config{
 		Host:            c.InClusterEndpoint(),

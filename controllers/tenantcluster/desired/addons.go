@@ -264,7 +264,7 @@ func validateAddonEndpoint(c *Cluster, in AddonInputs) error {
 	block, _ := pem.Decode(in.CACert)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return fmt.Errorf("tenant %s/%s: the cluster CA (%s, key %s) is missing or not a PEM certificate",
-			c.Namespace, c.Name, c.SecretName(RoleCA), secretCAKey)
+			c.Namespace, c.Name, c.volumeSecretName(RoleCA), TrustBundleKey)
 	}
 	return nil
 }

@@ -124,6 +124,20 @@ func LeafRoles(c *Cluster, ca PKIRole) []PKIRole {
 	return out
 }
 
+// RoleCASigner is not a Secret of its own but the mount of the cluster
+// CA's signing generation (certificate and key) in the controller manager,
+// apart from RoleCA's mount, which holds what is trusted.
+const RoleCASigner PKIRole = "ca-signer"
+
+// TrustPEM is what verifiers of ca trust, from the Secrets read: the
+// bundle of its trusted generations once a later one is trusted, its own
+// certificate before. The admin kubeconfigs, kubefarm's own tenant
+// clients and the nodes' configuration carry it, so that they, like the
+// pods, follow a rotation of the CA.
+func (c *Cluster) TrustPEM(ca PKIRole, secrets SecretData) []byte {
+	return secrets[c.volumeSecretName(ca)][TrustBundleKey]
+}
+
 // CATrustOf is ca's record: the one the controller read, or the first.
 func (c *Cluster) CATrustOf(ca PKIRole) CATrust {
 	if t, ok := c.CATrust[ca]; ok {
@@ -143,6 +157,9 @@ func (c *Cluster) signerIssuer(ca PKIRole) string { return c.CAName(ca, c.CATrus
 // every etcd member and API server for nothing, and each etcd restart of
 // the leader is a leader move (docs/etcd.md).
 func (c *Cluster) volumeSecretName(role PKIRole) string {
+	if role == RoleCASigner {
+		return c.signerIssuer(RoleCA)
+	}
 	t, ok := c.CATrust[role]
 	if ok && Rotatable(role) && !slices.Equal(t.Trusted, []int{1}) {
 		return c.TrustSecretName(role)

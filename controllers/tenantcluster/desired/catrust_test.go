@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -182,5 +183,64 @@ func TestTrustBundle(t *testing.T) {
 	_, err = TrustBundle(c, RoleFrontProxyCA, CATrust{Trusted: []int{2, 3}, Signer: 2}, secrets)
 	if err == nil || !strings.Contains(err.Error(), "alpha-front-proxy-ca-3") {
 		t.Errorf("missing generation: %v", err)
+	}
+}
+
+// TestClusterCATrustSites: whoever verifies the tenant API server trusts the
+// cluster CA's trust (its certificate, the bundle once rotated), not the
+// issuer of its own client certificate, and the controller manager's
+// signing pair is the signer generation's, mounted apart from the trust:
+// during a rotation the client certificates and the signing key move to
+// the new CA before the API server's serving certificate does.
+func TestClusterCATrustSites(t *testing.T) {
+	c := resolveTC(t)
+	volumes := func(tpl corev1.PodTemplateSpec) map[string]string {
+		out := map[string]string{}
+		for _, v := range tpl.Spec.Volumes {
+			if v.Secret != nil && (v.Name == "pki-ca" || v.Name == "pki-ca-signer") {
+				var keys []string
+				for _, i := range v.Secret.Items {
+					keys = append(keys, i.Key)
+				}
+				out[v.Name] = v.Secret.SecretName + ":" + strings.Join(keys, ",")
+			}
+		}
+		return out
+	}
+	w := workloads(t, c, sampleSecrets())
+	if got := volumes(w["controller-manager"]); !maps.Equal(got, map[string]string{"pki-ca": "alpha-ca:tls.crt", "pki-ca-signer": "alpha-ca:tls.crt,tls.key"}) {
+		t.Errorf("controller-manager mounts %v", got)
+	}
+	for _, name := range []string{"scheduler", "apiserver"} {
+		if got := volumes(w[name]); !maps.Equal(got, map[string]string{"pki-ca": "alpha-ca:tls.crt"}) {
+			t.Errorf("%s mounts %v", name, got)
+		}
+	}
+	cm := mustConfigMap(t, c)
+	for _, key := range []string{ConfigKeyControllerManagerConf, ConfigKeySchedulerConf, ConfigKeyKonnectivityConf} {
+		if !strings.Contains(cm.Data[key], "certificate-authority: /etc/kubernetes/pki/ca/tls.crt") {
+			t.Errorf("%s does not trust the cluster CA's mount:\n%s", key, cm.Data[key])
+		}
+	}
+	if got := string(c.TrustPEM(RoleCA, sampleSecrets())); got != "cert-0" {
+		t.Errorf("trust of a CA never rotated: %q, want the CA's certificate", got)
+	}
+
+	// The signing pair follows the signer generation.
+	c.CATrust = map[PKIRole]CATrust{RoleCA: {Trusted: []int{1, 2}, Signer: 2}}
+	secrets := sampleSecrets()
+	secrets["alpha-ca-2"] = map[string][]byte{"tls.crt": []byte("cert-ca-2"), "tls.key": []byte("key-ca-2")}
+	w2 := workloads(t, c, secrets)
+	if got := volumes(w2["controller-manager"])["pki-ca-signer"]; got != "alpha-ca-2:tls.crt,tls.key" {
+		t.Errorf("signing with generation 2, the controller manager's signing pair is %s", got)
+	}
+	if w2["controller-manager"].Annotations[v1alpha1.AnnotationChecksum] == w["controller-manager"].Annotations[v1alpha1.AnnotationChecksum] {
+		t.Error("a new signing generation does not roll the controller manager")
+	}
+	// A rotated CA's trust is its trust Secret's bundle.
+	c.CATrust[RoleFrontProxyCA] = CATrust{Trusted: []int{1, 2}, Signer: 1}
+	secrets["alpha-front-proxy-ca-trust"] = map[string][]byte{"tls.crt": []byte("ONE\nTWO\n")}
+	if got := string(c.TrustPEM(RoleFrontProxyCA, secrets)); got != "ONE\nTWO\n" {
+		t.Errorf("trust of a rotating CA: %q, want the bundle", got)
 	}
 }

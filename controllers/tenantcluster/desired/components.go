@@ -32,10 +32,13 @@ func certOnly(role PKIRole) secretMount {
 	return secretMount{role: role, keys: []string{secretCertKey}}
 }
 
-// kubeconfigMount is a client certificate used through a file-based
-// kubeconfig, which also needs the issuing CA to verify the API server.
-func kubeconfigMount(role PKIRole) secretMount {
-	return secretMount{role: role, keys: []string{secretCAKey, secretCertKey, secretPrivateKeyKey}}
+// kubeconfigMounts are a client certificate used through a file-based
+// kubeconfig and the cluster CA's trust, which verifies the API server.
+// Not the client Secret's ca.crt, its issuer: while the cluster CA rotates
+// the client certificates move to the new CA before the API server's
+// serving certificate does (docs/pki.md), and the two differ.
+func kubeconfigMounts(role PKIRole) []secretMount {
+	return []secretMount{certAndKey(role), certOnly(RoleCA)}
 }
 
 // EtcdService builds the headless Service that gives each etcd member its
@@ -190,7 +193,7 @@ var (
 		{role: RoleServiceAccount, keys: []string{secretPrivateKeyKey}},
 		{role: RoleEncryptionConfig, keys: []string{EncryptionConfigKey}},
 	}
-	konnectivityMounts = []secretMount{certAndKey(RoleKonnectivityServer), kubeconfigMount(RoleKonnectivityClient)}
+	konnectivityMounts = append([]secretMount{certAndKey(RoleKonnectivityServer)}, kubeconfigMounts(RoleKonnectivityClient)...)
 )
 
 // Probe timing. A component is ready only after its startup probe passed
@@ -352,12 +355,14 @@ func (c *Cluster) checkConfig(component string, config *corev1.ConfigMap) error 
 }
 
 var (
-	controllerManagerMounts = []secretMount{
-		certAndKey(RoleCA), certOnly(RoleFrontProxyCA),
+	// The signing pair is mounted apart from the trust (RoleCASigner):
+	// during a rotation of the cluster CA the controller manager trusts
+	// both generations and signs with one.
+	controllerManagerMounts = append([]secretMount{
+		certAndKey(RoleCASigner), certOnly(RoleFrontProxyCA),
 		{role: RoleServiceAccount, keys: []string{secretPrivateKeyKey}},
-		kubeconfigMount(RoleControllerManager),
-	}
-	schedulerMounts = []secretMount{kubeconfigMount(RoleScheduler)}
+	}, kubeconfigMounts(RoleControllerManager)...)
+	schedulerMounts = kubeconfigMounts(RoleScheduler)
 )
 
 // leaderElected describes one of the two components that share the

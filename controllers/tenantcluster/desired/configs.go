@@ -191,12 +191,11 @@ func AdminKubeconfig(c *Cluster, external bool, caPEM, certPEM, keyPEM []byte) (
 }
 
 // componentKubeconfig is the file-based kubeconfig of a component whose
-// client certificate Secret is mounted at /etc/kubernetes/pki/<role>/. The
-// CA is the ca.crt of the same Secret: the issuing CA, which is also the CA
-// of the API server's serving certificate.
+// client certificate Secret is mounted at /etc/kubernetes/pki/<role>/. It
+// verifies the API server with the cluster CA's trust (kubeconfigMounts).
 func (c *Cluster) componentKubeconfig(role PKIRole) ([]byte, error) {
 	return Kubeconfig(c.Name, c.InClusterEndpoint(), CertificateFor(c, role).Spec.CommonName, ClientCredentials{
-		CAFile:   pkiFile(role, secretCAKey),
+		CAFile:   pkiFile(RoleCA, secretCertKey),
 		CertFile: pkiFile(role, secretCertKey),
 		KeyFile:  pkiFile(role, secretPrivateKeyKey),
 	})

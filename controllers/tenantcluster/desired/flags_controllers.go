@@ -55,10 +55,10 @@ func ControllerManagerFlags(c *Cluster) ([]string, error) {
 		"client-ca-file":            pkiFile(RoleCA, secretCertKey),
 		"cluster-name":              c.Name,
 		// kube-controller-manager signs kubelet client and serving
-		// certificates with the cluster CA; this is the one place the CA
-		// key is mounted.
-		"cluster-signing-cert-file":        pkiFile(RoleCA, secretCertKey),
-		"cluster-signing-key-file":         pkiFile(RoleCA, secretPrivateKeyKey),
+		// certificates with the cluster CA's signing generation; this is
+		// the one place a cluster CA key is mounted.
+		"cluster-signing-cert-file":        pkiFile(RoleCASigner, secretCertKey),
+		"cluster-signing-key-file":         pkiFile(RoleCASigner, secretPrivateKeyKey),
 		"controllers":                      "*,bootstrapsigner,tokencleaner",
 		"kubeconfig":                       kubeconfig,
 		"leader-elect":                     "true",
