@@ -64,7 +64,8 @@ const (
 )
 
 // Reasons of the Machine's RebootRequired condition, written by
-// kubefarm-pxe from kubefarm-agent's heartbeat and boot report.
+// kubefarm-pxe from kubefarm-agent's heartbeat and boot report (and one by
+// kubefarm-manager).
 const (
 	// ReasonInteractiveLogin: someone logged in on the node at least
 	// spec.rollout.rebootAfterLogin ago.
@@ -74,6 +75,11 @@ const (
 	ReasonRebootRequiredFile = "RebootRequiredFile"
 	// ReasonNewBoot: False, a new boot is pristine.
 	ReasonNewBoot = "NewBoot"
+	// ReasonClusterCARotation: written by kubefarm-manager, the boot
+	// started before its tenant's cluster CA rotation needed it to: the
+	// node trusts only the old CA and its kubelet's certificates are
+	// signed by it (docs/pki.md).
+	ReasonClusterCARotation = "ClusterCARotation"
 )
 
 // MachineConditionTypes are the condition types a Machine carries: NodeReady

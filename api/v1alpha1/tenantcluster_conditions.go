@@ -85,7 +85,11 @@ const (
 	// one is, with the step reached or awaited as the reason: NewCAIssuing
 	// (the new CA's Certificate is being issued), BothTrusted (the old and
 	// the new CA are trusted; the control plane rolls), SigningWithNew (the
-	// leaves are re-issued by the new CA), OldCADropped (only the new CA
+	// leaves are re-issued by the new CA), and for the cluster CA
+	// SigningClientsWithNew (the client leaves and the kubelets'
+	// certificates move first), NodesRebooting (the nodes booted before
+	// are asked to reboot), WaitingForNodeReboots and ServingWithNew (the
+	// leaves the nodes verify move last); OldCADropped (only the new CA
 	// is trusted; the old one is deleted once the control plane rolled),
 	// WaitingForRollout, or ReasonCARecordInvalid (the trust Secret's
 	// record is damaged; the message names the Secret and the annotation,

@@ -75,6 +75,15 @@ const (
 	AnnotationCASigner  = "kubefarm.io/ca-signer"
 	AnnotationCAPending = "kubefarm.io/ca-pending"
 	AnnotationCAHandled = "kubefarm.io/ca-rotation-handled"
+	// The cluster CA's record has two more: the generation that signs the
+	// leaves the tenant's nodes verify (the API server's and the
+	// Konnectivity server's serving certificates and the API server's
+	// kubelet client certificate), "" when it is the signer; and the time
+	// from which a node's boot counts as booted with the new signer (its
+	// kubelet's certificates signed by it and both generations trusted),
+	// "" until the rotation waits for the nodes' reboots.
+	AnnotationCAServing    = "kubefarm.io/ca-serving"
+	AnnotationCANodesSince = "kubefarm.io/ca-nodes-rebooted-since"
 	// LabelCAGeneration on a CA's Certificate and Secret is its
 	// generation; the first has none (it predates rotation) and counts as 1.
 	LabelCAGeneration = "kubefarm.io/ca-generation"

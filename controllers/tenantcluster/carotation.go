@@ -73,7 +73,7 @@ func (r *Reconciler) readCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 		t := c.CATrustOf(ca)
 		outcomes = append(outcomes, caOutcome{step: recordStep(t, s.tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, t)})
 	}
-	r.setCondition(s.tc, caRotatedCondition(append(outcomes, unsupportedRotations(s.tc)...)))
+	r.setCondition(s.tc, caRotatedCondition(outcomes))
 	return ctrl.Result{}, nil
 }
 
@@ -85,6 +85,10 @@ func recordStep(t desired.CATrust, request string) desired.CAStep {
 		return desired.CAStepIssue
 	case len(t.Trusted) == 2 && t.Signer == t.Trusted[0]:
 		return desired.CAStepTrust
+	case len(t.Trusted) == 2 && t.Serving != 0 && t.NodesSince.IsZero():
+		return desired.CAStepSignClients
+	case len(t.Trusted) == 2 && t.Serving != 0:
+		return desired.CAStepRebootNodes
 	case len(t.Trusted) == 2:
 		return desired.CAStepSign
 	case request != "" && request != t.Handled:
@@ -120,6 +124,9 @@ func (r *Reconciler) syncCATrust(ctx context.Context, s *scope) (ctrl.Result, er
 type caOutcome struct {
 	step desired.CAStep
 	msg  string
+	// poll: the step waits for something no watch brings (the nodes'
+	// reboots); look again after nodeRebootPoll.
+	poll bool
 }
 
 // reconcileCARotation takes the next step of every rotatable CA and
@@ -129,6 +136,7 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *scope) (ctrl.Re
 		return ctrl.Result{}, nil
 	}
 	var outcomes []caOutcome
+	result := ctrl.Result{}
 	for _, ca := range desired.RotatableCAs {
 		o, err := r.rotateCA(ctx, s, ca)
 		if apierrors.IsConflict(err) {
@@ -138,10 +146,13 @@ func (r *Reconciler) reconcileCARotation(ctx context.Context, s *scope) (ctrl.Re
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		if o.poll {
+			result.RequeueAfter = nodeRebootPoll
+		}
 		outcomes = append(outcomes, o)
 	}
-	r.setCondition(s.tc, caRotatedCondition(append(outcomes, unsupportedRotations(s.tc)...)))
-	return ctrl.Result{}, nil
+	r.setCondition(s.tc, caRotatedCondition(outcomes))
+	return result, nil
 }
 
 func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole) (caOutcome, error) {
@@ -154,7 +165,7 @@ func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole)
 	// The leaves are checked only between the switch and the drop, the one
 	// stage that asks (DecideCAStep): not in every pass of every tenant.
 	var leaves error
-	if len(t.Trusted) == 2 && t.Signer == t.Trusted[1] {
+	if len(t.Trusted) == 2 && t.Signer == t.Trusted[1] && t.Serving == 0 {
 		leaves = leavesSignedBy(c, ca, t.Signer, s.secrets)
 	}
 	facts := desired.CAFacts{
@@ -162,11 +173,24 @@ func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole)
 		LeavesBySigner: leaves == nil,
 		RolledOut:      s.controlPlaneRolledOut(),
 		OldLeft:        old,
+		NodesTrust:     ca == desired.RoleCA,
+	}
+	// The Machines are read (and asked to reboot) only while the
+	// rotation waits for them.
+	var waiting []string
+	if !t.NodesSince.IsZero() {
+		if waiting, err = r.nodesRebootedSince(ctx, s, t.NodesSince); err != nil {
+			return caOutcome{}, err
+		}
+		facts.NodesRebooted = len(waiting) == 0
 	}
 	step := desired.DecideCAStep(t, facts)
 	out := caOutcome{step: step, msg: caSteadyMessage(ca, t)}
 	switch step {
 	case desired.CAStepNone:
+		return out, nil
+	case desired.CAStepWaitNodes:
+		out.msg, out.poll = waitingNodesMessage(ca, waiting), true
 		return out, nil
 	case desired.CAStepWaitRollout:
 		out.msg = fmt.Sprintf("%s: waiting for the control plane to roll out (%s)", ca, caStage(t))
@@ -177,7 +201,7 @@ func (r *Reconciler) rotateCA(ctx context.Context, s *scope, ca desired.PKIRole)
 	case desired.CAStepDelete:
 		return out, r.deleteCAGeneration(ctx, s, ca, t.Signer-1)
 	}
-	next := t.Advance(step, facts.Request)
+	next := t.Advance(step, facts.Request, time.Now())
 	bundle, err := desired.TrustBundle(c, ca, next, s.secrets)
 	if err != nil {
 		return caOutcome{}, err
@@ -310,23 +334,16 @@ func firstCert(data []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(b.Bytes)
 }
 
-// unsupportedRotations says, for a rotation annotation of a CA that cannot
-// be rotated (the cluster CA), that it is not acted on, rather than
-// leaving the request unanswered.
-func unsupportedRotations(tc *v1alpha1.TenantCluster) []caOutcome {
-	key := desired.RotateCAAnnotation(desired.RoleCA)
-	if tc.Annotations[key] == "" {
-		return nil
-	}
-	return []caOutcome{{step: desired.CAStepNone,
-		msg: fmt.Sprintf("%s is set, but the cluster CA cannot be rotated yet (docs/pki.md); nothing is done", key)}}
-}
-
 // caStage says where a record stands, naming generations.
 func caStage(t desired.CATrust) string {
 	switch {
 	case t.Pending != 0:
 		return fmt.Sprintf("generation %d is being issued; generation %d signs and is trusted", t.Pending, t.Signer)
+	case len(t.Trusted) == 2 && !t.NodesSince.IsZero():
+		return fmt.Sprintf("generations %d and %d are trusted, %d signs, %d serves; the nodes booted before %s reboot",
+			t.Trusted[0], t.Trusted[1], t.Signer, t.ServingGen(), t.NodesSince.UTC().Format(time.RFC3339))
+	case len(t.Trusted) == 2 && t.Serving != 0:
+		return fmt.Sprintf("generations %d and %d are trusted, %d signs the clients and kubelets, %d serves", t.Trusted[0], t.Trusted[1], t.Signer, t.ServingGen())
 	case len(t.Trusted) == 2:
 		return fmt.Sprintf("generations %d and %d are trusted, %d signs", t.Trusted[0], t.Trusted[1], t.Signer)
 	}

@@ -3,6 +3,7 @@ package tenantcluster
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // TestCARotatedCondition: True only when no CA is in a rotation, the
-// reason of the first CA that is, every CA named in the message, and a
-// request to rotate the cluster CA answered rather than ignored.
+// reason of the first CA that is, every CA named in the message, and the
+// cluster CA's own steps named.
 func TestCARotatedCondition(t *testing.T) {
 	steady := desired.FirstCATrust()
 	both := desired.CATrust{Trusted: []int{1, 2}, Signer: 1, Handled: "r"}
@@ -34,7 +35,14 @@ func TestCARotatedCondition(t *testing.T) {
 		{"both trusted", nil, map[desired.PKIRole]desired.CATrust{desired.RoleFrontProxyCA: both},
 			metav1.ConditionFalse, string(desired.CAStepTrust), []string{"generations 1 and 2 are trusted, 1 signs"}},
 		{"the cluster CA asked for", map[string]string{"kubefarm.io/rotate-ca": "2026-11-28"}, nil,
-			metav1.ConditionTrue, v1alpha1.ReasonCAsInUse, []string{"kubefarm.io/rotate-ca is set, but the cluster CA cannot be rotated yet"}},
+			metav1.ConditionFalse, string(desired.CAStepIssue), []string{"ca: generation 1 signs"}},
+		{"the cluster CA signs its clients with the new generation", nil,
+			map[desired.PKIRole]desired.CATrust{desired.RoleCA: {Trusted: []int{1, 2}, Signer: 2, Serving: 1, Handled: "r"}},
+			metav1.ConditionFalse, string(desired.CAStepSignClients), []string{"ca: generations 1 and 2 are trusted, 2 signs the clients and kubelets, 1 serves"}},
+		{"the cluster CA waits for the nodes", nil,
+			map[desired.PKIRole]desired.CATrust{desired.RoleCA: {Trusted: []int{1, 2}, Signer: 2, Serving: 1, Handled: "r",
+				NodesSince: time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)}},
+			metav1.ConditionFalse, string(desired.CAStepRebootNodes), []string{"the nodes booted before 2026-11-28T08:00:00Z reboot"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +56,7 @@ func TestCARotatedCondition(t *testing.T) {
 				}
 				outcomes = append(outcomes, caOutcome{step: recordStep(rec, tc.Annotations[desired.RotateCAAnnotation(ca)]), msg: caSteadyMessage(ca, rec)})
 			}
-			c := caRotatedCondition(append(outcomes, unsupportedRotations(tc)...))
+			c := caRotatedCondition(outcomes)
 			if c.Type != v1alpha1.ConditionCARotated || c.Status != tt.status || c.Reason != tt.reason {
 				t.Errorf("%s %s %s: %s, want %s %s", c.Type, c.Status, c.Reason, c.Message, tt.status, tt.reason)
 			}

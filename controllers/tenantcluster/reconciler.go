@@ -223,6 +223,8 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets;deployments,verbs=get;list;watch;create;patch;deletecollection
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=deletecollection
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;deletecollection

@@ -683,6 +683,13 @@ func TestTenantClusterLifecycle(t *testing.T) {
 	t.Run("etcd CA rotation", func(t *testing.T) {
 		checkCARotation(ctx, t, key, desired.RoleEtcdCA, desired.RoleEtcdPeer, markReady)
 	})
+	t.Run("cluster CA rotation", func(t *testing.T) {
+		checkClusterCARotation(ctx, t, key, markReady)
+		// Generation 1's Issuer is gone; the deletion below reads the
+		// Issuer that signs now.
+		delete(owned, "Issuer "+name+"-ca")
+		owned["Issuer "+name+"-ca-2"] = &cmapi.Issuer{}
+	})
 
 	t.Run("deletion", func(t *testing.T) {
 		// Pods as the ReplicaSet and StatefulSet controllers (absent from

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,13 +33,24 @@ import (
 // Every pod that verifies a certificate of the CA trusts both generations
 // from before the first new leaf exists until after the last old one is
 // gone, so nothing it verifies fails in between.
+//
+// The cluster CA is also trusted by the tenant's nodes, which learn it at
+// boot, and verified by them: its switch is split. n+1 first signs the
+// client leaves and the kubelets' certificates (the controller manager's
+// signing pair); then every node booted before is rebooted (its boot has
+// only n trusted and kubelet certificates of n); only then do the leaves
+// the nodes verify (NodeVerifiedLeaves) move to n+1, and n is dropped.
 
-// RotatableCAs are the CAs a rotation can replace: those only
-// control-plane pods (and the etcd backup's runs) trust, which kubefarm
-// restarts at will. The cluster CA is also trusted by the tenant's nodes
-// and pods and by people's kubeconfigs, which need their own step
-// (docs/pki.md).
-var RotatableCAs = []PKIRole{RoleFrontProxyCA, RoleEtcdCA}
+// RotatableCAs are the CAs a rotation can replace.
+var RotatableCAs = []PKIRole{RoleCA, RoleFrontProxyCA, RoleEtcdCA}
+
+// NodeVerifiedLeaves are the cluster CA's leaves the tenant's nodes
+// verify with the CA they got at boot: the API server's serving
+// certificate (kubelets, agents, every pod through kube-root-ca.crt), the
+// Konnectivity server's (the agents) and the API server's kubelet client
+// certificate (the kubelets' client CA). They move to a new generation
+// only after every node booted trusting it.
+var NodeVerifiedLeaves = []PKIRole{RoleAPIServer, RoleAPIServerKubeletClient, RoleKonnectivityServer}
 
 // Rotatable tells whether role is a CA a rotation can replace.
 func Rotatable(role PKIRole) bool { return slices.Contains(RotatableCAs, role) }
@@ -57,6 +69,13 @@ type CATrust struct {
 	Pending int
 	// Handled is the request the last rotation was started for.
 	Handled string
+	// Serving is the generation that signs the cluster CA's
+	// NodeVerifiedLeaves while it differs from Signer, or 0.
+	Serving int
+	// NodesSince is the time from which a node's boot counts as booted
+	// with the cluster CA's new signer; zero until the rotation waits for
+	// the nodes' reboots.
+	NodesSince time.Time
 }
 
 // FirstCATrust is the record of a CA never rotated.
@@ -67,9 +86,17 @@ func (t CATrust) Steady() bool {
 	return t.Pending == 0 && len(t.Trusted) == 1 && t.Trusted[0] == t.Signer
 }
 
+// ServingGen is the generation that signs the NodeVerifiedLeaves.
+func (t CATrust) ServingGen() int {
+	if t.Serving != 0 {
+		return t.Serving
+	}
+	return t.Signer
+}
+
 // Generations are the generations whose Certificate and Issuer must exist.
 func (t CATrust) Generations() []int {
-	out := append(slices.Clone(t.Trusted), t.Signer)
+	out := append(slices.Clone(t.Trusted), t.Signer, t.ServingGen())
 	if t.Pending != 0 {
 		out = append(out, t.Pending)
 	}
@@ -90,6 +117,10 @@ func (t CATrust) validate() error {
 		return fmt.Errorf("signer %d is not among the trusted generations %v", t.Signer, t.Trusted)
 	case t.Pending != 0 && (len(t.Trusted) != 1 || t.Pending != t.Trusted[0]+1):
 		return fmt.Errorf("pending generation %d does not follow the trusted %v", t.Pending, t.Trusted)
+	case t.Serving != 0 && (len(t.Trusted) != 2 || t.Serving != t.Trusted[0] || t.Signer != t.Trusted[1]):
+		return fmt.Errorf("serving generation %d is not the old one of %v while %d signs", t.Serving, t.Trusted, t.Signer)
+	case !t.NodesSince.IsZero() && t.Serving == 0:
+		return fmt.Errorf("nodes counted since %s while no serving generation waits for them", t.NodesSince.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -113,11 +144,15 @@ const (
 	CertificateKey = secretCertKey
 )
 
-// LeafRoles are the roles whose certificates ca signs.
+// LeafRoles are the roles whose certificates a generation of ca signs.
 func LeafRoles(c *Cluster, ca PKIRole) []PKIRole {
+	issuers := map[string]bool{}
+	for _, g := range c.CATrustOf(ca).Generations() {
+		issuers[c.CAName(ca, g)] = true
+	}
 	var out []PKIRole
 	for _, d := range c.certDefs() {
-		if !d.isCA && d.issuer == c.signerIssuer(ca) {
+		if !d.isCA && issuers[d.issuer] {
 			out = append(out, d.role)
 		}
 	}
@@ -148,6 +183,10 @@ func (c *Cluster) CATrustOf(ca PKIRole) CATrust {
 
 // signerIssuer names the Issuer that signs ca's leaves.
 func (c *Cluster) signerIssuer(ca PKIRole) string { return c.CAName(ca, c.CATrustOf(ca).Signer) }
+
+// servingIssuer names the Issuer that signs the cluster CA's
+// NodeVerifiedLeaves.
+func (c *Cluster) servingIssuer() string { return c.CAName(RoleCA, c.CATrustOf(RoleCA).ServingGen()) }
 
 // volumeSecretName is the Secret the pods mount for role: the trust
 // Secret of a CA that trusts anything but its first generation alone,
@@ -189,9 +228,15 @@ func TrustSecret(c *Cluster, ca PKIRole, t CATrust, bundle []byte) *corev1.Secre
 	for i, g := range t.Trusted {
 		trusted[i] = strconv.Itoa(g)
 	}
-	pending := ""
-	if t.Pending != 0 {
-		pending = strconv.Itoa(t.Pending)
+	genOrEmpty := func(g int) string {
+		if g == 0 {
+			return ""
+		}
+		return strconv.Itoa(g)
+	}
+	since := ""
+	if !t.NodesSince.IsZero() {
+		since = t.NodesSince.UTC().Format(time.RFC3339)
 	}
 	return &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
@@ -201,8 +246,10 @@ func TrustSecret(c *Cluster, ca PKIRole, t CATrust, bundle []byte) *corev1.Secre
 			Annotations: map[string]string{
 				v1alpha1.AnnotationCATrusted: strings.Join(trusted, ","),
 				v1alpha1.AnnotationCASigner:  strconv.Itoa(t.Signer),
-				v1alpha1.AnnotationCAPending: pending,
-				v1alpha1.AnnotationCAHandled: t.Handled,
+				v1alpha1.AnnotationCAPending:    genOrEmpty(t.Pending),
+				v1alpha1.AnnotationCAHandled:    t.Handled,
+				v1alpha1.AnnotationCAServing:    genOrEmpty(t.Serving),
+				v1alpha1.AnnotationCANodesSince: since,
 			},
 		},
 		Type: corev1.SecretTypeOpaque,
@@ -238,6 +285,16 @@ func ParseCATrust(s *corev1.Secret) (CATrust, error) {
 			return CATrust{}, err
 		}
 	}
+	if v := a[v1alpha1.AnnotationCAServing]; v != "" {
+		if t.Serving, err = gen(v1alpha1.AnnotationCAServing, v); err != nil {
+			return CATrust{}, err
+		}
+	}
+	if v := a[v1alpha1.AnnotationCANodesSince]; v != "" {
+		if t.NodesSince, err = time.Parse(time.RFC3339, v); err != nil {
+			return CATrust{}, fmt.Errorf("secret %s/%s: annotation %s: %q is not an RFC 3339 time", s.Namespace, s.Name, v1alpha1.AnnotationCANodesSince, v)
+		}
+	}
 	t.Handled = a[v1alpha1.AnnotationCAHandled]
 	if err := t.validate(); err != nil {
 		return CATrust{}, fmt.Errorf("secret %s/%s: annotations %s/%s/%s: %w", s.Namespace, s.Name,
@@ -258,6 +315,21 @@ const (
 	CAStepTrust CAStep = "BothTrusted"
 	// CAStepSign: every pod trusts both; the new generation signs.
 	CAStepSign CAStep = "SigningWithNew"
+	// CAStepSignClients (the cluster CA): every pod trusts both; the new
+	// generation signs all but the NodeVerifiedLeaves, and the kubelets'
+	// certificates from now on.
+	CAStepSignClients CAStep = "SigningClientsWithNew"
+	// CAStepRebootNodes (the cluster CA): the controller manager signs
+	// with the new generation; nodes booted before now are asked to
+	// reboot (their Machines' RebootRequired), through their pools'
+	// rolling reboot-to-update.
+	CAStepRebootNodes CAStep = "NodesRebooting"
+	// CAStepWaitNodes: the next step waits until every node of the tenant
+	// booted since the record's NodesSince.
+	CAStepWaitNodes CAStep = "WaitingForNodeReboots"
+	// CAStepServe (the cluster CA): every node trusts both; the new
+	// generation signs the NodeVerifiedLeaves too.
+	CAStepServe CAStep = "ServingWithNew"
 	// CAStepDrop: every leaf is the new generation's and every pod runs
 	// it; the old generation leaves the bundle.
 	CAStepDrop CAStep = "OldCADropped"
@@ -281,6 +353,12 @@ type CAFacts struct {
 	RolledOut bool
 	// OldLeft: a generation below the signer still has objects.
 	OldLeft bool
+	// NodesTrust: the tenant's nodes trust the CA and verify its
+	// NodeVerifiedLeaves (the cluster CA).
+	NodesTrust bool
+	// NodesRebooted: every node of the tenant booted since the record's
+	// NodesSince.
+	NodesRebooted bool
 }
 
 // DecideCAStep picks the next step of ca's rotation. Only the
@@ -291,8 +369,19 @@ func DecideCAStep(t CATrust, f CAFacts) CAStep {
 	switch {
 	case t.Pending != 0:
 		return CAStepTrust
+	case len(t.Trusted) == 2 && t.Signer == t.Trusted[0] && f.NodesTrust:
+		return waitOr(f.RolledOut, CAStepSignClients)
 	case len(t.Trusted) == 2 && t.Signer == t.Trusted[0]:
 		return waitOr(f.RolledOut, CAStepSign)
+	case len(t.Trusted) == 2 && t.Serving != 0 && t.NodesSince.IsZero():
+		return waitOr(f.RolledOut, CAStepRebootNodes)
+	case len(t.Trusted) == 2 && t.Serving != 0 && !f.RolledOut:
+		return CAStepWaitRollout
+	case len(t.Trusted) == 2 && t.Serving != 0:
+		if !f.NodesRebooted {
+			return CAStepWaitNodes
+		}
+		return CAStepServe
 	case len(t.Trusted) == 2:
 		return waitOr(f.RolledOut && f.LeavesBySigner, CAStepDrop)
 	case f.OldLeft:
@@ -310,8 +399,9 @@ func waitOr(ready bool, step CAStep) CAStep {
 	return CAStepWaitRollout
 }
 
-// Advance is the record after step; request is what CAStepIssue handles.
-func (t CATrust) Advance(step CAStep, request string) CATrust {
+// Advance is the record after step; request is what CAStepIssue handles,
+// now the time CAStepRebootNodes counts the nodes' boots from.
+func (t CATrust) Advance(step CAStep, request string, now time.Time) CATrust {
 	next := t
 	next.Trusted = slices.Clone(t.Trusted)
 	switch step {
@@ -321,6 +411,12 @@ func (t CATrust) Advance(step CAStep, request string) CATrust {
 		next.Trusted, next.Pending = append(next.Trusted, t.Pending), 0
 	case CAStepSign:
 		next.Signer = t.Trusted[len(t.Trusted)-1]
+	case CAStepSignClients:
+		next.Signer, next.Serving = t.Trusted[len(t.Trusted)-1], t.Signer
+	case CAStepRebootNodes:
+		next.NodesSince = now.UTC().Truncate(time.Second)
+	case CAStepServe:
+		next.Serving, next.NodesSince = 0, time.Time{}
 	case CAStepDrop:
 		next.Trusted = []int{t.Signer}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,6 +22,11 @@ func TestDecideCAStep(t *testing.T) {
 	signing := CATrust{Trusted: []int{1, 2}, Signer: 2, Handled: "r1"}
 	steady2 := CATrust{Trusted: []int{2}, Signer: 2, Handled: "r1"}
 	all := CAFacts{RolledOut: true, LeavesBySigner: true}
+	// The cluster CA: its nodes trust it and verify its serving leaves.
+	now := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	clients := CATrust{Trusted: []int{1, 2}, Signer: 2, Serving: 1, Handled: "r1"}
+	rebooting := CATrust{Trusted: []int{1, 2}, Signer: 2, Serving: 1, Handled: "r1", NodesSince: now}
+	nodes := CAFacts{RolledOut: true, LeavesBySigner: true, NodesTrust: true}
 	tests := []struct {
 		name  string
 		t     CATrust
@@ -43,6 +49,15 @@ func TestDecideCAStep(t *testing.T) {
 			CAStepIssue, CATrust{Trusted: []int{2}, Signer: 2, Pending: 3, Handled: "r2"}},
 		{"a request during a rotation waits for it", both, CAFacts{Request: "r2"}, CAStepWaitRollout, both},
 		{"a request before the old one is deleted waits", steady2, CAFacts{Request: "r2", OldLeft: true}, CAStepWaitRollout, steady2},
+
+		{"cluster CA: both trusted, not rolled out", both, CAFacts{NodesTrust: true}, CAStepWaitRollout, both},
+		{"cluster CA: the new one signs the clients, the old one serves", both, nodes, CAStepSignClients, clients},
+		{"cluster CA: the nodes are counted once the new signer rolled out", clients, nodes, CAStepRebootNodes, rebooting},
+		{"cluster CA: not before", clients, CAFacts{NodesTrust: true}, CAStepWaitRollout, clients},
+		{"cluster CA: nodes booted before are left", rebooting, nodes, CAStepWaitNodes, rebooting},
+		{"cluster CA: rebooted nodes, control plane rolling", rebooting, CAFacts{NodesTrust: true, NodesRebooted: true}, CAStepWaitRollout, rebooting},
+		{"cluster CA: every node rebooted, the new one serves", rebooting, CAFacts{RolledOut: true, NodesTrust: true, NodesRebooted: true}, CAStepServe, signing},
+		{"cluster CA: serving leaves re-issued and rolled out, the old one is dropped", signing, nodes, CAStepDrop, steady2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,9 +65,16 @@ func TestDecideCAStep(t *testing.T) {
 			if got != tt.want {
 				t.Fatalf("DecideCAStep(%+v, %+v) = %q, want %q", tt.t, tt.f, got, tt.want)
 			}
-			next := tt.t.Advance(got, tt.f.Request)
+			next := tt.t.Advance(got, tt.f.Request, now.Add(time.Minute))
+			if got == CAStepRebootNodes {
+				tt.after.NodesSince = next.NodesSince // the time of the pass, checked below
+				if next.NodesSince.Before(now) {
+					t.Errorf("nodes counted since %s, before the pass", next.NodesSince)
+				}
+			}
 			if !slices.Equal(next.Trusted, tt.after.Trusted) || next.Signer != tt.after.Signer ||
-				next.Pending != tt.after.Pending || next.Handled != tt.after.Handled {
+				next.Pending != tt.after.Pending || next.Handled != tt.after.Handled ||
+				next.Serving != tt.after.Serving || !next.NodesSince.Equal(tt.after.NodesSince) {
 				t.Errorf("after %s: %+v, want %+v", got, next, tt.after)
 			}
 			if err := next.validate(); err != nil {
@@ -67,17 +89,35 @@ func TestDecideCAStep(t *testing.T) {
 func TestCATrustRecord(t *testing.T) {
 	c := mustResolve(t, newTC(), testOptions())
 	for _, rec := range []CATrust{FirstCATrust(), {Trusted: []int{1}, Signer: 1, Pending: 2, Handled: "x"},
-		{Trusted: []int{4, 5}, Signer: 5, Handled: "2026-11-28"}} {
+		{Trusted: []int{4, 5}, Signer: 5, Handled: "2026-11-28"},
+		{Trusted: []int{1, 2}, Signer: 2, Serving: 1, Handled: "x", NodesSince: time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)}} {
 		s := TrustSecret(c, RoleFrontProxyCA, rec, []byte("pem"))
 		got, err := ParseCATrust(s)
-		if err != nil || !slices.Equal(got.Trusted, rec.Trusted) || got.Signer != rec.Signer || got.Pending != rec.Pending || got.Handled != rec.Handled {
+		if err != nil || !slices.Equal(got.Trusted, rec.Trusted) || got.Signer != rec.Signer || got.Pending != rec.Pending || got.Handled != rec.Handled ||
+			got.Serving != rec.Serving || !got.NodesSince.Equal(rec.NodesSince) {
 			t.Errorf("round trip of %+v: %+v, %v", rec, got, err)
 		}
 		if s.Name != "alpha-front-proxy-ca-trust" || s.Labels[v1alpha1.LabelPKIRole] != "front-proxy-ca-trust" || string(s.Data["tls.crt"]) != "pem" {
 			t.Errorf("trust Secret %s labels %v data %q", s.Name, s.Labels, s.Data)
 		}
 	}
-	bad := []struct{ trusted, signer, pending, wantIn string }{
+	bad := []struct{ trusted, signer, pending, serving, since, wantIn string }{
+		{"1,2", "2", "", "x", "", v1alpha1.AnnotationCAServing},
+		{"1,2", "2", "", "2", "", "serving generation 2 is not the old one"},
+		{"1,2", "1", "", "1", "", "serving generation 1 is not the old one"},
+		{"1,2", "2", "", "1", "yesterday", v1alpha1.AnnotationCANodesSince},
+		{"1,2", "2", "", "", "2026-11-28T08:00:00Z", "no serving generation waits"},
+	}
+	for _, b := range bad {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "alpha-ca-trust", Annotations: map[string]string{
+			v1alpha1.AnnotationCATrusted: b.trusted, v1alpha1.AnnotationCASigner: b.signer, v1alpha1.AnnotationCAPending: b.pending,
+			v1alpha1.AnnotationCAServing: b.serving, v1alpha1.AnnotationCANodesSince: b.since}}}
+		_, err := ParseCATrust(s)
+		if err == nil || !strings.Contains(err.Error(), b.wantIn) || !strings.Contains(err.Error(), "tenants/alpha-ca-trust") {
+			t.Errorf("record %+v: error %v, want one naming the Secret and %q", b, err, b.wantIn)
+		}
+	}
+	badFP := []struct{ trusted, signer, pending, wantIn string }{
 		{"", "1", "", v1alpha1.AnnotationCATrusted},
 		{"1,x", "1", "", v1alpha1.AnnotationCATrusted},
 		{"1", "0", "", v1alpha1.AnnotationCASigner},
@@ -87,7 +127,7 @@ func TestCATrustRecord(t *testing.T) {
 		{"1,2", "1", "3", "does not follow"},
 		{"1", "1", "-1", v1alpha1.AnnotationCAPending},
 	}
-	for _, b := range bad {
+	for _, b := range badFP {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "alpha-front-proxy-ca-trust", Annotations: map[string]string{
 			v1alpha1.AnnotationCATrusted: b.trusted, v1alpha1.AnnotationCASigner: b.signer, v1alpha1.AnnotationCAPending: b.pending}}}
 		_, err := ParseCATrust(s)
@@ -163,11 +203,27 @@ func TestCAGenerationsRendered(t *testing.T) {
 	if c.volumeSecretName(RoleFrontProxyCA) != "alpha-front-proxy-ca-trust" {
 		t.Errorf("generation 2 trusted: the pods mount %s", c.volumeSecretName(RoleFrontProxyCA))
 	}
-	// The cluster CA is not rotatable yet: a record for it changes nothing
-	// the pods mount.
-	c.CATrust[RoleCA] = CATrust{Trusted: []int{1, 2}, Signer: 1}
-	if c.volumeSecretName(RoleCA) != "alpha-ca" {
-		t.Errorf("the cluster CA mounts %s", c.volumeSecretName(RoleCA))
+	// The cluster CA: while its new generation signs the clients, the
+	// leaves its nodes verify stay with the old one.
+	c.CATrust[RoleCA] = CATrust{Trusted: []int{1, 2}, Signer: 2, Serving: 1}
+	if c.volumeSecretName(RoleCA) != "alpha-ca-trust" || c.volumeSecretName(RoleCASigner) != "alpha-ca-2" {
+		t.Errorf("the cluster CA mounts %s, signs with %s", c.volumeSecretName(RoleCA), c.volumeSecretName(RoleCASigner))
+	}
+	issuerOf := map[PKIRole]string{}
+	for _, cert := range Certificates(c) {
+		issuerOf[PKIRole(cert.Labels[v1alpha1.LabelPKIRole])] = cert.Spec.IssuerRef.Name
+	}
+	for _, leaf := range LeafRoles(c, RoleCA) {
+		want := "alpha-ca-2"
+		if slices.Contains(NodeVerifiedLeaves, leaf) {
+			want = "alpha-ca"
+		}
+		if issuerOf[leaf] != want {
+			t.Errorf("clients signed by the new generation: %s is issued by %s, want %s", leaf, issuerOf[leaf], want)
+		}
+	}
+	if len(LeafRoles(c, RoleCA)) != 9 {
+		t.Errorf("the cluster CA's leaves: %v", LeafRoles(c, RoleCA))
 	}
 }
 

@@ -1,0 +1,118 @@
+package tenantcluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/machinestate"
+)
+
+// The cluster CA's rotation waits for the tenant's nodes (docs/pki.md):
+// a node learns the CA at boot, and its kubelet's certificates are signed
+// at boot, so a node booted before the new generation signed trusts only
+// the old one and holds certificates of it. Such nodes are asked to
+// reboot through their Machines' RebootRequired condition, which their
+// pools' rolling reboot-to-update acts on (budgets, windows, gates); the
+// serving certificates move to the new generation once none is left.
+
+// CARotationFieldOwner owns the RebootRequired conditions the rotation
+// writes on Machines: not FieldOwner, whose applies would otherwise drop
+// the conditions other kubefarm-manager controllers write there.
+const CARotationFieldOwner = "kubefarm-ca-rotation"
+
+// nodeRebootPoll is how often a rotation waiting for reboots looks at the
+// Machines again: a reboot takes minutes, and the Machines' status writes
+// (heartbeats among them) are too many to wake every tenant on.
+const nodeRebootPoll = 15 * time.Second
+
+// bootedBefore tells whether m runs a boot that started before since:
+// its boot secret, handed out before the node fetched the CA and its
+// kubelet asked for certificates, was issued earlier. A Machine whose node
+// is not Ready does not hold the rotation (off, or failing anyway); it is
+// still asked to reboot when it reported the boot it runs.
+func bootedBefore(m *v1alpha1.Machine, since time.Time) (running, stale bool) {
+	cred := m.Status.BootCredential
+	if cred == nil || !cred.Issued.Time.Before(since) {
+		return false, false
+	}
+	return meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionNodeReady), true
+}
+
+// nodesRebootedSince raises RebootRequired on every Machine of the tenant
+// whose boot started before since, and tells which of them still run a
+// Ready node (sorted names; none means the nodes rebooted).
+func (r *Reconciler) nodesRebootedSince(ctx context.Context, s *scope, since time.Time) ([]string, error) {
+	list := &v1alpha1.MachineList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(s.tc.Namespace), client.MatchingLabels{v1alpha1.LabelTenantCluster: s.tc.Name}); err != nil {
+		return nil, fmt.Errorf("listing the Machines of the tenant: %w", err)
+	}
+	var waiting []string
+	for i := range list.Items {
+		m := &list.Items[i]
+		running, stale := bootedBefore(m, since)
+		if !stale {
+			continue
+		}
+		if running {
+			waiting = append(waiting, m.Name)
+		}
+		if m.Status.LastBoot == nil || machinestate.RebootRequested(m) {
+			continue
+		}
+		if err := r.requireReboot(ctx, m, since); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(waiting)
+	return waiting, nil
+}
+
+// requireReboot applies RebootRequired=True for the boot m reported, at
+// the resourceVersion read (a Machine that moved on since is looked at
+// again in the next pass).
+func (r *Reconciler) requireReboot(ctx context.Context, m *v1alpha1.Machine, since time.Time) error {
+	msg := v1alpha1.BootMessage(m.Status.LastBoot.BootID, fmt.Sprintf(
+		"booted before %s, when the tenant's new cluster CA began to sign: the node trusts only the old CA", since.UTC().Format(time.RFC3339)))
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "Machine",
+		"metadata":   map[string]any{"name": m.Name, "namespace": m.Namespace, "resourceVersion": m.ResourceVersion},
+		"status": map[string]any{"conditions": []any{map[string]any{
+			"type":               v1alpha1.ConditionRebootRequired,
+			"status":             string(metav1.ConditionTrue),
+			"reason":             v1alpha1.ReasonClusterCARotation,
+			"message":            msg,
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}}},
+	}}
+	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(CARotationFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying RebootRequired to Machine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return nil
+}
+
+// waitingNodesMessage names the Machines a rotation waits for, the first
+// few of them.
+func waitingNodesMessage(ca desired.PKIRole, names []string) string {
+	const shown = 5
+	list := names
+	if len(list) > shown {
+		list = list[:shown]
+	}
+	more := ""
+	if len(names) > shown {
+		more = fmt.Sprintf(" and %d more", len(names)-shown)
+	}
+	return fmt.Sprintf("%s: waiting for the reboot of %d Machine(s) booted before the new CA signed (RebootRequired, through their pools' rollout): %s%s",
+		ca, len(names), strings.Join(list, ", "), more)
+}
