@@ -511,6 +511,28 @@ func TestNodeJoin(t *testing.T) {
 		switchKubeProxyMode(t, ctx, kubeconfig, release, ns.Name, vals, tenantCfg, tenant, nodes, "ipvs")
 	})
 
+	// The cluster CA's rotation rides on the rollout's reboots: its
+	// clients move first, then both machines are asked to reboot, which
+	// the rollout below does anyway, and its servers move once both
+	// rebooted. The pool's rollout is paused meanwhile, so that it does
+	// not reboot them for the rotation into the old image and then again
+	// for the new one: one reboot serves both. The tenant clients of the
+	// rest of the scenario are the admin kubeconfig as the rotation
+	// leaves it.
+	poolKey := client.ObjectKeyFromObject(pool)
+	t.Run("the cluster CA rotation moves the clients to a new CA and asks both machines to reboot", func(t *testing.T) {
+		if err := setPoolPaused(ctx, c, poolKey, true); err != nil {
+			t.Fatal(err)
+		}
+		tenantCfg = startClusterCARotation(t, ctx, c, cs, key, tenantCfg)
+		if tenant, err = kubernetes.NewForConfig(tenantCfg); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+
 	var secondImage string
 	outer := t
 	t.Run("a rolling reboot-to-update moves both machines to a new image within the budget and the PDB", func(t *testing.T) {
@@ -521,6 +543,10 @@ func TestNodeJoin(t *testing.T) {
 				if err := upgradeChangesOnly(ctx, t, c, kubeconfig, release, ns.Name, vals, bootImage); err != nil {
 					return err
 				}
+				// Paused for the cluster CA's rotation (above) until now.
+				if err := setPoolPaused(ctx, c, poolKey, false); err != nil {
+					return err
+				}
 				// Later upgrades (kube-proxy's mode) keep the pool on it:
 				// values that still named the old image would roll the
 				// pool back, as they would for an operator.
@@ -528,6 +554,12 @@ func TestNodeJoin(t *testing.T) {
 				return nil
 			},
 		})
+	})
+	t.Run("the cluster CA rotation ends once both machines rebooted: the servers move, the old CA is dropped", func(t *testing.T) {
+		tenantCfg = finishClusterCARotation(t, ctx, c, cs, key, tenantCfg)
+		if tenant, err = kubernetes.NewForConfig(tenantCfg); err != nil {
+			t.Fatal(err)
+		}
 	})
 	// After the join and the rollout, the controllers have written all they
 	// write: what ArgoCD would compare now must not differ from the render.
