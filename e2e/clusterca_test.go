@@ -189,4 +189,3 @@ func setPoolPaused(ctx context.Context, c client.Client, pool client.ObjectKey, 
 	}
 	return nil
 }
-

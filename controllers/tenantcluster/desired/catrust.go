@@ -244,8 +244,8 @@ func TrustSecret(c *Cluster, ca PKIRole, t CATrust, bundle []byte) *corev1.Secre
 			Name: c.TrustSecretName(ca), Namespace: c.Namespace,
 			Labels: mergeLabels(c.labels(componentPKI), map[string]string{v1alpha1.LabelPKIRole: string(ca) + "-trust"}),
 			Annotations: map[string]string{
-				v1alpha1.AnnotationCATrusted: strings.Join(trusted, ","),
-				v1alpha1.AnnotationCASigner:  strconv.Itoa(t.Signer),
+				v1alpha1.AnnotationCATrusted:    strings.Join(trusted, ","),
+				v1alpha1.AnnotationCASigner:     strconv.Itoa(t.Signer),
 				v1alpha1.AnnotationCAPending:    genOrEmpty(t.Pending),
 				v1alpha1.AnnotationCAHandled:    t.Handled,
 				v1alpha1.AnnotationCAServing:    genOrEmpty(t.Serving),
