@@ -73,22 +73,10 @@ func checkCARotationUnderLoad(ctx context.Context, t *testing.T, c client.Client
 	tenantCfg *rest.Config, ready func(context.Context) (bool, error),
 	waitFor func(t *testing.T, what string, timeout time.Duration, cond func(context.Context) (bool, error))) {
 	load := startLoad(t, tenantCfg)
-	tc := &kubefarmv1.TenantCluster{}
-	if err := c.Get(ctx, key, tc); err != nil {
-		load.stop()
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(tc.DeepCopy())
-	if tc.Annotations == nil {
-		tc.Annotations = map[string]string{}
-	}
 	// Not the cluster CA: its rotation waits for the nodes' reboots and
 	// moves the clients' certificates, which this loop's client (a fixed
 	// rest.Config) does not follow.
-	for _, ca := range []desired.PKIRole{desired.RoleEtcdCA, desired.RoleFrontProxyCA} {
-		tc.Annotations[desired.RotateCAAnnotation(ca)] = "e2e"
-	}
-	if err := c.Patch(ctx, tc, patch); err != nil {
+	if err := requestCARotation(ctx, c, key, desired.RoleEtcdCA, desired.RoleFrontProxyCA); err != nil {
 		load.stop()
 		t.Fatal(err)
 	}
@@ -157,4 +145,20 @@ func checkCARotationUnderLoad(ctx context.Context, t *testing.T, c client.Client
 			}
 		}
 	}
+}
+
+// requestCARotation annotates the TenantCluster to rotate each of cas.
+func requestCARotation(ctx context.Context, c client.Client, key client.ObjectKey, cas ...desired.PKIRole) error {
+	tc := &kubefarmv1.TenantCluster{}
+	if err := c.Get(ctx, key, tc); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(tc.DeepCopy())
+	if tc.Annotations == nil {
+		tc.Annotations = map[string]string{}
+	}
+	for _, ca := range cas {
+		tc.Annotations[desired.RotateCAAnnotation(ca)] = "e2e"
+	}
+	return c.Patch(ctx, tc, patch)
 }
