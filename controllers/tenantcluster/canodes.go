@@ -35,14 +35,21 @@ const CARotationFieldOwner = "kubefarm-ca-rotation"
 // (heartbeats among them) are too many to wake every tenant on.
 const nodeRebootPoll = 15 * time.Second
 
+// clockMargin widens "before": the boot secret's time is kubefarm-pxe's
+// clock and since is kubefarm-manager's. A boot that started up to this
+// long after since is rebooted once more rather than trusted with
+// certificates the old key may have signed.
+const clockMargin = 30 * time.Second
+
 // bootedBefore tells whether m runs a boot that started before since:
 // its boot secret, handed out before the node fetched the CA and its
-// kubelet asked for certificates, was issued earlier. A Machine whose node
-// is not Ready does not hold the rotation (off, or failing anyway); it is
-// still asked to reboot when it reported the boot it runs.
+// kubelet asked for certificates, was issued earlier (within clockMargin).
+// A Machine whose node is not Ready does not hold the rotation (off, or
+// failing anyway); it is still asked to reboot when it reported the boot
+// it runs.
 func bootedBefore(m *v1alpha1.Machine, since time.Time) (running, stale bool) {
 	cred := m.Status.BootCredential
-	if cred == nil || !cred.Issued.Time.Before(since) {
+	if cred == nil || !cred.Issued.Time.Before(since.Add(clockMargin)) {
 		return false, false
 	}
 	return meta.IsStatusConditionTrue(m.Status.Conditions, v1alpha1.ConditionNodeReady), true

@@ -68,3 +68,36 @@ func TestCARotatedCondition(t *testing.T) {
 		})
 	}
 }
+
+// TestBootedBefore: a boot counts as before the rotation's time by its
+// boot secret, with a margin for the two components' clocks; only a Ready
+// node holds the rotation.
+func TestBootedBefore(t *testing.T) {
+	since := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	machine := func(issued time.Time, ready metav1.ConditionStatus) *v1alpha1.Machine {
+		m := &v1alpha1.Machine{}
+		if !issued.IsZero() {
+			m.Status.BootCredential = &v1alpha1.BootCredential{Issued: metav1.NewTime(issued)}
+		}
+		m.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNodeReady, Status: ready}}
+		return m
+	}
+	tests := []struct {
+		name           string
+		m              *v1alpha1.Machine
+		running, stale bool
+	}{
+		{"booted an hour before, Ready", machine(since.Add(-time.Hour), metav1.ConditionTrue), true, true},
+		{"booted an hour before, off", machine(since.Add(-time.Hour), metav1.ConditionFalse), false, true},
+		{"booted within the clocks' margin", machine(since.Add(10*time.Second), metav1.ConditionTrue), true, true},
+		{"booted after", machine(since.Add(time.Minute), metav1.ConditionTrue), false, false},
+		{"never booted", machine(time.Time{}, metav1.ConditionUnknown), false, false},
+	}
+	for _, tt := range tests {
+		running, stale := bootedBefore(tt.m, since)
+		if running != tt.running || stale != tt.stale {
+			t.Errorf("%s: running %v stale %v, want %v %v", tt.name, running, stale, tt.running, tt.stale)
+		}
+	}
+}
+
