@@ -100,4 +100,3 @@ func TestBootedBefore(t *testing.T) {
 		}
 	}
 }
-
