@@ -129,10 +129,6 @@ var (
 // before the leaves that need them.
 func (c *Cluster) certDefs() []certDef {
 	ca, fp, etcd := c.signerIssuer(RoleCA), c.signerIssuer(RoleFrontProxyCA), c.signerIssuer(RoleEtcdCA)
-	// The leaves the tenant's nodes verify (NodeVerifiedLeaves) follow
-	// the cluster CA's serving generation, which lags its signer during a
-	// rotation until the nodes rebooted.
-	serving := c.servingIssuer()
 	self := c.SelfSignedIssuerName()
 	etcdDNS, etcdIPs := c.etcdSANs()
 	apiDNS, apiIPs := c.APIServerSANs()
@@ -148,11 +144,11 @@ func (c *Cluster) certDefs() []certDef {
 	defs = append(defs, []certDef{
 		{role: RoleServiceAccount, issuer: self, cn: "service-account-signer", usages: []cmapi.KeyUsage{cmapi.UsageDigitalSignature}, signingKey: true},
 
-		{role: RoleAPIServer, issuer: serving, cn: "kube-apiserver", usages: serverUsages, dns: apiDNS, ips: apiIPs},
-		{role: RoleAPIServerKubeletClient, issuer: serving, cn: UserKubeletClient, usages: clientUsages},
+		{role: RoleAPIServer, issuer: ca, cn: "kube-apiserver", usages: serverUsages, dns: apiDNS, ips: apiIPs},
+		{role: RoleAPIServerKubeletClient, issuer: ca, cn: UserKubeletClient, usages: clientUsages},
 		{role: RoleControllerManager, issuer: ca, cn: "system:kube-controller-manager", usages: clientUsages},
 		{role: RoleScheduler, issuer: ca, cn: "system:kube-scheduler", usages: clientUsages},
-		{role: RoleKonnectivityServer, issuer: serving, cn: "konnectivity-server", usages: serverUsages, dns: extDNS, ips: extIPs},
+		{role: RoleKonnectivityServer, issuer: ca, cn: "konnectivity-server", usages: serverUsages, dns: extDNS, ips: extIPs},
 		{role: RoleKonnectivityClient, issuer: ca, cn: UserKonnectivityServer, usages: clientUsages},
 		{role: RoleAdmin, issuer: ca, cn: UserAdmin, orgs: []string{GroupClusterAdmins}, usages: clientUsages},
 		{role: RoleSuperAdmin, issuer: ca, cn: UserSuperAdmin, orgs: []string{GroupMasters}, usages: clientUsages},
@@ -169,6 +165,14 @@ func (c *Cluster) certDefs() []certDef {
 		// certificate, so it needs both usages.
 		{role: RoleEtcdPeer, issuer: etcd, cn: "etcd-peer", usages: peerUsages, dns: etcdDNS, ips: etcdIPs},
 	}...)
+	// The leaves the tenant's nodes verify (NodeVerifiedLeaves) follow
+	// the cluster CA's serving generation, which lags its signer during a
+	// rotation until the nodes rebooted.
+	for i := range defs {
+		if slices.Contains(NodeVerifiedLeaves, defs[i].role) {
+			defs[i].issuer = c.servingIssuer()
+		}
+	}
 	if c.Backup != nil {
 		// Its own identity, not the API server's etcd client certificate:
 		// the backup's pods can be told apart in etcd's logs, and the
