@@ -9,12 +9,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
 	"github.com/kubefarm/kubefarm/internal/machinestate"
+	"github.com/kubefarm/kubefarm/internal/ssa"
 )
 
 // The cluster CA's rotation waits for the tenant's nodes (docs/pki.md):
@@ -90,19 +90,10 @@ func (r *Reconciler) nodesRebootedSince(ctx context.Context, s *scope, since tim
 func (r *Reconciler) requireReboot(ctx context.Context, m *v1alpha1.Machine, since time.Time) error {
 	msg := v1alpha1.BootMessage(m.Status.LastBoot.BootID, fmt.Sprintf(
 		"booted before %s, when the tenant's new cluster CA began to sign: the node trusts only the old CA", since.UTC().Format(time.RFC3339)))
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "Machine",
-		"metadata":   map[string]any{"name": m.Name, "namespace": m.Namespace, "resourceVersion": m.ResourceVersion},
-		"status": map[string]any{"conditions": []any{map[string]any{
-			"type":               v1alpha1.ConditionRebootRequired,
-			"status":             string(metav1.ConditionTrue),
-			"reason":             v1alpha1.ReasonClusterCARotation,
-			"message":            msg,
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}},
-	}}
-	if err := r.Client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(CARotationFieldOwner), client.ForceOwnership); err != nil {
+	patch := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}}
+	patch.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionRebootRequired, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.ReasonClusterCARotation, Message: msg, LastTransitionTime: metav1.Now()}}
+	if _, err := ssa.ApplyStatusAt(ctx, r.Client, CARotationFieldOwner, patch, m.ResourceVersion); err != nil {
 		return fmt.Errorf("applying RebootRequired to Machine %s/%s: %w", m.Namespace, m.Name, err)
 	}
 	return nil
