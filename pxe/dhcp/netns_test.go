@@ -476,9 +476,18 @@ func TestPerfdhcpRelayed(t *testing.T) {
 	if len(received) != 2 || received[0] != fmt.Sprint(exchanges) || received[1] != fmt.Sprint(exchanges) {
 		t.Fatalf("perfdhcp received %v OFFERs and ACKs, want %d of each:\n%s", received, exchanges, out)
 	}
-	if o, a := testutil.ToFloat64(m.packets.WithLabelValues("DISCOVER", string(Offered))),
-		testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked))); o != exchanges || a != exchanges {
-		t.Errorf("server counted %v offers and %v acks, want %d each", o, a, exchanges)
+	// The server counts a reply after its write returns, so perfdhcp can
+	// have the last ACK first: wait for the counts.
+	counts := func() (float64, float64) {
+		return testutil.ToFloat64(m.packets.WithLabelValues("DISCOVER", string(Offered))),
+			testutil.ToFloat64(m.packets.WithLabelValues("REQUEST", string(Acked)))
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		o, a := counts()
+		return o >= exchanges && a >= exchanges, nil
+	})
+	if o, a := counts(); o != exchanges || a != exchanges {
+		t.Errorf("server counted %v offers and %v acks, want %d each (%v)", o, a, exchanges, err)
 	}
 }
 

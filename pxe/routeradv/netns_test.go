@@ -147,8 +147,13 @@ func TestAnswersSolicitations(t *testing.T) {
 			t.Errorf("advertisement carries a prefix: %+v", o)
 		}
 	}
-	if got := testutil.ToFloat64(m.solicitations.WithLabelValues(Answered)); got != 1 {
-		t.Errorf("answered %v solicitations, want 1", got)
+	// The responder counts an answer after its write returns, so the
+	// advertisement can arrive here first: wait for the count.
+	answered := func() float64 { return testutil.ToFloat64(m.solicitations.WithLabelValues(Answered)) }
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return answered() >= 1, nil
+	}); err != nil || answered() != 1 {
+		t.Errorf("answered %v solicitations, want 1 (%v)", answered(), err)
 	}
 }
 
