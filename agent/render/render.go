@@ -283,6 +283,13 @@ func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 		// The root is a tmpfs overlay: no swap to speak of, and kubelet
 		// must not refuse to run on the overlay's accounting.
 		FailSwapOn: &no,
+		// Every boot starts with an empty image store (containerd's state
+		// is a tmpfs), so each boot pulls every DaemonSet's image again.
+		// Pulled one at a time, the first workload pod waits behind all of
+		// them; containerd pulls in parallel safely. No cap
+		// (maxParallelImagePulls unset), so a pool's extraArgs
+		// serialize-image-pulls=true still makes a valid configuration.
+		SerializeImagePulls: &no,
 	}
 	if nc.Kubelet.MaxPods > 0 {
 		kc.MaxPods = nc.Kubelet.MaxPods

@@ -91,7 +91,8 @@ func TestRender(t *testing.T) {
 	}
 	if k.Kind != "KubeletConfiguration" || k.APIVersion != "kubelet.config.k8s.io/v1beta1" || k.CgroupDriver != "systemd" ||
 		!reflect.DeepEqual(k.ClusterDNS, []string{"10.96.0.10"}) || k.ClusterDomain != "tenant.local" ||
-		!k.ServerTLSBootstrap || !k.RotateCertificates || k.MaxPods != 50 || k.Authentication.X509.ClientCAFile != CACert {
+		!k.ServerTLSBootstrap || !k.RotateCertificates || k.MaxPods != 50 || k.Authentication.X509.ClientCAFile != CACert ||
+		k.SerializeImagePulls == nil || *k.SerializeImagePulls || k.MaxParallelImagePulls != nil {
 		t.Errorf("kubelet configuration %+v", k)
 	}
 	if want := config().Taints; !reflect.DeepEqual(k.RegisterWithTaints, want) {
