@@ -3,6 +3,7 @@ module github.com/kubefarm/kubefarm
 go 1.26.0
 
 require (
+	filippo.io/age v1.3.2
 	github.com/bougou/go-ipmi v0.9.1
 	github.com/cert-manager/cert-manager v1.21.2
 	github.com/go-logr/logr v1.4.3
@@ -41,6 +42,7 @@ require (
 
 require (
 	dario.cat/mergo v1.0.1 // indirect
+	filippo.io/hpke v0.4.0 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20250102033503-faa5f7b0171c // indirect
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect

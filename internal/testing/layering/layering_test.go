@@ -33,7 +33,7 @@ var layers = map[string]int{
 	"internal/tenantcache": 4, "internal/notify": 4, "internal/alertgate": 4,
 	// 3: pure builders and deciders, and the etcd libraries (a membership
 	// step, a snapshot and its upload) the controller and kubefarm-etcd use.
-	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3,
+	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3, "internal/backupkeys": 3,
 	"controllers/tenantcluster/desired": 3, "controllers/nodepool/desired": 3,
 	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3, "internal/upgradeplan": 3,
 	"pxe/bootfile": 3, "pxe/leases": 3, "internal/fetchguard": 3,

@@ -1,0 +1,223 @@
+// Package backupkeys is the file that makes a tenant's etcd snapshot a whole
+// backup: the encryption-at-rest keys in force when the snapshot was taken,
+// bound to that snapshot by its sha256 and sealed with age
+// (filippo.io/age) to the operator's backup key.
+//
+// Why a file of its own beside the snapshot, and sealed: the snapshot holds
+// the tenant's Secrets encrypted with those keys, so the snapshot alone
+// reveals no Secret, and the keys alone decrypt nothing without the
+// snapshot. Kept together and in the clear they would be a plaintext backup;
+// sealed to an age recipient, reading them needs the backup key's identity,
+// which the component taking backups never holds (it only seals). The
+// format is age's own, so an operator can open a key file in a disaster with
+// the age command line and no kubefarm at all.
+//
+// The package is pure apart from age: Seal writes a key file, Open reads one
+// back, and Check gives a restore's verdict before any etcd member starts.
+package backupkeys
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"time"
+
+	"filippo.io/age"
+)
+
+// Format names this file's JSON content, inside the age envelope.
+const Format = "kubefarm.io/backup-keys/v1"
+
+// Bounds on what Open accepts: a key file is a few hundred bytes, and a
+// file from storage is input like any other.
+const (
+	// MaxFileSize bounds the sealed file read by Open.
+	MaxFileSize = 64 << 10
+	// MaxKeys bounds the keys in one file; a rotation holds two or three.
+	MaxKeys = 64
+	// KeySize is the size of each key (secretbox's 32 bytes).
+	KeySize = 32
+)
+
+// keyName is the API server's provider key name kubefarm writes (key-<n>).
+var keyName = regexp.MustCompile(`^key-[1-9][0-9]{0,8}$`)
+
+// Keys are the encryption keys of one snapshot.
+type Keys struct {
+	// Tenant is the TenantCluster the snapshot was taken of, namespace/name:
+	// shown to an operator choosing a file, not checked on restore (a
+	// restore into a tenant of another name is the point).
+	Tenant string `json:"tenant"`
+	// SnapshotSHA256 is the hex sha256 of the whole snapshot file, which
+	// binds the keys to it.
+	SnapshotSHA256 string `json:"snapshotSHA256"`
+	// TakenAt is when the snapshot was taken.
+	TakenAt time.Time `json:"takenAt"`
+	// Write is the key the API servers wrote with.
+	Write string `json:"write"`
+	// Keys by name, 32 bytes each: every key the API servers could read
+	// with, since a snapshot taken mid-rotation holds values of two.
+	Keys map[string][]byte `json:"keys"`
+}
+
+// file is the sealed JSON: Keys with the format tag first.
+type file struct {
+	Format string `json:"format"`
+	Keys
+}
+
+// Validate checks what a restore relies on.
+func (k Keys) Validate() error {
+	if len(k.Keys) == 0 {
+		return errors.New("no keys")
+	}
+	if len(k.Keys) > MaxKeys {
+		return fmt.Errorf("%d keys, at most %d", len(k.Keys), MaxKeys)
+	}
+	for _, name := range k.Names() {
+		if !keyName.MatchString(name) {
+			return fmt.Errorf("key %.40q: name must be key-<n>", name)
+		}
+		if n := len(k.Keys[name]); n != KeySize {
+			return fmt.Errorf("key %s: %d bytes, want %d", name, n, KeySize)
+		}
+	}
+	if _, ok := k.Keys[k.Write]; !ok {
+		return fmt.Errorf("write key %.40q is not among the keys", k.Write)
+	}
+	if b, err := hex.DecodeString(k.SnapshotSHA256); err != nil || len(b) != 32 {
+		return fmt.Errorf("snapshotSHA256 %.80q is not a hex sha256", k.SnapshotSHA256)
+	}
+	return nil
+}
+
+// Names are the keys' names, sorted.
+func (k Keys) Names() []string {
+	names := make([]string, 0, len(k.Keys))
+	for n := range k.Keys {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Seal writes k, sealed to every recipient, to w.
+func Seal(w io.Writer, k Keys, recipients ...age.Recipient) error {
+	if err := k.Validate(); err != nil {
+		return fmt.Errorf("sealing backup keys: %w", err)
+	}
+	if len(recipients) == 0 {
+		return errors.New("sealing backup keys: no backup key recipient")
+	}
+	plain, err := json.Marshal(file{Format: Format, Keys: k})
+	if err != nil {
+		return err
+	}
+	aw, err := age.Encrypt(w, recipients...)
+	if err != nil {
+		return fmt.Errorf("sealing backup keys: %w", err)
+	}
+	if _, err := aw.Write(plain); err != nil {
+		return fmt.Errorf("sealing backup keys: %w", err)
+	}
+	return aw.Close()
+}
+
+// Reasons Open and Check give. They are the TenantCluster condition's
+// reasons when a restore cannot start, so they name what is wrong.
+const (
+	// ReasonKeysMissing: no key file beside the snapshot.
+	ReasonKeysMissing = "BackupKeysMissing"
+	// ReasonBackupKeyWrong: the key file is not sealed to any identity given.
+	ReasonBackupKeyWrong = "BackupKeyWrong"
+	// ReasonKeysDamaged: the file is not an age file of this format, or is
+	// larger than MaxFileSize, or its keys fail Validate.
+	ReasonKeysDamaged = "BackupKeysDamaged"
+	// ReasonKeysForAnotherSnapshot: the file's keys belong to another
+	// snapshot (its sha256 differs).
+	ReasonKeysForAnotherSnapshot = "BackupKeysForAnotherSnapshot"
+	// ReasonSnapshotKeyUnknown: the snapshot holds values written with a
+	// key the file does not have.
+	ReasonSnapshotKeyUnknown = "SnapshotKeyUnknown"
+)
+
+// Error is a refusal with its reason.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+func refuse(reason string, format string, a ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, a...)}
+}
+
+// Open reads a sealed key file with the given identities.
+func Open(r io.Reader, identities ...age.Identity) (Keys, error) {
+	sealed, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
+	if err != nil {
+		return Keys{}, err
+	}
+	if len(sealed) > MaxFileSize {
+		return Keys{}, refuse(ReasonKeysDamaged, "key file larger than %d bytes", MaxFileSize)
+	}
+	ar, err := age.Decrypt(bytes.NewReader(sealed), identities...)
+	var noMatch *age.NoIdentityMatchError
+	switch {
+	case errors.As(err, &noMatch):
+		return Keys{}, refuse(ReasonBackupKeyWrong, "the key file is sealed to another backup key")
+	case err != nil:
+		return Keys{}, refuse(ReasonKeysDamaged, "not an age file: %v", err)
+	}
+	plain, err := io.ReadAll(io.LimitReader(ar, MaxFileSize+1))
+	if err != nil {
+		return Keys{}, refuse(ReasonKeysDamaged, "reading the sealed keys: %v", err)
+	}
+	if len(plain) > MaxFileSize {
+		return Keys{}, refuse(ReasonKeysDamaged, "sealed keys larger than %d bytes", MaxFileSize)
+	}
+	var f file
+	dec := json.NewDecoder(bytes.NewReader(plain))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return Keys{}, refuse(ReasonKeysDamaged, "sealed keys: %v", err)
+	}
+	if f.Format != Format {
+		return Keys{}, refuse(ReasonKeysDamaged, "format %.60q, want %s", f.Format, Format)
+	}
+	if err := f.Keys.Validate(); err != nil {
+		return Keys{}, refuse(ReasonKeysDamaged, "sealed keys: %v", err)
+	}
+	return f.Keys, nil
+}
+
+// Check is a restore's verdict on a key file before any member starts:
+// nil, or an *Error whose Reason says what is missing. sealed is nil when
+// no key file was found; snapshotSHA256 is the snapshot file's hex sha256
+// (its integrity is etcdsnapshot.Verify's); usedKeys are the key names the
+// snapshot's encrypted values carry.
+func Check(sealed io.Reader, snapshotSHA256 string, usedKeys []string, identities ...age.Identity) (Keys, error) {
+	if sealed == nil {
+		return Keys{}, refuse(ReasonKeysMissing, "no key file beside the snapshot")
+	}
+	k, err := Open(sealed, identities...)
+	if err != nil {
+		return Keys{}, err
+	}
+	if k.SnapshotSHA256 != snapshotSHA256 {
+		return Keys{}, refuse(ReasonKeysForAnotherSnapshot, "the keys are for snapshot sha256 %s, not %s", k.SnapshotSHA256, snapshotSHA256)
+	}
+	for _, name := range usedKeys {
+		if _, ok := k.Keys[name]; !ok {
+			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "the snapshot holds values written with %.40q; the file has %v", name, k.Names())
+		}
+	}
+	return k, nil
+}
