@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"golang.org/x/crypto/nacl/secretbox"
 )
 
 // Format names this file's JSON content, inside the age envelope.
@@ -142,9 +143,27 @@ const (
 	// snapshot (its sha256 differs).
 	ReasonKeysForAnotherSnapshot = "BackupKeysForAnotherSnapshot"
 	// ReasonSnapshotKeyUnknown: the snapshot holds values written with a
-	// key the file does not have.
+	// key the file does not have, or by a provider other than secretbox.
 	ReasonSnapshotKeyUnknown = "SnapshotKeyUnknown"
+	// ReasonSnapshotKeyWrong: a key of the file's name does not decrypt
+	// the snapshot's values written with that name.
+	ReasonSnapshotKeyWrong = "SnapshotKeyWrong"
 )
+
+// Provider is the encryption provider and version kubefarm's tenants write
+// with, as the stored values' prefix spells it.
+const Provider = "secretbox:v1"
+
+// Sample is one value of the snapshot that an API server encrypted, with
+// what its prefix names (etcdsnapshot.EncryptedValues reads them).
+type Sample struct {
+	// Object is the etcd key, for messages.
+	Object   string
+	Provider string
+	Key      string
+	// Data follows the prefix: secretbox's 24-byte nonce, then the box.
+	Data []byte
+}
 
 // Error is a refusal with its reason.
 type Error struct {
@@ -199,11 +218,12 @@ func Open(r io.Reader, identities ...age.Identity) (Keys, error) {
 }
 
 // Check is a restore's verdict on a key file before any member starts:
-// nil, or an *Error whose Reason says what is missing. sealed is nil when
-// no key file was found; snapshotSHA256 is the snapshot file's hex sha256
-// (its integrity is etcdsnapshot.Verify's); usedKeys are the key names the
-// snapshot's encrypted values carry.
-func Check(sealed io.Reader, snapshotSHA256 string, usedKeys []string, identities ...age.Identity) (Keys, error) {
+// the keys, or an *Error whose Reason says what is missing. sealed is nil
+// when no key file was found; snapshotSHA256 is the snapshot file's hex
+// sha256 (its integrity is etcdsnapshot.Verify's); samples are one
+// encrypted value per key the snapshot's values name, each of which the
+// file's key of that name must decrypt.
+func Check(sealed io.Reader, snapshotSHA256 string, samples []Sample, identities ...age.Identity) (Keys, error) {
 	if sealed == nil {
 		return Keys{}, refuse(ReasonKeysMissing, "no key file beside the snapshot")
 	}
@@ -214,10 +234,32 @@ func Check(sealed io.Reader, snapshotSHA256 string, usedKeys []string, identitie
 	if k.SnapshotSHA256 != snapshotSHA256 {
 		return Keys{}, refuse(ReasonKeysForAnotherSnapshot, "the keys are for snapshot sha256 %s, not %s", k.SnapshotSHA256, snapshotSHA256)
 	}
-	for _, name := range usedKeys {
-		if _, ok := k.Keys[name]; !ok {
-			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "the snapshot holds values written with %.40q; the file has %v", name, k.Names())
+	for _, s := range samples {
+		if s.Provider != Provider {
+			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "%.200s was written by provider %.64q with key %.64q; kubefarm's tenants use %s", s.Object, s.Provider, s.Key, Provider)
+		}
+		key, ok := k.Keys[s.Key]
+		if !ok {
+			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "%.200s was written with %.64q; the file has %v", s.Object, s.Key, k.Names())
+		}
+		if !opens(key, s.Data) {
+			return Keys{}, refuse(ReasonSnapshotKeyWrong, "the file's %s does not decrypt %.200s, which was written with a key of that name", s.Key, s.Object)
 		}
 	}
 	return k, nil
+}
+
+// opens tells whether key decrypts data as the API server's secretbox
+// provider wrote it (nonce, then the box).
+func opens(key, data []byte) bool {
+	const nonceSize = 24
+	if len(key) != KeySize || len(data) < nonceSize+secretbox.Overhead {
+		return false
+	}
+	var nonce [nonceSize]byte
+	var k [KeySize]byte
+	copy(nonce[:], data)
+	copy(k[:], key)
+	_, ok := secretbox.Open(nil, data[nonceSize:], &nonce, &k)
+	return ok
 }

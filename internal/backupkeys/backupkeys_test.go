@@ -2,6 +2,7 @@ package backupkeys
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"golang.org/x/crypto/nacl/secretbox"
 )
 
 func identity(t testing.TB) *age.X25519Identity {
@@ -65,6 +67,20 @@ func sealRaw(t *testing.T, plain []byte, r age.Recipient) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// sample is a value as kube-apiserver's secretbox provider stores it
+// (random nonce, then the box), encrypted with k and named name.
+func sample(t *testing.T, name string, k []byte) Sample {
+	t.Helper()
+	var nonce [24]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		t.Fatal(err)
+	}
+	var kk [KeySize]byte
+	copy(kk[:], k)
+	return Sample{Object: "/registry/secrets/default/" + name, Provider: Provider, Key: name,
+		Data: secretbox.Seal(nonce[:], []byte("a Secret"), &nonce, &kk)}
 }
 
 func reason(err error) string {
@@ -159,15 +175,18 @@ func TestCheck(t *testing.T) {
 		sealed   []byte
 		noFile   bool
 		snapshot string
-		used     []string
+		samples  []Sample
 		want     string
 	}{
-		{name: "whole", sealed: good, snapshot: digest("snapshot"), used: []string{"key-1", "key-2"}},
+		{name: "whole", sealed: good, snapshot: digest("snapshot"), samples: []Sample{sample(t, "key-1", key(1)), sample(t, "key-2", key(2))}},
 		{name: "a snapshot with no encrypted value yet", sealed: good, snapshot: digest("snapshot")},
 		{name: "no key file", noFile: true, snapshot: digest("snapshot"), want: ReasonKeysMissing},
 		{name: "sealed to another backup key", sealed: seal(t, keys(), other.Recipient()), snapshot: digest("snapshot"), want: ReasonBackupKeyWrong},
 		{name: "keys of another snapshot", sealed: good, snapshot: digest("another snapshot"), want: ReasonKeysForAnotherSnapshot},
-		{name: "the snapshot used a key the file lacks", sealed: good, snapshot: digest("snapshot"), used: []string{"key-1", "key-3"}, want: ReasonSnapshotKeyUnknown},
+		{name: "the snapshot used a key the file lacks", sealed: good, snapshot: digest("snapshot"), samples: []Sample{sample(t, "key-1", key(1)), sample(t, "key-3", key(3))}, want: ReasonSnapshotKeyUnknown},
+		{name: "another provider", sealed: good, snapshot: digest("snapshot"), samples: []Sample{func() Sample { s := sample(t, "key-1", key(1)); s.Provider = "aescbc:v1"; return s }()}, want: ReasonSnapshotKeyUnknown},
+		{name: "a key of the right name and other bytes", sealed: good, snapshot: digest("snapshot"), samples: []Sample{sample(t, "key-2", key(2)), sample(t, "key-1", key(9))}, want: ReasonSnapshotKeyWrong},
+		{name: "a value too short to hold a box", sealed: good, snapshot: digest("snapshot"), samples: []Sample{{Object: "/registry/secrets/a/b", Provider: Provider, Key: "key-1", Data: []byte("short")}}, want: ReasonSnapshotKeyWrong},
 		{name: "not an age file", sealed: []byte("key-1: AAAA\n"), snapshot: digest("snapshot"), want: ReasonKeysDamaged},
 		{name: "cut short", sealed: good[:len(good)-20], snapshot: digest("snapshot"), want: ReasonKeysDamaged},
 		{name: "one byte flipped", sealed: func() []byte { b := bytes.Clone(good); b[len(b)-5] ^= 1; return b }(), snapshot: digest("snapshot"), want: ReasonKeysDamaged},
@@ -181,7 +200,7 @@ func TestCheck(t *testing.T) {
 			if !tc.noFile {
 				r = bytes.NewReader(tc.sealed)
 			}
-			got, err := Check(r, tc.snapshot, tc.used, id)
+			got, err := Check(r, tc.snapshot, tc.samples, id)
 			if reason(err) != tc.want || (tc.want == "") != (err == nil) {
 				t.Fatalf("Check: %v (reason %q), want reason %q", err, reason(err), tc.want)
 			}

@@ -11,6 +11,9 @@
 // sha256 trailer etcd appends to the stream, then etcdutl's snapshot
 // status, which walks the bbolt file), and Restore turns a verified
 // snapshot into a member's data directory with etcdutl's Restore.
+// EncryptedValues (encrypted.go) reads a verified snapshot's database for
+// one value per encryption key its values name, which a restore's
+// preflight (internal/backupkeys.Check) tries the backed-up keys on.
 //
 // With S3Options (--s3-*, s3options.go validates them) Save then uploads
 // the verified file to an S3-compatible bucket with minio-go (s3.go):

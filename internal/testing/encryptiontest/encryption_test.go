@@ -248,6 +248,8 @@ func TestSecretsEncryptedInEtcd(t *testing.T) {
 			s.expectEncrypted(ctx, ns, "third", "key-2", plaintexts["third"])
 			// Not rewritten by the promotion alone.
 			s.expectEncrypted(ctx, ns, "first", "key-1", plaintexts["first"])
+			// A backup now holds values of both keys.
+			checkSnapshotKeys(t, ctx, s, keys, []string{"key-1", "key-2"})
 		case desired.StepRewrite:
 			for _, name := range []string{"legacy", "first", "second", "third"} {
 				s.expectEncrypted(ctx, ns, name, "key-2", plaintexts[name])
