@@ -129,8 +129,9 @@ func Seal(w io.Writer, k Keys, recipients ...age.Recipient) error {
 	return aw.Close()
 }
 
-// Reasons Open and Check give. They are the TenantCluster condition's
-// reasons when a restore cannot start, so they name what is wrong.
+// Reasons Open and Check give, named for what is wrong. The restore that
+// shows them in a TenantCluster condition is not built yet; with it they
+// move to api/v1alpha1, where every condition reason lives.
 const (
 	// ReasonKeysMissing: no key file beside the snapshot.
 	ReasonKeysMissing = "BackupKeysMissing"
