@@ -159,7 +159,9 @@ const Provider = "secretbox:v1"
 // what its prefix names (etcdsnapshot.EncryptedValues reads them).
 type Sample struct {
 	// Object is the etcd key, for messages.
-	Object   string
+	Object string
+	// Provider is the prefix's provider and version (Provider for
+	// kubefarm's tenants); Key is the provider's key name.
 	Provider string
 	Key      string
 	// Data follows the prefix: secretbox's 24-byte nonce, then the box.

@@ -9,18 +9,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
-)
 
-// EncryptedValue is one value an API server encrypted before it reached
-// etcd: the prefix `k8s:enc:<provider>:<version>:<key>:` names how, Data is
-// what follows it.
-type EncryptedValue struct {
-	// Object is the etcd key the value was stored under.
-	Object   string
-	Provider string
-	Key      string
-	Data     []byte
-}
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
+)
 
 // maxEncryptionKeys bounds the distinct (provider, key) pairs a snapshot
 // may show; kubefarm's tenants use one to three.
@@ -32,17 +23,18 @@ var encryptedPrefix = []byte("k8s:enc:")
 // EncryptedValues reads the snapshot file at path (Verify it first: bbolt
 // maps the file, and a truncated one can crash the process) and returns,
 // for each provider and key the values in it were encrypted with, the
-// first such value, in the order met. A restore's preflight tries each
+// first such value (what follows the `k8s:enc:<provider>:<version>:<key>:`
+// prefix), in the order met. A restore's preflight tries each
 // against the keys it has, so that a snapshot whose keys are missing or
 // wrong is refused before any member starts. Values in the clear are not
 // listed; every revision the file holds is read.
-func EncryptedValues(path string) ([]EncryptedValue, error) {
+func EncryptedValues(path string) ([]backupkeys.Sample, error) {
 	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: 10 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot %s: %w", path, err)
 	}
 	defer db.Close()
-	var out []EncryptedValue
+	var out []backupkeys.Sample
 	seen := map[[2]string]bool{}
 	err = db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("key"))
@@ -81,20 +73,20 @@ func EncryptedValues(path string) ([]EncryptedValue, error) {
 // parseEncrypted splits `k8s:enc:<provider>:<version>:<key>:<data>`. The
 // fields are bounded (64 bytes each) and printable, since they end up in
 // conditions and messages.
-func parseEncrypted(v []byte) (EncryptedValue, bool) {
+func parseEncrypted(v []byte) (backupkeys.Sample, bool) {
 	rest, ok := bytes.CutPrefix(v, encryptedPrefix)
 	if !ok {
-		return EncryptedValue{}, false
+		return backupkeys.Sample{}, false
 	}
 	var fields [3]string
 	for i := range fields {
 		f, r, found := bytes.Cut(rest, []byte(":"))
 		if !found || len(f) == 0 || len(f) > 64 || !printable(f) {
-			return EncryptedValue{}, false
+			return backupkeys.Sample{}, false
 		}
 		fields[i], rest = string(f), r
 	}
-	return EncryptedValue{Provider: fields[0] + ":" + fields[1], Key: fields[2], Data: rest}, true
+	return backupkeys.Sample{Provider: fields[0] + ":" + fields[1], Key: fields[2], Data: rest}, true
 }
 
 func printable(b []byte) bool {

@@ -52,10 +52,8 @@ func checkSnapshotKeys(t *testing.T, ctx context.Context, s *server, keys desire
 	if err != nil {
 		t.Fatal(err)
 	}
-	var samples []backupkeys.Sample
 	var names []string
 	for _, v := range values {
-		samples = append(samples, backupkeys.Sample{Object: v.Object, Provider: v.Provider, Key: v.Key, Data: v.Data})
 		names = append(names, v.Key)
 	}
 	slices.Sort(names)
@@ -75,7 +73,7 @@ func checkSnapshotKeys(t *testing.T, ctx context.Context, s *server, keys desire
 		}
 		return buf.Bytes()
 	}
-	if _, err := backupkeys.Check(bytes.NewReader(sealed(keys.Keys)), digest, samples, id); err != nil {
+	if _, err := backupkeys.Check(bytes.NewReader(sealed(keys.Keys)), digest, values, id); err != nil {
 		t.Errorf("the keys in force: %v", err)
 	}
 	old := slices.Min(slices.Collect(maps.Keys(keys.Keys)))
@@ -90,7 +88,7 @@ func checkSnapshotKeys(t *testing.T, ctx context.Context, s *server, keys desire
 		"without " + old:        {without, backupkeys.ReasonSnapshotKeyUnknown},
 		"other bytes as " + old: {wrong, backupkeys.ReasonSnapshotKeyWrong},
 	} {
-		_, err := backupkeys.Check(bytes.NewReader(sealed(tc.keys)), digest, samples, id)
+		_, err := backupkeys.Check(bytes.NewReader(sealed(tc.keys)), digest, values, id)
 		var e *backupkeys.Error
 		if !errors.As(err, &e) || e.Reason != tc.want {
 			t.Errorf("%s: %v, want reason %s", name, err, tc.want)

@@ -33,7 +33,7 @@ var layers = map[string]int{
 	"internal/tenantcache": 4, "internal/notify": 4, "internal/alertgate": 4,
 	// 3: pure builders and deciders, and the etcd libraries (a membership
 	// step, a snapshot and its upload) the controller and kubefarm-etcd use.
-	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3, "internal/backupkeys": 3,
+	"internal/etcdmembers": 3, "internal/etcdsnapshot": 3,
 	"controllers/tenantcluster/desired": 3, "controllers/nodepool/desired": 3,
 	"controllers/rollout/plan": 3, "controllers/rollout/drain": 3, "internal/window": 3, "internal/upgradeplan": 3,
 	"pxe/bootfile": 3, "pxe/leases": 3, "internal/fetchguard": 3,
@@ -41,10 +41,10 @@ var layers = map[string]int{
 	"power": 3, "power/qmp": 3, "power/redfish": 3, "power/ipmi": 3, "power/drivers": 3,
 	// 2: contracts several parts read: the boot protocol both ends speak,
 	// the node's CNI layout, a machine's image state, a tenant credential,
-	// the pools of a BootImage.
+	// the pools of a BootImage, a backup's key file.
 	"pxe/bootproto": 2, "pxe/bootpaths": 2, "pxe/bootsecret": 2, "pxe/nodeconfig": 2,
 	"images/node/cni": 2, "internal/machinestate": 2, "internal/tenantcache/credential": 2,
-	"internal/poolindex": 2,
+	"internal/poolindex": 2, "internal/backupkeys": 2,
 	// 1: shared leaves.
 	"internal/conditions": 1, "internal/ssa": 1, "internal/bootstraptoken": 1, "internal/newc": 1,
 	"internal/machineconfig": 1, "internal/restconfig": 1, "internal/s3target": 1, "internal/kubeversion": 1,
