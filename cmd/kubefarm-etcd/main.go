@@ -6,7 +6,8 @@
 //	kubefarm-etcd restore --snapshot /backup/ns-name-20260101T000000Z.db --initial-cluster ... ...
 //
 // snapshot is what the per-tenant CronJob runs: one verified snapshot into
-// --dir, then retention; with --s3-bucket the snapshot is then uploaded to
+// --dir, with its key file (--keys-config sealed to --keys-recipients),
+// then retention; with --s3-bucket the snapshot is then uploaded to
 // an S3-compatible bucket (credentials from $AWS_ACCESS_KEY_ID and
 // $AWS_SECRET_ACCESS_KEY only) and retention applies there. restore is what each etcd member's init container
 // runs when a TenantCluster is created from a snapshot: it builds the data
@@ -119,6 +120,15 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	fs.StringVar(&o.S3.CAFile, "s3-ca-file", "",
 		"PEM file of the CAs the https endpoint's certificate is checked against, instead of the system roots "+
 			"(optional; an error with an http endpoint)")
+	fs.StringVar(&o.KeysConfig, "keys-config", "",
+		"the tenant's rendered EncryptionConfiguration (JSON, the <tenant>-encryption-config Secret's "+
+			"encryption-configuration.json). With it each snapshot is stored whole: the keys its Secrets were encrypted "+
+			"with are sealed (age) to --keys-recipients into <snapshot>"+etcdsnapshot.KeysSuffix+" beside it, uploaded "+
+			"before it with --s3-bucket, and deleted with it by retention. The run fails, and keeps no snapshot, when "+
+			"these keys do not decrypt every encrypted value the snapshot holds. Needs --keys-recipients")
+	fs.StringVar(&o.KeysRecipients, "keys-recipients", "",
+		"file of age X25519 recipients (age1...), one per line, '#' comments and blank lines skipped: the backup key "+
+			"the key file is sealed to, whose identity alone opens it (age -d -i). Needs --keys-config")
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")

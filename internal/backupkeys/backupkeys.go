@@ -50,7 +50,8 @@ var keyName = regexp.MustCompile(`^key-[1-9][0-9]{0,8}$`)
 
 // Keys are the encryption keys of one snapshot.
 type Keys struct {
-	// Tenant is the TenantCluster the snapshot was taken of, namespace/name:
+	// Tenant is the TenantCluster the snapshot was taken of (the backup
+	// job's --prefix, the tenant's name):
 	// shown to an operator choosing a file, not checked on restore (a
 	// restore into a tenant of another name is the point).
 	Tenant string `json:"tenant"`
@@ -237,19 +238,30 @@ func Check(sealed io.Reader, snapshotSHA256 string, samples []Sample, identities
 	if k.SnapshotSHA256 != snapshotSHA256 {
 		return Keys{}, refuse(ReasonKeysForAnotherSnapshot, "the keys are for snapshot sha256 %s, not %s", k.SnapshotSHA256, snapshotSHA256)
 	}
+	if err := k.Read(samples); err != nil {
+		return Keys{}, err
+	}
+	return k, nil
+}
+
+// Read checks that k decrypts every sample: each names a key k has, which
+// opens it. The backup job asks it of the keys it is about to seal (so a
+// snapshot its keys cannot read fails the run instead of being kept as a
+// backup), and a restore of the keys it opened.
+func (k Keys) Read(samples []Sample) error {
 	for _, s := range samples {
 		if s.Provider != Provider {
-			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "%.200s was written by provider %.64q with key %.64q; kubefarm's tenants use %s", s.Object, s.Provider, s.Key, Provider)
+			return refuse(ReasonSnapshotKeyUnknown, "%.200s was written by provider %.64q with key %.64q; kubefarm's tenants use %s", s.Object, s.Provider, s.Key, Provider)
 		}
 		key, ok := k.Keys[s.Key]
 		if !ok {
-			return Keys{}, refuse(ReasonSnapshotKeyUnknown, "%.200s was written with %.64q; the file has %v", s.Object, s.Key, k.Names())
+			return refuse(ReasonSnapshotKeyUnknown, "%.200s was written with %.64q; the keys are %v", s.Object, s.Key, k.Names())
 		}
 		if !opens(key, s.Data) {
-			return Keys{}, refuse(ReasonSnapshotKeyWrong, "the file's %s does not decrypt %.200s, which was written with a key of that name", s.Key, s.Object)
+			return refuse(ReasonSnapshotKeyWrong, "the key %s does not decrypt %.200s, which was written with a key of that name", s.Key, s.Object)
 		}
 	}
-	return k, nil
+	return nil
 }
 
 // opens tells whether key decrypts data as the API server's secretbox

@@ -15,7 +15,7 @@ const TimeLayout = "20060102T150405Z"
 const (
 	snapshotSuffix = ".db"
 	tempSuffix     = ".part"
-	// MaxPrefixLen keeps the longest name Save writes (".<prefix>-<time>.db.part")
+	// MaxPrefixLen keeps the longest name Save writes (".<prefix>-<time>.db.keys.age.part")
 	// well under the 255 bytes most file systems allow, and fits a
 	// "<namespace>-<name>" of two 63-character DNS labels.
 	MaxPrefixLen = 200
@@ -73,7 +73,8 @@ func ParseSnapshotName(prefix, name string) (time.Time, bool) {
 	return t, true
 }
 
-// ParseTempName is ParseSnapshotName for Save's temporary files.
+// ParseTempName is ParseSnapshotName for Save's temporary files, those of
+// a snapshot and those of its key file.
 func ParseTempName(prefix, name string) (time.Time, bool) {
 	rest, ok := strings.CutPrefix(name, ".")
 	if !ok {
@@ -83,5 +84,29 @@ func ParseTempName(prefix, name string) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
+	if snap, ok := ParseKeysName(prefix, rest); ok {
+		rest = snap
+	}
 	return ParseSnapshotName(prefix, rest)
+}
+
+// KeysSuffix ends a key file's name: the snapshot's name, then this. The
+// file is an age file (docs/etcd.md, "The key file").
+const KeysSuffix = ".keys.age"
+
+// KeysName is the name of the key file stored beside the snapshot named
+// snapshot.
+func KeysName(snapshot string) string { return snapshot + KeysSuffix }
+
+// ParseKeysName returns the snapshot name a key file's name is for, when
+// name is exactly KeysName of a snapshot name Save writes for prefix.
+func ParseKeysName(prefix, name string) (snapshot string, ok bool) {
+	snapshot, ok = strings.CutSuffix(name, KeysSuffix)
+	if !ok {
+		return "", false
+	}
+	if _, ok := ParseSnapshotName(prefix, snapshot); !ok {
+		return "", false
+	}
+	return snapshot, true
 }

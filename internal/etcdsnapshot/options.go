@@ -47,7 +47,15 @@ type SnapshotOptions struct {
 	// S3 uploads the snapshot to a bucket after it is saved in Dir, and
 	// applies retention there (S3Options.Enabled).
 	S3 S3Options
+	// KeysConfig (the tenant's rendered EncryptionConfiguration) and
+	// KeysRecipients (a file of age recipients) make each snapshot whole:
+	// its keys are sealed to the recipients into KeysName(snapshot) beside
+	// it. Both or neither.
+	KeysConfig, KeysRecipients string
 }
+
+// KeysEnabled says the run writes a key file beside its snapshot.
+func (o SnapshotOptions) KeysEnabled() bool { return o.KeysConfig != "" || o.KeysRecipients != "" }
 
 // Validate checks the options before anything is dialled or written.
 func (o SnapshotOptions) Validate() error {
@@ -77,6 +85,9 @@ func (o SnapshotOptions) Validate() error {
 	}
 	if err := o.S3.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if (o.KeysConfig == "") != (o.KeysRecipients == "") {
+		errs = append(errs, errors.New("--keys-config and --keys-recipients go together: the keys of the one sealed to the other"))
 	}
 	return errors.Join(errs...)
 }

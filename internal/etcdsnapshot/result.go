@@ -30,6 +30,11 @@ type SnapshotResult struct {
 	// --s3-bucket.
 	Bucket string `json:"bucket,omitempty"`
 	Object string `json:"object,omitempty"`
+	// Keys is the key file's name beside the snapshot (KeysName(File)),
+	// and KeysObject its object's full key in the bucket; empty without
+	// --keys-config.
+	Keys       string `json:"keys,omitempty"`
+	KeysObject string `json:"keysObject,omitempty"`
 	// Kept is how many snapshots of the prefix are left, this one included:
 	// in the bucket when one is used (under --s3-prefix), in --dir
 	// otherwise.

@@ -24,6 +24,13 @@ type RetentionPlan struct {
 	// StaleTemps are temporary files of the prefix left by runs that died
 	// before cleaning up (killed, node lost), older than staleAfter.
 	StaleTemps []string
+	// OrphanKeys are key files whose snapshot is gone, older than
+	// staleAfter: left by a run that died between deleting a snapshot and
+	// its key file.
+	OrphanKeys []string
+	// keys are the snapshots (of Delete) that have a key file beside them,
+	// which DeleteSnapshots deletes with them.
+	keys map[string]bool
 }
 
 // PlanRetention decides which snapshots of prefix to delete so that retain
@@ -44,19 +51,32 @@ func PlanRetention(prefix string, entries []Entry, current string, retain int, n
 		t    time.Time
 	}
 	var others []snap
-	var plan RetentionPlan
+	plan := RetentionPlan{keys: map[string]bool{}}
+	snapshots := map[string]bool{current: true}
+	keyFiles := map[string]Entry{}
 	for _, e := range entries {
 		if !e.Regular || e.Name == current {
 			continue
 		}
 		if t, ok := ParseSnapshotName(prefix, e.Name); ok {
 			others = append(others, snap{e.Name, t})
+			snapshots[e.Name] = true
+			continue
+		}
+		if s, ok := ParseKeysName(prefix, e.Name); ok {
+			keyFiles[s] = e
 			continue
 		}
 		if _, ok := ParseTempName(prefix, e.Name); ok && now.Sub(e.ModTime) > staleAfter {
 			plan.StaleTemps = append(plan.StaleTemps, e.Name)
 		}
 	}
+	for s, e := range keyFiles {
+		if !snapshots[s] && now.Sub(e.ModTime) > staleAfter {
+			plan.OrphanKeys = append(plan.OrphanKeys, e.Name)
+		}
+	}
+	sort.Strings(plan.OrphanKeys)
 	// Newest first; names break ties, though equal times mean equal names.
 	sort.Slice(others, func(i, j int) bool {
 		if !others[i].t.Equal(others[j].t) {
@@ -71,6 +91,9 @@ func PlanRetention(prefix string, entries []Entry, current string, retain int, n
 			plan.Kept = append(plan.Kept, s.name)
 		} else {
 			plan.Delete = append(plan.Delete, s.name)
+			if _, ok := keyFiles[s.name]; ok {
+				plan.keys[s.name] = true
+			}
 		}
 	}
 	// Oldest first, the order they are deleted in: if deletion stops
@@ -83,9 +106,12 @@ func PlanRetention(prefix string, entries []Entry, current string, retain int, n
 }
 
 // DeleteSnapshots removes the plan's Delete snapshots, oldest first, with
-// remove, stopping at the first error. kept counts the snapshots of the
-// prefix still there (those removal has not reached included); deleted
-// names the removed ones, empty rather than nil.
+// remove, each followed by its key file, stopping at the first error. The
+// snapshot goes first: a run stopped in between leaves a key file without
+// its snapshot (sealed, and deleted as an orphan later), never a snapshot
+// without its keys. kept counts the snapshots of the prefix still there
+// (those removal has not reached included); deleted names the removed
+// snapshots, empty rather than nil.
 func (p RetentionPlan) DeleteSnapshots(remove func(name string) error) (kept int, deleted []string, err error) {
 	kept = len(p.Kept) + len(p.Delete)
 	deleted = []string{}
@@ -95,6 +121,11 @@ func (p RetentionPlan) DeleteSnapshots(remove func(name string) error) (kept int
 		}
 		kept--
 		deleted = append(deleted, name)
+		if p.keys[name] {
+			if err := remove(KeysName(name)); err != nil {
+				return kept, deleted, err
+			}
+		}
 	}
 	return kept, deleted, nil
 }

@@ -21,6 +21,10 @@ func TestPlanRetention(t *testing.T) {
 		wantKept   []string
 		wantDelete []string
 		wantStale  []string
+		wantOrphan []string
+		// wantRemoved is what DeleteSnapshots removes, in order (default:
+		// wantDelete).
+		wantRemoved []string
 	}{
 		{
 			name:     "only the new one",
@@ -91,6 +95,34 @@ func TestPlanRetention(t *testing.T) {
 			wantStale: []string{".t-20260601T100000Z.db.part"},
 		},
 		{
+			name: "a snapshot's key file goes right after it; kept ones keep theirs",
+			entries: []Entry{
+				file(cur), file(KeysName(cur)),
+				file("t-20260531T120000Z.db"), file("t-20260531T120000Z.db.keys.age"),
+				file("t-20260530T120000Z.db"), file("t-20260530T120000Z.db.keys.age"),
+				file("t-20260529T120000Z.db"), // taken before key files
+			},
+			retain:      2,
+			wantKept:    []string{cur, "t-20260531T120000Z.db"},
+			wantDelete:  []string{"t-20260529T120000Z.db", "t-20260530T120000Z.db"},
+			wantRemoved: []string{"t-20260529T120000Z.db", "t-20260530T120000Z.db", "t-20260530T120000Z.db.keys.age"},
+		},
+		{
+			name: "a key file without its snapshot goes once stale; its temporary file is a temporary file",
+			entries: []Entry{
+				file(cur), young(KeysName(cur)),
+				file("t-20260530T120000Z.db.keys.age"),
+				young("t-20260601T115900Z.db.keys.age"), // a run in flight, before its rename
+				file("u-20260530T120000Z.db.keys.age"),  // another prefix
+				file("t-20260530T120000Z.db.keys.age.bak"),
+				file(".t-20260601T100000Z.db.keys.age.part"),
+			},
+			retain:     7,
+			wantKept:   []string{cur},
+			wantStale:  []string{".t-20260601T100000Z.db.keys.age.part"},
+			wantOrphan: []string{"t-20260530T120000Z.db.keys.age"},
+		},
+		{
 			name:     "retain below 1 still keeps the new one",
 			entries:  []Entry{file(cur)},
 			retain:   0,
@@ -108,6 +140,20 @@ func TestPlanRetention(t *testing.T) {
 			}
 			if !slices.Equal(p.StaleTemps, tt.wantStale) {
 				t.Errorf("stale temps %q, want %q", p.StaleTemps, tt.wantStale)
+			}
+			if !slices.Equal(p.OrphanKeys, tt.wantOrphan) {
+				t.Errorf("orphan key files %q, want %q", p.OrphanKeys, tt.wantOrphan)
+			}
+			want := tt.wantRemoved
+			if want == nil {
+				want = tt.wantDelete
+			}
+			var removed []string
+			if _, _, err := p.DeleteSnapshots(func(name string) error { removed = append(removed, name); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(removed, want) {
+				t.Errorf("removed %q, want %q", removed, want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -75,13 +76,38 @@ func (c S3Credentials) redact(err error) error {
 }
 
 // uploadSnapshot puts the verified snapshot file path into the bucket as
-// o.S3.Key(name), checks the stored object's size against the file's, then
-// applies retention in the bucket, and fills in res's Bucket, Object, Kept
-// and Deleted. S3 makes an object visible only when its upload completes,
-// so a failed upload leaves nothing under the key.
+// o.S3.Key(name), after its key file (res.Keys, when there is one) as
+// o.S3.Key(res.Keys): a snapshot object never exists without its keys'.
+// Each object's size is checked against the file's; then retention is
+// applied in the bucket, and res's Bucket, Object, KeysObject, Kept and
+// Deleted are filled in. S3 makes an object visible only when its upload
+// completes, so a failed upload leaves nothing under the key.
 func uploadSnapshot(ctx context.Context, o SnapshotOptions, cli *minio.Client, path, name string, res *SnapshotResult, lg *zap.Logger) error {
 	s3o := o.S3
+	if res.Keys != "" {
+		if err := putFile(ctx, s3o, cli, filepath.Join(filepath.Dir(path), res.Keys), s3o.Key(res.Keys), lg); err != nil {
+			return err
+		}
+		res.KeysObject = s3o.Key(res.Keys)
+	}
 	key := s3o.Key(name)
+	if err := putFile(ctx, s3o, cli, path, key, lg); err != nil {
+		return err
+	}
+	res.Bucket, res.Object = s3o.Bucket, key
+
+	kept, deleted, err := s3Retention(ctx, o, cli, name, lg)
+	res.Kept, res.Deleted = kept, deleted
+	if err != nil {
+		return &StepError{Step: "retention in s3://" + s3o.Bucket + "/" + s3o.Prefix + " (snapshot " + key + " was uploaded)",
+			Err: s3o.Credentials.redact(err)}
+	}
+	return nil
+}
+
+// putFile uploads the file at path as the object key and checks the
+// stored object's size against the file's.
+func putFile(ctx context.Context, s3o S3Options, cli *minio.Client, path, key string, lg *zap.Logger) error {
 	where := "s3://" + s3o.Bucket + "/" + key
 	fail := func(step string, err error) error {
 		return &StepError{Step: step, Err: s3o.Credentials.redact(err)}
@@ -96,7 +122,7 @@ func uploadSnapshot(ctx context.Context, o SnapshotOptions, cli *minio.Client, p
 		return fail("uploading to "+where, err)
 	}
 	size := info.Size()
-	lg.Info("uploading snapshot", zap.String("s3Endpoint", s3o.Endpoint), zap.String("object", where), zap.Int64("bytes", size))
+	lg.Info("uploading", zap.String("s3Endpoint", s3o.Endpoint), zap.String("object", where), zap.Int64("bytes", size))
 	start := time.Now()
 	// Content-MD5 on the body (and on each part of a multipart upload):
 	// the server refuses a body that differs from what was read here.
@@ -111,16 +137,9 @@ func uploadSnapshot(ctx context.Context, o SnapshotOptions, cli *minio.Client, p
 		return fail("checking the uploaded object "+where, err)
 	}
 	if st.Size != size {
-		return fail("checking the uploaded object "+where, fmt.Errorf("the bucket holds %d bytes, the snapshot file %d", st.Size, size))
+		return fail("checking the uploaded object "+where, fmt.Errorf("the bucket holds %d bytes, the file %d", st.Size, size))
 	}
-	lg.Info("snapshot uploaded", zap.String("object", where), zap.Int64("bytes", size), zap.Duration("took", time.Since(start)))
-	res.Bucket, res.Object = s3o.Bucket, key
-
-	kept, deleted, err := s3Retention(ctx, o, cli, name, lg)
-	res.Kept, res.Deleted = kept, deleted
-	if err != nil {
-		return fail("retention in s3://"+s3o.Bucket+"/"+s3o.Prefix+" (snapshot "+key+" was uploaded)", err)
-	}
+	lg.Info("uploaded", zap.String("object", where), zap.Int64("bytes", size), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
@@ -148,11 +167,21 @@ func s3Retention(ctx context.Context, o SnapshotOptions, cli *minio.Client, curr
 		entries = append(entries, Entry{Name: name, Regular: !strings.HasSuffix(name, "/"), ModTime: obj.LastModified})
 	}
 	plan := PlanRetention(o.Prefix, entries, current, o.Retain, time.Now(), o.Timeout)
-	return plan.DeleteSnapshots(func(name string) error {
+	remove := func(name string) error {
 		if err := cli.RemoveObject(ctx, s3o.Bucket, s3o.Key(name), minio.RemoveObjectOptions{}); err != nil {
 			return err
 		}
-		lg.Info("retention deleted a snapshot in the bucket", zap.String("object", "s3://"+s3o.Bucket+"/"+s3o.Key(name)))
+		lg.Info("retention deleted an object in the bucket", zap.String("object", "s3://"+s3o.Bucket+"/"+s3o.Key(name)))
 		return nil
-	})
+	}
+	kept, deleted, err = plan.DeleteSnapshots(remove)
+	if err != nil {
+		return kept, deleted, err
+	}
+	for _, name := range plan.OrphanKeys {
+		if err := remove(name); err != nil {
+			return kept, deleted, err
+		}
+	}
+	return kept, deleted, nil
 }

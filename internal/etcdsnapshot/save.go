@@ -93,8 +93,16 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 	if err != nil {
 		return SnapshotResult{}, err
 	}
-
 	res := SnapshotResult{File: name, Size: st.Size, Revision: st.Revision, Time: now.Format(time.RFC3339)}
+	if o.KeysEnabled() {
+		// A snapshot is kept only with its keys: without them its Secrets
+		// cannot be read back, and retention would count it as a backup.
+		if res.Keys, err = saveKeys(o, name, now, lg); err != nil {
+			_ = os.Remove(final)
+			_ = syncDir(o.Dir)
+			return SnapshotResult{}, err
+		}
+	}
 	dirKept, dirDeleted, rerr := applyRetention(o, name, lg)
 	if !o.S3.Enabled() {
 		res.Kept, res.Deleted = dirKept, dirDeleted
@@ -269,19 +277,19 @@ func applyRetention(o SnapshotOptions, current string, lg *zap.Logger) (kept int
 		if err := os.Remove(filepath.Join(o.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		lg.Info("retention deleted a snapshot", zap.String("file", name))
+		lg.Info("retention deleted a snapshot or its key file", zap.String("file", name))
 		return nil
 	})
 	if err != nil {
 		return kept, deleted, err
 	}
-	for _, name := range plan.StaleTemps {
+	for _, name := range append(plan.StaleTemps, plan.OrphanKeys...) {
 		if err := os.Remove(filepath.Join(o.Dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return kept, deleted, err
 		}
-		lg.Info("retention deleted a stale temporary file", zap.String("file", name))
+		lg.Info("retention deleted a stale temporary file or a key file without its snapshot", zap.String("file", name))
 	}
-	if len(plan.Delete)+len(plan.StaleTemps) > 0 {
+	if len(plan.Delete)+len(plan.StaleTemps)+len(plan.OrphanKeys) > 0 {
 		if err := syncDir(o.Dir); err != nil {
 			return kept, deleted, err
 		}
