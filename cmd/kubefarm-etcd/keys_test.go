@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -205,6 +206,79 @@ func TestSnapshotKeys(t *testing.T) {
 		r := runTool(t, bin, nil, args(dir, "--keys-config", config)...)
 		if r.code == 0 || !bytes.Contains(r.stdout, []byte("--keys-recipients")) {
 			t.Errorf("--keys-config alone: exit %d, stdout %s; want a refusal naming --keys-recipients", r.code, r.stdout)
+		}
+	})
+
+	t.Run("restore-check says what a restore would miss", func(t *testing.T) {
+		dir := t.TempDir()
+		r := runTool(t, bin, nil, args(dir, "--keys-config", config, "--keys-recipients", recipients)...)
+		if r.code != 0 {
+			t.Fatalf("snapshot: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		}
+		res := decodeResult(t, r.stdout)
+		snap, keys := filepath.Join(dir, res.File), filepath.Join(dir, res.Keys)
+		write := func(name string, b []byte) string {
+			path := filepath.Join(t.TempDir(), name)
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		}
+		read := func(path string) []byte {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		idFile := write("identity", []byte("# the backup key\n"+id.String()+"\n"))
+		other, _ := age.GenerateX25519Identity()
+		otherFile := write("other", []byte(other.String()+"\n"))
+		snapBytes := read(snap)
+		cut := write(res.File, snapBytes[:len(snapBytes)/2])
+		flipped := append([]byte(nil), snapBytes...)
+		flipped[len(flipped)/3] ^= 0xff
+		damagedSnap := write(res.File, flipped)
+		sealed := read(keys)
+		damagedKeys := write("damaged.keys.age", sealed[:len(sealed)-10])
+		// A later snapshot's key file, sealed right, for other bytes.
+		otherSnapDir := t.TempDir()
+		if _, err := cli.Put(ctx, "/registry/configmaps/default/between", "written between the two snapshots"); err != nil {
+			t.Fatal(err)
+		}
+		r = runTool(t, bin, nil, args(otherSnapDir, "--keys-config", config, "--keys-recipients", recipients)...)
+		if r.code != 0 {
+			t.Fatalf("second snapshot: exit %d\nstdout: %s", r.code, r.stdout)
+		}
+		res2 := decodeResult(t, r.stdout)
+		for _, c := range []struct {
+			name, snapshot, keys, identity, reason string
+		}{
+			{"a whole pair", snap, "", idFile, ""},
+			{"the key file missing", snap, filepath.Join(t.TempDir(), "none.keys.age"), idFile, backupkeys.ReasonKeysMissing},
+			{"another backup key", snap, "", otherFile, backupkeys.ReasonBackupKeyWrong},
+			{"a cut key file", snap, damagedKeys, idFile, backupkeys.ReasonKeysDamaged},
+			{"another snapshot's key file", snap, filepath.Join(otherSnapDir, res2.Keys), idFile, backupkeys.ReasonKeysForAnotherSnapshot},
+			{"the snapshot missing", filepath.Join(t.TempDir(), res.File), keys, idFile, etcdsnapshot.ReasonSnapshotMissing},
+			{"a snapshot cut in half", cut, keys, idFile, etcdsnapshot.ReasonSnapshotDamaged},
+			{"a snapshot with a flipped byte", damagedSnap, keys, idFile, etcdsnapshot.ReasonSnapshotDamaged},
+		} {
+			a := []string{"restore-check", "--snapshot", c.snapshot, "--identity", c.identity, "--termination-log", ""}
+			if c.keys != "" {
+				a = append(a, "--keys", c.keys)
+			}
+			r := runTool(t, bin, nil, a...)
+			noSecrets(t, r)
+			var got etcdsnapshot.CheckResult
+			if err := json.Unmarshal(r.stdout, &got); err != nil {
+				t.Fatalf("%s: stdout %q: %v", c.name, r.stdout, err)
+			}
+			if got.Reason != c.reason || (r.code == 0) != (c.reason == "") {
+				t.Errorf("%s: exit %d, reason %q (%s); want %q", c.name, r.code, got.Reason, got.Error, c.reason)
+			}
+			if c.reason == "" && (got.Write != "key-2" || !slices.Equal(got.KeyNames, []string{"key-1", "key-2"}) || got.Tenant != prefix) {
+				t.Errorf("%s: %s; want write key-2 of [key-1 key-2] for %s", c.name, r.stdout, prefix)
+			}
 		}
 	})
 

@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"filippo.io/age"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -40,6 +41,8 @@ const usage = `kubefarm-etcd backs up and restores the etcd of a kubefarm tenant
 Usage:
   kubefarm-etcd snapshot [flags]   take a verified snapshot into --dir (and an S3 bucket), then apply retention
   kubefarm-etcd restore [flags]    build an etcd member's data directory from a snapshot, once
+  kubefarm-etcd restore-check [flags]
+                                   check that a snapshot and its key file can be restored, without restoring
 
 Run "kubefarm-etcd <command> -h" for a command's flags. Each run prints one
 JSON line to stdout and writes it to --termination-log; logs go to stderr.
@@ -67,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runSnapshot(ctx, args[1:], stdout, stderr, getenv)
 	case "restore":
 		return runRestore(args[1:], stdout, stderr, getenv)
+	case "restore-check":
+		return runRestoreCheck(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -200,6 +205,39 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
 	}
 	return report(stdout, stderr, tlog, res.Line(), exitOK)
+}
+
+func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("kubefarm-etcd restore-check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var snapshot, keys, identity, tlog string
+	fs.StringVar(&snapshot, "snapshot", "", "snapshot file, as kubefarm-etcd snapshot wrote it (required)")
+	fs.StringVar(&keys, "keys", "", "its key file (default: the snapshot's name followed by "+etcdsnapshot.KeysSuffix+")")
+	fs.StringVar(&identity, "identity", "",
+		"file of the backup key's age identities (AGE-SECRET-KEY-1..., one per line; required; never printed)")
+	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
+		"file that also gets the JSON result line, written only if it exists and is writable; empty disables it")
+	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
+		return code
+	}
+	if keys == "" {
+		keys = etcdsnapshot.KeysName(snapshot)
+	}
+	var ids []age.Identity
+	err := errors.New("--snapshot and --identity are required")
+	if snapshot != "" && identity != "" {
+		ids, err = etcdsnapshot.ReadIdentities(identity)
+	}
+	if err != nil {
+		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
+	}
+	lg := newLogger(stderr)
+	defer func() { _ = lg.Sync() }()
+	k, err := etcdsnapshot.Preflight(snapshot, keys, lg, ids...)
+	if err != nil {
+		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, err), exitFailed)
+	}
+	return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, nil), exitOK)
 }
 
 // parse parses a subcommand's flags; done says the run ends here, with

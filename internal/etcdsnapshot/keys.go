@@ -75,6 +75,20 @@ func ReadRecipients(file string) ([]age.Recipient, error) {
 	return rs, nil
 }
 
+// ReadIdentities reads a file of age identities, as `age -i` does. Errors
+// name the file, never its content.
+func ReadIdentities(file string) ([]age.Identity, error) {
+	b, err := readBounded(file, maxRecipientsFile)
+	if err != nil {
+		return nil, fmt.Errorf("--identity: %w", err)
+	}
+	ids, err := age.ParseIdentities(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("--identity %s: no age identity in it, or a malformed one", file)
+	}
+	return ids, nil
+}
+
 // readBounded reads a file of at most limit bytes.
 func readBounded(file string, limit int64) ([]byte, error) {
 	f, err := os.Open(file)

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"time"
 	"unicode/utf8"
+
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
 // MaxTerminationMessage bounds what is written to the termination log. The
@@ -89,6 +92,41 @@ func (r SnapshotResult) TerminationLine() []byte {
 
 // Line is r as one JSON line.
 func (r RestoreResult) Line() []byte { return jsonLine(r) }
+
+// CheckResult is the outcome of a restore-check run: what the key file
+// holds (names, never keys), or the reason it cannot be restored.
+type CheckResult struct {
+	Snapshot string `json:"snapshot"`
+	Keys     string `json:"keys"`
+	// Reason and Error say why the pair cannot be restored (a reason of
+	// Preflight's); empty when it can.
+	Reason string `json:"reason,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Tenant, TakenAt, Write and KeyNames are the key file's, when it
+	// opened and reads the snapshot.
+	Tenant   string   `json:"tenant,omitempty"`
+	TakenAt  string   `json:"takenAt,omitempty"`
+	Write    string   `json:"write,omitempty"`
+	KeyNames []string `json:"keyNames,omitempty"`
+}
+
+// CheckLine is restore-check's result line for Preflight's keys and error.
+func CheckLine(snapshot, keyFile string, k backupkeys.Keys, err error) []byte {
+	r := CheckResult{Snapshot: snapshot, Keys: keyFile}
+	if err != nil {
+		r.Error = err.Error()
+		var e *backupkeys.Error
+		if errors.As(err, &e) {
+			r.Reason, r.Error = e.Reason, e.Err.Error()
+		}
+		if len(r.Error) > 2000 {
+			r.Error = r.Error[:2000] + " ...(truncated)"
+		}
+		return jsonLine(r)
+	}
+	r.Tenant, r.TakenAt, r.Write, r.KeyNames = k.Tenant, k.TakenAt.UTC().Format(time.RFC3339), k.Write, k.Names()
+	return jsonLine(r)
+}
 
 // ErrorLine is {"error":"..."} for a failed run, the message cut (on a
 // character boundary, marked) so that the line stays within
