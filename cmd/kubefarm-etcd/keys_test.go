@@ -203,7 +203,16 @@ func TestSnapshotKeys(t *testing.T) {
 				t.Errorf("%s: --dir holds %q, want nothing", name, got)
 			}
 		}
-		r := runTool(t, bin, nil, args(dir, "--keys-config", config)...)
+		pasted := filepath.Join(t.TempDir(), "recipients")
+		if err := os.WriteFile(pasted, []byte("# the identity, pasted by mistake\n"+id.String()+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := runTool(t, bin, nil, args(dir, "--keys-config", config, "--keys-recipients", pasted)...)
+		if r.code == 0 || !bytes.Contains(r.stdout, []byte("line 2 is not an age recipient")) {
+			t.Errorf("an identity as recipient: exit %d, stdout %s; want a refusal naming line 2", r.code, r.stdout)
+		}
+		noSecrets(t, r)
+		r = runTool(t, bin, nil, args(dir, "--keys-config", config)...)
 		if r.code == 0 || !bytes.Contains(r.stdout, []byte("--keys-recipients")) {
 			t.Errorf("--keys-config alone: exit %d, stdout %s; want a refusal naming --keys-recipients", r.code, r.stdout)
 		}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"filippo.io/age"
@@ -106,6 +107,37 @@ func (k Keys) Names() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// MaxRecipientsFile bounds a recipients file (the backup key Secret's
+// recipients): an X25519 recipient is 62 bytes, so this holds hundreds.
+const MaxRecipientsFile = 64 << 10
+
+// ParseRecipients reads age recipients, one per line, '#' comments and
+// blank lines skipped (age.ParseRecipients' rules, as `age -R` reads them).
+// Its errors name lines, never their content: age's own quote the line,
+// and what was pasted there may be an identity.
+func ParseRecipients(data []byte) ([]age.Recipient, error) {
+	if len(data) == 0 {
+		return nil, errors.New("is empty")
+	}
+	if len(data) > MaxRecipientsFile {
+		return nil, fmt.Errorf("is %d bytes, more than %d", len(data), MaxRecipientsFile)
+	}
+	rs, err := age.ParseRecipients(bytes.NewReader(data))
+	if err == nil {
+		return rs, nil
+	}
+	for n, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, err := age.ParseRecipients(strings.NewReader(line)); err != nil {
+			return nil, fmt.Errorf("line %d is not an age recipient (age1...)", n+1)
+		}
+	}
+	return nil, errors.New("holds no age recipient (age1...), only blank lines and # comments")
 }
 
 // Seal writes k, sealed to every recipient, to w.

@@ -17,10 +17,6 @@ import (
 	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
-// maxRecipientsFile bounds the recipients file: an age X25519 recipient is
-// 62 bytes, so this holds hundreds with comments.
-const maxRecipientsFile = 64 << 10
-
 // SealKeys builds the key file of the verified snapshot at path, taken at
 // taken: the keys of the EncryptionConfiguration at o.KeysConfig, bound to
 // the snapshot's sha256 and sealed to the recipients in o.KeysRecipients.
@@ -29,13 +25,9 @@ const maxRecipientsFile = 64 << 10
 // uses): a run that stored such a pair would keep a backup that cannot be
 // restored.
 func SealKeys(o SnapshotOptions, path string, taken time.Time) ([]byte, error) {
-	cfg, err := readBounded(o.KeysConfig, backupkeys.MaxFileSize)
+	k, err := readKeysConfig(o.KeysConfig)
 	if err != nil {
-		return nil, fmt.Errorf("--keys-config: %w", err)
-	}
-	write, keys, err := backupkeys.FromEncryptionConfiguration(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--keys-config %s: %w", o.KeysConfig, err)
+		return nil, err
 	}
 	recipients, err := ReadRecipients(o.KeysRecipients)
 	if err != nil {
@@ -49,7 +41,7 @@ func SealKeys(o SnapshotOptions, path string, taken time.Time) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := backupkeys.Keys{Tenant: o.Prefix, SnapshotSHA256: sum, TakenAt: taken.UTC(), Write: write, Keys: keys}
+	k.Tenant, k.SnapshotSHA256, k.TakenAt = o.Prefix, sum, taken.UTC()
 	if err := k.Read(samples); err != nil {
 		return nil, fmt.Errorf("the keys of --keys-config %s do not read the snapshot: %w", o.KeysConfig, err)
 	}
@@ -60,17 +52,28 @@ func SealKeys(o SnapshotOptions, path string, taken time.Time) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// ReadRecipients reads a file of age recipients, one per line ('#'
-// comments and blank lines skipped), as `age -R` does.
+// readKeysConfig reads the keys of the EncryptionConfiguration file.
+func readKeysConfig(file string) (backupkeys.Keys, error) {
+	cfg, err := readBounded(file, backupkeys.MaxFileSize)
+	if err != nil {
+		return backupkeys.Keys{}, fmt.Errorf("--keys-config: %w", err)
+	}
+	write, keys, err := backupkeys.FromEncryptionConfiguration(cfg)
+	if err != nil {
+		return backupkeys.Keys{}, fmt.Errorf("--keys-config %s: %w", file, err)
+	}
+	return backupkeys.Keys{Write: write, Keys: keys}, nil
+}
+
+// ReadRecipients reads a file of age recipients (backupkeys.ParseRecipients).
 func ReadRecipients(file string) ([]age.Recipient, error) {
-	b, err := readBounded(file, maxRecipientsFile)
+	b, err := readBounded(file, backupkeys.MaxRecipientsFile)
 	if err != nil {
 		return nil, fmt.Errorf("--keys-recipients: %w", err)
 	}
-	rs, err := age.ParseRecipients(bytes.NewReader(b))
+	rs, err := backupkeys.ParseRecipients(b)
 	if err != nil {
-		// age's parse errors name the line, not the recipient.
-		return nil, fmt.Errorf("--keys-recipients %s: %w", file, err)
+		return nil, fmt.Errorf("--keys-recipients %s %w", file, err)
 	}
 	return rs, nil
 }
@@ -78,7 +81,7 @@ func ReadRecipients(file string) ([]age.Recipient, error) {
 // ReadIdentities reads a file of age identities, as `age -i` does. Errors
 // name the file, never its content.
 func ReadIdentities(file string) ([]age.Identity, error) {
-	b, err := readBounded(file, maxRecipientsFile)
+	b, err := readBounded(file, backupkeys.MaxRecipientsFile)
 	if err != nil {
 		return nil, fmt.Errorf("--identity: %w", err)
 	}

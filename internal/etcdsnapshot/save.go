@@ -146,6 +146,17 @@ func prepareSave(o SnapshotOptions) (*tls.Config, *minio.Client, error) {
 			return nil, nil, &StepError{Step: "s3 client", Err: err}
 		}
 	}
+	if o.KeysEnabled() {
+		// The same: a wrong recipients file or configuration costs no
+		// stream. SealKeys reads both again after it (the configuration
+		// may change meanwhile, in a rotation).
+		if _, err := ReadRecipients(o.KeysRecipients); err != nil {
+			return nil, nil, &StepError{Step: "reading the backup key", Err: err}
+		}
+		if _, err := readKeysConfig(o.KeysConfig); err != nil {
+			return nil, nil, &StepError{Step: "reading the encryption keys", Err: err}
+		}
+	}
 	// Before any member is asked for a snapshot: a missing volume is the
 	// likelier mistake, and the stream would be wasted on it.
 	if info, err := os.Stat(o.Dir); err != nil || !info.IsDir() {
