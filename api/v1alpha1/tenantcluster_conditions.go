@@ -111,6 +111,13 @@ const (
 	// does not exist or lacks a key, so no run could upload; the message
 	// names the Secret and the key.
 	ReasonBackupCredentialsMissing = "BackupCredentialsMissing"
+	// ReasonBackupKeyMissing: the backup key Secret
+	// (spec.etcd.backup.keys.secretName, or the default
+	// "<tenant>-etcd-backup-key") does not exist, has no key recipients,
+	// or its recipients are not age recipients, so no run could seal its
+	// snapshot's key file; the message names the Secret and what is
+	// wrong, never a key.
+	ReasonBackupKeyMissing = "BackupKeyMissing"
 
 	// EtcdScaling. While True the reason is the last step made
 	// (MemberAdded, MemberPromoted, LeaderMoved, MemberRemoved), what the

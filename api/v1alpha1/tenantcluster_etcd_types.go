@@ -52,8 +52,9 @@ type EtcdSpec struct {
 
 // EtcdBackup configures scheduled etcd snapshots: a CronJob in the tenant's
 // namespace streams a snapshot from a healthy member with the etcd client
-// API, verifies it, writes it to a PersistentVolumeClaim (or uploads it to
-// an S3-compatible bucket) and keeps the newest Retain of them.
+// API, verifies it, writes it with its key file (see Keys) to a
+// PersistentVolumeClaim (or uploads both to an S3-compatible bucket) and
+// keeps the newest Retain of them.
 // +kubebuilder:validation:XValidation:rule="!has(self.s3) || !has(self.volume) || !has(self.volume.claimName)",message="volume.claimName and s3 are exclusive: snapshots go to one place"
 type EtcdBackup struct {
 	// Schedule in cron syntax (the CronJob's), in TimeZone.
@@ -90,6 +91,35 @@ type EtcdBackup struct {
 	// newest Retain objects of this tenant in the bucket.
 	// +optional
 	S3 *EtcdBackupS3 `json:"s3,omitempty"`
+
+	// Keys is the backup key: a snapshot alone holds the tenant's Secrets
+	// encrypted (docs/encryption.md), so every snapshot is stored with a
+	// key file, "<snapshot>.keys.age", that holds the encryption keys
+	// needed to read them, sealed to the backup key.
+	// +optional
+	Keys EtcdBackupKeys `json:"keys,omitempty"`
+}
+
+// EtcdBackupKeys names the backup key every snapshot's key file is sealed
+// to (docs/etcd.md, "The backup key").
+type EtcdBackupKeys struct {
+	// SecretName is a Secret in the tenant's namespace whose key
+	// "recipients" holds age X25519 recipients ("age1..."), one per line
+	// ('#' comments and blank lines are skipped). Every key file is
+	// encrypted to all of them, so neither the backup runs nor whoever
+	// gets hold of a snapshot and its key file can read the keys: only
+	// the matching identity opens it (age -d -i). The backup pod mounts
+	// the key "recipients" alone.
+	//
+	// Empty: kubefarm creates "<tenant>-etcd-backup-key" with a fresh
+	// X25519 identity (key "identity") and its recipient (key
+	// "recipients"). It has no owner reference and kubefarm never updates
+	// or deletes it, so it outlives the TenantCluster as the snapshots do;
+	// keep a copy of its identity off the cluster, or a disaster that
+	// takes the admin cluster takes the only key to the snapshots' keys.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName,omitempty"`
 }
 
 // EtcdBackupS3 is an S3-compatible bucket for etcd snapshots.
@@ -211,6 +241,12 @@ type EtcdSnapshot struct {
 	// spec.etcd.restoreFrom.snapshot takes. For S3, the object's name
 	// after the prefix.
 	File string `json:"file"`
+	// KeysFile is the key file's name beside the snapshot (in the claim;
+	// for S3, the object's name after the prefix): the encryption keys
+	// needed to read the snapshot's Secrets, sealed to the backup key
+	// (spec.etcd.backup.keys).
+	// +optional
+	KeysFile string `json:"keysFile,omitempty"`
 	// SizeBytes is the file's size.
 	SizeBytes int64 `json:"sizeBytes"`
 	// Revision is etcd's revision the snapshot holds.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"filippo.io/age"
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,10 +23,11 @@ import (
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
-// reconcileBackup applies the etcd backup (the claim kubefarm creates, which
-// it never owns, and the CronJob) and reports the newest finished run; with
-// spec.etcd.backup unset it removes the CronJob and the backup's client
-// certificate, and keeps the snapshots.
+// reconcileBackup applies the etcd backup (the claim and the backup key
+// Secret kubefarm creates, which it never owns, and the CronJob) and
+// reports the newest finished run; with spec.etcd.backup unset it removes
+// the CronJob and the backup's client certificate, and keeps the snapshots
+// and the backup key.
 func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result, error) {
 	c := s.cluster
 	cj, err := desired.EtcdBackupCronJob(c)
@@ -41,14 +43,99 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result
 			return ctrl.Result{}, fmt.Errorf("applying the etcd backup claim %s: %w", claim.Name, err)
 		}
 	}
+	// Before the CronJob, so that its first run finds the key.
+	key, err := r.backupKeySecret(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.apply(ctx, s.tc, cj, nil); err != nil {
 		return ctrl.Result{}, err
 	}
-	wasMissing := credentialsWereMissing(s.tc)
+	was := backupBlockedBy(s.tc)
 	if err := r.observeBackups(ctx, s); err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.checkBackupCredentials(ctx, s, wasMissing)
+	// One blocker at a time, the key's first (every run needs it): two
+	// would take turns in the condition, each with an Event every pass.
+	if r.checkBackupKey(s, key, was) {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, r.checkBackupCredentials(ctx, s, was == v1alpha1.ReasonBackupCredentialsMissing)
+}
+
+// backupKeySecret reads the backup key Secret, or nil when it does not
+// exist. The default one is created when absent, with a fresh X25519
+// identity, and never written over afterwards: its identity is the only
+// one that opens the key files of the snapshots taken so far (the pattern
+// of encryptionKeySecret, whose Create also fails on an existing Secret).
+// Like the S3 credentials it is read from the API server: the operator's
+// Secret is not in the manager's cache, and the check must not pass on a
+// stale copy of it.
+func (r *Reconciler) backupKeySecret(ctx context.Context, s *scope) (*corev1.Secret, error) {
+	c := s.cluster
+	key := client.ObjectKey{Namespace: c.Namespace, Name: c.Backup.KeySecret}
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, key, secret)
+	switch {
+	case err == nil:
+		return secret, nil
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading the etcd backup key Secret %s: %w", key.Name, err)
+	case !c.Backup.CreateKeySecret:
+		return nil, nil // the operator's: checkBackupKey says it is missing
+	}
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		return nil, fmt.Errorf("generating the etcd backup key: %w", err)
+	}
+	// No owner reference: the snapshots it opens outlive the TenantCluster.
+	secret = desired.NewEtcdBackupKeySecret(c, id)
+	err = r.Client.Create(ctx, secret)
+	switch {
+	case err == nil:
+		r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "EtcdBackupKeyCreated", "Create",
+			"created the etcd backup key Secret %s: keep a copy of its key %s off this cluster, it alone opens the snapshots' key files",
+			secret.Name, desired.BackupKeyIdentityKey)
+		return secret, nil
+	case apierrors.IsAlreadyExists(err):
+		// Another pass won; its identity is the one.
+		secret = &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, key, secret); err != nil {
+			return nil, fmt.Errorf("reading the etcd backup key Secret %s: %w", key.Name, err)
+		}
+		return secret, nil
+	default:
+		return nil, fmt.Errorf("creating the etcd backup key Secret %s: %w", key.Name, err)
+	}
+}
+
+// checkBackupKey turns EtcdBackedUp False while the backup key Secret is
+// missing, has no recipients or recipients no run can read: every run
+// would fail (CreateContainerConfigError, or the tool's refusal) until its
+// deadline. It says whether it did. The message names the Secret, the
+// field and what is wrong, by line number at most: never a value.
+func (r *Reconciler) checkBackupKey(s *scope, secret *corev1.Secret, was string) bool {
+	c := s.cluster
+	what := fmt.Sprintf("the etcd backup key Secret %s/%s (spec.etcd.backup.keys.secretName)", c.Namespace, c.Backup.KeySecret)
+	var msg string
+	switch {
+	case secret == nil:
+		msg = what + " does not exist"
+	case len(secret.Data[desired.BackupKeyRecipientsKey]) == 0:
+		msg = fmt.Sprintf("%s has no key %s", what, desired.BackupKeyRecipientsKey)
+	default:
+		if err := desired.CheckBackupRecipients(secret.Data[desired.BackupKeyRecipientsKey]); err != nil {
+			msg = fmt.Sprintf("%s: its key %s %v", what, desired.BackupKeyRecipientsKey, err)
+		}
+	}
+	if msg == "" {
+		return false
+	}
+	r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonBackupKeyMissing, msg))
+	if was != v1alpha1.ReasonBackupKeyMissing {
+		r.Recorder.Eventf(s.tc, nil, corev1.EventTypeWarning, "EtcdBackupKeyMissing", "Backup", "%s", msg)
+	}
+	return true
 }
 
 // checkBackupCredentials turns EtcdBackedUp False while the S3 credentials
@@ -90,11 +177,15 @@ func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMi
 	return nil
 }
 
-// credentialsWereMissing says EtcdBackedUp reports missing credentials: a
-// pass with them back reports the runs again instead of keeping it.
-func credentialsWereMissing(tc *v1alpha1.TenantCluster) bool {
+// backupBlockedBy is the reason EtcdBackedUp reports a Secret no run can
+// do without (the S3 credentials, the backup key), or "": a pass with the
+// Secret fixed reports the runs again instead of keeping it.
+func backupBlockedBy(tc *v1alpha1.TenantCluster) string {
 	c := meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp)
-	return c != nil && c.Reason == v1alpha1.ReasonBackupCredentialsMissing
+	if c != nil && (c.Reason == v1alpha1.ReasonBackupCredentialsMissing || c.Reason == v1alpha1.ReasonBackupKeyMissing) {
+		return c.Reason
+	}
+	return ""
 }
 
 // removeBackup deletes what backups alone needed. The claim and its
@@ -166,7 +257,11 @@ type snapshotResult struct {
 	Time     time.Time `json:"time"`
 	Bucket   string    `json:"bucket"`
 	Object   string    `json:"object"`
-	Error    string    `json:"error"`
+	// Keys is the key file's name beside the snapshot, KeysObject its
+	// object's key in the bucket (with S3).
+	Keys       string `json:"keys"`
+	KeysObject string `json:"keysObject"`
+	Error      string `json:"error"`
 }
 
 // maxResultMessage bounds what is parsed and reported of a run's message;
@@ -216,8 +311,8 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 			if res.Bucket != "" {
 				claim = "" // a run of the S3 target: the file was only staged
 			}
-			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: claim, Bucket: res.Bucket, Object: res.Object,
-				File: res.File, SizeBytes: res.Size, Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
+			st.LastSnapshot = &v1alpha1.EtcdSnapshot{ClaimName: claim, Bucket: res.Bucket, Object: res.Object, File: res.File,
+				KeysFile: res.Keys, SizeBytes: res.Size, Revision: res.Revision, Time: metav1.Time{Time: res.Time}, Job: good.job.Name}
 		} else if goodErr == nil {
 			goodErr = errors.New(res.Error)
 		}
@@ -227,13 +322,13 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 	}
 	run := newestFinishedRun(jobs.Items, false)
 	if run == nil {
-		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil || credentialsWereMissing(s.tc) {
+		if meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdBackedUp) == nil || backupBlockedBy(s.tc) != "" {
 			r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonNoSnapshotYet,
 				fmt.Sprintf("no backup run has finished yet (schedule %q, CronJob %s)", c.Backup.Schedule, c.EtcdBackupName())))
 		}
 		return nil
 	}
-	if st.LastRunJob == run.job.Name && !credentialsWereMissing(s.tc) {
+	if st.LastRunJob == run.job.Name && backupBlockedBy(s.tc) == "" {
 		return nil // reported already: a Job finishes once
 	}
 	st.LastRunTime, st.LastRunJob = &metav1.Time{Time: run.finished}, run.job.Name
@@ -242,6 +337,9 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 		snap := st.LastSnapshot
 		msg := fmt.Sprintf("snapshot %s (%.1f MiB, revision %d) taken at %s %s", snap.File,
 			float64(snap.SizeBytes)/(1<<20), snap.Revision, snap.Time.UTC().Format(time.RFC3339), snapshotPlace(snap))
+		if snap.KeysFile != "" {
+			msg += " with its key file " + snap.KeysFile
+		}
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, true, v1alpha1.ReasonSnapshotTaken, msg))
 		r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EtcdSnapshotTaken", "Backup", "%s", msg)
 		return nil

@@ -113,10 +113,11 @@ type Reconciler struct {
 	// through and to; zero is kubeversion.DefaultWindow, the webhook's.
 	VersionWindow kubeversion.Window
 	// SecretEvents, when set, is where the events of the S3 credentials
-	// Secrets come from: a cache of every Secret's name alone, watched as
-	// metav1.PartialObjectMetadata. internal/manager sets it because its
-	// cache holds only the Secrets kubefarm labels, and the credentials are
-	// the operator's. Nil watches Secrets in the manager's cache.
+	// and backup key Secrets come from: a cache of every Secret's name
+	// alone, watched as metav1.PartialObjectMetadata. internal/manager sets
+	// it because its cache holds only the Secrets kubefarm labels, and
+	// those two are the operator's. Nil watches Secrets in the manager's
+	// cache.
 	SecretEvents cache.Cache
 }
 
@@ -144,8 +145,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		_, keys := o.GetAnnotations()[v1alpha1.AnnotationEncryptionWriteKey]
 		return pki || keys
 	})
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupCredentialsIndex, backupCredentialsOf); err != nil {
-		return fmt.Errorf("indexing TenantClusters by %s: %w", backupCredentialsIndex, err)
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.TenantCluster{}, backupSecretsIndex, backupSecretsOf); err != nil {
+		return fmt.Errorf("indexing TenantClusters by %s: %w", backupSecretsIndex, err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.TenantCluster{}).
@@ -155,8 +156,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(tenantOfLabel), builder.WithPredicates(pkiSecret))
-	// The S3 credentials Secret is the operator's: created, fixed or
-	// removed after the TenantCluster, it decides EtcdBackedUp at once.
+	// The S3 credentials Secret and the backup key Secret are the
+	// operator's (the default key Secret, which is kubefarm's, is matched
+	// by name too): created, fixed or removed after the TenantCluster,
+	// they decide EtcdBackedUp at once.
 	if r.SecretEvents != nil {
 		names := &metav1.PartialObjectMetadata{}
 		names.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
@@ -175,24 +178,34 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// backupCredentialsIndex indexes TenantClusters by the S3 credentials
-// Secret their backups name, so that a Secret's event wakes exactly the
-// tenants that use it, from the cache.
-const backupCredentialsIndex = "spec.etcd.backup.s3.credentialsSecret"
+// backupSecretsIndex indexes TenantClusters by the Secrets their backups
+// read (spec.etcd.backup.s3.credentialsSecret, and the backup key Secret:
+// spec.etcd.backup.keys.secretName or the default), so that a Secret's
+// event wakes exactly the tenants that use it, from the cache.
+const backupSecretsIndex = "spec.etcd.backup.secrets"
 
-func backupCredentialsOf(o client.Object) []string {
-	b := o.(*v1alpha1.TenantCluster).Spec.Etcd.Backup
-	if b == nil || b.S3 == nil || b.S3.CredentialsSecret == "" {
+func backupSecretsOf(o client.Object) []string {
+	tc := o.(*v1alpha1.TenantCluster)
+	b := tc.Spec.Etcd.Backup
+	if b == nil {
 		return nil
 	}
-	return []string{b.S3.CredentialsSecret}
+	key := b.Keys.SecretName
+	if key == "" {
+		key = desired.EtcdBackupKeySecretName(tc.Name)
+	}
+	out := []string{key}
+	if b.S3 != nil && b.S3.CredentialsSecret != "" && b.S3.CredentialsSecret != key {
+		out = append(out, b.S3.CredentialsSecret)
+	}
+	return out
 }
 
 // tenantsOfCredentials maps a Secret to the TenantClusters of its
-// namespace whose backups read it.
+// namespace whose backups read it (the S3 credentials, the backup key).
 func (r *Reconciler) tenantsOfCredentials(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &v1alpha1.TenantClusterList{}
-	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{backupCredentialsIndex: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{backupSecretsIndex: o.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing the TenantClusters whose backups use a Secret", "secret", client.ObjectKeyFromObject(o))
 		return nil
 	}

@@ -30,12 +30,15 @@ import (
 //   - the PKI, written by cert-manager with the labels of each
 //     Certificate's spec.secretTemplate (desired.Certificates), the etcd
 //     backup client's and a rotated CA's later generations among them,
-//     and a rotated CA's trust Secret (desired.TrustSecret).
+//     and a rotated CA's trust Secret (desired.TrustSecret);
+//   - the backup key kubefarm makes when backups name none
+//     (desired.NewEtcdBackupKeySecret).
 //
-// The one Secret it reads that is not kubefarm's is the S3 credentials
-// Secret a TenantCluster's backups name, the operator's: the controller
-// reads it from the API server (APIReader), and its events come from
-// SecretEvents, a second cache of every Secret's name and nothing else.
+// The Secrets it reads that are not kubefarm's are the two a TenantCluster's
+// backups may name, the operator's (the S3 credentials and the backup key's
+// recipients): the controller reads them from the API server (APIReader),
+// and their events come from SecretEvents, a second cache of every Secret's
+// name and nothing else.
 
 // OwnedSecrets selects the Secrets kubefarm makes: managed by kubefarm, of a
 // TenantCluster. Selecting on both keeps other tools' Secrets that happen to

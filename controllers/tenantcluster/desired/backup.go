@@ -19,10 +19,11 @@ import (
 
 // The etcd backup: a CronJob runs `kubefarm-etcd snapshot` (cmd/kubefarm-etcd)
 // from the tools image against the members' client URLs, with a client
-// certificate of its own from the etcd CA, and writes verified snapshots to
-// a PersistentVolumeClaim. The restore: each etcd member gets an init
-// container that runs `kubefarm-etcd restore` from a snapshot on a claim
-// into its empty data directory, only while etcd is being bootstrapped.
+// certificate of its own from the etcd CA, and writes verified snapshots,
+// each with its sealed key file (backupkey.go), to a PersistentVolumeClaim.
+// The restore: each etcd member gets an init container that runs
+// `kubefarm-etcd restore` from a snapshot on a claim into its empty data
+// directory, only while etcd is being bootstrapped.
 
 // ComponentEtcdBackup is the component label of the backup CronJob, its Jobs
 // and pods, and of the claim kubefarm creates for the snapshots.
@@ -74,6 +75,11 @@ type Backup struct {
 	// S3 is the bucket snapshots are uploaded to instead (then ClaimName
 	// is empty and no claim is made).
 	S3 *BackupS3
+	// KeySecret is the backup key Secret each snapshot's key file is
+	// sealed to; CreateKeySecret says kubefarm makes it
+	// (spec.etcd.backup.keys.secretName was empty, see backupkey.go).
+	KeySecret       string
+	CreateKeySecret bool
 }
 
 // BackupS3 is spec.etcd.backup.s3 resolved: Prefix has its default.
@@ -119,6 +125,9 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 	if out.Retain < 1 || out.Retain > 1000 {
 		errs = append(errs, field.Invalid(fp.Child("retain"), out.Retain, "must be between 1 and 1000"))
 	}
+	var keyErrs field.ErrorList
+	out.KeySecret, out.CreateKeySecret, keyErrs = c.resolveBackupKeys(b.Keys, fp.Child("keys"))
+	errs = append(errs, keyErrs...)
 	if b.S3 != nil {
 		if out.ClaimName != "" {
 			errs = append(errs, field.Invalid(fp.Child("volume", "claimName"), out.ClaimName,
@@ -316,6 +325,8 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 		"--prefix=" + c.Name,
 		"--retain=" + strconv.Itoa(int(c.Backup.Retain)),
 	}
+	keyArgs, keyMounts, keyVolumes := c.backupKeysWiring()
+	args = append(args, keyArgs...)
 	// The snapshot lands on the claim, or (S3) is staged in an emptyDir
 	// and uploaded; the credentials come in as environment variables from
 	// the Secret, never as arguments.
@@ -342,7 +353,7 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 		{Name: volumeBackup, MountPath: backupMount},
 		{Name: volumeTmp, MountPath: tmpDir},
 	}
-	ctr.VolumeMounts = append(ctr.VolumeMounts, s3Mounts...)
+	ctr.VolumeMounts = append(append(ctr.VolumeMounts, keyMounts...), s3Mounts...)
 	ctr.Env = env
 	pod := c.basePodSpec(ComponentEtcdBackup)
 	pod.RestartPolicy = corev1.RestartPolicyNever
@@ -363,7 +374,7 @@ func (c *Cluster) etcdBackupPod() corev1.PodSpec {
 			Items:       []corev1.KeyToPath{{Key: secretCertKey, Path: secretCertKey}},
 		}}},
 	}
-	pod.Volumes = append(pod.Volumes, s3Volumes...)
+	pod.Volumes = append(append(pod.Volumes, keyVolumes...), s3Volumes...)
 	return pod
 }
 

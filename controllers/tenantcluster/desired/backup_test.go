@@ -1,10 +1,12 @@
 package desired
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 
+	"filippo.io/age"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -122,7 +124,7 @@ func TestEtcdBackupCronJob(t *testing.T) {
 				secrets = append(secrets, v.Secret.SecretName)
 			}
 		}
-		if claim != "alpha-etcd-backup" || !slices.Equal(secrets, []string{"alpha-etcd-backup-client", "alpha-etcd-ca"}) {
+		if claim != "alpha-etcd-backup" || !slices.Equal(secrets, []string{"alpha-etcd-backup-client", "alpha-etcd-ca", "alpha-encryption-config", "alpha-etcd-backup-key"}) {
 			t.Errorf("volumes: claim %q, secrets %q", claim, secrets)
 		}
 		// During a rotation of the etcd CA the run trusts its bundle, as
@@ -311,6 +313,8 @@ func TestEtcdBackupAndRestoreRefused(t *testing.T) {
 		{"a hidden snapshot", withRestore("b", ".alpha.db"), toolsOptions(), "spec.etcd.restoreFrom.snapshot"},
 		{"not a snapshot", withRestore("b", "alpha.tar"), toolsOptions(), "spec.etcd.restoreFrom.snapshot"},
 		{"a restore claim that is no name", withRestore("B/C", "alpha-1.db"), toolsOptions(), "spec.etcd.restoreFrom.claimName"},
+		{"a key Secret that is no name", withBackup(v1alpha1.EtcdBackup{Keys: v1alpha1.EtcdBackupKeys{SecretName: "Backup_Key"}}), toolsOptions(),
+			"spec.etcd.backup.keys.secretName"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Resolve(newTC(tt.mod), tt.opts)
@@ -394,5 +398,165 @@ func TestEtcdRestoreInitContainer(t *testing.T) {
 		if v.Name == volumeRestore {
 			t.Error("the snapshot claim is still mounted without restoreFrom")
 		}
+	}
+}
+
+func TestEtcdBackupKeys(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		backup     v1alpha1.EtcdBackup
+		wantSecret string
+		wantCreate bool
+	}{
+		{"the default Secret, on a claim", v1alpha1.EtcdBackup{}, "alpha-etcd-backup-key", true},
+		{"the default Secret, to S3", v1alpha1.EtcdBackup{S3: goodS3()}, "alpha-etcd-backup-key", true},
+		{"the operator's Secret", v1alpha1.EtcdBackup{Keys: v1alpha1.EtcdBackupKeys{SecretName: "ops-backup-key"}}, "ops-backup-key", false},
+		{"the operator's Secret, to S3", v1alpha1.EtcdBackup{S3: goodS3(), Keys: v1alpha1.EtcdBackupKeys{SecretName: "ops-backup-key"}},
+			"ops-backup-key", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := mustResolve(t, newTC(withBackup(tt.backup)), toolsOptions())
+			if c.Backup.KeySecret != tt.wantSecret || c.Backup.CreateKeySecret != tt.wantCreate {
+				t.Errorf("key Secret %q (create %v), want %q (create %v)", c.Backup.KeySecret, c.Backup.CreateKeySecret, tt.wantSecret, tt.wantCreate)
+			}
+			id, err := age.GenerateX25519Identity()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Not printed: it would hold an identity.
+			if made := NewEtcdBackupKeySecret(c, id) != nil; made != tt.wantCreate {
+				t.Errorf("NewEtcdBackupKeySecret made a Secret: %v, want one only for the default Secret", made)
+			}
+			cj, err := EtcdBackupCronJob(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := cj.Spec.JobTemplate.Spec.Template.Spec
+			ctr := pod.Containers[0]
+			// Fixed flags, after the snapshot's own and before the
+			// bucket's: the CronJob does not change from pass to pass.
+			cfgAt, recAt := slices.Index(ctr.Args, "--keys-config=/etc/kubefarm/backup-keys/config/encryption-configuration.json"),
+				slices.Index(ctr.Args, "--keys-recipients=/etc/kubefarm/backup-keys/recipients/recipients")
+			retainAt := slices.IndexFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "--retain=") })
+			if cfgAt < 0 || recAt != cfgAt+1 || retainAt != cfgAt-1 {
+				t.Errorf("args %q: want --keys-config and --keys-recipients right after --retain", ctr.Args)
+			}
+			if s3At := slices.IndexFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "--s3-") }); s3At >= 0 && s3At < recAt {
+				t.Errorf("args %q: the key flags after the bucket's", ctr.Args)
+			}
+			vols := map[string]corev1.Volume{}
+			for _, v := range pod.Volumes {
+				vols[v.Name] = v
+			}
+			mounts := map[string]corev1.VolumeMount{}
+			for _, m := range ctr.VolumeMounts {
+				mounts[m.MountPath] = m
+			}
+			for dir, want := range map[string]struct{ secret, key string }{
+				"/etc/kubefarm/backup-keys/config":     {"alpha-encryption-config", "encryption-configuration.json"},
+				"/etc/kubefarm/backup-keys/recipients": {tt.wantSecret, "recipients"},
+			} {
+				m, ok := mounts[dir]
+				if !ok || !m.ReadOnly {
+					t.Errorf("%s: mount %+v (found %v), want read-only", dir, m, ok)
+					continue
+				}
+				v := vols[m.Name].Secret
+				// One item: the key Secret's identity must never reach the pod.
+				if v == nil || v.SecretName != want.secret || len(v.Items) != 1 || v.Items[0].Key != want.key || v.Items[0].Path != want.key ||
+					*v.DefaultMode != secretFileMode {
+					t.Errorf("%s: volume %+v, want Secret %s with its key %s alone", dir, v, want.secret, want.key)
+				}
+			}
+			for _, v := range pod.Volumes {
+				if v.Secret == nil {
+					continue
+				}
+				for _, item := range v.Secret.Items {
+					if item.Key == BackupKeyIdentityKey {
+						t.Errorf("volume %s mounts the backup key's identity", v.Name)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestNewEtcdBackupKeySecret(t *testing.T) {
+	c := mustResolve(t, newTC(withBackup(v1alpha1.EtcdBackup{})), toolsOptions())
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewEtcdBackupKeySecret(c, id)
+	if s == nil {
+		t.Fatal("no default backup key Secret")
+	}
+	if s.Name != "alpha-etcd-backup-key" || s.Namespace != "tenants" || s.Type != corev1.SecretTypeOpaque || len(s.OwnerReferences) != 0 {
+		t.Errorf("Secret %s/%s type %s owners %v", s.Namespace, s.Name, s.Type, s.OwnerReferences)
+	}
+	if s.Labels[LabelName] != ComponentEtcdBackup || s.Labels[v1alpha1.LabelTenantCluster] != "alpha" || s.Labels[LabelManagedBy] != "kubefarm" {
+		t.Errorf("labels %v", s.Labels)
+	}
+	if len(s.Data) != 2 {
+		t.Errorf("keys %v, want identity and recipients", slices.Sorted(maps.Keys(s.Data)))
+	}
+	parsed, err := age.ParseX25519Identity(string(s.Data[BackupKeyIdentityKey]))
+	if err != nil {
+		t.Fatalf("identity does not parse: %v", err)
+	}
+	if parsed.String() != id.String() {
+		t.Error("identity is not the one passed in")
+	}
+	if got, want := string(s.Data[BackupKeyRecipientsKey]), parsed.Recipient().String()+"\n"; got != want {
+		t.Errorf("recipients %q, want the identity's recipient %q", got, want)
+	}
+	if err := CheckBackupRecipients(s.Data[BackupKeyRecipientsKey]); err != nil {
+		t.Errorf("the default Secret's recipients: %v", err)
+	}
+	for _, v := range s.Annotations {
+		if strings.Contains(v, "AGE-SECRET-KEY") {
+			t.Error("an annotation carries the identity")
+		}
+	}
+	off := mustResolve(t, newTC(), toolsOptions())
+	if NewEtcdBackupKeySecret(off, id) != nil {
+		t.Error("a backup key Secret without spec.etcd.backup")
+	}
+}
+
+func TestCheckBackupRecipients(t *testing.T) {
+	a, _ := age.GenerateX25519Identity()
+	b, _ := age.GenerateX25519Identity()
+	ra, rb := a.Recipient().String(), b.Recipient().String()
+	for _, tt := range []struct {
+		name, data, want string
+	}{
+		{"one", ra + "\n", ""},
+		{"without a final newline", ra, ""},
+		{"two, comments, blank lines, CRLF", "# ops\r\n" + ra + "\r\n\r\n# escrow\n" + rb + "\n", ""},
+		{"empty", "", "is empty"},
+		{"comments only", "# none yet\n\n", "holds no age recipient"},
+		{"an identity pasted", a.String() + "\n", "line 1 is not an age recipient"},
+		{"a bad second recipient", "# ops\n" + ra + "\nage1notarecipient\n", "line 3 is not an age recipient"},
+		{"an indented recipient", "  " + ra + "\n", "line 1 is not an age recipient"},
+		{"too large", strings.Repeat("#"+strings.Repeat("x", 1022)+"\n", 65) + ra, "more than"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckBackupRecipients([]byte(tt.data))
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("CheckBackupRecipients = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("CheckBackupRecipients = %v, want %q", err, tt.want)
+			}
+			// Never key material: not the pasted identity, not a line.
+			if strings.Contains(err.Error(), "AGE-SECRET-KEY") || strings.Contains(err.Error(), "age1n") || strings.Contains(err.Error(), ra) {
+				t.Errorf("the error %q quotes the value", err)
+			}
+		})
 	}
 }
