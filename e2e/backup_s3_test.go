@@ -4,21 +4,26 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
 	"github.com/kubefarm/kubefarm/internal/testing/s3test"
 )
@@ -121,9 +126,11 @@ func TestTenantBackupS3(t *testing.T) {
 	if err != nil || st.Revision != snap.Revision {
 		t.Errorf("the downloaded object: revision %d, %v; want a whole snapshot of revision %d", st.Revision, err, snap.Revision)
 	}
-	if keys := srv.Keys(t, bucket); len(keys) != 1 || keys[0] != wantObject {
-		t.Errorf("bucket holds %v, want only %s", keys, wantObject)
+	wantKeys := ns.Name + "/" + tc.Name + "/" + etcdsnapshot.KeysName(snap.File)
+	if keys := srv.Keys(t, bucket); !slices.Equal(keys, []string{wantObject, wantKeys}) || snap.KeysFile != etcdsnapshot.KeysName(snap.File) {
+		t.Errorf("bucket holds %v, status keysFile %q; want only %s and its key file %s", keys, snap.KeysFile, wantObject, wantKeys)
 	}
+	checkKeyFile(t, ctx, cs, srv.Client, bucket, wantKeys, file, ns.Name, tc.Name)
 	if _, err := cs.CoreV1().PersistentVolumeClaims(ns.Name).Get(ctx, tc.Name+"-etcd-backup", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a backup claim for an S3 target: %v", err)
 	}
@@ -136,5 +143,51 @@ func TestTenantBackupS3(t *testing.T) {
 		return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
 	})
 	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
+	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-etcd-backup-key", metav1.DeleteOptions{})
 	_ = os.Remove(file)
+}
+
+// checkKeyFile downloads the key file stored beside the snapshot and opens
+// it as a restore would, with the identity of the backup key kubefarm made
+// (<tenant>-etcd-backup-key): bound to the downloaded snapshot, its keys
+// decrypt the snapshot's Secrets and its write key is the tenant's. Another
+// identity does not open it.
+func checkKeyFile(t *testing.T, ctx context.Context, cs kubernetes.Interface, s3 *minio.Client, bucket, object, snapshot, ns, tenant string) {
+	t.Helper()
+	sealed := filepath.Join(t.TempDir(), filepath.Base(object))
+	if err := s3.FGetObject(ctx, bucket, object, sealed, minio.GetObjectOptions{}); err != nil {
+		t.Fatalf("the key file %s: %v", object, err)
+	}
+	secret, err := cs.CoreV1().Secrets(ns).Get(ctx, tenant+"-etcd-backup-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the backup key Secret kubefarm makes: %v", err)
+	}
+	idFile := filepath.Join(t.TempDir(), "identity")
+	if err := os.WriteFile(idFile, secret.Data["identity"], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := etcdsnapshot.ReadIdentities(idFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := etcdsnapshot.Preflight(snapshot, sealed, zap.NewNop(), ids...)
+	if err != nil {
+		t.Fatalf("the snapshot and its key file do not make a restorable pair: %v", err)
+	}
+	enc, err := cs.CoreV1().Secrets(ns).Get(ctx, tenant+"-encryption", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := enc.Annotations[kubefarmv1.AnnotationEncryptionWriteKey]; k.Write != w {
+		t.Errorf("the key file's write key is %q, the tenant writes with %q", k.Write, w)
+	}
+	other, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused *backupkeys.Error
+	if _, err := etcdsnapshot.Preflight(snapshot, sealed, zap.NewNop(), other); !errors.As(err, &refused) || refused.Reason != backupkeys.ReasonBackupKeyWrong {
+		t.Errorf("opened with another identity: %v, want %s", err, backupkeys.ReasonBackupKeyWrong)
+	}
+	t.Logf("key file %s: write key %s of %v, bound to the snapshot; another backup key is refused", object, k.Write, k.Names())
 }

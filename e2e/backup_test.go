@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
 )
 
 // TestTenantBackupRestore: a tenant with spec.etcd.backup gets a snapshot
@@ -99,6 +100,9 @@ func TestTenantBackupRestore(t *testing.T) {
 			!strings.HasPrefix(snap.File, tc.Name+"-") || !strings.HasSuffix(snap.File, ".db") {
 			t.Fatalf("status.backup.lastSnapshot = %+v, want a file %s-*.db of at least 1 KiB on claim %s-etcd-backup", snap, tc.Name, tc.Name)
 		}
+		if snap.KeysFile != etcdsnapshot.KeysName(snap.File) {
+			t.Errorf("status.backup.lastSnapshot.keysFile = %q, want %q beside the snapshot", snap.KeysFile, etcdsnapshot.KeysName(snap.File))
+		}
 		t.Logf("snapshot %s: %d bytes, revision %d, reported %.1fs after the Job was created", snap.File, snap.SizeBytes, snap.Revision,
 			time.Since(start).Seconds())
 		waitEventFor(t, ctx, cs, ns.Name, tc.Name, "EtcdSnapshotTaken")
@@ -117,7 +121,8 @@ func TestTenantBackupRestore(t *testing.T) {
 		waitFor(t, "the TenantCluster was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
 			return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
 		})
-		want := []string{"PersistentVolumeClaim/" + tc.Name + "-etcd-backup", "Secret/" + tc.Name + "-encryption"}
+		want := []string{"PersistentVolumeClaim/" + tc.Name + "-etcd-backup", "Secret/" + tc.Name + "-encryption",
+			"Secret/" + tc.Name + "-etcd-backup-key"}
 		var left []string
 		waitFor(t, "the namespace never held only the backup claim and the keys", 3*time.Minute, func(ctx context.Context) (bool, error) {
 			left = append(leftovers(ctx, c, ns.Name), backupLeftovers(ctx, cs, ns.Name)...)
@@ -173,6 +178,7 @@ func TestTenantBackupRestore(t *testing.T) {
 	})
 	_ = cs.CoreV1().PersistentVolumeClaims(ns.Name).Delete(ctx, tc.Name+"-etcd-backup", metav1.DeleteOptions{})
 	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
+	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-etcd-backup-key", metav1.DeleteOptions{})
 }
 
 // backupTenant is the backup scenarios' tenant: one API server, one etcd
