@@ -35,23 +35,7 @@ import (
 func TestEtcdBackupReported(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	tc := exampleTenantCluster(t, ns)
-	tc.Name = "bk"
-	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.9", Port: 443}
-	tc.Spec.Etcd.Replicas = 1
-	tc.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Schedule: "15 3 * * *"}
-	if err := env.Client.Create(ctx, tc); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(tc)
-
-	cj := &batchv1.CronJob{}
-	poll(ctx, t, "the backup CronJob", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bk-etcd-backup"}, cj)
-		got, _ := getTC(ctx, key)
-		return err == nil, conditionsString(got), client.IgnoreNotFound(err)
-	})
+	ns, key, cj := backupTenant(ctx, t, "bk", "203.0.113.9", nil)
 	if cj.Spec.Schedule != "15 3 * * *" || !metav1.IsControlledBy(cj, mustTC(ctx, t, key)) {
 		t.Errorf("CronJob schedule %q, owners %v", cj.Spec.Schedule, cj.OwnerReferences)
 	}
@@ -233,22 +217,8 @@ func TestEtcdBackupReported(t *testing.T) {
 func TestEtcdBackupKey(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	tc := exampleTenantCluster(t, ns)
-	tc.Name = "bkk"
-	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.10", Port: 443}
-	tc.Spec.Etcd.Replicas = 1
-	tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
-	tc.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Schedule: "15 3 * * *"}
-	if err := env.Client.Create(ctx, tc); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(tc)
-	cj := &batchv1.CronJob{}
-	poll(ctx, t, "the backup CronJob", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "bkk-etcd-backup"}, cj)
-		got, _ := getTC(ctx, key)
-		return err == nil, conditionsString(got), client.IgnoreNotFound(err)
+	ns, key, cj := backupTenant(ctx, t, "bkk", "203.0.113.10", func(tc *v1alpha1.TenantCluster) {
+		tc.Spec.VolumeReclaimPolicy = v1alpha1.VolumeReclaimDelete
 	})
 	checkKeyWiring(t, cj, "bkk-etcd-backup-key")
 
@@ -503,4 +473,31 @@ func waitTenantEvent(ctx context.Context, t *testing.T, ns string, uid types.UID
 			return e.Regarding.UID == uid && e.Reason == reason && e.Type == typ
 		}), fmt.Sprintf("%d events", len(events.Items)), nil
 	})
+}
+
+// backupTenant creates, in a new namespace, a one-member TenantCluster name
+// exposed on ip with daily backups (changed by mutate, if given) and waits
+// for its backup CronJob.
+func backupTenant(ctx context.Context, t *testing.T, name, ip string, mutate func(*v1alpha1.TenantCluster)) (string, client.ObjectKey, *batchv1.CronJob) {
+	t.Helper()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = name
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: ip, Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.Backup = &v1alpha1.EtcdBackup{Schedule: "15 3 * * *"}
+	if mutate != nil {
+		mutate(tc)
+	}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	cj := &batchv1.CronJob{}
+	poll(ctx, t, "the backup CronJob", 3*time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-etcd-backup"}, cj)
+		got, _ := getTC(ctx, key)
+		return err == nil, conditionsString(got), client.IgnoreNotFound(err)
+	})
+	return ns, key, cj
 }
