@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,39 @@ func FuzzOpen(f *testing.F) {
 		if err == nil {
 			if verr := k.Validate(); verr != nil {
 				t.Fatalf("Open accepted keys that fail validation: %v", verr)
+			}
+		}
+	})
+}
+
+// FuzzParseRecipients: the backup key Secret's recipients are the
+// operator's input, read by the controller every pass and by each backup
+// run. Whatever they hold, ParseRecipients returns, every recipient it
+// accepts is spelled in the input, and its errors are one of its fixed
+// sentences: never a piece of the input, which may be a pasted identity.
+func FuzzParseRecipients(f *testing.F) {
+	id := identity(f)
+	f.Add([]byte(id.Recipient().String() + "\n"))
+	f.Add([]byte("# a comment\n\n" + id.Recipient().String() + "\r\n" + id.Recipient().String()))
+	f.Add([]byte(id.String() + "\n"))
+	f.Add([]byte("age1\nssh-ed25519 AAAA\n"))
+	f.Add([]byte{})
+	sentence := regexp.MustCompile(`^(is empty|is \d+ bytes, more than \d+|line \d+ is not an age recipient \(age1\.\.\.\)|holds no age recipient \(age1\.\.\.\), only blank lines and # comments)$`)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rs, err := ParseRecipients(b)
+		if err != nil {
+			if !sentence.MatchString(err.Error()) {
+				t.Fatalf("error %q is not one of ParseRecipients' sentences", err)
+			}
+			return
+		}
+		if len(rs) == 0 {
+			t.Fatal("no error and no recipient")
+		}
+		for _, r := range rs {
+			x, ok := r.(*age.X25519Recipient)
+			if ok && !bytes.Contains(b, []byte(x.String())) {
+				t.Fatalf("recipient %s is not in the input", x)
 			}
 		}
 	})
