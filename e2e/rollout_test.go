@@ -169,13 +169,8 @@ func testRollout(t *testing.T, ctx context.Context, s rolloutScenario) string {
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
 						WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}},
 					TerminationGracePeriodSeconds: ptrInt64(1),
-					// The sandbox image, which the node image carries: the
-					// pod evicted onto a freshly rebooted node is Ready
-					// without waiting for a pull behind the DaemonSets'
-					// images (on the one-vCPU TCG guests that wait was
-					// 2 to 5 minutes of the rollout, and it measures the
-					// emulator, not the rollout's PDB handling).
-					Containers: []corev1.Container{{Name: "pause", Image: cluster.PauseImage}},
+					Containers: []corev1.Container{{Name: "sleep", Image: cluster.BusyboxImage,
+						Command: []string{"/bin/busybox", "sleep", "36000"}}},
 				},
 			},
 		},

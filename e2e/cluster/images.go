@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	nodeimage "github.com/kubefarm/kubefarm/images/node"
 	"github.com/kubefarm/kubefarm/pxe/bootfile"
 	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
@@ -50,10 +49,6 @@ const (
 	ManagerImage              = "ghcr.io/kubefarm/kubefarm-manager:e2e"
 	PXEImage                  = "ghcr.io/kubefarm/kubefarm-pxe:e2e"
 	BusyboxImage              = "docker.io/library/busybox:kubefarm-e2e"
-	// PauseImage is the sandbox image, which the node image carries
-	// (imported at boot, before kubelet starts): a pod of it runs on a
-	// freshly booted node without a pull.
-	PauseImage = nodeimage.PauseImageRef
 
 	// CoreDNSVersion is the tenants' DNS add-on, built by hack/tools/coredns
 	// into bin/coredns, and the manager's default CoreDNS tag
@@ -94,7 +89,7 @@ func (c *Cluster) Images() ([]Image, error) {
 		return nil, err
 	}
 	images := append(own,
-		bin(PauseImage, "pause", filepath.Join(c.CacheDir(), "bin", "pause")),
+		bin("registry.k8s.io/pause:3.10", "pause", filepath.Join(c.CacheDir(), "bin", "pause")),
 		bin("quay.io/jetstack/cert-manager-controller:"+CertManagerVersion, "cert-manager-controller", up("cert-manager-controller")),
 		bin("quay.io/jetstack/cert-manager-cainjector:"+CertManagerVersion, "cert-manager-cainjector", up("cert-manager-cainjector")),
 		bin("registry.k8s.io/etcd:"+EtcdImageTag, "etcd", up("etcd")),
