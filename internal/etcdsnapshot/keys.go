@@ -2,8 +2,6 @@ package etcdsnapshot
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,23 +15,19 @@ import (
 	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
-// SealKeys builds the key file of the verified snapshot at path, taken at
-// taken: the keys of the EncryptionConfiguration at o.KeysConfig, bound to
+// SealKeys builds the key file of the verified snapshot at path (whose
+// whole-file sha256 Verify returned as sum), taken at taken: the keys of the EncryptionConfiguration at o.KeysConfig, bound to
 // the snapshot's sha256 and sealed to the recipients in o.KeysRecipients.
 // It refuses keys that do not decrypt every encrypted value the snapshot
 // names (a key file read after a rotation dropped a key the snapshot still
 // uses): a run that stored such a pair would keep a backup that cannot be
 // restored.
-func SealKeys(o SnapshotOptions, path string, taken time.Time) ([]byte, error) {
+func SealKeys(o SnapshotOptions, path, sum string, taken time.Time) ([]byte, error) {
 	k, err := readKeysConfig(o.KeysConfig)
 	if err != nil {
 		return nil, err
 	}
 	recipients, err := ReadRecipients(o.KeysRecipients)
-	if err != nil {
-		return nil, err
-	}
-	sum, err := fileSHA256(path)
 	if err != nil {
 		return nil, err
 	}
@@ -109,29 +103,15 @@ func readBounded(file string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// fileSHA256 is the hex sha256 of the whole file.
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer func() { _ = f.Close() }()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // saveKeys writes the key file of the snapshot named name (already in
-// o.Dir) beside it, as a snapshot is written: a hidden temporary file,
+// o.Dir, of whole-file sha256 sum) beside it, as a snapshot is written: a hidden temporary file,
 // fsync, a rename that never replaces, fsync of the directory. It returns
 // the key file's name.
-func saveKeys(o SnapshotOptions, name string, taken time.Time, lg *zap.Logger) (string, error) {
+func saveKeys(o SnapshotOptions, name, sum string, taken time.Time, lg *zap.Logger) (string, error) {
 	fail := func(step string, err error) (string, error) {
 		return "", &StepError{Step: step, Err: err}
 	}
-	sealed, err := SealKeys(o, filepath.Join(o.Dir, name), taken)
+	sealed, err := SealKeys(o, filepath.Join(o.Dir, name), sum, taken)
 	if err != nil {
 		return fail("sealing the snapshot's keys", err)
 	}

@@ -32,10 +32,7 @@ func Preflight(snapshot, keyFile string, lg *zap.Logger, identities ...age.Ident
 	if _, err := os.Stat(snapshot); errors.Is(err, fs.ErrNotExist) {
 		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotMissing, Err: err}
 	}
-	if _, err := Verify(snapshot, lg); err != nil {
-		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotDamaged, Err: err}
-	}
-	sum, err := fileSHA256(snapshot)
+	st, err := Verify(snapshot, lg)
 	if err != nil {
 		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotDamaged, Err: err}
 	}
@@ -52,5 +49,5 @@ func Preflight(snapshot, keyFile string, lg *zap.Logger, identities ...age.Ident
 	default:
 		sealed = bytes.NewReader(b)
 	}
-	return backupkeys.Check(sealed, sum, samples, identities...)
+	return backupkeys.Check(sealed, st.SHA256, samples, identities...)
 }

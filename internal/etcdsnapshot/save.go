@@ -97,7 +97,7 @@ func Save(ctx context.Context, o SnapshotOptions, lg *zap.Logger) (SnapshotResul
 	if o.KeysEnabled() {
 		// A snapshot is kept only with its keys: without them its Secrets
 		// cannot be read back, and retention would count it as a backup.
-		if res.Keys, err = saveKeys(o, name, now, lg); err != nil {
+		if res.Keys, err = saveKeys(o, name, st.SHA256, now, lg); err != nil {
 			_ = os.Remove(final)
 			_ = syncDir(o.Dir)
 			return SnapshotResult{}, err

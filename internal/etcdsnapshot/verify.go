@@ -3,6 +3,7 @@ package etcdsnapshot
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +24,10 @@ type Status struct {
 	Hash     uint32
 	// Version is the storage version etcd recorded (empty before v3.6).
 	Version string
+	// SHA256 is the hex sha256 of the whole file, trailer included: what
+	// a key file is bound to (computed in the same read as the trailer
+	// check, so a snapshot is read once for both).
+	SHA256 string
 }
 
 // Verify checks a snapshot file as etcd streamed it, in two steps:
@@ -44,7 +49,7 @@ type Status struct {
 // and fails step 1: it may have been copied mid-write, and nothing can
 // tell.
 func Verify(path string, lg *zap.Logger) (Status, error) {
-	size, err := checkTrailer(path)
+	size, sum, err := checkTrailer(path)
 	if err != nil {
 		return Status{}, err
 	}
@@ -52,37 +57,39 @@ func Verify(path string, lg *zap.Logger) (Status, error) {
 	if err != nil {
 		return Status{}, fmt.Errorf("snapshot status of %s: %w", path, err)
 	}
-	return Status{Size: size, Revision: st.Revision, TotalKey: st.TotalKey, Hash: st.Hash, Version: st.Version}, nil
+	return Status{Size: size, Revision: st.Revision, TotalKey: st.TotalKey, Hash: st.Hash, Version: st.Version, SHA256: sum}, nil
 }
 
-// checkTrailer is Verify's first step; it returns the file's size.
-func checkTrailer(path string) (int64, error) {
+// checkTrailer is Verify's first step; it returns the file's size and the
+// hex sha256 of the whole file.
+func checkTrailer(path string) (int64, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	size := info.Size()
 	if !info.Mode().IsRegular() {
-		return 0, fmt.Errorf("%s is not a regular file", path)
+		return 0, "", fmt.Errorf("%s is not a regular file", path)
 	}
 	if size < 512+sha256.Size || size%512 != sha256.Size {
-		return size, fmt.Errorf("%s: %d bytes is not a whole snapshot stream (512-byte sectors and a 32-byte sha256 trailer): truncated, or a database copied from a data directory", path, size)
+		return size, "", fmt.Errorf("%s: %d bytes is not a whole snapshot stream (512-byte sectors and a 32-byte sha256 trailer): truncated, or a database copied from a data directory", path, size)
 	}
-	h := sha256.New()
-	if _, err := io.CopyN(h, f, size-sha256.Size); err != nil {
-		return size, fmt.Errorf("reading %s: %w", path, err)
+	h, whole := sha256.New(), sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(h, whole), f, size-sha256.Size); err != nil {
+		return size, "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	trailer := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(f, trailer); err != nil {
-		return size, fmt.Errorf("reading %s: %w", path, err)
+		return size, "", fmt.Errorf("reading %s: %w", path, err)
 	}
 	if !bytes.Equal(h.Sum(nil), trailer) {
-		return size, fmt.Errorf("%s: sha256 of the database does not match the trailer etcd sent: the file is corrupted", path)
+		return size, "", fmt.Errorf("%s: sha256 of the database does not match the trailer etcd sent: the file is corrupted", path)
 	}
-	return size, nil
+	whole.Write(trailer)
+	return size, hex.EncodeToString(whole.Sum(nil)), nil
 }

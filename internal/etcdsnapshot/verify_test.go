@@ -3,6 +3,7 @@ package etcdsnapshot
 import (
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
@@ -36,8 +37,9 @@ func TestCheckTrailer(t *testing.T) {
 	badTrailer := append([]byte{}, whole...)
 	badTrailer[len(badTrailer)-1] ^= 0x80
 
-	if size, err := checkTrailer(write("whole", whole)); err != nil || size != int64(len(whole)) {
-		t.Errorf("a whole stream: size %d, %v", size, err)
+	wholeSum := sha256.Sum256(whole)
+	if size, got, err := checkTrailer(write("whole", whole)); err != nil || size != int64(len(whole)) || got != hex.EncodeToString(wholeSum[:]) {
+		t.Errorf("a whole stream: size %d, sha256 %s, %v; want the file's sha256", size, got, err)
 	}
 	cases := map[string]struct {
 		data []byte
@@ -53,15 +55,15 @@ func TestCheckTrailer(t *testing.T) {
 	}
 	for name, tt := range cases {
 		p := write(strings.ReplaceAll(name, " ", "-"), tt.data)
-		_, err := checkTrailer(p)
+		_, _, err := checkTrailer(p)
 		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s: %v; want an error naming the file and saying %q", name, err, tt.want)
 		}
 	}
-	if _, err := checkTrailer(filepath.Join(dir, "absent")); !errors.Is(err, fs.ErrNotExist) {
+	if _, _, err := checkTrailer(filepath.Join(dir, "absent")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a missing file: %v", err)
 	}
-	if _, err := checkTrailer(dir); err == nil {
+	if _, _, err := checkTrailer(dir); err == nil {
 		t.Error("a directory passed")
 	}
 	// Verify stops at the trailer: etcdutl never opens a broken stream.
