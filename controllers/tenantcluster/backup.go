@@ -68,14 +68,19 @@ func (r *Reconciler) reconcileBackup(ctx context.Context, s *scope) (ctrl.Result
 // identity, and never written over afterwards: its identity is the only
 // one that opens the key files of the snapshots taken so far (the pattern
 // of encryptionKeySecret, whose Create also fails on an existing Secret).
-// Like the S3 credentials it is read from the API server: the operator's
-// Secret is not in the manager's cache, and the check must not pass on a
-// stale copy of it.
+// The default one carries kubefarm's labels, so it is read from the
+// manager's cache (a pass that misses a Secret just created gets
+// AlreadyExists below, and reads it back); the operator's, like the S3
+// credentials, is not in the cache and is read from the API server.
 func (r *Reconciler) backupKeySecret(ctx context.Context, s *scope) (*corev1.Secret, error) {
 	c := s.cluster
 	key := client.ObjectKey{Namespace: c.Namespace, Name: c.Backup.KeySecret}
 	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, key, secret)
+	var reader client.Reader = r.APIReader
+	if c.Backup.CreateKeySecret {
+		reader = r.Client
+	}
+	err := reader.Get(ctx, key, secret)
 	switch {
 	case err == nil:
 		return secret, nil
