@@ -20,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 	"github.com/kubefarm/kubefarm/internal/conditions"
 )
 
@@ -129,7 +130,7 @@ func (r *Reconciler) checkBackupKey(s *scope, secret *corev1.Secret, was string)
 	case len(secret.Data[desired.BackupKeyRecipientsKey]) == 0:
 		msg = fmt.Sprintf("%s has no key %s", what, desired.BackupKeyRecipientsKey)
 	default:
-		if err := desired.CheckBackupRecipients(secret.Data[desired.BackupKeyRecipientsKey]); err != nil {
+		if _, err := backupkeys.ParseRecipients(secret.Data[desired.BackupKeyRecipientsKey]); err != nil {
 			msg = fmt.Sprintf("%s: its key %s %v", what, desired.BackupKeyRecipientsKey, err)
 		}
 	}

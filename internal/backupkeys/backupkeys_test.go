@@ -241,6 +241,44 @@ func FuzzOpen(f *testing.F) {
 	})
 }
 
+// TestParseRecipients: a backup key Secret's recipients as the operator
+// may write them, and errors that never quote what was written.
+func TestParseRecipients(t *testing.T) {
+	a, _ := age.GenerateX25519Identity()
+	b, _ := age.GenerateX25519Identity()
+	ra, rb := a.Recipient().String(), b.Recipient().String()
+	for _, tt := range []struct {
+		name, data, want string
+	}{
+		{"one", ra + "\n", ""},
+		{"without a final newline", ra, ""},
+		{"two, comments, blank lines, CRLF", "# ops\r\n" + ra + "\r\n\r\n# escrow\n" + rb + "\n", ""},
+		{"empty", "", "is empty"},
+		{"comments only", "# none yet\n\n", "holds no age recipient"},
+		{"an identity pasted", a.String() + "\n", "line 1 is not an age recipient"},
+		{"a bad second recipient", "# ops\n" + ra + "\nage1notarecipient\n", "line 3 is not an age recipient"},
+		{"an indented recipient", "  " + ra + "\n", "line 1 is not an age recipient"},
+		{"too large", strings.Repeat("#"+strings.Repeat("x", 1022)+"\n", 65) + ra, "more than"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseRecipients([]byte(tt.data))
+			if tt.want == "" {
+				if err != nil {
+					t.Errorf("ParseRecipients = %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("ParseRecipients = %v, want %q", err, tt.want)
+			}
+			// Never key material: not the pasted identity, not a line.
+			if strings.Contains(err.Error(), "AGE-SECRET-KEY") || strings.Contains(err.Error(), "age1n") || strings.Contains(err.Error(), ra) {
+				t.Errorf("the error %q quotes the value", err)
+			}
+		})
+	}
+}
+
 // FuzzParseRecipients: the backup key Secret's recipients are the
 // operator's input, read by the controller every pass and by each backup
 // run. Whatever they hold, ParseRecipients returns, every recipient it

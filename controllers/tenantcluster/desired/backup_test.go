@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
 func toolsOptions() Options {
@@ -511,7 +512,7 @@ func TestNewEtcdBackupKeySecret(t *testing.T) {
 	if got, want := string(s.Data[BackupKeyRecipientsKey]), parsed.Recipient().String()+"\n"; got != want {
 		t.Errorf("recipients %q, want the identity's recipient %q", got, want)
 	}
-	if err := CheckBackupRecipients(s.Data[BackupKeyRecipientsKey]); err != nil {
+	if _, err := backupkeys.ParseRecipients(s.Data[BackupKeyRecipientsKey]); err != nil {
 		t.Errorf("the default Secret's recipients: %v", err)
 	}
 	for _, v := range s.Annotations {
@@ -522,41 +523,5 @@ func TestNewEtcdBackupKeySecret(t *testing.T) {
 	off := mustResolve(t, newTC(), toolsOptions())
 	if NewEtcdBackupKeySecret(off, id) != nil {
 		t.Error("a backup key Secret without spec.etcd.backup")
-	}
-}
-
-func TestCheckBackupRecipients(t *testing.T) {
-	a, _ := age.GenerateX25519Identity()
-	b, _ := age.GenerateX25519Identity()
-	ra, rb := a.Recipient().String(), b.Recipient().String()
-	for _, tt := range []struct {
-		name, data, want string
-	}{
-		{"one", ra + "\n", ""},
-		{"without a final newline", ra, ""},
-		{"two, comments, blank lines, CRLF", "# ops\r\n" + ra + "\r\n\r\n# escrow\n" + rb + "\n", ""},
-		{"empty", "", "is empty"},
-		{"comments only", "# none yet\n\n", "holds no age recipient"},
-		{"an identity pasted", a.String() + "\n", "line 1 is not an age recipient"},
-		{"a bad second recipient", "# ops\n" + ra + "\nage1notarecipient\n", "line 3 is not an age recipient"},
-		{"an indented recipient", "  " + ra + "\n", "line 1 is not an age recipient"},
-		{"too large", strings.Repeat("#"+strings.Repeat("x", 1022)+"\n", 65) + ra, "more than"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			err := CheckBackupRecipients([]byte(tt.data))
-			if tt.want == "" {
-				if err != nil {
-					t.Errorf("CheckBackupRecipients = %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("CheckBackupRecipients = %v, want %q", err, tt.want)
-			}
-			// Never key material: not the pasted identity, not a line.
-			if strings.Contains(err.Error(), "AGE-SECRET-KEY") || strings.Contains(err.Error(), "age1n") || strings.Contains(err.Error(), ra) {
-				t.Errorf("the error %q quotes the value", err)
-			}
-		})
 	}
 }

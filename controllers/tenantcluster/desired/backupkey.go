@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
 // The backup key (spec.etcd.backup.keys). A snapshot holds the tenant's
@@ -75,14 +74,6 @@ func NewEtcdBackupKeySecret(c *Cluster, id *age.X25519Identity) *corev1.Secret {
 			BackupKeyRecipientsKey: []byte(id.Recipient().String() + "\n"),
 		},
 	}
-}
-
-// CheckBackupRecipients says what is wrong with the value of a backup key
-// Secret's recipients key, by the rules kubefarm-etcd reads it with
-// (backupkeys.ParseRecipients), or nil.
-func CheckBackupRecipients(data []byte) error {
-	_, err := backupkeys.ParseRecipients(data)
-	return err
 }
 
 // backupKeysWiring is what the snapshot container needs to write each
