@@ -120,7 +120,11 @@ func CheckLine(snapshot, keyFile string, k backupkeys.Keys, err error) []byte {
 			r.Reason, r.Error = e.Reason, e.Err.Error()
 		}
 		if len(r.Error) > 2000 {
-			r.Error = r.Error[:2000] + " ...(truncated)"
+			cut := 2000 // on a character boundary, as ErrorLine cuts
+			for cut > 0 && !utf8.RuneStart(r.Error[cut]) {
+				cut--
+			}
+			r.Error = r.Error[:cut] + " ...(truncated)"
 		}
 		return jsonLine(r)
 	}
