@@ -272,7 +272,9 @@ func TestSnapshotKeys(t *testing.T) {
 			{"a snapshot cut in half", cut, keys, idFile, etcdsnapshot.ReasonSnapshotDamaged},
 			{"a snapshot with a flipped byte", damagedSnap, keys, idFile, etcdsnapshot.ReasonSnapshotDamaged},
 		} {
-			a := []string{"restore-check", "--snapshot", c.snapshot, "--identity", c.identity, "--termination-log", ""}
+			// --reseal: a pair that passes hands its keys on sealed to
+			// the identity alone; a refusal hands on nothing.
+			a := []string{"restore-check", "--snapshot", c.snapshot, "--identity", c.identity, "--termination-log", "", "--reseal"}
 			if c.keys != "" {
 				a = append(a, "--keys", c.keys)
 			}
@@ -288,6 +290,7 @@ func TestSnapshotKeys(t *testing.T) {
 			if c.reason == "" && (got.Write != "key-2" || !slices.Equal(got.KeyNames, []string{"key-1", "key-2"}) || got.Tenant != prefix) {
 				t.Errorf("%s: %s; want write key-2 of [key-1 key-2] for %s", c.name, r.stdout, prefix)
 			}
+			checkResealed(t, c.name, got, c.reason == "", id, other)
 		}
 	})
 
@@ -316,4 +319,32 @@ func TestSnapshotKeys(t *testing.T) {
 		}
 		opens(t, filepath.Join(got, res.File), filepath.Join(got, etcdsnapshot.KeysName(res.File)))
 	})
+}
+
+// checkResealed checks restore-check --reseal's "sealed": when the pair
+// passed, keys that open with the backup key's identity (and not with
+// another) and are the key file's; otherwise nothing.
+func checkResealed(t *testing.T, name string, got etcdsnapshot.CheckResult, passed bool, id, other *age.X25519Identity) {
+	t.Helper()
+	if !passed {
+		if got.Sealed != "" {
+			t.Errorf("%s: a refused pair handed on sealed keys", name)
+		}
+		return
+	}
+	sealed, err := base64.StdEncoding.DecodeString(got.Sealed)
+	if err != nil || len(sealed) == 0 {
+		t.Fatalf("%s: sealed %q is not base64 of a file: %v", name, got.Sealed, err)
+	}
+	k, err := backupkeys.Open(bytes.NewReader(sealed), id)
+	if err != nil {
+		t.Fatalf("%s: the resealed keys do not open with the backup key: %v", name, err)
+	}
+	if k.Write != got.Write || !slices.Equal(k.Names(), got.KeyNames) || k.Tenant != got.Tenant {
+		t.Errorf("%s: resealed keys hold write %s of %v for %s, the result says %s of %v for %s",
+			name, k.Write, k.Names(), k.Tenant, got.Write, got.KeyNames, got.Tenant)
+	}
+	if _, err := backupkeys.Open(bytes.NewReader(sealed), other); err == nil {
+		t.Errorf("%s: the resealed keys open with an identity that is not the backup key's", name)
+	}
 }

@@ -211,12 +211,15 @@ func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kubefarm-etcd restore-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var snapshot, keys, identity, tlog string
+	var reseal bool
 	fs.StringVar(&snapshot, "snapshot", "", "snapshot file, as kubefarm-etcd snapshot wrote it (required)")
 	fs.StringVar(&keys, "keys", "", "its key file (default: the snapshot's name followed by "+etcdsnapshot.KeysSuffix+")")
 	fs.StringVar(&identity, "identity", "",
 		"file of the backup key's age identities (AGE-SECRET-KEY-1..., one per line; required; never printed)")
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line, written only if it exists and is writable; empty disables it")
+	fs.BoolVar(&reseal, "reseal", false,
+		"on success, add the keys to the result sealed to --identity's own recipients (\"sealed\", base64): how a restore hands them to kubefarm")
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
 		return code
 	}
@@ -237,7 +240,26 @@ func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, err), exitFailed)
 	}
-	return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, nil), exitOK)
+	if !reseal {
+		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, nil), exitOK)
+	}
+	line, err := etcdsnapshot.ResealedCheckLine(snapshot, keys, k, recipientsOf(ids))
+	if err != nil {
+		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, err), exitFailed)
+	}
+	return report(stdout, stderr, tlog, line, exitOK)
+}
+
+// recipientsOf are the recipients of the X25519 identities among ids (the
+// only kind kubefarm's backup key Secret holds; others are skipped).
+func recipientsOf(ids []age.Identity) []age.Recipient {
+	var out []age.Recipient
+	for _, id := range ids {
+		if x, ok := id.(*age.X25519Identity); ok {
+			out = append(out, x.Recipient())
+		}
+	}
+	return out
 }
 
 // parse parses a subcommand's flags; done says the run ends here, with

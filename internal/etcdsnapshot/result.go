@@ -1,12 +1,17 @@
 package etcdsnapshot
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"time"
 	"unicode/utf8"
+
+	"filippo.io/age"
 
 	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
@@ -108,10 +113,38 @@ type CheckResult struct {
 	TakenAt  string   `json:"takenAt,omitempty"`
 	Write    string   `json:"write,omitempty"`
 	KeyNames []string `json:"keyNames,omitempty"`
+	// Sealed is the keys again, sealed to the identities' own recipients
+	// only and base64-encoded (restore-check --reseal): how a restore's
+	// check hands them to the manager through a termination message, which
+	// anyone reading pods may see, without the original file's size (one
+	// stanza per backup recipient). Opening it takes the identity again.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // CheckLine is restore-check's result line for Preflight's keys and error.
 func CheckLine(snapshot, keyFile string, k backupkeys.Keys, err error) []byte {
+	return jsonLine(checkResult(snapshot, keyFile, k, err))
+}
+
+// ResealedCheckLine is CheckLine for keys that passed Preflight, with the
+// keys sealed to recipients in Sealed. It fails rather than write a line
+// the kubelet would cut (a file of dozens of keys).
+func ResealedCheckLine(snapshot, keyFile string, k backupkeys.Keys, recipients []age.Recipient) ([]byte, error) {
+	r := checkResult(snapshot, keyFile, k, nil)
+	var sealed bytes.Buffer
+	if err := backupkeys.Seal(&sealed, k, recipients...); err != nil {
+		return nil, err
+	}
+	r.Sealed = base64.StdEncoding.EncodeToString(sealed.Bytes())
+	line := jsonLine(r)
+	if len(line) > MaxTerminationMessage {
+		return nil, fmt.Errorf("the result with %d keys sealed is %d bytes, more than a termination message holds (%d)",
+			len(k.Keys), len(line), MaxTerminationMessage)
+	}
+	return line, nil
+}
+
+func checkResult(snapshot, keyFile string, k backupkeys.Keys, err error) CheckResult {
 	r := CheckResult{Snapshot: snapshot, Keys: keyFile}
 	if err != nil {
 		r.Error = err.Error()
@@ -126,10 +159,10 @@ func CheckLine(snapshot, keyFile string, k backupkeys.Keys, err error) []byte {
 			}
 			r.Error = r.Error[:cut] + " ...(truncated)"
 		}
-		return jsonLine(r)
+		return r
 	}
 	r.Tenant, r.TakenAt, r.Write, r.KeyNames = k.Tenant, k.TakenAt.UTC().Format(time.RFC3339), k.Write, k.Names()
-	return jsonLine(r)
+	return r
 }
 
 // ErrorLine is {"error":"..."} for a failed run, the message cut (on a
