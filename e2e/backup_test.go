@@ -31,11 +31,15 @@ import (
 // --from=cronjob/...` does, not waiting for the schedule), run by the real
 // kubelet with kubefarm-etcd from the manager image; the tenant is deleted
 // (volumeReclaimPolicy Delete: its etcd volume goes, the backup claim and the
-// encryption keys stay); a TenantCluster of the same name created with
-// spec.etcd.restoreFrom comes up Ready with the objects the snapshot held,
-// Secrets readable, and without the one written after the snapshot.
+// encryption keys stay); a restore whose backup key is withheld is refused
+// with EtcdRestored False BackupKeyMissing and starts no member; with the
+// old tenant's key Secret deleted too (nothing to copy by hand), a
+// TenantCluster of another name created with spec.etcd.restoreFrom comes up
+// Ready with the objects the snapshot held, Secrets readable (the check Job
+// opened the key file with the old tenant's backup key), without the one
+// written after the snapshot, and then rotates to a fresh key.
 func TestTenantBackupRestore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	_, cs, c := adminClients(t)
 	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "backup-"}}, metav1.CreateOptions{})
@@ -131,14 +135,56 @@ func TestTenantBackupRestore(t *testing.T) {
 		})
 	})
 
-	t.Run("a TenantCluster restored from the snapshot has its objects back", func(t *testing.T) {
+	t.Run("a restore without the backup key says so and starts nothing", func(t *testing.T) {
+		withheld := newTenant()
+		withheld.Name, withheld.Spec.Etcd.Backup = tc.Name+"-nokey", nil
+		withheld.Spec.Etcd.RestoreFrom = &kubefarmv1.EtcdRestoreSource{ClaimName: tc.Name + "-etcd-backup", Snapshot: snapshot,
+			BackupKeySecretName: "withheld-backup-key"}
+		if err := c.Create(ctx, withheld); err != nil {
+			t.Fatal(err)
+		}
+		wkey := client.ObjectKeyFromObject(withheld)
+		w := &kubefarmv1.TenantCluster{}
+		waitFor(t, "EtcdRestored never said the backup key is missing", 3*time.Minute, func(ctx context.Context) (bool, error) {
+			if err := c.Get(ctx, wkey, w); err != nil {
+				return false, nil
+			}
+			cond := meta.FindStatusCondition(w.Status.Conditions, kubefarmv1.ConditionEtcdRestored)
+			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == kubefarmv1.ReasonBackupKeyMissing &&
+				strings.Contains(cond.Message, "withheld-backup-key"), nil
+		})
+		waitEventFor(t, ctx, cs, ns.Name, withheld.Name, "EtcdRestoreRefused")
+		if _, err := cs.AppsV1().StatefulSets(ns.Name).Get(ctx, withheld.Name+"-etcd", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("etcd of a restore without its backup key: %v, want none", err)
+		}
+		if err := c.Delete(ctx, withheld); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the refused TenantCluster was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(c.Get(ctx, wkey, &kubefarmv1.TenantCluster{})), nil
+		})
+	})
+
+	// Restored under another name with no hand step: the check opens the
+	// key file with the old tenant's backup key, and the old tenant's key
+	// Secret is not there to copy.
+	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
+	t.Run("a TenantCluster of another name restored from the snapshot has its objects back", func(t *testing.T) {
 		tc := newTenant()
-		tc.Spec.Etcd.RestoreFrom = &kubefarmv1.EtcdRestoreSource{ClaimName: tc.Name + "-etcd-backup", Snapshot: snapshot}
+		tc.Name += "-restored"
+		tc.Spec.Etcd.RestoreFrom = &kubefarmv1.EtcdRestoreSource{ClaimName: key.Name + "-etcd-backup", Snapshot: snapshot}
 		start := time.Now()
 		if err := c.Create(ctx, tc); err != nil {
 			t.Fatalf("creating the restored TenantCluster: %v", err)
 		}
+		key := client.ObjectKeyFromObject(tc)
+		ready := tenantReady(c, key, got, "")
 		waitFor(t, "the restored TenantCluster never became Ready", 8*time.Minute, ready)
+		if cond := meta.FindStatusCondition(got.Status.Conditions, kubefarmv1.ConditionEtcdRestored); cond == nil ||
+			cond.Status != metav1.ConditionTrue || cond.Reason != kubefarmv1.ReasonKeysRestored {
+			t.Errorf("EtcdRestored %+v, want True %s", cond, kubefarmv1.ReasonKeysRestored)
+		}
+		waitEventFor(t, ctx, cs, ns.Name, tc.Name, "EncryptionKeysRestored")
 		// Once etcd exists the members drop the restore; Ready again after
 		// that one restart.
 		waitFor(t, "the etcd members kept the restore", 3*time.Minute, func(ctx context.Context) (bool, error) {
@@ -167,18 +213,57 @@ func TestTenantBackupRestore(t *testing.T) {
 		if _, err := tenant.CoreV1().ConfigMaps(keepNS).Get(ctx, "after-snapshot", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("ConfigMap %s/after-snapshot, written after the snapshot, after the restore: %v, want NotFound", keepNS, err)
 		}
+		checkRestoredKeysRotated(ctx, t, cs, c, key, tenant, keepNS, secretValue)
 	})
+	key.Name += "-restored"
 
 	// Cleanup: the TenantCluster, then what it deliberately left.
-	if err := c.Delete(ctx, &kubefarmv1.TenantCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: tc.Name}}); client.IgnoreNotFound(err) != nil {
+	if err := c.Delete(ctx, &kubefarmv1.TenantCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: key.Name}}); client.IgnoreNotFound(err) != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the restored TenantCluster was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
 	})
-	_ = cs.CoreV1().PersistentVolumeClaims(ns.Name).Delete(ctx, tc.Name+"-etcd-backup", metav1.DeleteOptions{})
-	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
-	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-etcd-backup-key", metav1.DeleteOptions{})
+	for _, name := range []string{tc.Name + "-etcd-backup", key.Name + "-etcd-backup"} {
+		_ = cs.CoreV1().PersistentVolumeClaims(ns.Name).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	for _, name := range []string{tc.Name + "-encryption", tc.Name + "-etcd-backup-key", key.Name + "-encryption", key.Name + "-etcd-backup-key"} {
+		_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, name, metav1.DeleteOptions{})
+	}
+}
+
+// checkRestoredKeysRotated: after a restore the tenant writes with a fresh
+// key and the restored ones go (EncryptionKeyRotated True with one key
+// that the snapshot's key file did not hold), and the restored Secret
+// still reads.
+func checkRestoredKeysRotated(ctx context.Context, t *testing.T, cs kubernetes.Interface, c client.Client, key client.ObjectKey,
+	tenant kubernetes.Interface, keepNS, secretValue string) {
+	t.Helper()
+	var sec *corev1.Secret
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
+		got := &kubefarmv1.TenantCluster{}
+		if err := c.Get(ctx, key, got); err != nil {
+			return false, nil
+		}
+		var err error
+		if sec, err = cs.CoreV1().Secrets(key.Namespace).Get(ctx, key.Name+"-encryption", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, kubefarmv1.ConditionEncryptionKeyRotated)
+		return cond != nil && cond.Status == metav1.ConditionTrue && len(sec.Data) == 1 &&
+			sec.Annotations[kubefarmv1.AnnotationEncryptionRotation] == "", nil
+	})
+	if err != nil {
+		t.Fatalf("the restored keys were never rotated out: %v; key Secret annotations %v", err, sec.GetAnnotations())
+	}
+	write := sec.Annotations[kubefarmv1.AnnotationEncryptionWriteKey]
+	if _, ok := sec.Data[write]; !ok || write == "key-1" {
+		t.Errorf("after the restore the tenant writes with %q of %d keys, want one fresh key", write, len(sec.Data))
+	}
+	s, err := tenant.CoreV1().Secrets(keepNS).Get(ctx, "kept", metav1.GetOptions{})
+	if err != nil || string(s.Data["password"]) != secretValue {
+		t.Errorf("Secret %s/kept after the rotation: %v, want its value", keepNS, err)
+	}
 }
 
 // backupTenant is the backup scenarios' tenant: one API server, one etcd
@@ -255,7 +340,7 @@ func describeBackups(ctx context.Context, cs kubernetes.Interface, ns string) st
 	}
 	for _, p := range pods.Items {
 		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-			if st.Name != "snapshot" && st.Name != "restore" {
+			if st.Name != "snapshot" && st.Name != "restore" && st.Name != "restore-check" {
 				continue
 			}
 			fmt.Fprintf(&b, "\n  pod %s container %s: ready=%v restarts=%d", p.Name, st.Name, st.Ready, st.RestartCount)

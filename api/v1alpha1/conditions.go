@@ -36,6 +36,14 @@ const (
 	// (the reason says which, docs/versions.md). Not an input of Ready: the
 	// control plane serves throughout.
 	ConditionVersionRolledOut = "VersionRolledOut"
+	// ConditionEtcdRestored reports spec.etcd.restoreFrom: False while the
+	// snapshot and its key file are checked (ReasonRestoreChecking) or
+	// when the check refuses them (the reason names what is missing or
+	// wrong, the message how to supply it); True once the snapshot's
+	// encryption keys are the tenant's and the members may restore it.
+	// Absent without restoreFrom. No etcd member is created before it is
+	// True, so while False the tenant is not Ready. See docs/etcd.md.
+	ConditionEtcdRestored = "EtcdRestored"
 
 	// NodePool conditions.
 	ConditionMachinesReady = "MachinesReady"

@@ -119,6 +119,28 @@ const (
 	// wrong, never a key.
 	ReasonBackupKeyMissing = "BackupKeyMissing"
 
+	// EtcdRestored (spec.etcd.restoreFrom). ReasonRestoreChecking: the
+	// check Job reads the snapshot and its key file. The refusals are the
+	// check's verdict: ReasonBackupKeyMissing (here: the Secret with the
+	// backup key's identity is missing or has no key "identity"),
+	// BackupKeysMissing, BackupKeyWrong, BackupKeysDamaged,
+	// BackupKeysForAnotherSnapshot, SnapshotKeyUnknown, SnapshotKeyWrong,
+	// SnapshotMissing, SnapshotDamaged (internal/backupkeys and
+	// internal/etcdsnapshot name them), or ReasonRestoreCheckFailed when
+	// the Job failed without a verdict. ReasonKeysRestored: True, the
+	// key file's keys are the tenant's encryption keys;
+	// ReasonKeysProvided: True, the key Secret existed already (copied by
+	// hand), so the key file was not read.
+	ReasonRestoreChecking    = "RestoreChecking"
+	ReasonRestoreCheckFailed = "RestoreCheckFailed"
+	ReasonKeysRestored       = "KeysRestored"
+	ReasonKeysProvided       = "KeysProvided"
+	// ReasonSnapshotMissing and ReasonSnapshotDamaged: the check found no
+	// snapshot file of that name on the claim, or one that is not whole
+	// (internal/etcdsnapshot's verdicts, spelled the same).
+	ReasonSnapshotMissing = "SnapshotMissing"
+	ReasonSnapshotDamaged = "SnapshotDamaged"
+
 	// EtcdScaling. While True the reason is the last step made
 	// (MemberAdded, MemberPromoted, LeaderMoved, MemberRemoved), what the
 	// next one waits for (WaitingForAPIServers, WaitingForLearner,
@@ -161,4 +183,4 @@ const (
 // rotation). printcolumns_test.go holds the CRDs' printer columns to this
 // list.
 var TenantClusterConditionTypes = []string{ConditionReady, ConditionEtcdReady, ConditionAPIServerReady,
-	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionCARotated, ConditionEtcdBackedUp, ConditionEtcdScaling, ConditionVersionRolledOut}
+	ConditionCertificatesReady, ConditionAddonsReady, ConditionEncryptionKeyRotated, ConditionCARotated, ConditionEtcdBackedUp, ConditionEtcdScaling, ConditionVersionRolledOut, ConditionEtcdRestored}

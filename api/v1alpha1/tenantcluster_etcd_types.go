@@ -207,6 +207,21 @@ type EtcdRestoreSource struct {
 	// +kubebuilder:validation:MaxLength=200
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*\.db$`
 	Snapshot string `json:"snapshot"`
+
+	// BackupKeySecretName is the Secret, in the tenant's namespace, whose
+	// key "identity" holds the backup key's age identity that opens the
+	// snapshot's key file ("<snapshot>.keys.age" beside it; docs/etcd.md,
+	// "Restore"). Before any etcd member starts, a check Job reads the
+	// snapshot and the key file with it, and the encryption keys it holds
+	// become the new tenant's, which then writes with a fresh key and
+	// rotates the restored ones out. Empty: "<snapshot's tenant>-etcd-backup-key",
+	// the Secret kubefarm created for the tenant the snapshot was taken of
+	// (its name is the snapshot's up to the timestamp). Not read when the
+	// key Secret "<tenant>-encryption" already exists (a copy made by
+	// hand, or a tenant whose etcd already started).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	BackupKeySecretName string `json:"backupKeySecretName,omitempty"`
 }
 
 // EtcdBackupStatus is what the backup CronJob's runs reported.

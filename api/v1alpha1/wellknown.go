@@ -57,6 +57,10 @@ const (
 	// TenantCluster's AnnotationRotateEncryptionKey the last rotation was
 	// started for.
 	AnnotationEncryptionHandled = "kubefarm.io/encryption-rotation-handled"
+	// AnnotationEncryptionRestoredFrom on the key Secret names the snapshot
+	// whose key file its keys came from (spec.etcd.restoreFrom); absent on
+	// a tenant's own keys and on a Secret copied by hand.
+	AnnotationEncryptionRestoredFrom = "kubefarm.io/encryption-restored-from"
 	// AnnotationRotateEncryptionKey on a TenantCluster requests a key
 	// rotation: a value the key Secret has not handled yet starts one (the
 	// date, say). A request during a rotation waits for it to finish.

@@ -377,16 +377,35 @@ func (r *Reconciler) observeBackups(ctx context.Context, s *scope) error {
 // one's. The pods are read directly: they are not worth a cluster-wide
 // cache, and are read once per finished run.
 func (r *Reconciler) runResult(ctx context.Context, run *backupRun) (snapshotResult, error) {
+	msg, failure, err := r.runMessage(ctx, run)
+	switch {
+	case err != nil:
+		return snapshotResult{}, err
+	case failure != "":
+		return snapshotResult{Error: failure}, nil
+	}
+	res, err := parseSnapshotResult(msg)
+	if err != nil && !run.ok {
+		// A failure before the tool could write its JSON: the kubelet's
+		// message (or the log's tail) is the best explanation there is.
+		return snapshotResult{Error: msg}, nil
+	}
+	return res, err
+}
+
+// runMessage is the termination message of a run's last pod (see
+// runResult), or, for a failed run whose pods left none (killed by its
+// deadline, or gone), the Job's failure condition as failure.
+func (r *Reconciler) runMessage(ctx context.Context, run *backupRun) (msg, failure string, err error) {
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(run.job.Namespace),
 		client.MatchingLabels{batchv1.JobNameLabel: run.job.Name}); err != nil {
-		return snapshotResult{}, fmt.Errorf("listing the pods of Job %s: %w", run.job.Name, err)
+		return "", "", fmt.Errorf("listing the pods of Job %s: %w", run.job.Name, err)
 	}
 	want := corev1.PodFailed
 	if run.ok {
 		want = corev1.PodSucceeded
 	}
-	var msg string
 	var newest time.Time
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -408,19 +427,13 @@ func (r *Reconciler) runResult(ctx context.Context, run *backupRun) (snapshotRes
 			// only the Job's own condition.
 			for _, cond := range run.job.Status.Conditions {
 				if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
-					return snapshotResult{Error: cond.Reason + ": " + cond.Message}, nil
+					return "", cond.Reason + ": " + cond.Message, nil
 				}
 			}
 		}
-		return snapshotResult{}, fmt.Errorf("no pod of Job %s left a result", run.job.Name)
+		return "", "", fmt.Errorf("no pod of Job %s left a result", run.job.Name)
 	}
-	res, err := parseSnapshotResult(msg)
-	if err != nil && !run.ok {
-		// A failure before the tool could write its JSON: the kubelet's
-		// message (or the log's tail) is the best explanation there is.
-		return snapshotResult{Error: msg}, nil
-	}
-	return res, err
+	return msg, "", nil
 }
 
 func truncate(s string, n int) string {
@@ -431,9 +444,11 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// isBackupJob selects the backup runs of every tenant, for the watch.
+// isBackupJob selects the backup runs and restore checks of every
+// tenant, for the watch.
 func isBackupJob(o client.Object) bool {
-	return o.GetLabels()[desired.LabelName] == desired.ComponentEtcdBackup
+	c := o.GetLabels()[desired.LabelName]
+	return c == desired.ComponentEtcdBackup || c == desired.ComponentEtcdRestoreCheck
 }
 
 // snapshotPlace says where a snapshot is, for messages.

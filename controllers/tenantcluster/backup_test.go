@@ -407,8 +407,17 @@ func standInRun(ctx context.Context, t *testing.T, cj *batchv1.CronJob, name str
 	if err := env.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
+	finishStandIn(ctx, t, job, ok, message)
+}
+
+// finishStandIn plays the kubelet and the Job controller for job: one pod
+// that ended with message as its termination message, and the Job's
+// status.
+func finishStandIn(ctx context.Context, t *testing.T, job *batchv1.Job, ok bool, message string) {
+	t.Helper()
+	name := job.Name
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-abcde", Namespace: cj.Namespace, Labels: job.Spec.Template.Labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-abcde", Namespace: job.Namespace, Labels: job.Spec.Template.Labels},
 		Spec:       *job.Spec.Template.Spec.DeepCopy(),
 	}
 	if err := env.Client.Create(ctx, pod); err != nil {

@@ -85,6 +85,9 @@ const (
 	// waitingForEtcd: the first API server is created only once etcd is
 	// ready.
 	waitingForEtcd waitReason = "Etcd"
+	// waitingForRestore: no etcd member starts before a restore's check
+	// passed and its keys are the tenant's.
+	waitingForRestore waitReason = "Restore"
 )
 
 // getLive reads an object from the cache; found is false when it does not
@@ -143,6 +146,7 @@ func (r *Reconciler) phases() []phase {
 		r.reconcilePKI,                // Issuers, Certificates, their Secrets; stops while issuing
 		r.syncCATrust,                 // the trust bundles, from the CA Secrets just read
 		r.reconcileConfig,             // the control plane ConfigMap and the kubeconfigs
+		r.reconcileRestore,            // a restore's check, whose keys become the tenant's; stops until it passed
 		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
 		r.reconcileEtcd,               // etcd, with its initial cluster state decided
 		r.reconcileBackup,             // the etcd backup CronJob and its runs' results

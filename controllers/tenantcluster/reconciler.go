@@ -21,6 +21,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -40,6 +41,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -186,19 +188,40 @@ const backupSecretsIndex = "spec.etcd.backup.secrets"
 
 func backupSecretsOf(o client.Object) []string {
 	tc := o.(*v1alpha1.TenantCluster)
+	var out []string
+	if key := restoreKeyOf(tc); key != "" {
+		out = append(out, key)
+	}
 	b := tc.Spec.Etcd.Backup
 	if b == nil {
-		return nil
+		return out
 	}
 	key := b.Keys.SecretName
 	if key == "" {
 		key = desired.EtcdBackupKeySecretName(tc.Name)
 	}
-	out := []string{key}
+	out = append(out, key)
 	if b.S3 != nil && b.S3.CredentialsSecret != "" && b.S3.CredentialsSecret != key {
 		out = append(out, b.S3.CredentialsSecret)
 	}
 	return out
+}
+
+// restoreKeyOf is the restore's backup key Secret, so that its creation
+// (an operator supplying the identity) wakes the tenant at once; "" when
+// it cannot be told (the resolved spec reports that).
+func restoreKeyOf(tc *v1alpha1.TenantCluster) string {
+	r := tc.Spec.Etcd.RestoreFrom
+	if r == nil {
+		return ""
+	}
+	if r.BackupKeySecretName != "" {
+		return r.BackupKeySecretName
+	}
+	if tenant, ok := desired.SnapshotTenant(r.Snapshot); ok {
+		return desired.EtcdBackupKeySecretName(tenant)
+	}
+	return ""
 }
 
 // tenantsOfCredentials maps a Secret to the TenantClusters of its
@@ -234,7 +257,7 @@ func tenantOfLabel(_ context.Context, o client.Object) []reconcile.Request {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;create;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=list
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=kubefarm.io,resources=machines/status,verbs=patch
@@ -281,6 +304,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (result ct
 	before := tc.Status.DeepCopy()
 	s := &scope{tc: tc}
 	defer func() {
+		if p := recover(); p != nil {
+			// A phase panicked: reported like an error, not summarised
+			// from the conditions observed so far (which would say Ready
+			// with none observed), and logged with its stack.
+			log.FromContext(ctx).Error(fmt.Errorf("%v", p), "a phase panicked", "stack", string(debug.Stack()))
+			retErr = fmt.Errorf("panic: %v", p)
+		}
 		r.summarise(s, retErr)
 		tc.Status.ObservedGeneration = tc.Generation
 		if equality.Semantic.DeepEqual(before, &tc.Status) {
@@ -331,7 +361,7 @@ func (r *Reconciler) summarise(s *scope, err error) {
 			if meta.FindStatusCondition(tc.Status.Conditions, v1alpha1.ConditionAddonsReady) == nil {
 				r.setCondition(tc, notReady(v1alpha1.ConditionAddonsReady, v1alpha1.ReasonWaitingForCertificates, "waiting for certificates"))
 			}
-		case waitingForEtcd:
+		case waitingForEtcd, waitingForRestore:
 			r.setCondition(tc, addonsWaitingForAPIServer())
 		}
 	}

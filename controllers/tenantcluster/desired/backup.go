@@ -197,7 +197,9 @@ func (c *Cluster) resolveRestore(r *v1alpha1.EtcdRestoreSource, fp *field.Path) 
 			"must be a file name in the claim's top directory ending in .db, such as <tenant>-20261124T030000Z.db"))
 	}
 	c.RestoreFrom = r.DeepCopy()
-	return errs
+	key, keyErrs := resolveRestoreKey(r, fp)
+	c.RestoreKeySecret = key
+	return append(errs, keyErrs...)
 }
 
 // validSnapshotName accepts a plain file name: no directory, nothing hidden.

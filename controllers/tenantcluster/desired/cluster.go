@@ -119,6 +119,9 @@ type Cluster struct {
 	// RestoreFrom is spec.etcd.restoreFrom. The controller clears it once
 	// etcd has bootstrapped, which drops the restore from the members.
 	RestoreFrom *v1alpha1.EtcdRestoreSource
+	// RestoreKeySecret is the Secret with the backup key's identity that
+	// opens RestoreFrom's key file (resolveRestoreKey).
+	RestoreKeySecret string
 
 	ServiceCIDR netip.Prefix
 	// APIServerServiceIP is the first address of ServiceCIDR: the tenant's

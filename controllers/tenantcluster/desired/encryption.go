@@ -77,6 +77,12 @@ const (
 	// RotationRewritten: every Secret of the tenant was rewritten with the
 	// new key; the old one can go.
 	RotationRewritten RotationStage = "SecretsRewritten"
+	// RotationRestored: the keys came from a snapshot's key file
+	// (spec.etcd.restoreFrom). They are the old tenant's, and which of them
+	// encrypted what is not known, so a rotation starts as soon as the API
+	// servers run them: a fresh key is added beside all of them, written
+	// with, every Secret rewritten, and only then are they dropped.
+	RotationRestored RotationStage = "Restored"
 )
 
 // EncryptionKeys is the content of the key Secret.
@@ -121,11 +127,11 @@ func (k EncryptionKeys) Validate() error {
 		return fmt.Errorf("write key %q is not among the keys", k.Write)
 	}
 	switch k.Stage {
-	case RotationNone, RotationAdded, RotationPromoted, RotationRewritten:
+	case RotationNone, RotationAdded, RotationPromoted, RotationRewritten, RotationRestored:
 	default:
 		return fmt.Errorf("unknown rotation stage %q", k.Stage)
 	}
-	if k.Stage != RotationNone && len(k.Keys) < 2 {
+	if k.Stage != RotationNone && k.Stage != RotationRestored && len(k.Keys) < 2 {
 		return fmt.Errorf("rotation stage %s with a single key", k.Stage)
 	}
 	return nil
@@ -217,6 +223,25 @@ func NewEncryptionKeySecret(c *Cluster, key []byte, handled string) (*corev1.Sec
 	return s, nil
 }
 
+// NewRestoredEncryptionKeySecret is the key Secret of a tenant restored
+// from snapshot: the keys of its key file, at stage RotationRestored so
+// that a fresh key replaces them once the API servers run. handled is as
+// for NewEncryptionKeySecret.
+func NewRestoredEncryptionKeySecret(c *Cluster, keys map[string][]byte, write, snapshot, handled string) (*corev1.Secret, error) {
+	k := EncryptionKeys{Keys: maps.Clone(keys), Write: write, Stage: RotationRestored, Handled: handled}
+	if err := k.Validate(); err != nil {
+		return nil, fmt.Errorf("the keys of %s: %w", snapshot, err)
+	}
+	s := &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.EncryptionKeySecretName(), Namespace: c.Namespace, Labels: c.labels(ComponentAPIServer),
+			Annotations: map[string]string{v1alpha1.AnnotationEncryptionRestoredFrom: snapshot}},
+		Type: corev1.SecretTypeOpaque,
+	}
+	k.WriteTo(s)
+	return s, nil
+}
+
 // ParseEncryptionKeys reads the key Secret.
 func ParseEncryptionKeys(s *corev1.Secret) (EncryptionKeys, error) {
 	k := EncryptionKeys{
@@ -298,6 +323,11 @@ func DecideRotation(k EncryptionKeys, request string, rolledOut bool) RotationSt
 		return StepRewrite
 	case RotationRewritten:
 		return StepDropOld
+	case RotationRestored:
+		if !rolledOut {
+			return StepWaitRollout
+		}
+		return StepAddKey
 	}
 	if request == "" || request == k.Handled {
 		return StepNone
@@ -321,15 +351,20 @@ func (k EncryptionKeys) Advance(step RotationStep, newKey []byte, request string
 	case StepNone, StepWaitRollout:
 		return k, nil
 	case StepAddKey:
-		if k.Stage != RotationNone {
+		if k.Stage != RotationNone && k.Stage != RotationRestored {
 			return k, fmt.Errorf("cannot add a key at stage %s", k.Stage)
 		}
 		if len(newKey) != EncryptionKeySize {
 			return k, fmt.Errorf("new key: %d bytes, want %d", len(newKey), EncryptionKeySize)
 		}
 		// Keys left from an interrupted earlier rotation go now; only the
-		// write key and the new one remain.
-		next.Keys = map[string][]byte{k.Write: k.Keys[k.Write], k.NextKeyName(): newKey}
+		// write key and the new one remain. Restored keys all stay: any
+		// of them may have encrypted a Secret of the snapshot.
+		next.Keys = map[string][]byte{k.Write: k.Keys[k.Write]}
+		if k.Stage == RotationRestored {
+			next.Keys = maps.Clone(k.Keys)
+		}
+		next.Keys[k.NextKeyName()] = newKey
 		next.Stage, next.Handled = RotationAdded, request
 	case StepPromote:
 		if k.Stage != RotationAdded {

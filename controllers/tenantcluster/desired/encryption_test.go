@@ -232,3 +232,51 @@ func TestRotationWalk(t *testing.T) {
 		t.Error("AddKey accepted a short key")
 	}
 }
+
+// TestRestoredRotationWalk: keys restored from a snapshot (two, as a
+// snapshot taken mid-rotation holds, the write key not the newest) are
+// rotated out without a request, and until the Secrets are rewritten every
+// one of them stays listed: which of them encrypted what is not known.
+func TestRestoredRotationWalk(t *testing.T) {
+	restored := map[string][]byte{"key-1": key(1), "key-2": key(2)}
+	k := EncryptionKeys{Keys: restored, Write: "key-1", Stage: RotationRestored, Handled: "h"}
+	if err := k.Validate(); err != nil {
+		t.Fatalf("restored keys refused: %v", err)
+	}
+	if single := (EncryptionKeys{Keys: map[string][]byte{"key-7": key(7)}, Write: "key-7", Stage: RotationRestored}); single.Validate() != nil {
+		t.Errorf("one restored key refused: %v", single.Validate())
+	}
+	var steps []RotationStep
+	rolledOut := false // the first API server has not started yet
+	for i := 0; i < 10; i++ {
+		step := DecideRotation(k, "h", rolledOut)
+		steps = append(steps, step)
+		if step == StepNone {
+			break
+		}
+		if step == StepWaitRollout {
+			rolledOut = true
+			continue
+		}
+		next, err := k.Advance(step, key(byte(50+i)), "h")
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if step != StepDropOld {
+			for name := range restored {
+				if _, ok := next.Keys[name]; !ok {
+					t.Errorf("after %s: restored key %s is gone before the rewrite", step, name)
+				}
+			}
+		}
+		rolledOut = !step.ChangesConfig()
+		k = next
+	}
+	want := []RotationStep{StepWaitRollout, StepAddKey, StepWaitRollout, StepPromote, StepWaitRollout, StepRewrite, StepDropOld, StepNone}
+	if !slices.Equal(steps, want) {
+		t.Errorf("steps %v, want %v", steps, want)
+	}
+	if k.Write != "key-3" || len(k.Keys) != 1 || k.Stage != RotationNone {
+		t.Errorf("end state: write %s of %d keys at stage %q; want key-3 alone", k.Write, len(k.Keys), k.Stage)
+	}
+}

@@ -1,0 +1,124 @@
+package desired
+
+import (
+	"path"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+)
+
+// A restore's check (spec.etcd.restoreFrom, docs/etcd.md "Restore"). Before
+// any etcd member exists, one Job reads the snapshot and its key file from
+// the claim with the backup key's identity (kubefarm-etcd restore-check):
+// the snapshot is whole, the key file is bound to it, and its keys decrypt
+// every encrypted value in it. It hands the keys to the manager sealed
+// again to that identity alone, in its termination message, and the
+// manager makes them the tenant's encryption keys. It is the only pod that
+// ever mounts a backup key's identity, and it holds no credential to any
+// API server or etcd.
+
+// ComponentEtcdRestoreCheck is the component label and name suffix of the
+// check Job.
+const ComponentEtcdRestoreCheck = "etcd-restore-check"
+
+// Where the check pod finds the backup key's identity.
+const (
+	restoreKeyMount     = "/etc/kubefarm/restore-key"
+	volumeRestoreKey    = "restore-key"
+	containerCheck      = "restore-check"
+	restoreCheckTimeout = 10 * time.Minute
+)
+
+// snapshotTimeSuffix is the length of "-20261124T030000Z.db", what
+// kubefarm-etcd appends to the tenant's name in a snapshot's file name.
+const snapshotTimeSuffix = len("-20060102T150405Z.db")
+
+// EtcdRestoreCheckName is the name of the check Job.
+func (c *Cluster) EtcdRestoreCheckName() string { return c.prefixed(ComponentEtcdRestoreCheck) }
+
+// resolveRestoreKey is the Secret with the backup key's identity that
+// opens restoreFrom's key file: backupKeySecretName, or the default backup
+// key Secret of the tenant the snapshot's name says it was taken of.
+func resolveRestoreKey(r *v1alpha1.EtcdRestoreSource, fp *field.Path) (string, field.ErrorList) {
+	if r.BackupKeySecretName != "" {
+		return r.BackupKeySecretName, objectName(fp.Child("backupKeySecretName"), r.BackupKeySecretName)
+	}
+	tenant, ok := SnapshotTenant(r.Snapshot)
+	if !ok {
+		return "", field.ErrorList{field.Required(fp.Child("backupKeySecretName"),
+			"the snapshot's name is not <tenant>-<UTC time>.db, as kubefarm's backups write it, so the tenant whose backup key opens its key file cannot be told: name the Secret")}
+	}
+	return EtcdBackupKeySecretName(tenant), nil
+}
+
+// SnapshotTenant is the tenant a snapshot's file name says it was taken of
+// (kubefarm-etcd snapshot names it <tenant>-<20060102T150405Z>.db).
+func SnapshotTenant(snapshot string) (string, bool) {
+	if len(snapshot) <= snapshotTimeSuffix || !strings.HasSuffix(snapshot, ".db") {
+		return "", false
+	}
+	cut := len(snapshot) - snapshotTimeSuffix
+	stamp := strings.TrimSuffix(snapshot[cut+1:], ".db")
+	if snapshot[cut] != '-' {
+		return "", false
+	}
+	if _, err := time.Parse("20060102T150405Z", stamp); err != nil {
+		return "", false
+	}
+	return snapshot[:cut], true
+}
+
+// EtcdRestoreCheckJob is the check Job of c.RestoreFrom, or nil without
+// one. One attempt: its verdicts are about files, which a retry does not
+// change; the controller deletes a refused check after a while to read
+// the files again (an operator may have fixed them).
+func EtcdRestoreCheckJob(c *Cluster) *batchv1.Job {
+	if c.RestoreFrom == nil {
+		return nil
+	}
+	args := []string{
+		"restore-check",
+		"--snapshot=" + path.Join(restoreMount, c.RestoreFrom.Snapshot),
+		"--identity=" + path.Join(restoreKeyMount, BackupKeyIdentityKey),
+		"--reseal",
+	}
+	ctr := container(containerCheck, c.Images.Tools, []string{toolsBinary}, args)
+	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
+	ctr.VolumeMounts = []corev1.VolumeMount{
+		{Name: volumeRestore, MountPath: restoreMount, ReadOnly: true},
+		{Name: volumeRestoreKey, MountPath: restoreKeyMount, ReadOnly: true},
+		{Name: volumeTmp, MountPath: tmpDir},
+	}
+	pod := c.basePodSpec(ComponentEtcdRestoreCheck)
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Containers = []corev1.Container{ctr}
+	pod.Volumes = []corev1.Volume{
+		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: volumeRestore, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true}}},
+		{Name: volumeRestoreKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName:  c.RestoreKeySecret,
+			DefaultMode: ptrTo(secretFileMode),
+			Items:       []corev1.KeyToPath{{Key: BackupKeyIdentityKey, Path: BackupKeyIdentityKey}},
+		}}},
+	}
+	labels := c.labels(ComponentEtcdRestoreCheck)
+	return &batchv1.Job{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdRestoreCheckName(), Namespace: c.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptrTo(int32(0)),
+			ActiveDeadlineSeconds: ptrTo(int64(restoreCheckTimeout / time.Second)),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       pod,
+			},
+		},
+	}
+}

@@ -1,0 +1,250 @@
+package tenantcluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"filippo.io/age"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
+	"github.com/kubefarm/kubefarm/internal/conditions"
+)
+
+// The restore's check (spec.etcd.restoreFrom; desired/restore.go): before
+// the tenant's encryption keys exist, and so before any etcd member or API
+// server, a Job checks the snapshot and its key file; the keys it hands
+// back become the key Secret, from which everything else follows as for
+// any tenant. A refusal stops the pass with EtcdRestored False, naming
+// what is missing and how to supply it.
+
+// restoreRecheck is how long a refused check's Job is kept (its pod's
+// log is the detail) before it is deleted and the files read again: an
+// operator who fixes them sees the tenant go on without touching it.
+const restoreRecheck = 2 * time.Minute
+
+// restoreCheckResult is the JSON line kubefarm-etcd restore-check writes
+// to its termination message (etcdsnapshot.CheckResult).
+type restoreCheckResult struct {
+	Reason   string   `json:"reason"`
+	Error    string   `json:"error"`
+	Tenant   string   `json:"tenant"`
+	Write    string   `json:"write"`
+	KeyNames []string `json:"keyNames"`
+	Sealed   string   `json:"sealed"`
+}
+
+// reconcileRestore runs the restore's check and installs the keys it
+// returns. It does nothing without restoreFrom, once the key Secret exists
+// (installed by an earlier pass, or copied by hand), or once etcd exists.
+func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	if c.RestoreFrom == nil {
+		return ctrl.Result{}, nil
+	}
+	keys := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EncryptionKeySecretName()}, keys)
+	switch {
+	case err == nil:
+		s.observe(r, restoredCondition(c, keys))
+		return ctrl.Result{}, nil
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, &appsv1.StatefulSet{}); err != nil || found {
+		return ctrl.Result{}, err // etcd started without restored keys: not this phase's to repair
+	}
+	ids, why := r.restoreIdentities(ctx, c)
+	if why != "" {
+		return r.refuseRestore(s, v1alpha1.ReasonBackupKeyMissing, why, nil), nil
+	}
+	job := &batchv1.Job{}
+	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdRestoreCheckName()}, job); err != nil {
+		return ctrl.Result{}, err
+	} else if !found {
+		if err := r.apply(ctx, s.tc, desired.EtcdRestoreCheckJob(c), job); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	run := newestFinishedRun([]batchv1.Job{*job}, false)
+	if run == nil {
+		s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, v1alpha1.ReasonRestoreChecking,
+			fmt.Sprintf("Job %s checks snapshot %s on claim %s and its key file with the backup key in Secret %s",
+				job.Name, c.RestoreFrom.Snapshot, c.RestoreFrom.ClaimName, c.RestoreKeySecret)))
+		s.waitingFor = waitingForRestore
+		return ctrl.Result{}, nil
+	}
+	res, reason, why := r.restoreVerdict(ctx, run)
+	if reason != "" {
+		return r.refuseRestore(s, reason, why, run), r.recheckRestore(ctx, run)
+	}
+	opened, err := backupkeys.Open(bytes.NewReader(res), ids...)
+	if err != nil {
+		return r.refuseRestore(s, v1alpha1.ReasonRestoreCheckFailed,
+			fmt.Sprintf("the keys Job %s handed back do not open with Secret %s: %v", run.job.Name, c.RestoreKeySecret, err), run), nil
+	}
+	return r.installRestoredKeys(ctx, s, opened)
+}
+
+// restoreVerdict reads a finished check: the sealed keys it handed back,
+// or the reason and message of its refusal.
+func (r *Reconciler) restoreVerdict(ctx context.Context, run *backupRun) (sealed []byte, reason, why string) {
+	msg, failure, err := r.runMessage(ctx, run)
+	switch {
+	case err != nil:
+		return nil, v1alpha1.ReasonRestoreCheckFailed, err.Error()
+	case failure != "":
+		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " failed: " + failure
+	}
+	var res restoreCheckResult
+	if len(msg) > maxResultMessage || json.Unmarshal([]byte(strings.TrimSpace(msg)), &res) != nil {
+		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " left no verdict: " + truncate(msg, 500)
+	}
+	if res.Reason != "" || res.Error != "" || !run.ok {
+		reason = res.Reason
+		if reason == "" || !conditionReason(reason) {
+			reason = v1alpha1.ReasonRestoreCheckFailed
+		}
+		return nil, reason, truncate(res.Error, 1000)
+	}
+	sealed, err = base64.StdEncoding.DecodeString(res.Sealed)
+	if err != nil || len(sealed) == 0 {
+		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " passed the snapshot but handed back no keys"
+	}
+	return sealed, "", ""
+}
+
+// conditionReason accepts what a condition's reason may be (CamelCase
+// letters), so a verdict from a pod cannot write anything else there.
+func conditionReason(s string) bool {
+	if len(s) > 64 || s == "" || s[0] < 'A' || s[0] > 'Z' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// restoreIdentities reads the backup key's identity; why says what is
+// missing, naming the Secret and how to supply it.
+func (r *Reconciler) restoreIdentities(ctx context.Context, c *desired.Cluster) ([]age.Identity, string) {
+	sec := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.RestoreKeySecret}, sec)
+	how := fmt.Sprintf("create it from the copy kept off the cluster (kubectl -n %s create secret generic %s --from-file=%s=<file>), or name another in spec.etcd.restoreFrom.backupKeySecretName",
+		c.Namespace, c.RestoreKeySecret, desired.BackupKeyIdentityKey)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, fmt.Sprintf("Secret %s, the backup key that opens the snapshot's key file, does not exist: %s", c.RestoreKeySecret, how)
+	case err != nil:
+		return nil, fmt.Sprintf("reading Secret %s: %v", c.RestoreKeySecret, err)
+	}
+	raw := sec.Data[desired.BackupKeyIdentityKey]
+	if len(raw) == 0 || len(raw) > backupkeys.MaxRecipientsFile {
+		return nil, fmt.Sprintf("Secret %s has no key %q with the backup key's identity: %s", c.RestoreKeySecret, desired.BackupKeyIdentityKey, how)
+	}
+	ids, err := age.ParseIdentities(bytes.NewReader(raw))
+	if err != nil {
+		// age's error may quote the line: never repeated.
+		return nil, fmt.Sprintf("Secret %s key %q holds no age identity (AGE-SECRET-KEY-1...): %s", c.RestoreKeySecret, desired.BackupKeyIdentityKey, how)
+	}
+	return ids, ""
+}
+
+// refuseRestore reports a refusal (an Event when it is new) and stops the
+// pass: no member may start on a snapshot that cannot be read.
+func (r *Reconciler) refuseRestore(s *scope, reason, why string, run *backupRun) ctrl.Result {
+	msg := why
+	if hint := restoreHint(s.cluster, reason); hint != "" {
+		msg += "; " + hint
+	}
+	prev := meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdRestored)
+	if prev == nil || prev.Reason != reason || prev.Message != msg {
+		var regarding runtime.Object // an untyped nil: a nil *Job is no reference
+		if run != nil {
+			regarding = run.job
+		}
+		r.Recorder.Eventf(s.tc, regarding, corev1.EventTypeWarning, "EtcdRestoreRefused", "Restore", "%s: %s", reason, msg)
+	}
+	s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, reason, msg))
+	s.waitingFor = waitingForRestore
+	if run == nil {
+		return ctrl.Result{}
+	}
+	return ctrl.Result{RequeueAfter: max(time.Until(run.finished.Add(restoreRecheck)), time.Second)}
+}
+
+// restoreHint says how to supply what a refusal found missing.
+func restoreHint(c *desired.Cluster, reason string) string {
+	keyFile := c.RestoreFrom.Snapshot + ".keys.age"
+	switch reason {
+	case backupkeys.ReasonKeysMissing:
+		return fmt.Sprintf("put the key file %s beside the snapshot on claim %s, or copy the old tenant's key Secret to %s with its annotations (docs/encryption.md)",
+			keyFile, c.RestoreFrom.ClaimName, c.EncryptionKeySecretName())
+	case backupkeys.ReasonBackupKeyWrong:
+		return fmt.Sprintf("Secret %s does not hold the backup key %s was sealed to: name the right one in spec.etcd.restoreFrom.backupKeySecretName", c.RestoreKeySecret, keyFile)
+	case backupkeys.ReasonKeysDamaged, backupkeys.ReasonKeysForAnotherSnapshot, backupkeys.ReasonSnapshotKeyUnknown, backupkeys.ReasonSnapshotKeyWrong:
+		return fmt.Sprintf("%s cannot read this snapshot: restore an older snapshot, or copy the old tenant's key Secret to %s with its annotations", keyFile, c.EncryptionKeySecretName())
+	case v1alpha1.ReasonSnapshotMissing, v1alpha1.ReasonSnapshotDamaged:
+		return fmt.Sprintf("restore another snapshot of claim %s (status.backup.lastSnapshot of the old tenant named the newest)", c.RestoreFrom.ClaimName)
+	}
+	return "the check runs again " + restoreRecheck.String() + " after it finished"
+}
+
+// recheckRestore deletes a refused check once restoreRecheck has passed,
+// so that the next pass reads the files again.
+func (r *Reconciler) recheckRestore(ctx context.Context, run *backupRun) error {
+	if time.Since(run.finished) < restoreRecheck {
+		return nil
+	}
+	err := r.Client.Delete(ctx, run.job, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// installRestoredKeys creates the tenant's key Secret from the key file's
+// keys; reconcileEncryption renders it like any other.
+func (r *Reconciler) installRestoredKeys(ctx context.Context, s *scope, k backupkeys.Keys) (ctrl.Result, error) {
+	c := s.cluster
+	secret, err := desired.NewRestoredEncryptionKeySecret(c, k.Keys, k.Write, c.RestoreFrom.Snapshot, s.tc.Annotations[v1alpha1.AnnotationRotateEncryptionKey])
+	if err != nil {
+		return r.refuseRestore(s, backupkeys.ReasonKeysDamaged, err.Error(), nil), nil
+	}
+	if err := r.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{}, fmt.Errorf("creating the encryption key Secret from snapshot %s: %w", c.RestoreFrom.Snapshot, err)
+	}
+	r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "EncryptionKeysRestored", "Restore",
+		"snapshot %s of %s and its key file passed the check; its keys %s (write key %s) are the encryption keys in %s until a fresh key replaces them",
+		c.RestoreFrom.Snapshot, k.Tenant, strings.Join(k.Names(), ", "), k.Write, secret.Name)
+	s.observe(r, restoredCondition(c, secret))
+	return ctrl.Result{}, nil
+}
+
+// restoredCondition is EtcdRestored once the key Secret exists.
+func restoredCondition(c *desired.Cluster, keys *corev1.Secret) metav1.Condition {
+	if from := keys.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom]; from != "" {
+		return conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysRestored,
+			fmt.Sprintf("snapshot %s and its key file passed the check; its keys are in %s, and a fresh key replaces them once the API servers run", from, keys.Name))
+	}
+	return conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysProvided,
+		fmt.Sprintf("the key Secret %s existed already, so the key file of %s was not read", keys.Name, c.RestoreFrom.Snapshot))
+}

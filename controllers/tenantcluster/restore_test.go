@@ -1,0 +1,205 @@
+package tenantcluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/tenantcluster/desired"
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
+)
+
+// TestEtcdRestoreCheck: a TenantCluster restoring another tenant's
+// snapshot gets no etcd member, and no encryption keys, before the
+// restore's check passed. Without the backup key Secret (the snapshot's
+// tenant's default) EtcdRestored is False BackupKeyMissing naming it and
+// how to supply it, with an Event; once it exists the check Job runs
+// (owned by the TenantCluster, mounting the identity alone). envtest runs
+// no Job controller or kubelet, so the test plays them (named stand-ins)
+// with the termination messages kubefarm-etcd restore-check writes; the
+// e2e scenario TestTenantBackupRestore runs the real ones. A refusal names
+// the verdict and how to supply what is missing, and holds etcd back; keys
+// handed back that the backup key does not open are refused too; a check
+// that passes makes the key file's keys the tenant's, at stage Restored,
+// and only then is etcd created.
+func TestEtcdRestoreCheck(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "rs"
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.31", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	const snapshot = "old-20261124T030000Z.db"
+	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{ClaimName: "old-etcd-backup", Snapshot: snapshot}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	restored := func(reason string, status metav1.ConditionStatus, contains ...string) *v1alpha1.TenantCluster {
+		t.Helper()
+		var got *v1alpha1.TenantCluster
+		poll(ctx, t, "EtcdRestored "+reason, 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+			var err error
+			if got, err = getTC(ctx, key); err != nil {
+				return false, "", err
+			}
+			c := condition(got, v1alpha1.ConditionEtcdRestored)
+			ok := c != nil && c.Reason == reason && c.Status == status
+			for _, s := range contains {
+				ok = ok && strings.Contains(c.Message, s)
+			}
+			return ok, conditionsString(got), nil
+		})
+		return got
+	}
+	noEtcd := func(when string) {
+		t.Helper()
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-etcd"}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: the etcd StatefulSet exists (err %v): a member would start before the check passed", when, err)
+		}
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-encryption"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: the encryption key Secret exists (err %v) before the check passed", when, err)
+		}
+	}
+
+	got := restored(v1alpha1.ReasonBackupKeyMissing, metav1.ConditionFalse, "old-etcd-backup-key", "does not exist", "backupKeySecretName")
+	if r := condition(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse {
+		t.Errorf("Ready while the restore is refused: %s", conditionsString(got))
+	}
+	waitTenantEvent(ctx, t, ns, got.UID, "EtcdRestoreRefused", corev1.EventTypeWarning)
+	noEtcd("without the backup key")
+
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	backupKey := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "old-etcd-backup-key", Namespace: ns},
+		Data: map[string][]byte{desired.BackupKeyIdentityKey: []byte(id.String()), desired.BackupKeyRecipientsKey: []byte(id.Recipient().String())}}
+	if err := env.Client.Create(ctx, backupKey); err != nil {
+		t.Fatal(err)
+	}
+	job := checkJob(ctx, t, ns, got)
+	restored(v1alpha1.ReasonRestoreChecking, metav1.ConditionFalse, "rs-etcd-restore-check", snapshot)
+
+	// Refused: the verdict and what to do are said, and etcd waits.
+	finishStandIn(ctx, t, job, false, `{"snapshot":"/restore/`+snapshot+`","keys":"/restore/`+snapshot+`.keys.age","reason":"BackupKeysMissing","error":"no key file"}`)
+	restored(backupkeys.ReasonKeysMissing, metav1.ConditionFalse, "no key file", "put the key file "+snapshot+".keys.age beside the snapshot on claim old-etcd-backup")
+	noEtcd("after a refusal")
+
+	// Deleting the check runs it again (kubefarm does so itself 2
+	// minutes after a refusal). Keys handed back that the backup key does
+	// not open are not installed.
+	other, _ := age.GenerateX25519Identity()
+	keys := backupkeys.Keys{Tenant: "old", SnapshotSHA256: strings.Repeat("ab", 32), TakenAt: time.Date(2026, 11, 24, 3, 0, 0, 0, time.UTC),
+		Write: "key-2", Keys: map[string][]byte{"key-1": bytes.Repeat([]byte{1}, 32), "key-2": bytes.Repeat([]byte{2}, 32)}}
+	job = recheck(ctx, t, job, got)
+	finishStandIn(ctx, t, job, true, passedCheck(t, snapshot, keys, other.Recipient()))
+	restored(v1alpha1.ReasonRestoreCheckFailed, metav1.ConditionFalse, "do not open with Secret old-etcd-backup-key")
+	noEtcd("after keys sealed to another identity")
+
+	job = recheck(ctx, t, job, got)
+	finishStandIn(ctx, t, job, true, passedCheck(t, snapshot, keys, id.Recipient()))
+	got = restored(v1alpha1.ReasonKeysRestored, metav1.ConditionTrue, snapshot, "rs-encryption")
+	waitTenantEvent(ctx, t, ns, got.UID, "EncryptionKeysRestored", corev1.EventTypeNormal)
+	sec := &corev1.Secret{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-encryption"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	k, err := desired.ParseEncryptionKeys(sec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Write != "key-2" || len(k.Keys) != 2 || !bytes.Equal(k.Keys["key-1"], keys.Keys["key-1"]) || k.Stage != desired.RotationRestored ||
+		sec.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom] != snapshot || len(sec.OwnerReferences) != 0 {
+		t.Errorf("key Secret: write %s, %d keys, stage %q, annotations %v, owners %v", k.Write, len(k.Keys), k.Stage, sec.Annotations, sec.OwnerReferences)
+	}
+	sts := &appsv1.StatefulSet{}
+	poll(ctx, t, "etcd created after the check", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-etcd"}, sts)
+		return err == nil, fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
+	if ini := sts.Spec.Template.Spec.InitContainers; len(ini) != 1 || !strings.Contains(strings.Join(ini[0].Args, " "), "--snapshot=/restore/"+snapshot) {
+		t.Errorf("etcd's init containers %v: want the restore of %s", ini, snapshot)
+	}
+	cfg := &corev1.Secret{}
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-encryption-config"}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if c := string(cfg.Data[desired.EncryptionConfigKey]); !strings.Contains(c, `"name":"key-2"`) || !strings.Contains(c, `"name":"key-1"`) {
+		t.Errorf("the rendered configuration does not list both restored keys: %.300s", c)
+	}
+}
+
+// checkJob waits for the restore's check Job and checks what it holds.
+func checkJob(ctx context.Context, t *testing.T, ns string, tc *v1alpha1.TenantCluster) *batchv1.Job {
+	t.Helper()
+	job := &batchv1.Job{}
+	poll(ctx, t, "the restore check Job", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-etcd-restore-check"}, job)
+		return err == nil && job.DeletionTimestamp.IsZero(), fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
+	if !metav1.IsControlledBy(job, tc) {
+		t.Errorf("check Job owners %v", job.OwnerReferences)
+	}
+	vols := job.Spec.Template.Spec.Volumes
+	for _, v := range vols {
+		if v.Secret != nil && (v.Secret.SecretName != "old-etcd-backup-key" || len(v.Secret.Items) != 1) {
+			t.Errorf("check Job mounts Secret %+v", v.Secret)
+		}
+	}
+	return job
+}
+
+// recheck deletes a finished check, as the controller does after a while,
+// and returns the one it creates again.
+func recheck(ctx context.Context, t *testing.T, job *batchv1.Job, tc *v1alpha1.TenantCluster) *batchv1.Job {
+	t.Helper()
+	old := job.UID
+	if err := env.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in pods are not garbage-collected without the Job
+	// controller's cleanup; their names must be free for the next run.
+	if err := env.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(job.Namespace),
+		client.MatchingLabels{batchv1.JobNameLabel: job.Name}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	var next *batchv1.Job
+	poll(ctx, t, "the check created again", time.Minute, func(ctx context.Context) (bool, string, error) {
+		next = checkJob(ctx, t, job.Namespace, tc)
+		return next.UID != old, string(next.UID), nil
+	})
+	return next
+}
+
+// passedCheck is restore-check's line for a pair that passed, with keys
+// sealed to r.
+func passedCheck(t *testing.T, snapshot string, k backupkeys.Keys, r age.Recipient) string {
+	t.Helper()
+	var sealed bytes.Buffer
+	if err := backupkeys.Seal(&sealed, k, r); err != nil {
+		t.Fatal(err)
+	}
+	line, err := json.Marshal(map[string]any{"snapshot": "/restore/" + snapshot, "tenant": k.Tenant, "write": k.Write,
+		"keyNames": k.Names(), "sealed": base64.StdEncoding.EncodeToString(sealed.Bytes())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(line)
+}
