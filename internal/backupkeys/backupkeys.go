@@ -162,9 +162,10 @@ func Seal(w io.Writer, k Keys, recipients ...age.Recipient) error {
 	return aw.Close()
 }
 
-// Reasons Open and Check give, named for what is wrong. The restore that
-// shows them in a TenantCluster condition is not built yet; with it they
-// move to api/v1alpha1, where every condition reason lives.
+// Reasons Open and Check give, named for what is wrong. A restore's check
+// passes them on as the reason of the TenantCluster's EtcdRestored
+// condition (api/v1alpha1 lists them there; the controller adds how to
+// supply what is missing).
 const (
 	// ReasonKeysMissing: no key file beside the snapshot.
 	ReasonKeysMissing = "BackupKeysMissing"
