@@ -187,22 +187,7 @@ func TestDecideRotation(t *testing.T) {
 func TestRotationWalk(t *testing.T) {
 	k := EncryptionKeys{Keys: map[string][]byte{"key-3": key(3), "key-1": key(1)}, Write: "key-3", Handled: "old"}
 	used := map[string]bool{"key-3": true}
-	var steps []RotationStep
-	rolledOut := true
-	for i := 0; i < 10; i++ {
-		step := DecideRotation(k, "rotate-1", rolledOut)
-		steps = append(steps, step)
-		if step == StepNone {
-			break
-		}
-		if step == StepWaitRollout {
-			rolledOut = true
-			continue
-		}
-		next, err := k.Advance(step, key(byte(40+i)), "rotate-1")
-		if err != nil {
-			t.Fatalf("%s: %v", step, err)
-		}
+	steps, k := walkRotation(t, k, "rotate-1", true, func(step RotationStep, k, next EncryptionKeys) {
 		for name := range used {
 			if _, ok := next.Keys[name]; !ok && step != StepDropOld {
 				t.Errorf("after %s: key %s that encrypted data is gone", step, name)
@@ -214,10 +199,7 @@ func TestRotationWalk(t *testing.T) {
 			}
 		}
 		used[next.Write] = true
-		// A change of keys rolls the API servers again.
-		rolledOut = !step.ChangesConfig()
-		k = next
-	}
+	})
 	want := []RotationStep{StepAddKey, StepWaitRollout, StepPromote, StepWaitRollout, StepRewrite, StepDropOld, StepNone}
 	if !slices.Equal(steps, want) {
 		t.Errorf("steps %v, want %v", steps, want)
@@ -246,10 +228,34 @@ func TestRestoredRotationWalk(t *testing.T) {
 	if single := (EncryptionKeys{Keys: map[string][]byte{"key-7": key(7)}, Write: "key-7", Stage: RotationRestored}); single.Validate() != nil {
 		t.Errorf("one restored key refused: %v", single.Validate())
 	}
+	// The first API server has not started yet: not rolled out.
+	steps, k := walkRotation(t, k, "h", false, func(step RotationStep, _, next EncryptionKeys) {
+		if step != StepDropOld {
+			for name := range restored {
+				if _, ok := next.Keys[name]; !ok {
+					t.Errorf("after %s: restored key %s is gone before the rewrite", step, name)
+				}
+			}
+		}
+	})
+	want := []RotationStep{StepWaitRollout, StepAddKey, StepWaitRollout, StepPromote, StepWaitRollout, StepRewrite, StepDropOld, StepNone}
+	if !slices.Equal(steps, want) {
+		t.Errorf("steps %v, want %v", steps, want)
+	}
+	if k.Write != "key-3" || len(k.Keys) != 1 || k.Stage != RotationNone {
+		t.Errorf("end state: write %s of %d keys at stage %q; want key-3 alone", k.Write, len(k.Keys), k.Stage)
+	}
+}
+
+// walkRotation drives k through DecideRotation and Advance until no step
+// is left (at most 10), calling check after each step that changes the
+// keys, and returns the steps and the end state. A change of keys rolls
+// the API servers, which the next WaitRollout sees finished.
+func walkRotation(t *testing.T, k EncryptionKeys, request string, rolledOut bool, check func(step RotationStep, k, next EncryptionKeys)) ([]RotationStep, EncryptionKeys) {
+	t.Helper()
 	var steps []RotationStep
-	rolledOut := false // the first API server has not started yet
 	for i := 0; i < 10; i++ {
-		step := DecideRotation(k, "h", rolledOut)
+		step := DecideRotation(k, request, rolledOut)
 		steps = append(steps, step)
 		if step == StepNone {
 			break
@@ -258,25 +264,13 @@ func TestRestoredRotationWalk(t *testing.T) {
 			rolledOut = true
 			continue
 		}
-		next, err := k.Advance(step, key(byte(50+i)), "h")
+		next, err := k.Advance(step, key(byte(40+i)), request)
 		if err != nil {
 			t.Fatalf("%s: %v", step, err)
 		}
-		if step != StepDropOld {
-			for name := range restored {
-				if _, ok := next.Keys[name]; !ok {
-					t.Errorf("after %s: restored key %s is gone before the rewrite", step, name)
-				}
-			}
-		}
+		check(step, k, next)
 		rolledOut = !step.ChangesConfig()
 		k = next
 	}
-	want := []RotationStep{StepWaitRollout, StepAddKey, StepWaitRollout, StepPromote, StepWaitRollout, StepRewrite, StepDropOld, StepNone}
-	if !slices.Equal(steps, want) {
-		t.Errorf("steps %v, want %v", steps, want)
-	}
-	if k.Write != "key-3" || len(k.Keys) != 1 || k.Stage != RotationNone {
-		t.Errorf("end state: write %s of %d keys at stage %q; want key-3 alone", k.Write, len(k.Keys), k.Stage)
-	}
+	return steps, k
 }
