@@ -52,6 +52,9 @@ const (
 	// ReasonWaitingForCertificates: never deployed, since the certificates
 	// it mounts are not issued yet.
 	ReasonWaitingForCertificates = "WaitingForCertificates"
+	// ReasonWaitingForRestore: never deployed, since a restore's check
+	// has not passed (EtcdRestored says why).
+	ReasonWaitingForRestore = "WaitingForRestore"
 
 	// AddonsReady.
 

@@ -92,7 +92,7 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 		s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, v1alpha1.ReasonRestoreChecking,
 			fmt.Sprintf("Job %s checks snapshot %s on claim %s and its key file with the backup key in Secret %s",
 				job.Name, c.RestoreFrom.Snapshot, c.RestoreFrom.ClaimName, c.RestoreKeySecret)))
-		s.waitingFor = waitingForRestore
+		waitForRestore(r, s)
 		return ctrl.Result{}, nil
 	}
 	res, reason, why := r.restoreVerdict(ctx, run)
@@ -190,11 +190,20 @@ func (r *Reconciler) refuseRestore(s *scope, reason, why string, run *backupRun)
 		r.Recorder.Eventf(s.tc, regarding, corev1.EventTypeWarning, "EtcdRestoreRefused", "Restore", "%s: %s", reason, msg)
 	}
 	s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, reason, msg))
-	s.waitingFor = waitingForRestore
+	waitForRestore(r, s)
 	if run == nil {
 		return ctrl.Result{}
 	}
 	return ctrl.Result{RequeueAfter: max(time.Until(run.finished.Add(restoreRecheck)), time.Second)}
+}
+
+// waitForRestore ends the pass before etcd, and says so in the conditions
+// of what was never deployed.
+func waitForRestore(r *Reconciler, s *scope) {
+	const waiting = "waiting for the restore's check (EtcdRestored)"
+	s.observe(r, notReady(v1alpha1.ConditionEtcdReady, v1alpha1.ReasonWaitingForRestore, waiting))
+	s.observe(r, notReady(v1alpha1.ConditionAPIServerReady, v1alpha1.ReasonWaitingForRestore, waiting))
+	s.waitingFor = waitingForRestore
 }
 
 // restoreHint says how to supply what a refusal found missing.

@@ -79,8 +79,13 @@ func TestEtcdRestoreCheck(t *testing.T) {
 	}
 
 	got := restored(v1alpha1.ReasonBackupKeyMissing, metav1.ConditionFalse, "old-etcd-backup-key", "does not exist", "backupKeySecretName")
-	if r := condition(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse {
+	if r := condition(got, v1alpha1.ConditionReady); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "EtcdRestoredFalse" ||
+		!strings.Contains(r.Message, "old-etcd-backup-key") {
 		t.Errorf("Ready while the restore is refused: %s", conditionsString(got))
+	}
+	if !hasCondition(got, v1alpha1.ConditionEtcdReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForRestore) ||
+		!hasCondition(got, v1alpha1.ConditionAPIServerReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForRestore) {
+		t.Errorf("etcd and the API server while the restore is refused: %s", conditionsString(got))
 	}
 	waitTenantEvent(ctx, t, ns, got.UID, "EtcdRestoreRefused", corev1.EventTypeWarning)
 	noEtcd("without the backup key")
