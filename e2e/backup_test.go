@@ -240,6 +240,7 @@ func checkRestoredKeysRotated(ctx context.Context, t *testing.T, cs kubernetes.I
 	tenant kubernetes.Interface, keepNS, secretValue string) {
 	t.Helper()
 	var sec *corev1.Secret
+	start := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 6*time.Minute, true, func(ctx context.Context) (bool, error) {
 		got := &kubefarmv1.TenantCluster{}
 		if err := c.Get(ctx, key, got); err != nil {
@@ -257,6 +258,7 @@ func checkRestoredKeysRotated(ctx context.Context, t *testing.T, cs kubernetes.I
 		t.Fatalf("the restored keys were never rotated out: %v; key Secret annotations %v", err, sec.GetAnnotations())
 	}
 	write := sec.Annotations[kubefarmv1.AnnotationEncryptionWriteKey]
+	t.Logf("the restored keys rotated out for %s %.1fs after Ready", write, time.Since(start).Seconds())
 	if _, ok := sec.Data[write]; !ok || write == "key-1" {
 		t.Errorf("after the restore the tenant writes with %q of %d keys, want one fresh key", write, len(sec.Data))
 	}
