@@ -117,20 +117,31 @@ func (r *Reconciler) restoreVerdict(ctx context.Context, run *backupRun) (sealed
 	case failure != "":
 		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " failed: " + failure
 	}
+	return parseRestoreVerdict(run.job.Name, run.ok, msg)
+}
+
+// parseRestoreVerdict reads the termination message of a check Job's pod
+// (ok: the Job completed). A reason is taken only if it looks like one,
+// and the messages are cut: the pod's output is input like any other.
+func parseRestoreVerdict(job string, ok bool, msg string) (sealed []byte, reason, why string) {
 	var res restoreCheckResult
 	if len(msg) > maxResultMessage || json.Unmarshal([]byte(strings.TrimSpace(msg)), &res) != nil {
-		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " left no verdict: " + truncate(msg, 500)
+		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + job + " left no verdict: " + truncate(msg, 500)
 	}
-	if res.Reason != "" || res.Error != "" || !run.ok {
+	if res.Reason != "" || res.Error != "" || !ok {
 		reason = res.Reason
-		if reason == "" || !conditionReason(reason) {
+		if !conditionReason(reason) {
 			reason = v1alpha1.ReasonRestoreCheckFailed
 		}
-		return nil, reason, truncate(res.Error, 1000)
+		why = truncate(res.Error, 1000)
+		if why == "" {
+			why = "Job " + job + " failed"
+		}
+		return nil, reason, why
 	}
-	sealed, err = base64.StdEncoding.DecodeString(res.Sealed)
+	sealed, err := base64.StdEncoding.DecodeString(res.Sealed)
 	if err != nil || len(sealed) == 0 {
-		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " passed the snapshot but handed back no keys"
+		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + job + " passed the snapshot but handed back no keys"
 	}
 	return sealed, "", ""
 }
