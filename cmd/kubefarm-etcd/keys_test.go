@@ -318,6 +318,54 @@ func TestSnapshotKeys(t *testing.T) {
 			}
 		}
 		opens(t, filepath.Join(got, res.File), filepath.Join(got, etcdsnapshot.KeysName(res.File)))
+
+		// A restore straight from the bucket: the check downloads the
+		// pair, the restore the snapshot (and removes its download).
+		s3Flags := []string{"--s3-bucket", "backups", "--s3-endpoint", srv.Endpoint, "--s3-prefix", "t/", "--s3-region", "us-east-1"}
+		idFile := filepath.Join(t.TempDir(), "identity")
+		if err := os.WriteFile(idFile, []byte(id.String()+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := age.GenerateX25519Identity()
+		for _, c := range []struct{ name, snapshot, reason string }{
+			{"the pair from the bucket", res.File, ""},
+			{"a snapshot the bucket does not hold", prefix + "-20200101T000000Z.db", etcdsnapshot.ReasonSnapshotMissing},
+		} {
+			check := append([]string{"restore-check", "--snapshot", c.snapshot, "--identity", idFile, "--reseal",
+				"--fetch-dir", t.TempDir(), "--termination-log", ""}, s3Flags...)
+			r := runTool(t, bin, creds, check...)
+			noSecrets(t, r)
+			var cr etcdsnapshot.CheckResult
+			if err := json.Unmarshal(r.stdout, &cr); err != nil {
+				t.Fatalf("%s: stdout %q: %v", c.name, r.stdout, err)
+			}
+			if cr.Reason != c.reason || (r.code == 0) != (c.reason == "") {
+				t.Errorf("%s: exit %d, reason %q (%s); want %q\n%s", c.name, r.code, cr.Reason, cr.Error, c.reason, r.stderr)
+			}
+			checkResealed(t, c.name, cr, c.reason == "", id, other)
+		}
+		r = runTool(t, bin, nil, append([]string{"restore-check", "--snapshot", res.File, "--identity", idFile, "--termination-log", ""}, s3Flags...)...)
+		if r.code != exitUsage || !bytes.Contains(r.stdout, []byte(s3target.EnvAccessKeyID)) {
+			t.Errorf("restore-check from a bucket without credentials: exit %d, %s", r.code, r.stdout)
+		}
+
+		dst := newMember(t, "alpha-etcd-1")
+		fetch := t.TempDir()
+		restore := append([]string{"restore", "--snapshot", res.File, "--data-dir", dst.dataDir, "--name", dst.name,
+			"--initial-cluster", dst.initialCluster(), "--initial-advertise-peer-urls", dst.peerURL,
+			"--initial-cluster-token", dst.token, "--fetch-dir", fetch, "--termination-log", ""}, s3Flags...)
+		r = runTool(t, bin, creds, restore...)
+		noSecrets(t, r)
+		var rr etcdsnapshot.RestoreResult
+		if err := json.Unmarshal(r.stdout, &rr); err != nil || r.code != 0 || rr.Action != etcdsnapshot.ActionRestored || rr.Revision != res.Revision {
+			t.Fatalf("restore from the bucket: exit %d, %s (%v)\n%s", r.code, r.stdout, err, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(dst.dataDir, "member")); err != nil {
+			t.Errorf("no member in the restored data directory: %v", err)
+		}
+		if left, _ := os.ReadDir(fetch); len(left) != 0 {
+			t.Errorf("the download is left in --fetch-dir: %v", left)
+		}
 	})
 }
 

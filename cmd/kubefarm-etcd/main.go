@@ -32,6 +32,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 	"github.com/kubefarm/kubefarm/internal/etcdsnapshot"
 	"github.com/kubefarm/kubefarm/internal/s3target"
 )
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "restore":
 		return runRestore(args[1:], stdout, stderr, getenv)
 	case "restore-check":
-		return runRestoreCheck(args[1:], stdout, stderr)
+		return runRestoreCheck(ctx, args[1:], stdout, stderr, getenv)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -140,11 +141,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
 		return code
 	}
-	o.S3.Credentials = etcdsnapshot.S3Credentials{
-		AccessKeyID:     getenv(s3target.EnvAccessKeyID),
-		SecretAccessKey: getenv(s3target.EnvSecretAccessKey),
-		SessionToken:    getenv(s3target.EnvSessionToken),
-	}
+	o.S3.Credentials = s3Credentials(getenv)
 	var err error
 	if o.Endpoints, err = etcdsnapshot.ParseEndpoints(endpoints); err != nil {
 		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitFailed)
@@ -193,9 +190,13 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line (at most 4000 bytes), written only if it exists and is writable, as "+
 			"the kubelet's termination log in a container; empty disables it")
+	addS3FetchFlags(fs, &o.S3)
+	fs.StringVar(&o.FetchDir, "fetch-dir", "",
+		"with --s3-bucket: the directory the snapshot is downloaded into, only when a restore will happen, and removed from after it")
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
 		return code
 	}
+	o.S3.Credentials = s3Credentials(getenv)
 	o.AdvertisePeerURLs = etcdsnapshot.SplitList(advertise)
 	lg := newLogger(stderr)
 	defer func() { _ = lg.Sync() }()
@@ -207,11 +208,14 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 	return report(stdout, stderr, tlog, res.Line(), exitOK)
 }
 
-func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
+func runRestoreCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("kubefarm-etcd restore-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var snapshot, keys, identity, tlog string
+	var snapshot, keys, identity, tlog, fetchDir string
 	var reseal bool
+	var s3o etcdsnapshot.S3Options
+	addS3FetchFlags(fs, &s3o)
+	fs.StringVar(&fetchDir, "fetch-dir", os.TempDir(), "with --s3-bucket: the directory the snapshot and its key file are downloaded into")
 	fs.StringVar(&snapshot, "snapshot", "", "snapshot file, as kubefarm-etcd snapshot wrote it (required)")
 	fs.StringVar(&keys, "keys", "", "its key file (default: the snapshot's name followed by "+etcdsnapshot.KeysSuffix+")")
 	fs.StringVar(&identity, "identity", "",
@@ -223,19 +227,29 @@ func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
 		return code
 	}
-	if keys == "" {
-		keys = etcdsnapshot.KeysName(snapshot)
-	}
+	s3o.Credentials = s3Credentials(getenv)
 	var ids []age.Identity
 	err := errors.New("--snapshot and --identity are required")
 	if snapshot != "" && identity != "" {
 		ids, err = etcdsnapshot.ReadIdentities(identity)
+	}
+	if err == nil && s3o.Enabled() {
+		err = errors.Join(s3o.Validate(), etcdsnapshot.ValidateFetchName(snapshot))
 	}
 	if err != nil {
 		return report(stdout, stderr, tlog, etcdsnapshot.ErrorLine(err), exitUsage)
 	}
 	lg := newLogger(stderr)
 	defer func() { _ = lg.Sync() }()
+	if s3o.Enabled() {
+		name := snapshot
+		if snapshot, keys, err = etcdsnapshot.FetchPair(ctx, s3o, name, fetchDir, lg); err != nil {
+			return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(s3o.Key(name), s3o.Key(etcdsnapshot.KeysName(name)), backupkeys.Keys{}, err), exitFailed)
+		}
+	}
+	if keys == "" {
+		keys = etcdsnapshot.KeysName(snapshot)
+	}
 	k, err := etcdsnapshot.Preflight(snapshot, keys, lg, ids...)
 	if err != nil {
 		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, err), exitFailed)
@@ -248,6 +262,29 @@ func runRestoreCheck(args []string, stdout, stderr io.Writer) int {
 		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keys, k, err), exitFailed)
 	}
 	return report(stdout, stderr, tlog, line, exitOK)
+}
+
+// addS3FetchFlags registers where restore and restore-check download a
+// snapshot from instead of reading a file.
+func addS3FetchFlags(fs *flag.FlagSet, o *etcdsnapshot.S3Options) {
+	fs.StringVar(&o.Bucket, "s3-bucket", "",
+		"S3 bucket to download the snapshot from (optional; --snapshot is then its name after --s3-prefix, and the other "+
+			"--s3-* flags need it). Credentials come only from the environment: $"+s3target.EnvAccessKeyID+" and $"+
+			s3target.EnvSecretAccessKey+" (required), $"+s3target.EnvSessionToken+" (optional); never logged")
+	fs.StringVar(&o.Endpoint, "s3-endpoint", "", "S3 endpoint, https://host[:port] or http://host[:port] (required with --s3-bucket)")
+	fs.StringVar(&o.Prefix, "s3-prefix", "", "start of the object keys: the snapshot is <s3-prefix><snapshot>, its key file <s3-prefix><snapshot>"+etcdsnapshot.KeysSuffix)
+	fs.StringVar(&o.Region, "s3-region", "", "the bucket's S3 region (optional; empty lets the client find it)")
+	fs.StringVar(&o.CAFile, "s3-ca-file", "", "PEM file of the CAs the https endpoint's certificate is checked against (optional)")
+}
+
+// s3Credentials reads the S3 credentials from the environment, their only
+// source.
+func s3Credentials(getenv func(string) string) etcdsnapshot.S3Credentials {
+	return etcdsnapshot.S3Credentials{
+		AccessKeyID:     getenv(s3target.EnvAccessKeyID),
+		SecretAccessKey: getenv(s3target.EnvSecretAccessKey),
+		SessionToken:    getenv(s3target.EnvSessionToken),
+	}
 }
 
 // recipientsOf are the recipients of the X25519 identities among ids (the

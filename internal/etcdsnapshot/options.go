@@ -221,6 +221,11 @@ type RestoreOptions struct {
 	// cluster was bootstrapped already and a member without data must join
 	// it, never come back with a snapshot's old data.
 	InitialClusterState string
+	// S3, when enabled, is where the snapshot is: Snapshot is then its name
+	// after S3.Prefix, downloaded into FetchDir only when a restore will
+	// happen, and removed after it.
+	S3       S3Options
+	FetchDir string
 }
 
 // Validate checks the options; every member of the restored cluster must
@@ -229,6 +234,12 @@ func (o RestoreOptions) Validate() error {
 	var errs []error
 	if o.Snapshot == "" {
 		errs = append(errs, errors.New("--snapshot is required"))
+	}
+	if o.S3.Enabled() || o.FetchDir != "" {
+		errs = append(errs, o.S3.Validate(), ValidateFetchName(o.Snapshot))
+		if o.FetchDir == "" || !o.S3.Enabled() {
+			errs = append(errs, errors.New("--s3-bucket and --fetch-dir go together"))
+		}
 	}
 	if clean := filepath.Clean(o.DataDir); o.DataDir == "" || clean == "/" || clean == "." {
 		errs = append(errs, fmt.Errorf("--data-dir %q: name the member's data directory, such as %s", o.DataDir, DefaultDataDir))

@@ -165,6 +165,15 @@ func TestRestoreOptionsValidate(t *testing.T) {
 		}, wantErr: []string{"differ from m1's URLs"}},
 		{name: "bad advertised URL", edit: func(o *RestoreOptions) { o.AdvertisePeerURLs = []string{"m1:2380"} },
 			wantErr: []string{"--initial-advertise-peer-urls"}},
+		{name: "from a bucket", edit: func(o *RestoreOptions) { *o = fromBucket(*o) }},
+		{name: "from a bucket, a path as the name", edit: func(o *RestoreOptions) { *o = fromBucket(*o); o.Snapshot = "t/s.db" },
+			wantErr: []string{`--snapshot "t/s.db": with --s3-bucket`}},
+		{name: "from a bucket, no download directory", edit: func(o *RestoreOptions) { *o = fromBucket(*o); o.FetchDir = "" },
+			wantErr: []string{"--s3-bucket and --fetch-dir go together"}},
+		{name: "from a bucket, no credentials", edit: func(o *RestoreOptions) { *o = fromBucket(*o); o.S3.Credentials = S3Credentials{} },
+			wantErr: []string{"AWS_ACCESS_KEY_ID is required"}},
+		{name: "a download directory without a bucket", edit: func(o *RestoreOptions) { o.FetchDir = "/restore" },
+			wantErr: []string{"--s3-bucket and --fetch-dir go together"}},
 	}
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,6 +196,14 @@ func TestRestoreOptionsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fromBucket is o restoring s.db from a bucket.
+func fromBucket(o RestoreOptions) RestoreOptions {
+	o.Snapshot, o.FetchDir = "s.db", "/restore"
+	o.S3 = S3Options{Endpoint: "https://s3.example.com", Bucket: "backups", Prefix: "t/",
+		Credentials: S3Credentials{AccessKeyID: "a", SecretAccessKey: "s"}}
+	return o
 }
 
 func TestSplitList(t *testing.T) {

@@ -1,6 +1,7 @@
 package etcdsnapshot
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -56,6 +57,17 @@ func Restore(o RestoreOptions, lg *zap.Logger) (RestoreResult, error) {
 		return res, nil
 	}
 
+	if o.S3.Enabled() {
+		local := filepath.Join(o.FetchDir, o.Snapshot)
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+		defer cancel()
+		if err := FetchFromS3(ctx, o.S3, o.S3.Key(o.Snapshot), local, MaxFetchedSnapshot, lg); err != nil {
+			return res, err
+		}
+		// The download served this restore only: its space goes back.
+		defer func() { _ = os.Remove(local) }()
+		o.Snapshot = local
+	}
 	st, err := Verify(o.Snapshot, lg)
 	if err != nil {
 		return fail("verifying snapshot "+o.Snapshot, err)
