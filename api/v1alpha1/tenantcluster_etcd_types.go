@@ -188,20 +188,31 @@ type EtcdBackupVolume struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
-// EtcdRestoreSource names a snapshot taken by kubefarm's etcd backup.
+// EtcdRestoreSource names a snapshot taken by kubefarm's etcd backup, on a
+// claim or in an S3-compatible bucket.
+// +kubebuilder:validation:XValidation:rule="has(self.claimName) != has(self.s3)",message="exactly one of claimName and s3: the snapshot is on a claim or in a bucket"
 type EtcdRestoreSource struct {
 	// ClaimName is the PersistentVolumeClaim, in the tenant's namespace,
 	// that holds the snapshot (for example "<tenant>-etcd-backup"). Every
 	// member mounts it read-only while it restores: with several members on
 	// different nodes the claim must allow that (ReadOnlyMany or
 	// ReadWriteMany), or the members must share a node.
-	// +required
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	ClaimName string `json:"claimName"`
+	ClaimName string `json:"claimName,omitempty"`
 
-	// Snapshot is the file name in the claim, as status.backup.lastSnapshot
-	// reported it (for example "tenant-a-20261124T030000Z.db").
+	// S3 is the bucket the snapshot and its key file were uploaded to (as
+	// spec.etcd.backup.s3 does): the restore's check and each member
+	// download them into an emptyDir, with the credentials Secret's keys
+	// in their environment. Its prefix defaults to that of the tenant the
+	// snapshot was taken of, "<namespace>/<snapshot's tenant>/".
+	// +optional
+	S3 *EtcdBackupS3 `json:"s3,omitempty"`
+
+	// Snapshot is the file name in the claim (or the object's name after
+	// the prefix), as status.backup.lastSnapshot reported it (for example
+	// "tenant-a-20261124T030000Z.db").
 	// +required
 	// +kubebuilder:validation:MinLength=4
 	// +kubebuilder:validation:MaxLength=200

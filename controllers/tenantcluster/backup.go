@@ -157,22 +157,9 @@ func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMi
 	if s3 == nil {
 		return nil
 	}
-	secret := &corev1.Secret{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.cluster.Namespace, Name: s3.CredentialsSecret}, secret)
-	var msg string
-	switch {
-	case apierrors.IsNotFound(err):
-		msg = fmt.Sprintf("the S3 credentials Secret %s/%s (spec.etcd.backup.s3.credentialsSecret) does not exist", s.cluster.Namespace, s3.CredentialsSecret)
-	case err != nil:
-		return fmt.Errorf("reading the S3 credentials Secret %s: %w", s3.CredentialsSecret, err)
-	default:
-		for _, key := range []string{desired.S3AccessKeyIDKey, desired.S3SecretAccessKeyKey} {
-			if len(secret.Data[key]) == 0 {
-				msg = fmt.Sprintf("the S3 credentials Secret %s/%s (spec.etcd.backup.s3.credentialsSecret) has no key %s",
-					s.cluster.Namespace, s3.CredentialsSecret, key)
-				break
-			}
-		}
+	msg, err := r.missingS3Credentials(ctx, s.cluster.Namespace, s3.CredentialsSecret, "spec.etcd.backup.s3.credentialsSecret")
+	if err != nil {
+		return err
 	}
 	if msg != "" {
 		r.setCondition(s.tc, conditions.New(v1alpha1.ConditionEtcdBackedUp, false, v1alpha1.ReasonBackupCredentialsMissing, msg))
@@ -181,6 +168,26 @@ func (r *Reconciler) checkBackupCredentials(ctx context.Context, s *scope, wasMi
 		}
 	}
 	return nil
+}
+
+// missingS3Credentials says what is missing of the S3 credentials Secret
+// name (the spec's field), or "": the Secret, or one of its two keys. Its
+// values are only tested for presence, never kept, logged or reported.
+func (r *Reconciler) missingS3Credentials(ctx context.Context, namespace, name, field string) (string, error) {
+	secret := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Sprintf("the S3 credentials Secret %s/%s (%s) does not exist", namespace, name, field), nil
+	case err != nil:
+		return "", fmt.Errorf("reading the S3 credentials Secret %s: %w", name, err)
+	}
+	for _, key := range []string{desired.S3AccessKeyIDKey, desired.S3SecretAccessKeyKey} {
+		if len(secret.Data[key]) == 0 {
+			return fmt.Sprintf("the S3 credentials Secret %s/%s (%s) has no key %s", namespace, name, field, key), nil
+		}
+	}
+	return "", nil
 }
 
 // backupBlockedBy is the reason EtcdBackedUp reports a Secret no run can

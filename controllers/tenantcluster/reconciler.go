@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -189,8 +190,10 @@ const backupSecretsIndex = "spec.etcd.backup.secrets"
 func backupSecretsOf(o client.Object) []string {
 	tc := o.(*v1alpha1.TenantCluster)
 	var out []string
-	if key := restoreKeyOf(tc); key != "" {
-		out = append(out, key)
+	for _, name := range []string{restoreKeyOf(tc), restoreCredentialsOf(tc)} {
+		if name != "" {
+			out = append(out, name)
+		}
 	}
 	b := tc.Spec.Etcd.Backup
 	if b == nil {
@@ -201,10 +204,16 @@ func backupSecretsOf(o client.Object) []string {
 		key = desired.EtcdBackupKeySecretName(tc.Name)
 	}
 	out = append(out, key)
-	if b.S3 != nil && b.S3.CredentialsSecret != "" && b.S3.CredentialsSecret != key {
+	if b.S3 != nil && b.S3.CredentialsSecret != "" {
 		out = append(out, b.S3.CredentialsSecret)
 	}
-	return out
+	// Each name once, in the order first seen.
+	seen := map[string]bool{}
+	return slices.DeleteFunc(out, func(n string) bool {
+		dup := seen[n]
+		seen[n] = true
+		return dup
+	})
 }
 
 // restoreKeyOf is the restore's backup key Secret, so that its creation
@@ -220,6 +229,14 @@ func restoreKeyOf(tc *v1alpha1.TenantCluster) string {
 	}
 	if tenant, ok := desired.SnapshotTenant(r.Snapshot); ok {
 		return desired.EtcdBackupKeySecretName(tenant)
+	}
+	return ""
+}
+
+// restoreCredentialsOf is restoreFrom.s3's credentials Secret, or "".
+func restoreCredentialsOf(tc *v1alpha1.TenantCluster) string {
+	if r := tc.Spec.Etcd.RestoreFrom; r != nil && r.S3 != nil {
+		return r.S3.CredentialsSecret
 	}
 	return ""
 }

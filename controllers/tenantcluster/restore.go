@@ -79,6 +79,14 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 	if why != "" {
 		return r.refuseRestore(s, v1alpha1.ReasonBackupKeyMissing, why, nil), nil
 	}
+	if c.RestoreS3 != nil {
+		// Checked here: without them the check's pod, and every member's,
+		// would wait in CreateContainerConfigError, saying so nowhere.
+		why, err := r.missingS3Credentials(ctx, c.Namespace, c.RestoreS3.CredentialsSecret, "spec.etcd.restoreFrom.s3.credentialsSecret")
+		if err != nil || why != "" {
+			return r.refuseRestore(s, v1alpha1.ReasonBackupCredentialsMissing, why, nil), err
+		}
+	}
 	job := &batchv1.Job{}
 	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdRestoreCheckName()}, job); err != nil {
 		return ctrl.Result{}, err
@@ -90,8 +98,8 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 	run := newestFinishedRun([]batchv1.Job{*job}, false)
 	if run == nil {
 		s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, v1alpha1.ReasonRestoreChecking,
-			fmt.Sprintf("Job %s checks snapshot %s on claim %s and its key file with the backup key in Secret %s",
-				job.Name, c.RestoreFrom.Snapshot, c.RestoreFrom.ClaimName, c.RestoreKeySecret)))
+			fmt.Sprintf("Job %s checks snapshot %s %s and its key file with the backup key in Secret %s",
+				job.Name, c.RestoreFrom.Snapshot, restoreSourceName(c), c.RestoreKeySecret)))
 		waitForRestore(r, s)
 		return ctrl.Result{}, nil
 	}
@@ -222,16 +230,27 @@ func restoreHint(c *desired.Cluster, reason string) string {
 	keyFile := c.RestoreFrom.Snapshot + ".keys.age"
 	switch reason {
 	case backupkeys.ReasonKeysMissing:
-		return fmt.Sprintf("put the key file %s beside the snapshot on claim %s, or copy the old tenant's key Secret to %s with its annotations (docs/encryption.md)",
-			keyFile, c.RestoreFrom.ClaimName, c.EncryptionKeySecretName())
+		return fmt.Sprintf("put the key file %s beside the snapshot %s, or copy the old tenant's key Secret to %s with its annotations (docs/encryption.md)",
+			keyFile, restoreSourceName(c), c.EncryptionKeySecretName())
 	case backupkeys.ReasonBackupKeyWrong:
 		return fmt.Sprintf("Secret %s does not hold the backup key %s was sealed to: name the right one in spec.etcd.restoreFrom.backupKeySecretName", c.RestoreKeySecret, keyFile)
 	case backupkeys.ReasonKeysDamaged, backupkeys.ReasonKeysForAnotherSnapshot, backupkeys.ReasonSnapshotKeyUnknown, backupkeys.ReasonSnapshotKeyWrong:
 		return fmt.Sprintf("%s cannot read this snapshot: restore an older snapshot, or copy the old tenant's key Secret to %s with its annotations", keyFile, c.EncryptionKeySecretName())
 	case v1alpha1.ReasonSnapshotMissing, v1alpha1.ReasonSnapshotDamaged:
-		return fmt.Sprintf("restore another snapshot of claim %s (status.backup.lastSnapshot of the old tenant named the newest)", c.RestoreFrom.ClaimName)
+		return fmt.Sprintf("restore another snapshot %s (status.backup.lastSnapshot of the old tenant named the newest)", restoreSourceName(c))
+	case v1alpha1.ReasonBackupCredentialsMissing:
+		return fmt.Sprintf("create it with the keys %s and %s of a user that may read the bucket", desired.S3AccessKeyIDKey, desired.S3SecretAccessKeyKey)
 	}
 	return "the check runs again " + restoreRecheck.String() + " after it finished"
+}
+
+// restoreSourceName says where the snapshot is, for messages: "on claim
+// <name>" or "in s3://<bucket>/<prefix>".
+func restoreSourceName(c *desired.Cluster) string {
+	if s3 := c.RestoreS3; s3 != nil {
+		return "in s3://" + s3.Bucket + "/" + s3.Prefix
+	}
+	return "on claim " + c.RestoreFrom.ClaimName
 }
 
 // recheckRestore deletes a refused check once restoreRecheck has passed,

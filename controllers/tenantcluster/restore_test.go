@@ -151,6 +151,63 @@ func TestEtcdRestoreCheck(t *testing.T) {
 	}
 }
 
+// TestEtcdRestoreFromS3Credentials: a restore from a bucket whose
+// credentials Secret is missing is refused before any pod would wait on
+// it (BackupCredentialsMissing, naming the Secret and the field); once the
+// Secret exists the check Job runs with the credentials as Secret
+// references in its environment and no claim.
+func TestEtcdRestoreFromS3Credentials(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "rs3"
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.32", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{Snapshot: "old-20261124T030000Z.db",
+		S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := age.GenerateX25519Identity()
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "old-etcd-backup-key", Namespace: ns},
+		Data: map[string][]byte{desired.BackupKeyIdentityKey: []byte(id.String())}}); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	poll(ctx, t, "EtcdRestored BackupCredentialsMissing", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		c := condition(got, v1alpha1.ConditionEtcdRestored)
+		return c != nil && c.Reason == v1alpha1.ReasonBackupCredentialsMissing && strings.Contains(c.Message, ns+"/s3-creds") &&
+			strings.Contains(c.Message, "spec.etcd.restoreFrom.s3.credentialsSecret"), conditionsString(got), nil
+	})
+	if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs3-etcd-restore-check"}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a check Job without the credentials: %v", err)
+	}
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s3-creds", Namespace: ns},
+		Data: map[string][]byte{desired.S3AccessKeyIDKey: []byte("AKIA0"), desired.S3SecretAccessKeyKey: []byte("never-shown")}}); err != nil {
+		t.Fatal(err)
+	}
+	job := &batchv1.Job{}
+	poll(ctx, t, "the check Job once the credentials exist", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs3-etcd-restore-check"}, job)
+		return err == nil, fmt.Sprint(err), client.IgnoreNotFound(err)
+	})
+	ctr := job.Spec.Template.Spec.Containers[0]
+	if !strings.Contains(strings.Join(ctr.Args, " "), "--s3-bucket=etcd-backups --s3-prefix="+ns+"/old/") || len(ctr.Env) != 2 ||
+		strings.Contains(fmt.Sprint(job.Spec), "never-shown") {
+		t.Errorf("check Job args %q env %v", ctr.Args, ctr.Env)
+	}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			t.Errorf("a claim in a restore from a bucket: %+v", v)
+		}
+	}
+}
+
 // checkJob waits for the restore's check Job and checks what it holds.
 func checkJob(ctx context.Context, t *testing.T, ns string, tc *v1alpha1.TenantCluster) *batchv1.Job {
 	t.Helper()

@@ -134,7 +134,7 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 				"volume.claimName and s3 are exclusive: snapshots go to one place"))
 		}
 		var s3errs field.ErrorList
-		out.S3, s3errs = c.resolveBackupS3(b.S3, fp.Child("s3"))
+		out.S3, s3errs = resolveS3(c.Namespace, c.Name, b.S3, fp.Child("s3"))
 		errs = append(errs, s3errs...)
 		out.ClaimName = ""
 	} else if out.ClaimName == "" {
@@ -153,12 +153,12 @@ func (c *Cluster) resolveBackup(b *v1alpha1.EtcdBackup, fp *field.Path) field.Er
 	return errs
 }
 
-// resolveBackupS3 validates spec.etcd.backup.s3 with the tool's own rules
-// (so a bad value is refused here, naming the field, not by every run)
-// and fills the default prefix.
-func (c *Cluster) resolveBackupS3(s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*BackupS3, field.ErrorList) {
+// resolveS3 validates spec.etcd.backup.s3 (or restoreFrom.s3) with the
+// tool's own rules (so a bad value is refused here, naming the field, not
+// by every run) and fills the default prefix, that of tenant's snapshots.
+func resolveS3(namespace, tenant string, s3 *v1alpha1.EtcdBackupS3, fp *field.Path) (*BackupS3, field.ErrorList) {
 	var errs field.ErrorList
-	out := &BackupS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: etcdBackupS3Prefix(c.Namespace, c.Name, s3),
+	out := &BackupS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Prefix: etcdBackupS3Prefix(namespace, tenant, s3),
 		Region: s3.Region, CredentialsSecret: s3.CredentialsSecret, CAConfigMap: s3.CAConfigMap}
 	if err := s3target.ValidateEndpoint(out.Endpoint); err != nil {
 		shown := out.Endpoint
@@ -191,7 +191,12 @@ func (c *Cluster) resolveRestore(r *v1alpha1.EtcdRestoreSource, fp *field.Path) 
 		return nil
 	}
 	var errs field.ErrorList
-	errs = append(errs, objectName(fp.Child("claimName"), r.ClaimName)...)
+	switch {
+	case r.ClaimName != "" && r.S3 != nil:
+		errs = append(errs, field.Invalid(fp.Child("claimName"), r.ClaimName, "exactly one of claimName and s3: the snapshot is on a claim or in a bucket"))
+	case r.S3 == nil:
+		errs = append(errs, objectName(fp.Child("claimName"), r.ClaimName)...)
+	}
 	if !validSnapshotName(r.Snapshot) {
 		errs = append(errs, field.Invalid(fp.Child("snapshot"), r.Snapshot,
 			"must be a file name in the claim's top directory ending in .db, such as <tenant>-20261124T030000Z.db"))
@@ -199,7 +204,13 @@ func (c *Cluster) resolveRestore(r *v1alpha1.EtcdRestoreSource, fp *field.Path) 
 	c.RestoreFrom = r.DeepCopy()
 	key, keyErrs := resolveRestoreKey(r, fp)
 	c.RestoreKeySecret = key
-	return append(errs, keyErrs...)
+	errs = append(errs, keyErrs...)
+	if r.S3 != nil {
+		s3, s3errs := c.resolveRestoreS3(r, fp.Child("s3"))
+		c.RestoreS3 = s3
+		errs = append(errs, s3errs...)
+	}
+	return errs
 }
 
 // validSnapshotName accepts a plain file name: no directory, nothing hidden.
@@ -412,30 +423,30 @@ func envFromSecret(name, secret, key string) corev1.EnvVar {
 }
 
 // restoreInitContainer restores c.RestoreFrom into an empty data directory
-// before etcd starts. The tool itself refuses to touch a data directory
-// that holds a member, and restores only when the state the member reads is
-// "new", so a member that restarts, or one recreated after the cluster
-// exists, never gets the snapshot's old data.
-func (c *Cluster) restoreInitContainer() corev1.Container {
+// before etcd starts, and returns the volumes it needs besides the
+// member's. The tool itself refuses to touch a data directory that holds a
+// member, and restores only when the state the member reads is "new", so a
+// member that restarts, or one recreated after the cluster exists, never
+// gets the snapshot's old data (nor downloads it from a bucket).
+func (c *Cluster) restoreInitContainer() (corev1.Container, []corev1.Volume) {
 	self := c.etcdMemberHost("$(POD_NAME)")
-	args := []string{
-		"restore",
-		"--snapshot=" + path.Join(restoreMount, c.RestoreFrom.Snapshot),
-		"--data-dir=" + etcdDataDir,
+	source, env, mounts, volumes := c.restoreSource()
+	args := append(source,
+		"--data-dir="+etcdDataDir,
 		"--name=$(POD_NAME)",
-		"--initial-cluster=$(" + EtcdInitialClusterEnv + ")",
-		"--initial-advertise-peer-urls=" + fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
-		"--initial-cluster-token=" + c.etcdClusterToken(),
-		"--initial-cluster-state=$(" + EtcdStateEnv + ")",
-	}
-	ctr := container(containerRestore, c.Images.Tools, []string{toolsBinary}, args)
+		"--initial-cluster=$("+EtcdInitialClusterEnv+")",
+		"--initial-advertise-peer-urls="+fmt.Sprintf("https://%s:%d", self, EtcdPeerPort),
+		"--initial-cluster-token="+c.etcdClusterToken(),
+		"--initial-cluster-state=$("+EtcdStateEnv+")",
+	)
+	ctr := container(containerRestore, c.Images.Tools, []string{toolsBinary}, append([]string{"restore"}, args...))
 	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
-	ctr.VolumeMounts = []corev1.VolumeMount{
+	ctr.VolumeMounts = append([]corev1.VolumeMount{
 		{Name: volumeEtcdData, MountPath: etcdDataMount},
-		{Name: volumeRestore, MountPath: restoreMount, ReadOnly: true},
 		{Name: volumeTmp, MountPath: tmpDir},
-	}
-	return ctr
+	}, mounts...)
+	ctr.Env = env
+	return ctr, volumes
 }
 
 // etcdClusterToken is --initial-cluster-token: unique per tenant so members

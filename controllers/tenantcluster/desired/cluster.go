@@ -122,6 +122,9 @@ type Cluster struct {
 	// RestoreKeySecret is the Secret with the backup key's identity that
 	// opens RestoreFrom's key file (resolveRestoreKey).
 	RestoreKeySecret string
+	// RestoreS3 is restoreFrom.s3 resolved (the default prefix is the
+	// snapshot's tenant's); nil restores from restoreFrom.claimName.
+	RestoreS3 *BackupS3
 
 	ServiceCIDR netip.Prefix
 	// APIServerServiceIP is the first address of ServiceCIDR: the tenant's

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -83,12 +84,10 @@ func EtcdStatefulSet(c *Cluster, secrets SecretData) (*appsv1.StatefulSet, error
 		if c.Images.Tools == "" {
 			return nil, fmt.Errorf("spec.etcd.restoreFrom needs the etcd tools image: the manager runs without --etcd-tools-image")
 		}
-		restore := c.restoreInitContainer()
-		restore.Env = ctr.Env
+		restore, volumes := c.restoreInitContainer()
+		restore.Env = append(slices.Clone(ctr.Env), restore.Env...)
 		pod.InitContainers = []corev1.Container{restore}
-		pod.Volumes = append(pod.Volumes, corev1.Volume{Name: volumeRestore, VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true},
-		}})
+		pod.Volumes = append(pod.Volumes, volumes...)
 	}
 
 	whenDeleted := appsv1.RetainPersistentVolumeClaimRetentionPolicyType

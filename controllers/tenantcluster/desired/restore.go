@@ -82,32 +82,29 @@ func EtcdRestoreCheckJob(c *Cluster) *batchv1.Job {
 	if c.RestoreFrom == nil {
 		return nil
 	}
-	args := []string{
-		"restore-check",
-		"--snapshot=" + path.Join(restoreMount, c.RestoreFrom.Snapshot),
-		"--identity=" + path.Join(restoreKeyMount, BackupKeyIdentityKey),
+	source, env, mounts, volumes := c.restoreSource()
+	args := append(append([]string{"restore-check"}, source...),
+		"--identity="+path.Join(restoreKeyMount, BackupKeyIdentityKey),
 		"--reseal",
-	}
+	)
 	ctr := container(containerCheck, c.Images.Tools, []string{toolsBinary}, args)
 	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
-	ctr.VolumeMounts = []corev1.VolumeMount{
-		{Name: volumeRestore, MountPath: restoreMount, ReadOnly: true},
+	ctr.VolumeMounts = append([]corev1.VolumeMount{
 		{Name: volumeRestoreKey, MountPath: restoreKeyMount, ReadOnly: true},
 		{Name: volumeTmp, MountPath: tmpDir},
-	}
+	}, mounts...)
+	ctr.Env = env
 	pod := c.basePodSpec(ComponentEtcdRestoreCheck)
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Containers = []corev1.Container{ctr}
-	pod.Volumes = []corev1.Volume{
+	pod.Volumes = append([]corev1.Volume{
 		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volumeRestore, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true}}},
 		{Name: volumeRestoreKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName:  c.RestoreKeySecret,
 			DefaultMode: ptrTo(secretFileMode),
 			Items:       []corev1.KeyToPath{{Key: BackupKeyIdentityKey, Path: BackupKeyIdentityKey}},
 		}}},
-	}
+	}, volumes...)
 	labels := c.labels(ComponentEtcdRestoreCheck)
 	return &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
@@ -121,4 +118,36 @@ func EtcdRestoreCheckJob(c *Cluster) *batchv1.Job {
 			},
 		},
 	}
+}
+
+// restoreSource is how the check and the members' restore reach the
+// snapshot: on the claim, mounted read-only at restoreMount; or (S3) in
+// the bucket, downloaded into an emptyDir there with the credentials from
+// their Secret as environment variables (never arguments). It returns the
+// tool's --snapshot and source arguments, in a fixed order, and the
+// environment, mounts and volumes they need.
+func (c *Cluster) restoreSource() (args []string, env []corev1.EnvVar, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
+	if s3 := c.RestoreS3; s3 != nil {
+		args, env, mounts, volumes = backupS3Wiring(s3)
+		args = append([]string{"--snapshot=" + c.RestoreFrom.Snapshot, "--fetch-dir=" + restoreMount}, args...)
+		mounts = append(mounts, corev1.VolumeMount{Name: volumeRestore, MountPath: restoreMount})
+		volumes = append(volumes, corev1.Volume{Name: volumeRestore, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		return args, env, mounts, volumes
+	}
+	args = []string{"--snapshot=" + path.Join(restoreMount, c.RestoreFrom.Snapshot)}
+	mounts = []corev1.VolumeMount{{Name: volumeRestore, MountPath: restoreMount, ReadOnly: true}}
+	volumes = []corev1.Volume{{Name: volumeRestore, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+		ClaimName: c.RestoreFrom.ClaimName, ReadOnly: true}}}}
+	return args, env, mounts, volumes
+}
+
+// resolveRestoreS3 resolves restoreFrom.s3 like spec.etcd.backup.s3, the
+// default prefix being that of the tenant the snapshot was taken of.
+func (c *Cluster) resolveRestoreS3(r *v1alpha1.EtcdRestoreSource, fp *field.Path) (*BackupS3, field.ErrorList) {
+	tenant, ok := SnapshotTenant(r.Snapshot)
+	if !ok && r.S3.Prefix == "" {
+		return nil, field.ErrorList{field.Required(fp.Child("prefix"),
+			"the snapshot's name is not <tenant>-<UTC time>.db, so the default prefix <namespace>/<tenant>/ cannot be told: name it")}
+	}
+	return resolveS3(c.Namespace, tenant, r.S3, fp)
 }

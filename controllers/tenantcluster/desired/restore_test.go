@@ -139,3 +139,89 @@ func TestNewRestoredEncryptionKeySecret(t *testing.T) {
 		t.Error("a write key that is not among the keys was accepted")
 	}
 }
+
+// TestEtcdRestoreFromS3: with restoreFrom.s3 the check and every member's
+// restore download from the bucket into an emptyDir (no claim), with the
+// credentials as Secret references in their environment, never in their
+// arguments; the prefix defaults to the snapshot's tenant's.
+func TestEtcdRestoreFromS3(t *testing.T) {
+	const snap = "old-20261124T030000Z.db"
+	withS3Restore := func(tc *v1alpha1.TenantCluster) {
+		tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{Snapshot: snap, S3: goodS3()}
+	}
+	cl := mustResolve(t, newTC(withS3Restore), toolsOptions())
+	wantSource := []string{"--snapshot=" + snap, "--fetch-dir=/restore", "--s3-endpoint=https://s3.example.com",
+		"--s3-bucket=etcd-backups", "--s3-prefix=tenants/old/"}
+	checkPod := func(what string, args []string, env []corev1.EnvVar, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
+		t.Helper()
+		for _, w := range wantSource {
+			if !slices.Contains(args, w) {
+				t.Errorf("%s: args %q lack %s", what, args, w)
+			}
+		}
+		creds := 0
+		for _, e := range env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "s3-creds" {
+				creds++
+			}
+			if e.Value != "" && strings.Contains(e.Name, "SECRET") {
+				t.Errorf("%s: %s given as a value", what, e.Name)
+			}
+		}
+		if creds != 2 {
+			t.Errorf("%s: %d variables from s3-creds, want the key ID and the secret", what, creds)
+		}
+		for _, m := range mounts {
+			if m.Name == volumeRestore && (m.ReadOnly || m.MountPath != "/restore") {
+				t.Errorf("%s: the download directory is mounted %+v", what, m)
+			}
+		}
+		for _, v := range volumes {
+			if v.PersistentVolumeClaim != nil && v.Name == volumeRestore {
+				t.Errorf("%s: a claim for a restore from a bucket", what)
+			}
+			if v.Name == volumeRestore && v.EmptyDir == nil {
+				t.Errorf("%s: the download directory is %+v, want an emptyDir", what, v.VolumeSource)
+			}
+		}
+	}
+	job := EtcdRestoreCheckJob(cl)
+	pod := job.Spec.Template.Spec
+	checkPod("check", pod.Containers[0].Args, pod.Containers[0].Env, pod.Containers[0].VolumeMounts, pod.Volumes)
+	sts, err := EtcdStatefulSet(cl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sts.Spec.Template.Spec
+	ini := spec.InitContainers[0]
+	checkPod("restore", ini.Args, ini.Env, ini.VolumeMounts, spec.Volumes)
+	if !slices.ContainsFunc(ini.Env, func(e corev1.EnvVar) bool { return e.Name == EtcdInitialClusterEnv }) {
+		t.Errorf("the restore lost etcd's environment: %v", ini.Env)
+	}
+
+	for _, c := range []struct {
+		name string
+		src  v1alpha1.EtcdRestoreSource
+		want string
+	}{
+		{"a claim and a bucket", v1alpha1.EtcdRestoreSource{ClaimName: "b", Snapshot: snap, S3: goodS3()}, "spec.etcd.restoreFrom.claimName: Invalid value"},
+		{"a renamed object without a prefix", v1alpha1.EtcdRestoreSource{Snapshot: "renamed.db", BackupKeySecretName: "k", S3: goodS3()},
+			"spec.etcd.restoreFrom.s3.prefix: Required"},
+		{"a bad bucket", v1alpha1.EtcdRestoreSource{Snapshot: snap, S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "B",
+			CredentialsSecret: "c"}}, "spec.etcd.restoreFrom.s3.bucket"},
+	} {
+		src := c.src
+		_, err := Resolve(newTC(func(tc *v1alpha1.TenantCluster) { tc.Spec.Etcd.RestoreFrom = &src }), toolsOptions())
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error naming %s", c.name, err, c.want)
+		}
+	}
+	withPrefix := mustResolve(t, newTC(func(tc *v1alpha1.TenantCluster) {
+		s3 := goodS3()
+		s3.Prefix = "elsewhere/"
+		tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{Snapshot: "renamed.db", BackupKeySecretName: "k", S3: s3}
+	}), toolsOptions())
+	if withPrefix.RestoreS3.Prefix != "elsewhere/" {
+		t.Errorf("prefix %q, want the one named", withPrefix.RestoreS3.Prefix)
+	}
+}
