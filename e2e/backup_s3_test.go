@@ -35,9 +35,12 @@ import (
 // in the bucket under the default prefix <namespace>/<tenant>/, its size is
 // the one the status reports, and it is a whole etcd snapshot of the
 // reported revision; no claim is made; the credentials reach the pod only
-// through the Secret.
+// through the Secret. Then the tenant and its key Secret are deleted, and a
+// TenantCluster of another name restored straight from the bucket
+// (restoreFrom.s3, no hand step) comes up Ready with the snapshot's
+// ConfigMap and Secret.
 func TestTenantBackupS3(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 18*time.Minute)
 	defer cancel()
 	_, cs, c := adminClients(t)
 
@@ -93,6 +96,19 @@ func TestTenantBackupS3(t *testing.T) {
 			t.Errorf("the CronJob's container %s has the secret key in its arguments", ctr.Name)
 		}
 	}
+	// What the snapshot must bring back, a Secret among it.
+	tenant, err := kubernetes.NewForConfig(tenantConfig(t, ctx, cs, got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenant.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept-s3"},
+		Data: map[string]string{"answer": "42"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tenant.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "kept-s3"},
+		StringData: map[string]string{"password": "from-the-bucket"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if _, err := cs.BatchV1().Jobs(ns.Name).Create(ctx, jobFromCronJob(cj, "manual-1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -142,10 +158,51 @@ func TestTenantBackupS3(t *testing.T) {
 	waitFor(t, "the TenantCluster was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
 		return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
 	})
+	// Nothing of the old tenant is left to copy but its backup key.
 	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-encryption", metav1.DeleteOptions{})
-	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-etcd-backup-key", metav1.DeleteOptions{})
 	_ = os.Remove(file)
+	restoreFromBucket(t, ctx, cs, c, ns.Name, tc.Name, kubefarmv1.EtcdRestoreSource{Snapshot: snap.File,
+		S3: &kubefarmv1.EtcdBackupS3{Endpoint: srv.Endpoint, Bucket: bucket, CredentialsSecret: "s3-creds"}})
+	_ = cs.CoreV1().Secrets(ns.Name).Delete(ctx, tc.Name+"-etcd-backup-key", metav1.DeleteOptions{})
 }
+
+// restoreFromBucket: a TenantCluster of another name restored straight
+// from the bucket, with no hand step, comes up Ready with the snapshot's
+// ConfigMap and Secret; then it is deleted with what it left.
+func restoreFromBucket(t *testing.T, ctx context.Context, cs kubernetes.Interface, c client.Client, ns, old string, from kubefarmv1.EtcdRestoreSource) {
+	t.Helper()
+	tc := backupTenant(t, ns, kubefarmv1.EtcdBackup{})
+	tc.Name, tc.Spec.Etcd.Backup, tc.Spec.Etcd.RestoreFrom = old+"-from-s3", nil, &from
+	if err := c.Create(ctx, tc); err != nil {
+		t.Fatalf("creating the TenantCluster restored from the bucket: %v", err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	waitFor := tenantWaiter(ctx, func() string { return describeTenant(c, cs, key) + describeBackups(ctx, cs, key.Namespace) })
+	got := &kubefarmv1.TenantCluster{}
+	start := time.Now()
+	waitFor(t, "the TenantCluster restored from the bucket never became Ready", 8*time.Minute, tenantReady(c, key, got, ""))
+	t.Logf("restored from the bucket and Ready %.1fs after its creation", time.Since(start).Seconds())
+	if cond := meta.FindStatusCondition(got.Status.Conditions, kubefarmv1.ConditionEtcdRestored); cond == nil || cond.Reason != kubefarmv1.ReasonKeysRestored {
+		t.Errorf("EtcdRestored %+v, want True %s", cond, kubefarmv1.ReasonKeysRestored)
+	}
+	tenant, err := kubernetes.NewForConfig(tenantConfig(t, ctx, cs, got))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := tenant.CoreV1().ConfigMaps("default").Get(ctx, "kept-s3", metav1.GetOptions{}); err != nil || cm.Data["answer"] != "42" {
+		t.Errorf("ConfigMap kept-s3 after the restore from the bucket: %v %v", cm, err)
+	}
+	if s, err := tenant.CoreV1().Secrets("default").Get(ctx, "kept-s3", metav1.GetOptions{}); err != nil || string(s.Data["password"]) != "from-the-bucket" {
+		t.Errorf("Secret kept-s3 after the restore from the bucket: %v, want its value back", err)
+	}
+	if err := c.Delete(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the TenantCluster restored from the bucket was never deleted", 2*time.Minute, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(c.Get(ctx, key, &kubefarmv1.TenantCluster{})), nil
+	})
+}
+
 
 // checkKeyFile downloads the key file stored beside the snapshot and opens
 // it as a restore would, with the identity of the backup key kubefarm made
