@@ -203,7 +203,6 @@ func restoreFromBucket(t *testing.T, ctx context.Context, cs kubernetes.Interfac
 	})
 }
 
-
 // checkKeyFile downloads the key file stored beside the snapshot and opens
 // it as a restore would, with the identity of the backup key kubefarm made
 // (<tenant>-etcd-backup-key): bound to the downloaded snapshot, its keys
