@@ -40,17 +40,8 @@ import (
 func TestEtcdRestoreCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	tc := exampleTenantCluster(t, ns)
-	tc.Name = "rs"
-	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.31", Port: 443}
-	tc.Spec.Etcd.Replicas = 1
 	const snapshot = "old-20261124T030000Z.db"
-	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{ClaimName: "old-etcd-backup", Snapshot: snapshot}
-	if err := env.Client.Create(ctx, tc); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(tc)
+	ns, key := restoringTenant(ctx, t, "rs", "203.0.113.31", v1alpha1.EtcdRestoreSource{ClaimName: "old-etcd-backup", Snapshot: snapshot})
 	restored := func(reason string, status metav1.ConditionStatus, contains ...string) *v1alpha1.TenantCluster {
 		t.Helper()
 		var got *v1alpha1.TenantCluster
@@ -159,22 +150,13 @@ func TestEtcdRestoreCheck(t *testing.T) {
 func TestEtcdRestoreFromS3Credentials(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	tc := exampleTenantCluster(t, ns)
-	tc.Name = "rs3"
-	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.32", Port: 443}
-	tc.Spec.Etcd.Replicas = 1
-	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{Snapshot: "old-20261124T030000Z.db",
-		S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}}
-	if err := env.Client.Create(ctx, tc); err != nil {
-		t.Fatal(err)
-	}
+	ns, key := restoringTenant(ctx, t, "rs3", "203.0.113.32", v1alpha1.EtcdRestoreSource{Snapshot: "old-20261124T030000Z.db",
+		S3: &v1alpha1.EtcdBackupS3{Endpoint: "https://s3.example.com", Bucket: "etcd-backups", CredentialsSecret: "s3-creds"}})
 	id, _ := age.GenerateX25519Identity()
 	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "old-etcd-backup-key", Namespace: ns},
 		Data: map[string][]byte{desired.BackupKeyIdentityKey: []byte(id.String())}}); err != nil {
 		t.Fatal(err)
 	}
-	key := client.ObjectKeyFromObject(tc)
 	poll(ctx, t, "EtcdRestored BackupCredentialsMissing", 2*time.Minute, func(ctx context.Context) (bool, string, error) {
 		got, err := getTC(ctx, key)
 		if err != nil {
@@ -206,6 +188,22 @@ func TestEtcdRestoreFromS3Credentials(t *testing.T) {
 			t.Errorf("a claim in a restore from a bucket: %+v", v)
 		}
 	}
+}
+
+// restoringTenant creates, in a new namespace, a one-member TenantCluster
+// name exposed on ip that restores from.
+func restoringTenant(ctx context.Context, t *testing.T, name, ip string, from v1alpha1.EtcdRestoreSource) (string, client.ObjectKey) {
+	t.Helper()
+	ns := newNamespace(t)
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = name
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: ip, Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.RestoreFrom = &from
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	return ns, client.ObjectKeyFromObject(tc)
 }
 
 // checkJob waits for the restore's check Job and checks what it holds.
