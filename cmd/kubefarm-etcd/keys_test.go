@@ -292,6 +292,34 @@ func TestSnapshotKeys(t *testing.T) {
 			}
 			checkResealed(t, c.name, got, c.reason == "", id, other)
 		}
+
+		// Keys supplied by hand, in the clear (--keys-config): the same
+		// check on the snapshot, with no key file.
+		type named = struct {
+			name string
+			key  []byte
+		}
+		for _, c := range []struct {
+			name, config, reason string
+		}{
+			{"the keys in force", config, ""},
+			{"a key missing", encryptionConfig(t, named{"key-2", key2}), backupkeys.ReasonSnapshotKeyUnknown},
+			{"other bytes under a key's name", encryptionConfig(t, named{"key-2", key2}, named{"key-1", newKey(t)}), backupkeys.ReasonSnapshotKeyWrong},
+			{"not a configuration", write("junk.json", []byte("{")), backupkeys.ReasonKeysDamaged},
+		} {
+			r := runTool(t, bin, nil, "restore-check", "--snapshot", snap, "--keys-config", c.config, "--termination-log", "")
+			noSecrets(t, r)
+			var got etcdsnapshot.CheckResult
+			if err := json.Unmarshal(r.stdout, &got); err != nil {
+				t.Fatalf("--keys-config, %s: stdout %q: %v", c.name, r.stdout, err)
+			}
+			if got.Reason != c.reason || (r.code == 0) != (c.reason == "") || got.Sealed != "" {
+				t.Errorf("--keys-config, %s: exit %d, reason %q (%s); want %q", c.name, r.code, got.Reason, got.Error, c.reason)
+			}
+		}
+		if r := runTool(t, bin, nil, "restore-check", "--snapshot", snap, "--keys-config", config, "--identity", idFile, "--termination-log", ""); r.code != exitUsage {
+			t.Errorf("--keys-config with --identity: exit %d, want %d", r.code, exitUsage)
+		}
 	})
 
 	t.Run("in a bucket the key file is uploaded beside the snapshot", func(t *testing.T) {

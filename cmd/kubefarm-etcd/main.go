@@ -211,7 +211,7 @@ func runRestore(args []string, stdout, stderr io.Writer, getenv func(string) str
 func runRestoreCheck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("kubefarm-etcd restore-check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var snapshot, keys, identity, tlog, fetchDir string
+	var snapshot, keys, identity, keysConfig, tlog, fetchDir string
 	var reseal bool
 	var s3o etcdsnapshot.S3Options
 	addS3FetchFlags(fs, &s3o)
@@ -222,6 +222,9 @@ func runRestoreCheck(ctx context.Context, args []string, stdout, stderr io.Write
 		"file of the backup key's age identities (AGE-SECRET-KEY-1..., one per line; required; never printed)")
 	fs.StringVar(&tlog, "termination-log", etcdsnapshot.DefaultTerminationLog,
 		"file that also gets the JSON result line, written only if it exists and is writable; empty disables it")
+	fs.StringVar(&keysConfig, "keys-config", "",
+		"instead of --identity and a key file: an EncryptionConfiguration (JSON, as kubefarm renders a key Secret) whose keys "+
+			"must decrypt the snapshot's values, for keys supplied by hand")
 	fs.BoolVar(&reseal, "reseal", false,
 		"on success, add the keys to the result sealed to --identity's own recipients (\"sealed\", base64): how a restore hands them to kubefarm")
 	if code, done := parse(fs, args, stdout, stderr, &tlog); done {
@@ -229,8 +232,14 @@ func runRestoreCheck(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	s3o.Credentials = s3Credentials(getenv)
 	var ids []age.Identity
-	err := errors.New("--snapshot and --identity are required")
-	if snapshot != "" && identity != "" {
+	err := errors.New("--snapshot and one of --identity and --keys-config are required")
+	switch {
+	case snapshot == "" || (identity == "") == (keysConfig == ""):
+	case keysConfig != "" && (keys != "" || reseal):
+		err = errors.New("--keys-config checks keys in the clear: --keys and --reseal are for a key file")
+	case keysConfig != "":
+		err = nil
+	default:
 		ids, err = etcdsnapshot.ReadIdentities(identity)
 	}
 	if err == nil && s3o.Enabled() {
@@ -246,6 +255,14 @@ func runRestoreCheck(ctx context.Context, args []string, stdout, stderr io.Write
 		if snapshot, keys, err = etcdsnapshot.FetchPair(ctx, s3o, name, fetchDir, lg); err != nil {
 			return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(s3o.Key(name), s3o.Key(etcdsnapshot.KeysName(name)), backupkeys.Keys{}, err), exitFailed)
 		}
+	}
+	if keysConfig != "" {
+		k, err := etcdsnapshot.PreflightConfig(snapshot, keysConfig, lg)
+		code := exitOK
+		if err != nil {
+			code = exitFailed
+		}
+		return report(stdout, stderr, tlog, etcdsnapshot.CheckLine(snapshot, keysConfig, k, err), code)
 	}
 	if keys == "" {
 		keys = etcdsnapshot.KeysName(snapshot)

@@ -51,3 +51,25 @@ func Preflight(snapshot, keyFile string, lg *zap.Logger, identities ...age.Ident
 	}
 	return backupkeys.Check(sealed, st.SHA256, samples, identities...)
 }
+
+// PreflightConfig is Preflight for keys given in the clear, as the
+// EncryptionConfiguration at config (a key Secret copied by hand, rendered
+// as the API servers read it) instead of a sealed key file: the snapshot
+// is whole and those keys decrypt every encrypted value it holds.
+func PreflightConfig(snapshot, config string, lg *zap.Logger) (backupkeys.Keys, error) {
+	k, err := readKeysConfig(config)
+	if err != nil {
+		return backupkeys.Keys{}, &backupkeys.Error{Reason: backupkeys.ReasonKeysDamaged, Err: err}
+	}
+	if _, err := os.Stat(snapshot); errors.Is(err, fs.ErrNotExist) {
+		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotMissing, Err: err}
+	}
+	if _, err := Verify(snapshot, lg); err != nil {
+		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotDamaged, Err: err}
+	}
+	samples, err := EncryptedValues(snapshot)
+	if err != nil {
+		return backupkeys.Keys{}, &backupkeys.Error{Reason: ReasonSnapshotDamaged, Err: err}
+	}
+	return k, k.Read(samples)
+}

@@ -161,7 +161,10 @@ func checkResult(snapshot, keyFile string, k backupkeys.Keys, err error) CheckRe
 		}
 		return r
 	}
-	r.Tenant, r.TakenAt, r.Write, r.KeyNames = k.Tenant, k.TakenAt.UTC().Format(time.RFC3339), k.Write, k.Names()
+	r.Tenant, r.Write, r.KeyNames = k.Tenant, k.Write, k.Names()
+	if !k.TakenAt.IsZero() { // keys in the clear (--keys-config) say no time
+		r.TakenAt = k.TakenAt.UTC().Format(time.RFC3339)
+	}
 	return r
 }
 
