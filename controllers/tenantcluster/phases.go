@@ -148,6 +148,7 @@ func (r *Reconciler) phases() []phase {
 		r.reconcileConfig,             // the control plane ConfigMap and the kubeconfigs
 		r.reconcileRestore,            // a restore's check, whose keys become the tenant's; stops until it passed
 		r.reconcileEncryption,         // the encryption key Secret and the configuration rendered from it
+		r.reconcileProvidedKeys,       // a restore's keys supplied by hand, tried on the snapshot; stops until they read it
 		r.reconcileEtcd,               // etcd, with its initial cluster state decided
 		r.reconcileBackup,             // the etcd backup CronJob and its runs' results
 		r.planVersion,                 // the version this pass rolls to: spec.version, an upgrade's next step, or held

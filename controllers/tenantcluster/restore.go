@@ -66,48 +66,31 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 	keys := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EncryptionKeySecretName()}, keys)
 	switch {
-	case err == nil:
-		s.observe(r, restoredCondition(c, keys))
+	case err == nil && keys.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom] != "":
+		s.observe(r, restoredCondition(keys))
 		return ctrl.Result{}, nil
+	case err == nil:
+		return ctrl.Result{}, nil // supplied by hand: checked once rendered (reconcileProvidedKeys)
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}
-	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, &appsv1.StatefulSet{}); err != nil || found {
-		return ctrl.Result{}, err // etcd started without restored keys: not this phase's to repair
+	if pending, err := r.restorePending(ctx, c); err != nil || !pending {
+		return ctrl.Result{}, err
 	}
 	ids, why := r.restoreIdentities(ctx, c)
 	if why != "" {
 		return r.refuseRestore(s, v1alpha1.ReasonBackupKeyMissing, why, nil), nil
 	}
-	if c.RestoreS3 != nil {
-		// Checked here: without them the check's pod, and every member's,
-		// would wait in CreateContainerConfigError, saying so nowhere.
-		why, err := r.missingS3Credentials(ctx, c.Namespace, c.RestoreS3.CredentialsSecret, "spec.etcd.restoreFrom.s3.credentialsSecret")
-		if err != nil || why != "" {
-			return r.refuseRestore(s, v1alpha1.ReasonBackupCredentialsMissing, why, nil), err
-		}
+	run, res, err := r.restoreCheckRun(ctx, s, desired.EtcdRestoreCheckJob(c),
+		fmt.Sprintf("its key file with the backup key in Secret %s", c.RestoreKeySecret))
+	if err != nil || run == nil {
+		return res, err
 	}
-	job := &batchv1.Job{}
-	if found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdRestoreCheckName()}, job); err != nil {
-		return ctrl.Result{}, err
-	} else if !found {
-		if err := r.apply(ctx, s.tc, desired.EtcdRestoreCheckJob(c), job); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	run := newestFinishedRun([]batchv1.Job{*job}, false)
-	if run == nil {
-		s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, v1alpha1.ReasonRestoreChecking,
-			fmt.Sprintf("Job %s checks snapshot %s %s and its key file with the backup key in Secret %s",
-				job.Name, c.RestoreFrom.Snapshot, restoreSourceName(c), c.RestoreKeySecret)))
-		waitForRestore(r, s)
-		return ctrl.Result{}, nil
-	}
-	res, reason, why := r.restoreVerdict(ctx, run)
+	sealed, reason, why := r.restoreVerdict(ctx, run, true)
 	if reason != "" {
 		return r.refuseRestore(s, reason, why, run), r.recheckRestore(ctx, run)
 	}
-	opened, err := backupkeys.Open(bytes.NewReader(res), ids...)
+	opened, err := backupkeys.Open(bytes.NewReader(sealed), ids...)
 	if err != nil {
 		return r.refuseRestore(s, v1alpha1.ReasonRestoreCheckFailed,
 			fmt.Sprintf("the keys Job %s handed back do not open with Secret %s: %v", run.job.Name, c.RestoreKeySecret, err), run), nil
@@ -115,9 +98,76 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 	return r.installRestoredKeys(ctx, s, opened)
 }
 
+// reconcileProvidedKeys checks a restore's snapshot against a key Secret
+// supplied by hand (copied before the TenantCluster, no key file read):
+// once reconcileEncryption rendered it, a Job tries those keys on the
+// snapshot, and etcd waits for its verdict like for a key file's, so keys
+// that cannot read the snapshot are named before an API server fails on
+// them.
+func (r *Reconciler) reconcileProvidedKeys(ctx context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	if c.RestoreFrom == nil || s.encryptionSecret == nil || s.encryptionSecret.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom] != "" ||
+		meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdRestored) {
+		return ctrl.Result{}, nil
+	}
+	if pending, err := r.restorePending(ctx, c); err != nil || !pending {
+		return ctrl.Result{}, err
+	}
+	run, res, err := r.restoreCheckRun(ctx, s, desired.EtcdRestoreKeysCheckJob(c),
+		fmt.Sprintf("the keys of %s, supplied by hand", c.EncryptionKeySecretName()))
+	if err != nil || run == nil {
+		return res, err
+	}
+	if _, reason, why := r.restoreVerdict(ctx, run, false); reason != "" {
+		return r.refuseRestore(s, reason, why, run), r.recheckRestore(ctx, run)
+	}
+	msg := fmt.Sprintf("the key Secret %s, supplied by hand, decrypts snapshot %s (Job %s); the key file was not read",
+		c.EncryptionKeySecretName(), c.RestoreFrom.Snapshot, run.job.Name)
+	r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EncryptionKeysChecked", "Restore", "%s", msg)
+	s.observe(r, conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysProvided, msg))
+	return ctrl.Result{}, nil
+}
+
+// restorePending says a restore is still ahead: no etcd StatefulSet yet.
+// Once etcd started, keys are not a restore's to check or install.
+func (r *Reconciler) restorePending(ctx context.Context, c *desired.Cluster) (bool, error) {
+	found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, &appsv1.StatefulSet{})
+	return !found, err
+}
+
+// restoreCheckRun makes sure the check Job want exists and returns its
+// finished run; nil while it runs (reported as RestoreChecking, checking
+// what), or when a restore from a bucket lacks its credentials (refused:
+// without them the check's pod, and every member's, would wait in
+// CreateContainerConfigError, saying so nowhere).
+func (r *Reconciler) restoreCheckRun(ctx context.Context, s *scope, want *batchv1.Job, what string) (*backupRun, ctrl.Result, error) {
+	c := s.cluster
+	if c.RestoreS3 != nil {
+		why, err := r.missingS3Credentials(ctx, c.Namespace, c.RestoreS3.CredentialsSecret, "spec.etcd.restoreFrom.s3.credentialsSecret")
+		if err != nil || why != "" {
+			return nil, r.refuseRestore(s, v1alpha1.ReasonBackupCredentialsMissing, why, nil), err
+		}
+	}
+	job := &batchv1.Job{}
+	if found, err := r.getLive(ctx, client.ObjectKeyFromObject(want), job); err != nil {
+		return nil, ctrl.Result{}, err
+	} else if !found {
+		if err := r.apply(ctx, s.tc, want, job); err != nil {
+			return nil, ctrl.Result{}, err
+		}
+	}
+	run := newestFinishedRun([]batchv1.Job{*job}, false)
+	if run == nil {
+		s.observe(r, notReady(v1alpha1.ConditionEtcdRestored, v1alpha1.ReasonRestoreChecking,
+			fmt.Sprintf("Job %s checks snapshot %s %s and %s", job.Name, c.RestoreFrom.Snapshot, restoreSourceName(c), what)))
+		waitForRestore(r, s)
+	}
+	return run, ctrl.Result{}, nil
+}
+
 // restoreVerdict reads a finished check: the sealed keys it handed back,
 // or the reason and message of its refusal.
-func (r *Reconciler) restoreVerdict(ctx context.Context, run *backupRun) (sealed []byte, reason, why string) {
+func (r *Reconciler) restoreVerdict(ctx context.Context, run *backupRun, wantKeys bool) (sealed []byte, reason, why string) {
 	msg, failure, err := r.runMessage(ctx, run)
 	switch {
 	case err != nil:
@@ -125,13 +175,14 @@ func (r *Reconciler) restoreVerdict(ctx context.Context, run *backupRun) (sealed
 	case failure != "":
 		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + run.job.Name + " failed: " + failure
 	}
-	return parseRestoreVerdict(run.job.Name, run.ok, msg)
+	return parseRestoreVerdict(run.job.Name, run.ok, msg, wantKeys)
 }
 
 // parseRestoreVerdict reads the termination message of a check Job's pod
-// (ok: the Job completed). A reason is taken only if it looks like one,
-// and the messages are cut: the pod's output is input like any other.
-func parseRestoreVerdict(job string, ok bool, msg string) (sealed []byte, reason, why string) {
+// (ok: the Job completed; wantKeys: a key file's check, which hands the
+// keys back). A reason is taken only if it looks like one, and the
+// messages are cut: the pod's output is input like any other.
+func parseRestoreVerdict(job string, ok bool, msg string, wantKeys bool) (sealed []byte, reason, why string) {
 	var res restoreCheckResult
 	if len(msg) > maxResultMessage || json.Unmarshal([]byte(strings.TrimSpace(msg)), &res) != nil {
 		return nil, v1alpha1.ReasonRestoreCheckFailed, "Job " + job + " left no verdict: " + truncate(msg, 500)
@@ -146,6 +197,9 @@ func parseRestoreVerdict(job string, ok bool, msg string) (sealed []byte, reason
 			why = "Job " + job + " failed"
 		}
 		return nil, reason, why
+	}
+	if !wantKeys {
+		return nil, "", ""
 	}
 	sealed, err := base64.StdEncoding.DecodeString(res.Sealed)
 	if err != nil || len(sealed) == 0 {
@@ -197,7 +251,8 @@ func (r *Reconciler) restoreIdentities(ctx context.Context, c *desired.Cluster) 
 // pass: no member may start on a snapshot that cannot be read.
 func (r *Reconciler) refuseRestore(s *scope, reason, why string, run *backupRun) ctrl.Result {
 	msg := why
-	if hint := restoreHint(s.cluster, reason); hint != "" {
+	handKeys := run != nil && run.job.Name == s.cluster.EtcdRestoreKeysCheckName()
+	if hint := restoreHint(s.cluster, reason, handKeys); hint != "" {
 		msg += "; " + hint
 	}
 	prev := meta.FindStatusCondition(s.tc.Status.Conditions, v1alpha1.ConditionEtcdRestored)
@@ -225,9 +280,15 @@ func waitForRestore(r *Reconciler, s *scope) {
 	s.waitingFor = waitingForRestore
 }
 
-// restoreHint says how to supply what a refusal found missing.
-func restoreHint(c *desired.Cluster, reason string) string {
+// restoreHint says how to supply what a refusal found missing; handKeys:
+// the check was of a key Secret supplied by hand.
+func restoreHint(c *desired.Cluster, reason string, handKeys bool) string {
 	keyFile := c.RestoreFrom.Snapshot + ".keys.age"
+	switch {
+	case handKeys && reason != v1alpha1.ReasonSnapshotMissing && reason != v1alpha1.ReasonSnapshotDamaged && reason != v1alpha1.ReasonRestoreCheckFailed:
+		return fmt.Sprintf("the key Secret %s, supplied by hand, does not read this snapshot: replace it with the old tenant's key Secret (with its annotations), or delete it to have the key file %s read with the backup key",
+			c.EncryptionKeySecretName(), keyFile)
+	}
 	switch reason {
 	case backupkeys.ReasonKeysMissing:
 		return fmt.Sprintf("put the key file %s beside the snapshot %s, or copy the old tenant's key Secret to %s with its annotations (docs/encryption.md)",
@@ -280,16 +341,14 @@ func (r *Reconciler) installRestoredKeys(ctx context.Context, s *scope, k backup
 	r.Recorder.Eventf(s.tc, nil, corev1.EventTypeNormal, "EncryptionKeysRestored", "Restore",
 		"snapshot %s of %s and its key file passed the check; its keys %s (write key %s) are the encryption keys in %s until a fresh key replaces them",
 		c.RestoreFrom.Snapshot, k.Tenant, strings.Join(k.Names(), ", "), k.Write, secret.Name)
-	s.observe(r, restoredCondition(c, secret))
+	s.observe(r, restoredCondition(secret))
 	return ctrl.Result{}, nil
 }
 
-// restoredCondition is EtcdRestored once the key Secret exists.
-func restoredCondition(c *desired.Cluster, keys *corev1.Secret) metav1.Condition {
-	if from := keys.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom]; from != "" {
-		return conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysRestored,
-			fmt.Sprintf("snapshot %s and its key file passed the check; its keys are in %s, and a fresh key replaces them once the API servers run", from, keys.Name))
-	}
-	return conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysProvided,
-		fmt.Sprintf("the key Secret %s existed already, so the key file of %s was not read", keys.Name, c.RestoreFrom.Snapshot))
+// restoredCondition is EtcdRestored once the key file's keys are the key
+// Secret (its restored-from annotation names the snapshot).
+func restoredCondition(keys *corev1.Secret) metav1.Condition {
+	return conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysRestored,
+		fmt.Sprintf("snapshot %s and its key file passed the check; its keys are in %s, and a fresh key replaces them once the API servers run",
+			keys.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom], keys.Name))
 }

@@ -31,7 +31,7 @@ func TestParseRestoreVerdict(t *testing.T) {
 		{"a pass with keys that are not base64", `{"sealed":"***"}`, true, v1alpha1.ReasonRestoreCheckFailed, "handed back no keys", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			sealed, reason, why := parseRestoreVerdict("j", c.ok, c.msg)
+			sealed, reason, why := parseRestoreVerdict("j", c.ok, c.msg, true)
 			if reason != c.wantReason || !strings.Contains(why, c.wantWhy) || string(sealed) != c.wantSealed {
 				t.Errorf("got %q, %q, sealed %q; want %q, a message with %q, sealed %q", reason, why, sealed, c.wantReason, c.wantWhy, c.wantSealed)
 			}
@@ -39,5 +39,9 @@ func TestParseRestoreVerdict(t *testing.T) {
 				t.Errorf("a message of %d bytes", len(why))
 			}
 		})
+	}
+	// A check of keys supplied by hand hands nothing back: a pass is a pass.
+	if sealed, reason, _ := parseRestoreVerdict("j", true, `{"write":"key-1","keyNames":["key-1"]}`, false); reason != "" || sealed != nil {
+		t.Errorf("a check of keys in the clear that passed: reason %q, sealed %q", reason, sealed)
 	}
 }

@@ -190,6 +190,73 @@ func TestEtcdRestoreFromS3Credentials(t *testing.T) {
 	}
 }
 
+// TestEtcdRestoreProvidedKeys: a key Secret copied by hand before the
+// TenantCluster is used instead of the key file (no backup key needed),
+// but not blindly: once rendered, a Job tries those keys on the snapshot
+// (mounting the rendered configuration alone), and etcd waits for its
+// verdict. Keys that do not read it are refused (the reason, and that the
+// Secret was supplied by hand and how to fix it); keys that do are
+// EtcdRestored True KeysProvided, and the Secret is kept as it was.
+func TestEtcdRestoreProvidedKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const snapshot = "old-20261124T030000Z.db"
+	ns := newNamespace(t)
+	hand := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "rsk-encryption", Namespace: ns,
+		Annotations: map[string]string{v1alpha1.AnnotationEncryptionWriteKey: "key-1"}},
+		Data: map[string][]byte{"key-1": bytes.Repeat([]byte{7}, 32)}}
+	if err := env.Client.Create(ctx, hand); err != nil {
+		t.Fatal(err)
+	}
+	tc := exampleTenantCluster(t, ns)
+	tc.Name, tc.Annotations = "rsk", map[string]string{"test/hand-keys": ""}
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.33", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{ClaimName: "old-etcd-backup", Snapshot: snapshot}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(tc)
+	noEtcd := func(when string) {
+		t.Helper()
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rsk-etcd"}, &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: the etcd StatefulSet exists (err %v)", when, err)
+		}
+	}
+	job := checkJob(ctx, t, ns, mustTC(ctx, t, key))
+	noEtcd("while the keys are checked")
+	finishStandIn(ctx, t, job, false, `{"snapshot":"/restore/`+snapshot+`","keys":"/etc/kubefarm/restore-key/encryption-configuration.json",`+
+		`"reason":"SnapshotKeyWrong","error":"the key key-1 does not decrypt /registry/secrets/default/precious"}`)
+	poll(ctx, t, "EtcdRestored SnapshotKeyWrong", time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		c := condition(got, v1alpha1.ConditionEtcdRestored)
+		return c != nil && c.Reason == backupkeys.ReasonSnapshotKeyWrong && strings.Contains(c.Message, "rsk-encryption, supplied by hand, does not read this snapshot") &&
+			strings.Contains(c.Message, "does not decrypt"), conditionsString(got), nil
+	})
+	noEtcd("after the keys were refused")
+
+	job = recheck(ctx, t, job, mustTC(ctx, t, key))
+	finishStandIn(ctx, t, job, true, `{"snapshot":"/restore/`+snapshot+`","write":"key-1","keyNames":["key-1"]}`)
+	poll(ctx, t, "EtcdRestored True KeysProvided, then etcd", time.Minute, func(ctx context.Context) (bool, string, error) {
+		got, err := getTC(ctx, key)
+		if err != nil {
+			return false, "", err
+		}
+		stsErr := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rsk-etcd"}, &appsv1.StatefulSet{})
+		return hasCondition(got, v1alpha1.ConditionEtcdRestored, metav1.ConditionTrue, v1alpha1.ReasonKeysProvided) && stsErr == nil,
+			conditionsString(got), client.IgnoreNotFound(stsErr)
+	})
+	waitTenantEvent(ctx, t, ns, mustTC(ctx, t, key).UID, "EncryptionKeysChecked", corev1.EventTypeNormal)
+	after := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(hand), after); err != nil || !bytes.Equal(after.Data["key-1"], hand.Data["key-1"]) ||
+		after.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom] != "" {
+		t.Errorf("the key Secret supplied by hand changed: %v %v", err, after.Annotations)
+	}
+}
+
 // restoringTenant creates, in a new namespace, a one-member TenantCluster
 // name exposed on ip that restores from.
 func restoringTenant(ctx context.Context, t *testing.T, name, ip string, from v1alpha1.EtcdRestoreSource) (string, client.ObjectKey) {
@@ -206,12 +273,19 @@ func restoringTenant(ctx context.Context, t *testing.T, name, ip string, from v1
 	return ns, client.ObjectKeyFromObject(tc)
 }
 
-// checkJob waits for the restore's check Job and checks what it holds.
+// checkJob waits for the restore's check Job, <tenant>-etcd-restore-check
+// (or, for keys supplied by hand, <tenant>-etcd-restore-check-keys), and
+// checks that it mounts one key of one Secret, the backup key (or the
+// rendered configuration).
 func checkJob(ctx context.Context, t *testing.T, ns string, tc *v1alpha1.TenantCluster) *batchv1.Job {
 	t.Helper()
+	name, secret := tc.Name+"-etcd-restore-check", "old-etcd-backup-key"
+	if _, hand := tc.Annotations["test/hand-keys"]; hand {
+		name, secret = name+"-keys", tc.Name+"-encryption-config"
+	}
 	job := &batchv1.Job{}
 	poll(ctx, t, "the restore check Job", time.Minute, func(ctx context.Context) (bool, string, error) {
-		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rs-etcd-restore-check"}, job)
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, job)
 		return err == nil && job.DeletionTimestamp.IsZero(), fmt.Sprint(err), client.IgnoreNotFound(err)
 	})
 	if !metav1.IsControlledBy(job, tc) {
@@ -219,7 +293,7 @@ func checkJob(ctx context.Context, t *testing.T, ns string, tc *v1alpha1.TenantC
 	}
 	vols := job.Spec.Template.Spec.Volumes
 	for _, v := range vols {
-		if v.Secret != nil && (v.Secret.SecretName != "old-etcd-backup-key" || len(v.Secret.Items) != 1) {
+		if v.Secret != nil && (v.Secret.SecretName != secret || len(v.Secret.Items) != 1) {
 			t.Errorf("check Job mounts Secret %+v", v.Secret)
 		}
 	}

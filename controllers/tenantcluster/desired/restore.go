@@ -75,18 +75,53 @@ func SnapshotTenant(snapshot string) (string, bool) {
 }
 
 // EtcdRestoreCheckJob is the check Job of c.RestoreFrom, or nil without
-// one. One attempt: its verdicts are about files, which a retry does not
-// change; the controller deletes a refused check after a while to read
-// the files again (an operator may have fixed them).
+// one: the snapshot and its key file, opened with the backup key's
+// identity, the keys handed back sealed to it. One attempt: its verdicts
+// are about files, which a retry does not change; the controller deletes a
+// refused check after a while to read the files again (an operator may
+// have fixed them).
 func EtcdRestoreCheckJob(c *Cluster) *batchv1.Job {
 	if c.RestoreFrom == nil {
 		return nil
 	}
-	source, env, mounts, volumes := c.restoreSource()
-	args := append(append([]string{"restore-check"}, source...),
-		"--identity="+path.Join(restoreKeyMount, BackupKeyIdentityKey),
+	return c.restoreCheckJob(c.EtcdRestoreCheckName(), []string{
+		"--identity=" + path.Join(restoreKeyMount, BackupKeyIdentityKey),
 		"--reseal",
-	)
+	}, corev1.SecretVolumeSource{
+		SecretName:  c.RestoreKeySecret,
+		DefaultMode: ptrTo(secretFileMode),
+		Items:       []corev1.KeyToPath{{Key: BackupKeyIdentityKey, Path: BackupKeyIdentityKey}},
+	})
+}
+
+// EtcdRestoreKeysCheckName is the name of the check of keys supplied by
+// hand.
+func (c *Cluster) EtcdRestoreKeysCheckName() string {
+	return c.prefixed(ComponentEtcdRestoreCheck + "-keys")
+}
+
+// EtcdRestoreKeysCheckJob checks c.RestoreFrom's snapshot against keys
+// supplied by hand (a key Secret copied before the TenantCluster), as the
+// API servers will read them: the rendered configuration Secret, mounted
+// like theirs. Nil without restoreFrom.
+func EtcdRestoreKeysCheckJob(c *Cluster) *batchv1.Job {
+	if c.RestoreFrom == nil {
+		return nil
+	}
+	return c.restoreCheckJob(c.EtcdRestoreKeysCheckName(), []string{
+		"--keys-config=" + path.Join(restoreKeyMount, EncryptionConfigKey),
+	}, corev1.SecretVolumeSource{
+		SecretName:  c.volumeSecretName(RoleEncryptionConfig),
+		DefaultMode: ptrTo(secretFileMode),
+		Items:       []corev1.KeyToPath{{Key: EncryptionConfigKey, Path: EncryptionConfigKey}},
+	})
+}
+
+// restoreCheckJob is a Job of kubefarm-etcd restore-check with the
+// snapshot's source, keyArgs, and keys, the one Secret it mounts.
+func (c *Cluster) restoreCheckJob(name string, keyArgs []string, keys corev1.SecretVolumeSource) *batchv1.Job {
+	source, env, mounts, volumes := c.restoreSource()
+	args := append(append([]string{"restore-check"}, source...), keyArgs...)
 	ctr := container(containerCheck, c.Images.Tools, []string{toolsBinary}, args)
 	ctr.Resources = c.resources(ComponentEtcd, "50m", "64Mi")
 	ctr.VolumeMounts = append([]corev1.VolumeMount{
@@ -99,16 +134,12 @@ func EtcdRestoreCheckJob(c *Cluster) *batchv1.Job {
 	pod.Containers = []corev1.Container{ctr}
 	pod.Volumes = append([]corev1.Volume{
 		{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: volumeRestoreKey, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName:  c.RestoreKeySecret,
-			DefaultMode: ptrTo(secretFileMode),
-			Items:       []corev1.KeyToPath{{Key: BackupKeyIdentityKey, Path: BackupKeyIdentityKey}},
-		}}},
+		{Name: volumeRestoreKey, VolumeSource: corev1.VolumeSource{Secret: &keys}},
 	}, volumes...)
 	labels := c.labels(ComponentEtcdRestoreCheck)
 	return &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
-		ObjectMeta: metav1.ObjectMeta{Name: c.EtcdRestoreCheckName(), Namespace: c.Namespace, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptrTo(int32(0)),
 			ActiveDeadlineSeconds: ptrTo(int64(restoreCheckTimeout / time.Second)),

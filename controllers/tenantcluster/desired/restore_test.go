@@ -225,3 +225,27 @@ func TestEtcdRestoreFromS3(t *testing.T) {
 		t.Errorf("prefix %q, want the one named", withPrefix.RestoreS3.Prefix)
 	}
 }
+
+// TestEtcdRestoreKeysCheckJob: keys supplied by hand are checked as the API
+// servers will read them (the rendered configuration), with no backup key.
+func TestEtcdRestoreKeysCheckJob(t *testing.T) {
+	cl := mustResolve(t, newTC(withRestore("backups", "old-20261124T030000Z.db")), toolsOptions())
+	job := EtcdRestoreKeysCheckJob(cl)
+	if job.Name != "alpha-etcd-restore-check-keys" || job.Labels[LabelName] != ComponentEtcdRestoreCheck {
+		t.Fatalf("job %s labels %v", job.Name, job.Labels)
+	}
+	ctr := job.Spec.Template.Spec.Containers[0]
+	want := []string{"restore-check", "--snapshot=/restore/old-20261124T030000Z.db", "--keys-config=/etc/kubefarm/restore-key/encryption-configuration.json"}
+	if !slices.Equal(ctr.Args, want) {
+		t.Errorf("args %q, want %q", ctr.Args, want)
+	}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && (v.Secret.SecretName != "alpha-encryption-config" || len(v.Secret.Items) != 1 || v.Secret.Items[0].Key != EncryptionConfigKey) {
+			t.Errorf("secret volume %+v: want the rendered configuration alone", v.Secret)
+		}
+	}
+	cl.RestoreFrom = nil
+	if EtcdRestoreKeysCheckJob(cl) != nil {
+		t.Error("a check without restoreFrom")
+	}
+}
