@@ -74,7 +74,7 @@ func (r *Reconciler) reconcileRestore(ctx context.Context, s *scope) (ctrl.Resul
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}
-	if pending, err := r.restorePending(ctx, c); err != nil || !pending {
+	if pending, err := r.restorePending(ctx, s); err != nil || !pending {
 		return ctrl.Result{}, err
 	}
 	ids, why := r.restoreIdentities(ctx, c)
@@ -110,7 +110,7 @@ func (r *Reconciler) reconcileProvidedKeys(ctx context.Context, s *scope) (ctrl.
 		meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdRestored) {
 		return ctrl.Result{}, nil
 	}
-	if pending, err := r.restorePending(ctx, c); err != nil || !pending {
+	if pending, err := r.restorePending(ctx, s); err != nil || !pending {
 		return ctrl.Result{}, err
 	}
 	run, res, err := r.restoreCheckRun(ctx, s, desired.EtcdRestoreKeysCheckJob(c),
@@ -128,11 +128,18 @@ func (r *Reconciler) reconcileProvidedKeys(ctx context.Context, s *scope) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-// restorePending says a restore is still ahead: no etcd StatefulSet yet.
-// Once etcd started, keys are not a restore's to check or install.
-func (r *Reconciler) restorePending(ctx context.Context, c *desired.Cluster) (bool, error) {
+// restorePending says a restore is still ahead: no etcd StatefulSet and
+// no members' volumes yet (those of an earlier TenantCluster of the name
+// win over the snapshot, reconcileEtcd's RestoreSkipped). Once etcd
+// exists, keys are not a restore's to check or install.
+func (r *Reconciler) restorePending(ctx context.Context, s *scope) (bool, error) {
+	c := s.cluster
 	found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdServiceName()}, &appsv1.StatefulSet{})
-	return !found, err
+	if err != nil || found {
+		return false, err
+	}
+	volumes, err := r.etcdVolumes(ctx, s.tc)
+	return len(volumes) == 0, err
 }
 
 // restoreCheckRun makes sure the check Job want exists and returns its

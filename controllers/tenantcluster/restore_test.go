@@ -15,6 +15,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -255,6 +256,50 @@ func TestEtcdRestoreProvidedKeys(t *testing.T) {
 		after.Annotations[v1alpha1.AnnotationEncryptionRestoredFrom] != "" {
 		t.Errorf("the key Secret supplied by hand changed: %v %v", err, after.Annotations)
 	}
+}
+
+// TestEtcdRestoreSkippedForKeptVolumes: volumes of an earlier TenantCluster
+// of the name win over restoreFrom (RestoreSkipped), and so does its kept
+// key Secret: no check holds etcd back, which starts on its own data.
+func TestEtcdRestoreSkippedForKeptVolumes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "rsv-encryption", Namespace: ns,
+		Annotations: map[string]string{v1alpha1.AnnotationEncryptionWriteKey: "key-3"}},
+		Data: map[string][]byte{"key-3": bytes.Repeat([]byte{3}, 32)}}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-rsv-etcd-0", Namespace: ns, Labels: map[string]string{
+		desired.LabelInstance: "rsv", desired.LabelName: desired.ComponentEtcd, v1alpha1.LabelTenantCluster: "rsv"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	for _, o := range []client.Object{kept, pvc} {
+		if err := env.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc := exampleTenantCluster(t, ns)
+	tc.Name = "rsv"
+	tc.Spec.APIServer.Expose = v1alpha1.APIServerExpose{Type: v1alpha1.ExposeExternalIP, ExternalIP: "203.0.113.34", Port: 443}
+	tc.Spec.Etcd.Replicas = 1
+	tc.Spec.Etcd.RestoreFrom = &v1alpha1.EtcdRestoreSource{ClaimName: "old-etcd-backup", Snapshot: "old-20261124T030000Z.db"}
+	if err := env.Client.Create(ctx, tc); err != nil {
+		t.Fatal(err)
+	}
+	sts := &appsv1.StatefulSet{}
+	poll(ctx, t, "etcd on the kept volumes", time.Minute, func(ctx context.Context) (bool, string, error) {
+		err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rsv-etcd"}, sts)
+		got, _ := getTC(ctx, client.ObjectKeyFromObject(tc))
+		return err == nil, conditionsString(got), client.IgnoreNotFound(err)
+	})
+	if n := len(sts.Spec.Template.Spec.InitContainers); n != 0 {
+		t.Errorf("%d init containers: the snapshot would be restored over kept volumes", n)
+	}
+	for _, name := range []string{"rsv-etcd-restore-check", "rsv-etcd-restore-check-keys"} {
+		if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &batchv1.Job{}); !apierrors.IsNotFound(err) {
+			t.Errorf("Job %s for a restore that is skipped: %v", name, err)
+		}
+	}
+	waitTenantEvent(ctx, t, ns, mustTC(ctx, t, client.ObjectKeyFromObject(tc)).UID, "RestoreSkipped", corev1.EventTypeWarning)
 }
 
 // restoringTenant creates, in a new namespace, a one-member TenantCluster
