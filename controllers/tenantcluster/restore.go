@@ -38,15 +38,13 @@ import (
 // operator who fixes them sees the tenant go on without touching it.
 const restoreRecheck = 2 * time.Minute
 
-// restoreCheckResult is the JSON line kubefarm-etcd restore-check writes
-// to its termination message (etcdsnapshot.CheckResult).
+// restoreCheckResult is what the controller reads of the JSON line
+// kubefarm-etcd restore-check writes to its termination message
+// (etcdsnapshot.CheckResult): the verdict and the resealed keys.
 type restoreCheckResult struct {
-	Reason   string   `json:"reason"`
-	Error    string   `json:"error"`
-	Tenant   string   `json:"tenant"`
-	Write    string   `json:"write"`
-	KeyNames []string `json:"keyNames"`
-	Sealed   string   `json:"sealed"`
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+	Sealed string `json:"sealed"`
 }
 
 // reconcileRestore runs the restore's check and installs the keys it
@@ -290,7 +288,7 @@ func waitForRestore(r *Reconciler, s *scope) {
 // restoreHint says how to supply what a refusal found missing; handKeys:
 // the check was of a key Secret supplied by hand.
 func restoreHint(c *desired.Cluster, reason string, handKeys bool) string {
-	keyFile := c.RestoreFrom.Snapshot + ".keys.age"
+	keyFile := c.RestoreFrom.Snapshot + backupkeys.FileSuffix
 	switch {
 	case handKeys && reason != v1alpha1.ReasonSnapshotMissing && reason != v1alpha1.ReasonSnapshotDamaged && reason != v1alpha1.ReasonRestoreCheckFailed:
 		return fmt.Sprintf("the key Secret %s, supplied by hand, does not read this snapshot: replace it with the old tenant's key Secret (with its annotations), or delete it to have the key file %s read with the backup key",

@@ -35,6 +35,10 @@ import (
 // Format names this file's JSON content, inside the age envelope.
 const Format = "kubefarm.io/backup-keys/v1"
 
+// FileSuffix ends a key file's name: the snapshot's name, then this (the
+// file is an age file). The backup writes it, a restore looks for it.
+const FileSuffix = ".keys.age"
+
 // Bounds on what Open accepts: a key file is a few hundred bytes, and a
 // file from storage is input like any other.
 const (

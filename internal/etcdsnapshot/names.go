@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/kubefarm/kubefarm/internal/backupkeys"
 )
 
 // TimeLayout is the UTC time in a snapshot's file name. Fixed width, so
@@ -90,9 +92,9 @@ func ParseTempName(prefix, name string) (time.Time, bool) {
 	return ParseSnapshotName(prefix, rest)
 }
 
-// KeysSuffix ends a key file's name: the snapshot's name, then this. The
-// file is an age file (docs/etcd.md, "The key file").
-const KeysSuffix = ".keys.age"
+// KeysSuffix ends a key file's name: the snapshot's name, then this
+// (backupkeys.FileSuffix; docs/etcd.md, "The key file").
+const KeysSuffix = backupkeys.FileSuffix
 
 // KeysName is the name of the key file stored beside the snapshot named
 // snapshot.

@@ -19,10 +19,12 @@ import (
 // EncryptionConfiguration (the keys as the API servers use them, mid
 // rotation too) and the recipients alone: it can seal, never open, and
 // neither can whoever gets hold of the files. The identity that opens them
-// stays in the backup key Secret (the default one) or with the operator.
+// stays in the backup key Secret (the default one) or with the operator;
+// the one pod that mounts it is a restore's check (restore.go).
 
 // The keys of the backup key Secret: the X25519 identity kubefarm
-// generates for the default Secret (never mounted anywhere), and the age
+// generates for the default Secret (mounted only by a restore's check Job,
+// EtcdRestoreCheckJob), and the age
 // recipients, one per line, that every key file is sealed to.
 const (
 	BackupKeyIdentityKey   = "identity"
@@ -81,7 +83,7 @@ func NewEtcdBackupKeySecret(c *Cluster, id *age.X25519Identity) *corev1.Secret {
 // mounts and their volumes. The encryption configuration is the Secret the
 // API servers mount (its name through volumeSecretName, as theirs), and
 // the backup key Secret contributes its recipients only: the identity
-// never reaches a pod.
+// never reaches a backup pod.
 func (c *Cluster) backupKeysWiring() (args []string, mounts []corev1.VolumeMount, volumes []corev1.Volume) {
 	args = []string{
 		"--keys-config=" + path.Join(backupKeysConfigMount, EncryptionConfigKey),
