@@ -280,6 +280,23 @@ images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian
 	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
 	$(BIN)/e2e-cluster images --state $(E2E_STATE) --out $(BUILD)/images
 
+# A release: kubefarm-manager, kubefarm-pxe and kubefarm-agent for
+# linux/amd64 and linux/arm64 as one multi-arch index each, an SPDX SBOM
+# attached to every image, and both charts (version and appVersion =
+# VERSION, images defaulting to REGISTRY) pushed as OCI artifacts to
+# REGISTRY/charts. hack/release does it with go-containerregistry and Helm's
+# registry client (no Docker); _build/release/VERSION/release.json lists
+# every digest, and the same commit gives the same digests. Credentials are
+# the usual ones (~/.docker/config.json for images, `helm registry login`
+# for charts). RELEASE_FLAGS takes --arch, --chart-registry, --allow-dirty.
+VERSION  ?=
+REGISTRY ?=
+.PHONY: release
+release: ## Push a release: make release VERSION=x.y.z REGISTRY=ghcr.io/you (multi-arch images with SBOMs, OCI charts, release.json).
+	@test -n "$(VERSION)" -a -n "$(REGISTRY)" || { echo "usage: make release VERSION=x.y.z REGISTRY=<registry>/<path>"; exit 2; }
+	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
+	$(GO) run ./hack/release/cmd/release --version $(VERSION) --registry $(REGISTRY) $(RELEASE_FLAGS)
+
 # After the scenarios, whatever their result, the release manifest and the
 # live objects the e2e test wrote into $(E2E_ARGODIFF) are diffed with
 # ArgoCD's own code (examples/argocd/healthtest/livediff): a drift fails the

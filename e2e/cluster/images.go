@@ -7,35 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kubefarm/kubefarm/pxe/bootfile"
-	"github.com/kubefarm/kubefarm/pxe/tftp"
+	"github.com/kubefarm/kubefarm/hack/release"
 )
 
-// IPXEDir is where Debian's ipxe package installs the iPXE binaries on the
-// host, and where the kubefarm-pxe image carries them (the chart's
-// pxe.ipxe.dir).
-const IPXEDir = tftp.DefaultDir
-
-// IPXEFiles are the iPXE binaries copied from the host's Debian ipxe package
-// into the kubefarm-pxe image: every name kubefarm-pxe serves (the TFTP
-// allow-list) that the package ships. The x86 ones are required; the arm64
-// one is taken when present (Debian's amd64 ipxe package has none).
-func IPXEFiles() ([]ImageFile, error) {
-	var files []ImageFile
-	for _, name := range tftp.DefaultFiles {
-		src := filepath.Join(IPXEDir, name)
-		if _, err := os.Stat(src); err != nil {
-			if name == bootfile.BinaryUEFIARM64 && os.IsNotExist(err) {
-				continue
-			}
-			return nil, fmt.Errorf("iPXE binary %s (Debian package ipxe; make deps installs it): %w", src, err)
-		}
-		// By content in the cache key: a package upgrade that keeps sizes
-		// and times still rebuilds the image.
-		files = append(files, ImageFile{Path: IPXEDir + "/" + name, Source: src, Mode: 0o644, HashContent: true})
-	}
-	return files, nil
-}
+// IPXEDir is where the kubefarm-pxe image carries the iPXE binaries (the
+// chart's pxe.ipxe.dir), copied from the host's Debian ipxe package.
+const IPXEDir = release.IPXEDir
 
 // Versions of the upstream images, matching the pinned binaries.
 const (
@@ -57,21 +34,12 @@ const (
 )
 
 // BuildProjectBinaries builds the project's own binaries that go into images
-// (static, like the upstream ones) into CacheDir/bin.
+// into CacheDir/bin, with a release's flags (static, reproducible), and the
+// e2e pause image's.
 func (c *Cluster) BuildProjectBinaries(repoRoot string) error {
-	out := filepath.Join(c.CacheDir(), "bin")
-	for name, pkg := range map[string]string{
-		"kubefarm-manager": "./cmd/kubefarm-manager", "kubefarm-etcd": "./cmd/kubefarm-etcd",
-		"kubefarm-pxe": "./cmd/kubefarm-pxe", "pause": "./e2e/images/pause",
-	} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(out, name), pkg)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("building %s: %v\n%s", name, err, b)
-		}
-	}
-	return nil
+	bins := append([]release.Binary{{Name: "pause", Package: "./e2e/images/pause"}}, release.Binaries...)
+	_, err := release.BuildBinaries(repoRoot, filepath.Join(c.CacheDir(), "bin"), "amd64", bins)
+	return err
 }
 
 // Images are every image the e2e scenarios run, under their usual names.
@@ -242,33 +210,22 @@ func sharedLibraries(path string) ([]string, error) {
 	return libs, nil
 }
 
-// ProjectImages are the project's own images: kubefarm-manager and
-// kubefarm-pxe (what `make images` writes as OCI layouts).
-//
-// The manager image also carries kubefarm-etcd, the tenants' etcd backup
-// and restore tool, which the snapshot CronJobs and the etcd members'
-// restore init containers run from this image with their own command: one
-// image to pin and mirror, and the tool always matches the manager that
-// writes its flags. The entrypoint stays the manager's.
+// ProjectImages are the project's own images as a release builds them
+// (hack/release), kubefarm-manager and kubefarm-pxe, under their e2e names
+// (what `make images` writes as OCI layouts).
 func (c *Cluster) ProjectImages() ([]Image, error) {
-	pxe, err := c.pxeImage()
-	if err != nil {
-		return nil, err
+	refs := map[string]string{"kubefarm-manager": ManagerImage, "kubefarm-pxe": PXEImage}
+	var images []Image
+	for _, spec := range release.ProjectImages() {
+		ref, ok := refs[spec.Name]
+		if !ok {
+			continue // the agent goes into the node image, not into a pod
+		}
+		files, err := spec.Files(filepath.Join(c.CacheDir(), "bin"))
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, Image{Ref: ref, Entrypoint: spec.Entrypoint, Files: files})
 	}
-	manager := Image{Ref: ManagerImage, Entrypoint: []string{"/usr/local/bin/kubefarm-manager"}, Files: []ImageFile{
-		{Path: "/usr/local/bin/kubefarm-manager", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-manager"), Mode: 0o755},
-		{Path: "/usr/local/bin/kubefarm-etcd", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-etcd"), Mode: 0o755},
-	}}
-	return []Image{manager, pxe}, nil
-}
-
-// pxeImage is kubefarm-pxe (static) with the host's iPXE binaries in IPXEDir.
-func (c *Cluster) pxeImage() (Image, error) {
-	ipxe, err := IPXEFiles()
-	if err != nil {
-		return Image{}, err
-	}
-	return Image{Ref: PXEImage, Entrypoint: []string{"/usr/local/bin/kubefarm-pxe"}, Files: append([]ImageFile{
-		{Path: "/usr/local/bin/kubefarm-pxe", Source: filepath.Join(c.CacheDir(), "bin", "kubefarm-pxe"), Mode: 0o755},
-	}, ipxe...)}, nil
+	return images, nil
 }

@@ -1,18 +1,14 @@
 package cluster
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,9 +16,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/kubefarm/kubefarm/hack/release"
 )
 
 // ServeRegistry runs an OCI registry on each of addrs with blobs on disk
@@ -57,16 +53,9 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	return nil
 }
 
-// ImageFile is one file of an image layer.
-type ImageFile struct {
-	Path    string // inside the image
-	Source  string // on the host; empty means Content
-	Content string
-	Mode    int64
-	// HashContent keys the image cache on Source's bytes rather than its
-	// size and modification time (for small inputs copied from packages).
-	HashContent bool
-}
+// ImageFile is one file of an image layer (the release's builder builds
+// the e2e images too).
+type ImageFile = release.File
 
 // Image is an image the cluster's pods pull, under its usual name.
 type Image struct {
@@ -126,7 +115,7 @@ func (c *Cluster) cachedImage(im Image) (v1.Image, error) {
 			}
 		}
 	}
-	img, err := buildImage(im)
+	img, err := release.BuildImage(im.Files, im.Entrypoint, "amd64")
 	if err != nil {
 		return nil, err
 	}
@@ -212,93 +201,4 @@ func (c *Cluster) WriteLayouts(dir string, images []Image) error {
 		fmt.Printf("  %s %s -> %s\n", im.Ref, d, out)
 	}
 	return nil
-}
-
-func buildImage(im Image) (v1.Image, error) {
-	// The layer is built in memory: tarball layers are read lazily, after
-	// this function returns, and the largest binary is ~100 MiB.
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	for _, f := range im.Files {
-		// Parent directories first, as container runtimes expect.
-		parts := strings.Split(strings.TrimPrefix(filepath.Dir(f.Path), "/"), "/")
-		for i := range parts {
-			d := strings.Join(parts[:i+1], "/")
-			if d == "" || d == "." || dirs[d] {
-				continue
-			}
-			dirs[d] = true
-			if err := tw.WriteHeader(&tar.Header{Name: d + "/", Typeflag: tar.TypeDir, Mode: 0o755}); err != nil {
-				return nil, err
-			}
-		}
-		if err := addFile(tw, f); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
-	cfg.Config.Entrypoint = im.Entrypoint
-	cfg.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	img, err = mutate.ConfigFile(img, cfg)
-	if err != nil {
-		return nil, err
-	}
-	// Force the layer to be compressed and digested now, so that the
-	// cached layout holds the final bytes.
-	if _, err := img.Digest(); err != nil {
-		return nil, err
-	}
-	return img, nil
-}
-
-func addFile(tw *tar.Writer, f ImageFile) error {
-	mode := f.Mode
-	if mode == 0 {
-		mode = 0o644
-	}
-	name := strings.TrimPrefix(f.Path, "/")
-	if f.Source == "" {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(f.Content)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := io.WriteString(tw, f.Content)
-		return err
-	}
-	src, err := os.Open(f.Source)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	st, err := src.Stat()
-	if err != nil {
-		return err
-	}
-	if !st.Mode().IsRegular() {
-		return errors.New(f.Source + " is not a regular file")
-	}
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: st.Size(), Typeflag: tar.TypeReg}); err != nil {
-		return err
-	}
-	_, err = io.Copy(tw, src)
-	return err
 }
