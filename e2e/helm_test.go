@@ -39,10 +39,10 @@ func adminKubeconfigPath() string {
 	return filepath.Join(filepath.Dir(file), "..", "_build", "e2e", "kubeconfig", "admin.kubeconfig")
 }
 
-// chartPath is charts/<name> of this repository.
+// chartPath is charts/<name> of this repository as the cluster's bring-up
+// pushed it to the local registry: the scenarios install from there (oci://).
 func chartPath(name string) string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "charts", name)
+	return cluster.ChartRef(name)
 }
 
 // joinValues is the kubefarm values file of the join scenario's tenant: the

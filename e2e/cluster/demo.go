@@ -145,7 +145,7 @@ func (c *Cluster) installDemo(ctx context.Context, d demoSteps, admin client.Cli
 	vals["bootImage"] = img.Name
 
 	return d.step("helm install demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml", func() error {
-		_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, filepath.Join(o.Root, "charts", "kubefarm"), vals)
+		_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, ChartRef("kubefarm"), vals)
 		return err
 	})
 }
@@ -311,7 +311,7 @@ func (c *Cluster) DemoUpdate(ctx context.Context, o DemoOptions) (string, error)
 	}
 	vals["bootImage"] = img.Name
 	fmt.Fprintf(o.Out, "==> helm upgrade demo charts/kubefarm -n demo -f examples/kubefarm/demo/values.yaml --set bootImage=%s\n", img.Name)
-	if _, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, filepath.Join(o.Root, "charts", "kubefarm"), vals); err != nil {
+	if _, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), DemoRelease, DemoNamespace, ChartRef("kubefarm"), vals); err != nil {
 		return "", err
 	}
 	return img.Name, nil

@@ -1,21 +1,85 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli"
+	"helm.sh/helm/v3/pkg/registry"
 	"helm.sh/helm/v3/pkg/storage/driver"
+
+	"github.com/kubefarm/kubefarm/hack/release"
 )
 
-// HelmInstall installs (or upgrades) a chart from a local folder with the
+// The scenarios install both charts the way a user installs a release:
+// from an OCI registry (the local one) with Helm's registry client, not
+// from the checkout. Up packages them as a release does (hack/release)
+// and pushes them under ChartVersion.
+const (
+	ChartRegistry = RegistryAddr + "/charts"
+	ChartVersion  = "0.0.0-e2e"
+)
+
+// ChartRef is the OCI reference of one of the repository's charts as Up
+// pushed it, e.g. oci://127.0.0.1:5001/charts/kubefarm:0.0.0-e2e.
+func ChartRef(name string) string {
+	return "oci://" + ChartRegistry + "/" + name + ":" + ChartVersion
+}
+
+// PushCharts packages each chart of the checkout at root under
+// ChartVersion (images left at their usual repositories, which the
+// cluster's containerd mirrors to the local registry) and pushes it to
+// ChartRegistry, replacing what an earlier bring-up pushed.
+func PushCharts(root string) error {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, dir := range release.ChartDirs {
+		c, data, err := release.PackageChart(filepath.Join(root, dir), ChartVersion, release.DefaultImageRepository, created)
+		if err != nil {
+			return err
+		}
+		digest, err := release.PushChart(data, ChartRegistry, c.Name(), ChartVersion, created, true)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  chart %s@%s\n", ChartRef(c.Name()), digest)
+	}
+	return nil
+}
+
+// loadChart loads a chart from a folder, or, for oci://<repository>/<name>:<version>,
+// pulls it with Helm's registry client as `helm install oci://... --version` does.
+func loadChart(ref string) (*chart.Chart, error) {
+	oci, ok := strings.CutPrefix(ref, "oci://")
+	if !ok {
+		c, err := loader.Load(ref)
+		if err != nil {
+			return nil, fmt.Errorf("loading %s: %w", ref, err)
+		}
+		return c, nil
+	}
+	client, err := registry.NewClient(registry.ClientOptPlainHTTP(), registry.ClientOptWriter(io.Discard))
+	if err != nil {
+		return nil, err
+	}
+	res, err := client.Pull(oci)
+	if err != nil {
+		return nil, fmt.Errorf("pulling %s: %w", ref, err)
+	}
+	return loader.LoadArchive(bytes.NewReader(res.Chart.Data))
+}
+
+// HelmInstall installs (or upgrades) a chart (a folder or an oci:// reference) with the
 // Helm SDK, waiting for its resources like `helm upgrade --install --wait`.
-func (c *Cluster) HelmInstall(ctx context.Context, release, namespace, chartDir string, values map[string]any) error {
-	_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), release, namespace, chartDir, values)
+func (c *Cluster) HelmInstall(ctx context.Context, release, namespace, chartRef string, values map[string]any) error {
+	_, err := HelmUpgradeInstall(ctx, c.AdminKubeconfig(), release, namespace, chartRef, values)
 	return err
 }
 
@@ -33,16 +97,17 @@ func helmConfig(kubeconfig, namespace string) (*action.Configuration, error) {
 }
 
 // HelmUpgradeInstall is `helm upgrade --install --wait --create-namespace
-// <release> <chartDir> -n <namespace>` with values, through the Helm SDK, on
+// <release> <chartRef> -n <namespace>` with values (chartRef a folder or
+// an oci:// reference with its version), through the Helm SDK, on
 // the cluster behind kubeconfig. It returns the release's rendered manifest.
-func HelmUpgradeInstall(ctx context.Context, kubeconfig, release, namespace, chartDir string, values map[string]any) (string, error) {
+func HelmUpgradeInstall(ctx context.Context, kubeconfig, release, namespace, chartRef string, values map[string]any) (string, error) {
 	cfg, err := helmConfig(kubeconfig, namespace)
 	if err != nil {
 		return "", err
 	}
-	chart, err := loader.Load(chartDir)
+	chart, err := loadChart(chartRef)
 	if err != nil {
-		return "", fmt.Errorf("loading %s: %w", chartDir, err)
+		return "", err
 	}
 	history := action.NewHistory(cfg)
 	history.Max = 1

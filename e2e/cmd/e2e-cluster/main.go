@@ -139,7 +139,12 @@ func up(args []string) error {
 		return err
 	}
 	if err := phase("kubefarm", func() error {
-		if err := c.HelmInstall(ctx, "kubefarm", "kubefarm-system", filepath.Join(root, "charts", "kubefarm-operator"),
+		// Both charts go to the local registry as a release's would, and
+		// the operator is installed from there, not from the checkout.
+		if err := cluster.PushCharts(root); err != nil {
+			return err
+		}
+		if err := c.HelmInstall(ctx, "kubefarm", "kubefarm-system", cluster.ChartRef("kubefarm-operator"),
 			c.ChartValues(digests)); err != nil {
 			return err
 		}
