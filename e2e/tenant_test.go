@@ -56,6 +56,10 @@ func TestTenantCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
 
+	// The tenant is made by the previous release's operator; this
+	// checkout's replaces it once the tenant is Ready (the first step).
+	upgradeOperator := operatorUpgrade(ctx, t)
+
 	tc := exampleTenantCluster(t)
 	tc.Namespace = ns.Name
 	tc.Spec.Version = cluster.PreviousKubernetesVersion
@@ -74,6 +78,38 @@ func TestTenantCluster(t *testing.T) {
 	readyAt := func(version string) func(context.Context) (bool, error) { return tenantReady(c, key, got, version) }
 	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, readyAt(cluster.PreviousKubernetesVersion))
 	t.Logf("TenantCluster Ready %.1fs after its creation; endpoint %s", time.Since(created).Seconds(), got.Status.Endpoint)
+
+	t.Run("upgrading the operator from the previous release keeps the tenant and restarts nothing", func(t *testing.T) {
+		before, err := tenantState(ctx, cs, c, ns.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		upgraded := time.Now()
+		if err := upgradeOperator(); err != nil {
+			t.Fatalf("helm upgrade %s to this checkout's chart: %v", operatorRelease, err)
+		}
+		image, err := managerImage(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all kubefarmv1.TenantClusterList
+		if err := c.List(ctx, &all); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "this checkout's manager never reconciled the TenantClusters", 4*time.Minute,
+			func(ctx context.Context) (bool, error) { return managerReconciled(ctx, cs, image, len(all.Items)) })
+		t.Logf("operator upgraded and its first pass over %d TenantClusters done %.1fs after helm upgrade began", len(all.Items), time.Since(upgraded).Seconds())
+		after, err := tenantState(ctx, cs, c, ns.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := stateDiff(before, after); len(diff) > 0 {
+			t.Errorf("the operator's upgrade changed the tenant:\n  %s", strings.Join(diff, "\n  "))
+		}
+		if ok, err := readyAt(cluster.PreviousKubernetesVersion)(ctx); !ok || err != nil {
+			t.Errorf("the tenant is not Ready after the operator's upgrade (%v): %s", err, describe())
+		}
+	})
 
 	t.Run("control plane pods run", func(t *testing.T) {
 		pods, err := cs.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})

@@ -132,6 +132,16 @@ func HelmUpgradeInstall(ctx context.Context, kubeconfig, release, namespace, cha
 	return rel.Manifest, nil
 }
 
+// HelmValues are the values a release was installed with (`helm get
+// values`), the user's only.
+func HelmValues(kubeconfig, release, namespace string) (map[string]any, error) {
+	cfg, err := helmConfig(kubeconfig, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return action.NewGetValues(cfg).Run(release)
+}
+
 // HelmManifest is the rendered manifest of the release's current revision
 // (`helm get manifest`).
 func HelmManifest(kubeconfig, release, namespace string) (string, error) {

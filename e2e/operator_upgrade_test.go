@@ -1,0 +1,226 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/e2e/cluster"
+)
+
+// The operator's Helm release, as the cluster's bring-up installed it.
+const (
+	operatorRelease   = "kubefarm"
+	operatorNamespace = "kubefarm-system"
+)
+
+// operatorUpgrade replaces the cluster's operator with the previous
+// release's (its own images and chart, built from cluster.PreviousRelease)
+// and returns the step that upgrades it back to this checkout's, the way
+// an operator runs `helm upgrade` from one release to the next. A test
+// that ends before that step still gets this checkout's operator back.
+func operatorUpgrade(ctx context.Context, t *testing.T) (upgrade func() error) {
+	t.Helper()
+	kubeconfig := adminKubeconfigPath()
+	current, err := cluster.HelmValues(kubeconfig, operatorRelease, operatorNamespace)
+	if err != nil {
+		t.Fatalf("helm get values %s: %v", operatorRelease, err)
+	}
+	started := time.Now()
+	prev, from, err := cluster.PushPrevious(ctx, repoRoot(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("previous release built from %s and pushed in %.1fs", from, time.Since(started).Seconds())
+	previous := withImage(withImage(current, []string{"image"}, prev.Manager), []string{"pxe", "image"}, prev.PXE)
+	if _, err := cluster.HelmUpgradeInstall(ctx, kubeconfig, operatorRelease, operatorNamespace,
+		cluster.PreviousChartRef("kubefarm-operator"), previous); err != nil {
+		t.Fatalf("helm upgrade %s to the previous release's chart: %v", operatorRelease, err)
+	}
+	done := false
+	upgrade = func() error {
+		done = true
+		_, err := cluster.HelmUpgradeInstall(ctx, kubeconfig, operatorRelease, operatorNamespace,
+			cluster.ChartRef("kubefarm-operator"), current)
+		return err
+	}
+	t.Cleanup(func() {
+		if !done {
+			if err := upgrade(); err != nil {
+				t.Errorf("putting this checkout's operator back: %v", err)
+			}
+		}
+	})
+	return upgrade
+}
+
+// withImage is values with the image at path (image, or pxe.image) set to
+// ghcr.io/kubefarm/<name>:previous by digest.
+func withImage(values map[string]any, path []string, digest string) map[string]any {
+	out := maps.Clone(values)
+	m := out
+	for _, k := range path {
+		next, _ := m[k].(map[string]any)
+		next = maps.Clone(next)
+		if next == nil {
+			next = map[string]any{}
+		}
+		m[k] = next
+		m = next
+	}
+	m["tag"], m["digest"] = "previous", digest
+	return out
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..")
+}
+
+// tenantState is what an operator upgrade must leave alone in a tenant's
+// namespace: every pod (by UID, with its containers' restarts) and every
+// StatefulSet's and Deployment's generation, and the kubefarm objects by UID.
+func tenantState(ctx context.Context, cs kubernetes.Interface, c client.Client, ns string) (map[string]string, error) {
+	state := map[string]string{}
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pods.Items {
+		restarts := int32(0)
+		for _, st := range p.Status.ContainerStatuses {
+			restarts += st.RestartCount
+		}
+		state["pod "+p.Name] = fmt.Sprintf("uid %s restarts %d", p.UID, restarts)
+	}
+	sets, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sets.Items {
+		state["statefulset "+s.Name] = fmt.Sprintf("generation %d", s.Generation)
+	}
+	deps, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range deps.Items {
+		state["deployment "+d.Name] = fmt.Sprintf("generation %d", d.Generation)
+	}
+	var tcs kubefarmv1.TenantClusterList
+	if err := c.List(ctx, &tcs, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	for _, tc := range tcs.Items {
+		state["tenantcluster "+tc.Name] = fmt.Sprintf("uid %s generation %d", tc.UID, tc.Generation)
+	}
+	var pools kubefarmv1.NodePoolList
+	if err := c.List(ctx, &pools, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	for _, p := range pools.Items {
+		state["nodepool "+p.Name] = fmt.Sprintf("uid %s generation %d", p.UID, p.Generation)
+	}
+	var machines kubefarmv1.MachineList
+	if err := c.List(ctx, &machines, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	for _, m := range machines.Items {
+		state["machine "+m.Name] = fmt.Sprintf("uid %s", m.UID)
+	}
+	return state, nil
+}
+
+// stateDiff lists what differs between two tenantStates.
+func stateDiff(before, after map[string]string) []string {
+	var diff []string
+	for k, v := range before {
+		if a, ok := after[k]; !ok {
+			diff = append(diff, k+": gone (was "+v+")")
+		} else if a != v {
+			diff = append(diff, k+": "+v+" became "+a)
+		}
+	}
+	for k, v := range after {
+		if _, ok := before[k]; !ok {
+			diff = append(diff, k+": new ("+v+")")
+		}
+	}
+	sort.Strings(diff)
+	return diff
+}
+
+// managerReconciled says whether the running managers with image (this
+// checkout's) have between them reconciled at least want TenantClusters
+// successfully since they started: their controller-runtime counter, read
+// through the API server's pod proxy. A new manager reconciles every
+// object once its cache syncs, so this is the upgrade's first pass over
+// the tenants having ended.
+func managerReconciled(ctx context.Context, cs kubernetes.Interface, image string, want int) (bool, error) {
+	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + operatorRelease + ",app.kubernetes.io/component=manager"})
+	if err != nil {
+		return false, err
+	}
+	total := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != image {
+			continue
+		}
+		body, err := cs.CoreV1().Pods(operatorNamespace).ProxyGet("http", p.Name, "8080", "/metrics", nil).DoRaw(ctx)
+		if err != nil {
+			continue // not serving yet
+		}
+		total += reconcileSuccesses(string(body), "tenantcluster")
+	}
+	return total >= want, nil
+}
+
+// reconcileSuccesses is controller_runtime_reconcile_total for the
+// controller's successful passes, from a /metrics page.
+func reconcileSuccesses(metrics, controller string) int {
+	sc := bufio.NewScanner(strings.NewReader(metrics))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	prefix := "controller_runtime_reconcile_total{"
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, `controller="`+controller+`"`) || !strings.Contains(line, `result="success"`) {
+			continue
+		}
+		fields := strings.Fields(line)
+		n, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			return int(n)
+		}
+	}
+	return 0
+}
+
+// managerImage is the image the operator's Deployment runs now.
+func managerImage(ctx context.Context, cs kubernetes.Interface) (string, error) {
+	deps, err := cs.AppsV1().Deployments(operatorNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + operatorRelease + ",app.kubernetes.io/component=manager"})
+	if err != nil {
+		return "", err
+	}
+	if len(deps.Items) != 1 || len(deps.Items[0].Spec.Template.Spec.Containers) == 0 {
+		return "", fmt.Errorf("%d manager Deployments in %s", len(deps.Items), operatorNamespace)
+	}
+	return deps.Items[0].Spec.Template.Spec.Containers[0].Image, nil
+}
