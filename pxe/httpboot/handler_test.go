@@ -182,10 +182,10 @@ func (f *handlerFixture) do(method, target string, hdr map[string]string) *httpt
 func TestHandler(t *testing.T) {
 	f := newHandlerFixture(t, testr.New(t))
 	k, i, r := sha(f.kernel), sha(f.initrd), sha(f.rootfs)
-	script := "#!ipxe\n" +
+	script := "#!ipxe\n" + amd64Check +
 		"kernel " + base + "/artifacts/" + k + " console=ttyS0,115200n8 quiet debug loglevel=7" +
 		" initrd=initrd initrd=bootsecret kubefarm.image=" + r + " kubefarm.rootfs=" + base + "/artifacts/" + r + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
-		"initrd --name initrd " + base + "/artifacts/" + i + "\ninitrd --name bootsecret " + base + "/secret/${netX/mac}\nboot\n"
+		"initrd --name initrd " + base + "/artifacts/" + i + "\ninitrd --name bootsecret " + base + "/secret/${netX/mac}\nboot\n" + refusal(f.img.Name, "amd64")
 	script2 := strings.Replace(script, " debug loglevel=7", "", 1)
 
 	for _, tc := range []struct {

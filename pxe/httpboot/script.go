@@ -156,9 +156,52 @@ func Script(m *kubefarmv1.Machine, img *kubefarmv1.BootImage, pool *kubefarmv1.N
 
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
+	b.WriteString(archCheck(img))
 	b.WriteString("kernel " + urls.Artifact(k) + " " + cmdline + "\n")
 	b.WriteString("initrd --name " + initrdName + " " + urls.Artifact(i) + "\n")
 	b.WriteString("initrd --name " + secretName + " " + urls.Secret(secretMAC) + "\n")
 	b.WriteString("boot\n")
+	b.WriteString(archRefusal(img))
 	return b.String(), nil
+}
+
+// wrongArchLabel is where the script goes when the machine's iPXE runs on
+// another architecture than the image's kernel.
+const wrongArchLabel = "kubefarm_wrong_arch"
+
+// imageArch is the BootImage's architecture, amd64 when unset (the API's
+// default).
+func imageArch(img *kubefarmv1.BootImage) string {
+	if img.Spec.Architecture == "" {
+		return "amd64"
+	}
+	return img.Spec.Architecture
+}
+
+// archCheck compares iPXE's own ${buildarch} with the image's
+// architecture before anything is fetched: an arm64 machine listed in a
+// pool of amd64 images (or the reverse) would otherwise download a kernel
+// it cannot run, and its boot's secret with it, and fail with no word of
+// why. iPXE on a PC says i386 (undionly.kpxe is a 32-bit iPXE, which boots
+// 64-bit kernels) or x86_64; on ARM, arm64 or arm32. An amd64 image refuses
+// only the ARM names, so an iPXE too old to know ${buildarch} (empty)
+// still boots the PCs it always booted; an arm64 image asks for arm64.
+func archCheck(img *kubefarmv1.BootImage) string {
+	if imageArch(img) == "arm64" {
+		return "iseq ${buildarch} arm64 || goto " + wrongArchLabel + "\n"
+	}
+	return "iseq ${buildarch} arm64 && goto " + wrongArchLabel + " ||\n" +
+		"iseq ${buildarch} arm32 && goto " + wrongArchLabel + " ||\n"
+}
+
+// archRefusal is the end of the script for a machine of the wrong
+// architecture: it says so on the console and waits a minute before iPXE
+// gives the machine back to its firmware, which retries its boot order,
+// so a misplaced machine does not hammer the boot services. BootImage
+// names are DNS labels: nothing in them is an iPXE setting.
+func archRefusal(img *kubefarmv1.BootImage) string {
+	return ":" + wrongArchLabel + "\n" +
+		"echo kubefarm: BootImage " + img.Name + " is for " + imageArch(img) + ", this machine's iPXE is ${buildarch}: list it in a pool whose image matches\n" +
+		"sleep 60\n" +
+		"exit 1\n"
 }

@@ -59,6 +59,24 @@ func machine(desired string, served *kubefarmv1.ImageRef, tags ...string) *kubef
 
 const base = "http://10.0.0.2:8080"
 
+// amd64Check is the start of every script for an amd64 image: an iPXE
+// built for ARM goes to the refusal at the end, before fetching anything.
+const amd64Check = "iseq ${buildarch} arm64 && goto kubefarm_wrong_arch ||\n" +
+	"iseq ${buildarch} arm32 && goto kubefarm_wrong_arch ||\n"
+
+// refusal is the end of a script, reached only from the architecture check.
+func refusal(image, arch string) string {
+	return ":kubefarm_wrong_arch\n" +
+		"echo kubefarm: BootImage " + image + " is for " + arch + ", this machine's iPXE is ${buildarch}: list it in a pool whose image matches\n" +
+		"sleep 60\nexit 1\n"
+}
+
+func arm64(img *kubefarmv1.BootImage) *kubefarmv1.BootImage {
+	img = img.DeepCopy()
+	img.Spec.Architecture = "arm64"
+	return img
+}
+
 func TestScript(t *testing.T) {
 	oldImg := image("old", dK, dI, dR)
 	newImg := image("new", dK2, dI2, dR2)
@@ -75,12 +93,12 @@ func TestScript(t *testing.T) {
 			name: "served image wins over desired",
 			m:    machine("new", &kubefarmv1.ImageRef{Name: "old", Digest: dR}, "debug", "gpu"),
 			img:  oldImg,
-			want: "#!ipxe\n" +
+			want: "#!ipxe\n" + amd64Check +
 				"kernel " + base + "/artifacts/" + dK + " console=ttyS0,115200n8 quiet debug loglevel=7 nouveau.modeset=0" +
 				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd " + base + "/artifacts/" + dI + "\n" +
 				"initrd --name bootsecret " + base + "/secret/${netX/mac}\n" +
-				"boot\n",
+				"boot\n" + refusal("old", "amd64"),
 		},
 		{
 			name:    "desired image is not served while another is pinned",
@@ -92,12 +110,24 @@ func TestScript(t *testing.T) {
 			name: "first boot falls back to desired",
 			m:    machine("new", nil, "gpu", "debug"),
 			img:  newImg,
-			want: "#!ipxe\n" +
+			want: "#!ipxe\n" + amd64Check +
 				"kernel " + base + "/artifacts/" + dK2 + " console=ttyS0,115200n8 quiet nouveau.modeset=0 debug loglevel=7" +
 				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd " + base + "/artifacts/" + dI2 + "\n" +
 				"initrd --name bootsecret " + base + "/secret/${netX/mac}\n" +
-				"boot\n",
+				"boot\n" + refusal("new", "amd64"),
+		},
+		{
+			name: "arm64 image: only an arm64 iPXE goes on",
+			m:    machine("new", nil),
+			img:  arm64(newImg),
+			want: "#!ipxe\n" +
+				"iseq ${buildarch} arm64 || goto kubefarm_wrong_arch\n" +
+				"kernel " + base + "/artifacts/" + dK2 + " console=ttyS0,115200n8 quiet" +
+				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR2 + " kubefarm.rootfs=" + base + "/artifacts/" + dR2 + " kubefarm.server=" + base + " BOOTIF=01-${netX/mac:hexhyp}\n" +
+				"initrd --name initrd " + base + "/artifacts/" + dI2 + "\n" +
+				"initrd --name bootsecret " + base + "/secret/${netX/mac}\n" +
+				"boot\n" + refusal("new", "arm64"),
 		},
 		{
 			name: "no pool args",
@@ -105,12 +135,12 @@ func TestScript(t *testing.T) {
 			img:  newImg,
 			pool: func(p *kubefarmv1.NodePool) { p.Spec.KernelArgs = nil },
 			base: "http://10.0.0.2",
-			want: "#!ipxe\n" +
+			want: "#!ipxe\n" + amd64Check +
 				"kernel http://10.0.0.2/artifacts/" + dK2 +
 				" initrd=initrd initrd=bootsecret kubefarm.image=" + dR2 + " kubefarm.rootfs=http://10.0.0.2/artifacts/" + dR2 + " kubefarm.server=http://10.0.0.2 BOOTIF=01-${netX/mac:hexhyp}\n" +
 				"initrd --name initrd http://10.0.0.2/artifacts/" + dI2 + "\n" +
 				"initrd --name bootsecret http://10.0.0.2/secret/${netX/mac}\n" +
-				"boot\n",
+				"boot\n" + refusal("new", "amd64"),
 		},
 		{
 			name:    "pinned digest disagrees with the image",

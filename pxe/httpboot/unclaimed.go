@@ -180,9 +180,11 @@ func DiscoveryScript(img *kubefarmv1.BootImage, pool *kubefarmv1.NodePool, baseU
 	}
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
+	b.WriteString(archCheck(img))
 	b.WriteString("kernel " + urls.Artifact(k) + " " + cmdline + "\n")
 	b.WriteString("initrd --name " + initrdName + " " + urls.Artifact(i) + "\n")
 	b.WriteString("boot\n")
+	b.WriteString(archRefusal(img))
 	return b.String(), nil
 }
 

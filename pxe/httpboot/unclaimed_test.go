@@ -97,12 +97,12 @@ func TestDiscoveryScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "#!ipxe\n" +
+	want := "#!ipxe\n" + amd64Check +
 		"kernel " + base + "/artifacts/" + dK + " console=ttyS0,115200n8 quiet" +
 		" initrd=initrd kubefarm.image=" + dR + " kubefarm.rootfs=" + base + "/artifacts/" + dR + " kubefarm.server=" + base +
 		" BOOTIF=01-${netX/mac:hexhyp} kubefarm.mode=discover\n" +
 		"initrd --name initrd " + base + "/artifacts/" + dI + "\n" +
-		"boot\n"
+		"boot\n" + refusal(img.Name, "amd64")
 	if got != want {
 		t.Errorf("script:\n%s\nwant:\n%s", got, want)
 	}
