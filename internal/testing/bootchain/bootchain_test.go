@@ -60,6 +60,8 @@ type vm struct {
 var (
 	biosVM = vm{name: "bios", mac: "52:54:00:77:00:11", ip: "10.77.0.11"}
 	uefiVM = vm{name: "uefi", mac: "52:54:00:77:00:12", ip: "10.77.0.12", uefi: true}
+	// misplacedVM is an x86 UEFI machine listed in a pool of arm64 images.
+	misplacedVM = vm{name: "misplaced", mac: "52:54:00:77:00:13", ip: "10.77.0.13", uefi: true}
 )
 
 func sha(b []byte) string {
@@ -97,6 +99,7 @@ type chain struct {
 	env       *testenv.Env
 	namespace string
 	image     *kubefarmv1.BootImage
+	armImage  *kubefarmv1.BootImage
 	kernelLen int
 	initrdLen int
 	http      *http.Client
@@ -188,6 +191,14 @@ func TestBootChain(t *testing.T) {
 	if err := cl.Create(ctx, c.image); err != nil {
 		t.Fatalf("creating BootImage: %v", err)
 	}
+	// A second image, the same files said to be arm64, in a pool of its
+	// own with one x86 machine: misplaced, it must fetch nothing.
+	c.armImage = c.image.DeepCopy()
+	c.armImage.ObjectMeta = metav1.ObjectMeta{Name: "bootchain-arm64"}
+	c.armImage.Spec.Architecture = "arm64"
+	if err := cl.Create(ctx, c.armImage); err != nil {
+		t.Fatalf("creating BootImage: %v", err)
+	}
 	vms := []vm{biosVM, uefiVM}
 	pool := &kubefarmv1.NodePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "vms"},
@@ -220,6 +231,27 @@ func TestBootChain(t *testing.T) {
 		}
 	}
 
+	armPool := &kubefarmv1.NodePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "arm"},
+		Spec: kubefarmv1.NodePoolSpec{
+			Cluster: "c1", BootImage: c.armImage.Name,
+			Network:  kubefarmv1.BootNetwork{Subnet: subnet, Gateway: serverIP},
+			Machines: []kubefarmv1.MachineEntry{{Name: misplacedVM.name, MACs: []string{misplacedVM.mac}, IP: misplacedVM.ip}},
+		},
+	}
+	if err := cl.Create(ctx, armPool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	if err := cl.Create(ctx, &kubefarmv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: misplacedVM.name},
+		Spec: kubefarmv1.MachineSpec{
+			Pool: armPool.Name, Cluster: "c1", Hostname: misplacedVM.name, MACs: []string{misplacedVM.mac}, IP: misplacedVM.ip,
+			DesiredImage: c.armImage.Name,
+		},
+	}); err != nil {
+		t.Fatalf("creating Machine %s: %v", misplacedVM.name, err)
+	}
+
 	// kubefarm-pxe, as production runs it, in the namespace.
 	pxe := netnstest.StartPXE(t, "bootchain", ns, binary,
 		"--kubeconfig", kubeconfig,
@@ -239,11 +271,13 @@ func TestBootChain(t *testing.T) {
 	// machines. HEAD caches the artifacts (serving a script opens nothing).
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
 	pxe.WaitHTTP(ctx, t, c.http, 2*time.Minute,
-		fmt.Sprintf("http://%s:%d/healthz", serverIP, metricsPort), base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe")
+		fmt.Sprintf("http://%s:%d/healthz", serverIP, metricsPort), base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe",
+		base+"/boot/"+misplacedVM.mac+".ipxe")
 	t.Logf("kubefarm-pxe serving after %s", time.Since(start).Round(time.Millisecond))
 
 	t.Run("BIOS", func(t *testing.T) { c.boot(t, biosVM) })
 	t.Run("UEFI", func(t *testing.T) { c.boot(t, uefiVM) })
+	t.Run("an x86 machine in a pool of arm64 images fetches nothing", func(t *testing.T) { c.refuse(t, misplacedVM) })
 	t.Logf("whole test: %s", time.Since(start).Round(time.Millisecond))
 }
 
@@ -252,16 +286,9 @@ func (c *chain) boot(t *testing.T, v vm) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	console, capture := filepath.Join(dir, "console.log"), filepath.Join(dir, "nic.pcap")
 	hw, _ := net.ParseMAC(v.mac)
 	before := c.metrics(t)
 	logOffset := len(c.serverLog.String())
-
-	tap := "kftap-" + v.name
-	netnstest.Run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
-	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
-	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
 
 	// Watch the Machine before the VM can report.
 	wc, err := client.NewWithWatch(c.env.Config, client.Options{Scheme: c.env.Scheme})
@@ -274,52 +301,9 @@ func (c *chain) boot(t *testing.T, v vm) {
 	}
 	defer w.Stop()
 
-	args := []string{
-		"-machine", "pc,accel=tcg", "-m", "512", "-smp", "1",
-		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
-		// vnet_hdr=off: the capture then holds plain Ethernet frames.
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no,vnet_hdr=off",
-		"-object", "filter-dump,id=d0,netdev=n0,file=" + capture,
-		"-boot", "n", "-no-reboot",
-	}
-	if v.uefi {
-		// No option ROM: OVMF's own virtio-net driver and PXE do the
-		// firmware's part, as a UEFI server's firmware would.
-		args = append(args, "-bios", ovmf, "-device", "virtio-net-pci,netdev=n0,mac="+v.mac+",romfile=")
-	} else {
-		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
-		args = append(args, "-device", "e1000,netdev=n0,mac="+v.mac)
-	}
-	var qemuOut netnstest.LockedBuffer
-	q := exec.Command("ip", append([]string{"netns", "exec", c.ns, "qemu-system-x86_64"}, args...)...)
-	q.Stdout, q.Stderr = &qemuOut, &qemuOut
-	if err := q.Start(); err != nil {
-		t.Fatal(err)
-	}
-	qexit := make(chan error, 1)
-	go func() { qexit <- q.Wait() }()
-	qemuDone := false
-	t.Cleanup(func() {
-		if !qemuDone {
-			_ = q.Process.Kill()
-			<-qexit
-		}
-		if t.Failed() {
-			if keep, err := os.MkdirTemp("", "kubefarm-bootchain-"+v.name+"-"); err == nil {
-				_ = copyFile(console, filepath.Join(keep, "console.log"))
-				_ = copyFile(capture, filepath.Join(keep, "nic.pcap"))
-				t.Logf("kept the console log and the NIC's packet capture in %s", keep)
-			}
-			b, _ := os.ReadFile(console)
-			t.Logf("serial console of %s:\n%s", v.name, tail(string(b), 150))
-			if tr, err := readPcap(capture, hw); err == nil {
-				t.Logf("packets of %s:\n%s", v.name, tr)
-			} else {
-				t.Logf("packet capture: %v", err)
-			}
-			t.Logf("qemu output: %s", qemuOut.String())
-		}
-	})
+	run := c.startVM(t, v)
+	console, capture := run.console, run.capture
+	qexit := run.exit
 
 	// The proof: the report, recorded by kubefarm-pxe in status.lastBoot.
 	var rec *kubefarmv1.BootRecord
@@ -333,7 +317,7 @@ func (c *chain) boot(t *testing.T, v vm) {
 				rec = m.Status.LastBoot
 			}
 		case err := <-qexit:
-			qemuDone = true
+			run.done = true
 			t.Fatalf("qemu exited before %s reported its boot: %v", v.name, err)
 		case <-ctx.Done():
 			t.Fatalf("%s did not report its boot within the deadline", v.name)
@@ -349,7 +333,7 @@ func (c *chain) boot(t *testing.T, v vm) {
 	// The initrd powers the machine off after its report.
 	select {
 	case err := <-qexit:
-		qemuDone = true
+		run.done = true
 		if err != nil {
 			t.Errorf("qemu: %v", err)
 		}
@@ -385,6 +369,86 @@ func (c *chain) boot(t *testing.T, v vm) {
 	c.checkWire(t, v, tr)
 	// The server's side: its metrics and log.
 	c.checkServer(t, v, before, c.metrics(t), c.serverLog.String()[logOffset:])
+}
+
+// runningVM is a qemu machine of the test: its serial console's and its
+// NIC capture's files, and qemu's exit.
+type runningVM struct {
+	console, capture string
+	exit             chan error
+	done             bool // exit has been received
+	process          *os.Process
+}
+
+// stop powers the machine off (kills qemu) and waits for it.
+func (r *runningVM) stop() {
+	if !r.done {
+		_ = r.process.Kill()
+		<-r.exit
+		r.done = true
+	}
+}
+
+// startVM powers v on in qemu, its NIC on a new tap of the boot bridge,
+// network boot first and no reboot. The machine is killed when the test
+// ends; a failed test keeps its console and packet capture.
+func (c *chain) startVM(t *testing.T, v vm) *runningVM {
+	t.Helper()
+	dir := t.TempDir()
+	console, capture := filepath.Join(dir, "console.log"), filepath.Join(dir, "nic.pcap")
+	hw, _ := net.ParseMAC(v.mac)
+	tap := "kftap-" + v.name
+	netnstest.Run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
+	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
+	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
+
+	args := []string{
+		"-machine", "pc,accel=tcg", "-m", "512", "-smp", "1",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
+		// vnet_hdr=off: the capture then holds plain Ethernet frames.
+		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no,vnet_hdr=off",
+		"-object", "filter-dump,id=d0,netdev=n0,file=" + capture,
+		"-boot", "n", "-no-reboot",
+	}
+	if v.uefi {
+		// No option ROM: OVMF's own virtio-net driver and PXE do the
+		// firmware's part, as a UEFI server's firmware would.
+		args = append(args, "-bios", ovmf, "-device", "virtio-net-pci,netdev=n0,mac="+v.mac+",romfile=")
+	} else {
+		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
+		args = append(args, "-device", "e1000,netdev=n0,mac="+v.mac)
+	}
+	var qemuOut netnstest.LockedBuffer
+	q := exec.Command("ip", append([]string{"netns", "exec", c.ns, "qemu-system-x86_64"}, args...)...)
+	q.Stdout, q.Stderr = &qemuOut, &qemuOut
+	if err := q.Start(); err != nil {
+		t.Fatal(err)
+	}
+	qexit := make(chan error, 1)
+	go func() { qexit <- q.Wait() }()
+	run := &runningVM{console: console, capture: capture, exit: qexit, process: q.Process}
+	t.Cleanup(func() {
+		if !run.done {
+			_ = q.Process.Kill()
+			<-qexit
+		}
+		if t.Failed() {
+			if keep, err := os.MkdirTemp("", "kubefarm-bootchain-"+v.name+"-"); err == nil {
+				_ = copyFile(console, filepath.Join(keep, "console.log"))
+				_ = copyFile(capture, filepath.Join(keep, "nic.pcap"))
+				t.Logf("kept the console log and the NIC's packet capture in %s", keep)
+			}
+			b, _ := os.ReadFile(console)
+			t.Logf("serial console of %s:\n%s", v.name, tail(string(b), 150))
+			if tr, err := readPcap(capture, hw); err == nil {
+				t.Logf("packets of %s:\n%s", v.name, tr)
+			} else {
+				t.Logf("packet capture: %v", err)
+			}
+			t.Logf("qemu output: %s", qemuOut.String())
+		}
+	})
+	return run
 }
 
 // pxeNoDiscovery is the option 43 of a PXE reply: PXE_DISCOVERY_CONTROL

@@ -46,6 +46,12 @@
 // nc half-closes the connection once the request is sent, which
 // kubefarm-pxe must and does answer). Then it powers the machine off.
 //
+// A third machine, x86 UEFI like the second, is listed in a pool whose
+// BootImage says arm64 (misplaced_test.go): real iPXE runs the script's
+// architecture check, prints why it stops on the console, and fetches
+// nothing more: no kernel, no initrd, no boot secret, on the wire or in
+// the server's counters.
+//
 // The proof of the chain is that report: kubefarm-pxe accepts it only from
 // the machine's leased address and writes it into the Machine's
 // status.lastBoot, which the test watches for. It also checks the server's
