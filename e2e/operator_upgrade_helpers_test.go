@@ -7,24 +7,25 @@ import (
 	"testing"
 )
 
-func TestReconcileSuccesses(t *testing.T) {
+func TestReconcilePasses(t *testing.T) {
 	page := `# HELP controller_runtime_reconcile_total Total number of reconciliations per controller
 # TYPE controller_runtime_reconcile_total counter
 controller_runtime_reconcile_total{controller="nodepool",result="success"} 9
 controller_runtime_reconcile_total{controller="tenantcluster",result="error"} 2
 controller_runtime_reconcile_total{controller="tenantcluster",result="requeue"} 1
+controller_runtime_reconcile_total{controller="tenantcluster",result="requeue_after"} 30
 controller_runtime_reconcile_total{controller="tenantcluster",result="success"} 4
 controller_runtime_reconcile_time_seconds_count{controller="tenantcluster",result="success"} 99
 `
 	for _, tc := range []struct {
 		controller string
 		want       int
-	}{{"tenantcluster", 4}, {"nodepool", 9}, {"rollout", 0}} {
-		if got := reconcileSuccesses(page, tc.controller); got != tc.want {
+	}{{"tenantcluster", 35}, {"nodepool", 9}, {"rollout", 0}} {
+		if got := reconcilePasses(page, tc.controller); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.controller, got, tc.want)
 		}
 	}
-	if got := reconcileSuccesses("", "tenantcluster"); got != 0 {
+	if got := reconcilePasses("", "tenantcluster"); got != 0 {
 		t.Errorf("empty page: %d", got)
 	}
 }

@@ -167,11 +167,11 @@ func stateDiff(before, after map[string]string) []string {
 }
 
 // managerReconciled says whether the running managers with image (this
-// checkout's) have between them reconciled at least want TenantClusters
-// successfully since they started: their controller-runtime counter, read
-// through the API server's pod proxy. A new manager reconciles every
-// object once its cache syncs, so this is the upgrade's first pass over
-// the tenants having ended.
+// checkout's) have between them ended at least want passes of the
+// TenantCluster controller since they started: their controller-runtime
+// counter, read through the API server's pod proxy. A new manager
+// reconciles every object once its cache syncs, so this is the upgrade's
+// first pass over the tenants having ended.
 func managerReconciled(ctx context.Context, cs kubernetes.Interface, image string, want int) (bool, error) {
 	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + operatorRelease + ",app.kubernetes.io/component=manager"})
@@ -187,29 +187,31 @@ func managerReconciled(ctx context.Context, cs kubernetes.Interface, image strin
 		if err != nil {
 			continue // not serving yet
 		}
-		total += reconcileSuccesses(string(body), "tenantcluster")
+		total += reconcilePasses(string(body), "tenantcluster")
 	}
 	return total >= want, nil
 }
 
-// reconcileSuccesses is controller_runtime_reconcile_total for the
-// controller's successful passes, from a /metrics page.
-func reconcileSuccesses(metrics, controller string) int {
+// reconcilePasses is controller_runtime_reconcile_total for the
+// controller's passes that ended without an error (result success,
+// requeue or requeue_after: a TenantCluster pass that asks to be called
+// again later has still done its work), from a /metrics page.
+func reconcilePasses(metrics, controller string) int {
 	sc := bufio.NewScanner(strings.NewReader(metrics))
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	prefix := "controller_runtime_reconcile_total{"
+	total := 0
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, `controller="`+controller+`"`) || !strings.Contains(line, `result="success"`) {
+		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, `controller="`+controller+`"`) || strings.Contains(line, `result="error"`) {
 			continue
 		}
 		fields := strings.Fields(line)
-		n, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err == nil {
-			return int(n)
+		if n, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+			total += int(n)
 		}
 	}
-	return 0
+	return total
 }
 
 // managerImage is the image the operator's Deployment runs now.
