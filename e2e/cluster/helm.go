@@ -39,17 +39,23 @@ func ChartRef(name string) string {
 // cluster's containerd mirrors to the local registry) and pushes it to
 // ChartRegistry, replacing what an earlier bring-up pushed.
 func PushCharts(root string) error {
+	return pushCharts(root, ChartVersion)
+}
+
+// pushCharts packages the charts of the tree at root as a release does,
+// under version, and pushes them to ChartRegistry.
+func pushCharts(root, version string) error {
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, dir := range release.ChartDirs {
-		c, data, err := release.PackageChart(filepath.Join(root, dir), ChartVersion, release.DefaultImageRepository, created)
+		c, data, err := release.PackageChart(filepath.Join(root, dir), version, release.DefaultImageRepository, created)
 		if err != nil {
 			return err
 		}
-		digest, err := release.PushChart(data, ChartRegistry, c.Name(), ChartVersion, created, true)
+		digest, err := release.PushChart(data, ChartRegistry, c.Name(), version, created, true)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  chart %s@%s\n", ChartRef(c.Name()), digest)
+		fmt.Printf("  chart oci://%s/%s:%s@%s\n", ChartRegistry, c.Name(), version, digest)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -105,15 +104,8 @@ func PushPrevious(ctx context.Context, repoRoot, workDir string) (prev *Previous
 		}
 		*dst = d.String()
 	}
-	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for _, dir := range release.ChartDirs {
-		c, data, err := release.PackageChart(filepath.Join(src, dir), PreviousChartVersion, release.DefaultImageRepository, created)
-		if err != nil {
-			return nil, "", err
-		}
-		if _, err := release.PushChart(data, ChartRegistry, c.Name(), PreviousChartVersion, created, true); err != nil {
-			return nil, "", err
-		}
+	if err := pushCharts(src, PreviousChartVersion); err != nil {
+		return nil, "", err
 	}
 	return prev, from, nil
 }
