@@ -101,6 +101,9 @@ type Allocator struct {
 	now         func() time.Time
 	hold        time.Duration
 	maxAttempts int
+	// written: this replica's own lease writes, for the lookups until the
+	// cache shows them (written.go).
+	written *written
 }
 
 // New registers the allocator's field indexes on cfg.Cache and returns the
@@ -122,6 +125,10 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		a.maxAttempts = DefaultMaxAttempts
 	}
 	if err := register(ctx, cfg.Cache); err != nil {
+		return nil, err
+	}
+	a.written = newWritten(a.now)
+	if err := a.written.follow(ctx, cfg.Cache); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -327,6 +334,7 @@ func (a *Allocator) claimIP(ctx context.Context, p *pool, mac net.HardwareAddr, 
 			return nil, false, fmt.Errorf("reading DHCPLease %s: %w", key, err)
 		}
 		if a.owns(&cur, mac, now) {
+			a.written.wrote(&cur)
 			return a.lease(p, &cur), true, nil
 		}
 		if cur.Spec.ExpireTime.After(now) {
@@ -350,6 +358,7 @@ func (a *Allocator) create(ctx context.Context, p *pool, mac net.HardwareAddr, h
 	err := a.client.Create(ctx, obj)
 	switch {
 	case err == nil:
+		a.written.wrote(obj)
 		return a.lease(p, obj), true, nil
 	case apierrors.IsAlreadyExists(err):
 		return nil, false, nil
@@ -377,6 +386,7 @@ func (a *Allocator) update(ctx context.Context, p *pool, cur *kubefarmv1.DHCPLea
 	err := a.client.Update(ctx, cur)
 	switch {
 	case err == nil:
+		a.written.wrote(cur)
 		return a.lease(p, cur), true, nil
 	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
 		return nil, false, nil

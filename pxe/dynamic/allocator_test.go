@@ -66,8 +66,14 @@ type replica struct {
 
 func newReplica(t *testing.T, static *leases.Table, clk *clock) *replica {
 	t.Helper()
+	return newReplicaOpts(t, static, clk, cache.Options{Scheme: env.Scheme})
+}
+
+// newReplicaOpts is newReplica with a cache built with opts.
+func newReplicaOpts(t *testing.T, static *leases.Table, clk *clock, opts cache.Options) *replica {
+	t.Helper()
 	ctx := context.Background()
-	c, err := cache.New(env.Config, cache.Options{Scheme: env.Scheme})
+	c, err := cache.New(env.Config, opts)
 	must(t, err)
 	a, err := dynamic.New(ctx, dynamic.Config{Cache: c, Client: env.Client, APIReader: env.Client, Static: static, Now: clk.Now})
 	must(t, err)

@@ -5,7 +5,8 @@
 // boot script is what the pool's unknownMachines and kubefarm-pxe's
 // --discovery make of it (pxe/httpboot's DecideUnclaimed, which finds the
 // lease with LeaseOfMAC; POST /discovery checks its sender with LeaseOfIP:
-// lookup.go, cache reads only).
+// lookup.go, cache reads only, with this replica's own writes the watch has
+// not shown yet: written.go).
 //
 // Replicas of kubefarm-pxe run at once with no leader, so a lease cannot
 // live in one replica's memory. It is a DHCPLease object in the pool's

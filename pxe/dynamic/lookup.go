@@ -4,7 +4,8 @@ package dynamic
 // MAC (the boot script of a machine no Machine claims), and which MAC holds
 // an address (the discovery report's source). Both read the cache's
 // indexes only, never the API server: they answer requests any host on the
-// boot network can send.
+// boot network can send. The replica's own writes the cache has not shown
+// yet count too (written.go): a machine asks right after its ACK.
 
 import (
 	"context"
@@ -45,10 +46,24 @@ func (a *Allocator) current(ctx context.Context, index, value string) (Held, boo
 	if err := a.cache.List(ctx, &list, client.MatchingFields{index: value}, client.UnsafeDisableDeepCopy); err != nil {
 		return Held{}, false
 	}
+	cached := make([]*kubefarmv1.DHCPLease, len(list.Items))
+	for i := range list.Items {
+		cached[i] = &list.Items[i]
+	}
+	match := func(l *kubefarmv1.DHCPLease) bool { return l.Spec.IP == value }
+	if index == MACIndex {
+		match = func(l *kubefarmv1.DHCPLease) bool { return l.Spec.MAC == value }
+	}
+	inCache := func(key types.NamespacedName) (string, bool) {
+		var l kubefarmv1.DHCPLease
+		if a.cache.Get(ctx, key, &l, client.UnsafeDisableDeepCopy) != nil {
+			return "", false
+		}
+		return l.ResourceVersion, true
+	}
 	now := a.now()
 	var best *kubefarmv1.DHCPLease
-	for i := range list.Items {
-		l := &list.Items[i]
+	for _, l := range a.written.overlay(cached, match, inCache) {
 		if l.Spec.Declined || !l.Spec.ExpireTime.After(now) || !a.inRange(ctx, l) {
 			continue
 		}

@@ -23,7 +23,11 @@ func (a *Allocator) Release(ctx context.Context, mac net.HardwareAddr, ip net.IP
 		// changeOwn leaves it.
 		return a.changeOwn(ctx, key, mac, "release", func(cur *kubefarmv1.DHCPLease) error {
 			uid, rv := cur.UID, cur.ResourceVersion
-			return a.client.Delete(ctx, cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+			err := a.client.Delete(ctx, cur, client.Preconditions{UID: &uid, ResourceVersion: &rv})
+			if err == nil {
+				a.written.deleted(client.ObjectKeyFromObject(cur), rv)
+			}
+			return err
 		})
 	})
 }
@@ -64,7 +68,11 @@ func (a *Allocator) Decline(ctx context.Context, mac net.HardwareAddr, ip net.IP
 			// The client gave the address back: it is bound to nobody.
 			cur.Spec.BoundTime = nil
 			cur.Spec.ExpireTime = metav1.NewTime(a.now().Add(p.netw.LeaseTime))
-			return a.client.Update(ctx, cur)
+			err := a.client.Update(ctx, cur)
+			if err == nil {
+				a.written.wrote(cur)
+			}
+			return err
 		})
 	})
 }
