@@ -175,6 +175,9 @@ func dora(ns string, mac net.HardwareAddr) (net.IP, error) {
 
 func TestDiscoveryFlood(t *testing.T) {
 	netnstest.RequireRoot(t)
+	// The replica's log, dumped on failure, is long: the failures are
+	// repeated after it.
+	fail := netnstest.NewRecap(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	binary := netnstest.BuildPXE(ctx, t)
@@ -184,19 +187,19 @@ func TestDiscoveryFlood(t *testing.T) {
 	cfg.QPS, cfg.Burst = -1, 0
 	c, err := client.New(cfg, client.Options{Scheme: env.Client.Scheme()})
 	if err != nil {
-		t.Fatal(err)
+		fail.Fatal(err)
 	}
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "flood-"}}
 	if err := c.Create(ctx, ns); err != nil {
-		t.Fatal(err)
+		fail.Fatal(err)
 	}
 	pool := &kubefarmv1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "strangers"},
 		Spec: kubefarmv1.NodePoolSpec{Cluster: "c1", BootImage: "node",
 			Network: kubefarmv1.BootNetwork{Subnet: "127.0.0.0/8",
 				DynamicRange: &kubefarmv1.DynamicRange{Start: "127.80.0.10", End: "127.80.255.250", UnknownMachines: kubefarmv1.UnknownHold}}}}
 	if err := c.Create(ctx, pool); err != nil {
-		t.Fatal(err)
+		fail.Fatal(err)
 	}
 
 	// The HTTP flood's leases, as the allocator writes them, in the
@@ -241,7 +244,7 @@ func TestDiscoveryFlood(t *testing.T) {
 	wg.Wait()
 	select {
 	case err := <-errs:
-		t.Fatalf("writing the flood's leases: %v", err)
+		fail.Fatalf("writing the flood's leases: %v", err)
 	default:
 	}
 	t.Logf("wrote %d DHCPLeases in %s", httpMACs, time.Since(start).Round(time.Millisecond))
@@ -250,7 +253,7 @@ func TestDiscoveryFlood(t *testing.T) {
 	netns := netnstest.New(t, "kfflood")
 	apiURL, err := url.Parse(env.Config.Host)
 	if err != nil {
-		t.Fatal(err)
+		fail.Fatal(err)
 	}
 	netnstest.Forward(t, netnstest.Listen(t, netns, apiAddr), apiURL.Host)
 	pxe := netnstest.StartPXE(t, "flood", netns, binary,
@@ -289,17 +292,17 @@ func TestDiscoveryFlood(t *testing.T) {
 		mac := randomMAC(t)
 		ip, err := dora(netns, mac)
 		if err != nil {
-			t.Fatal(err)
+			fail.Fatal(err)
 		}
 		code, err := post(ctx, netns, ip.String(), reportBody(mac.String()))
 		if err != nil {
-			t.Fatal(err)
+			fail.Fatal(err)
 		}
 		tally(code)
 	}
 	t.Logf("DHCP flood: %d MACs leased and reported in %s: %v", dhcpMACs, time.Since(start).Round(time.Millisecond), codes)
 	if codes[http.StatusOK] != maxMachines || codes[http.StatusTooManyRequests] != dhcpMACs-maxMachines {
-		t.Errorf("DHCP flood answers %v, want %d recorded (200) and %d refused (429)", codes, maxMachines, dhcpMACs-maxMachines)
+		fail.Errorf("DHCP flood answers %v, want %d recorded (200) and %d refused (429)", codes, maxMachines, dhcpMACs-maxMachines)
 	}
 
 	// The HTTP flood: 10,000 MACs, each from its own leased address.
@@ -328,14 +331,14 @@ func TestDiscoveryFlood(t *testing.T) {
 
 	total := dhcpMACs + httpMACs
 	if codes[http.StatusOK] != maxMachines || codes[http.StatusTooManyRequests] != total-maxMachines {
-		t.Errorf("answers %v: want %d recorded (200) and every other of %d refused (429)", codes, maxMachines, total)
+		fail.Errorf("answers %v: want %d recorded (200) and every other of %d refused (429)", codes, maxMachines, total)
 	}
 	var list kubefarmv1.DiscoveredMachineList
 	if err := c.List(ctx, &list); err != nil {
-		t.Fatal(err)
+		fail.Fatal(err)
 	}
 	if len(list.Items) != maxMachines {
-		t.Errorf("%d DiscoveredMachines after the floods, want the cap, %d", len(list.Items), maxMachines)
+		fail.Errorf("%d DiscoveredMachines after the floods, want the cap, %d", len(list.Items), maxMachines)
 	}
 	_, page := get(netns, "http://"+metricsAddr+"/metrics")
 	r := func(result string) float64 {
@@ -345,19 +348,19 @@ func TestDiscoveryFlood(t *testing.T) {
 	t.Logf("replica's counts: created %v, refused_cap %v, refused_rate %v, refused_source_rate %v, forbidden %v, invalid %v, failed %v",
 		r("created"), r("refused_cap"), r("refused_rate"), r("refused_source_rate"), r("forbidden"), r("invalid"), r("failed"))
 	if r("created") != maxMachines || int(refused) != codes[http.StatusTooManyRequests] || r("refused_cap") < dhcpMACs-maxMachines {
-		t.Errorf("replica counted %v created and %v refused, the client %d and %d", r("created"), refused, codes[http.StatusOK], codes[http.StatusTooManyRequests])
+		fail.Errorf("replica counted %v created and %v refused, the client %d and %d", r("created"), refused, codes[http.StatusOK], codes[http.StatusTooManyRequests])
 	}
 	if g := metric(page, "kubefarm_pxe_discovery_machines"); g != maxMachines {
-		t.Errorf("kubefarm_pxe_discovery_machines %v, want %d", g, maxMachines)
+		fail.Errorf("kubefarm_pxe_discovery_machines %v, want %d", g, maxMachines)
 	}
 	goroutines := metric(page, "go_goroutines")
 	rss, peak := procstat.RSS(pid)
 	t.Logf("after the floods: resident %.1f MiB, peak %.1f MiB (target %d MiB); %v goroutines (target %d)",
 		float64(rss)/(1<<20), float64(peak)/(1<<20), residentTarget>>20, goroutines, goroutineTarget)
 	if rss == 0 || rss > residentTarget || peak > residentTarget {
-		t.Errorf("resident %d, peak %d bytes; target %d", rss, peak, residentTarget)
+		fail.Errorf("resident %d, peak %d bytes; target %d", rss, peak, residentTarget)
 	}
 	if goroutines < 0 || goroutines > goroutineTarget {
-		t.Errorf("%v goroutines after the floods, target %d", goroutines, goroutineTarget)
+		fail.Errorf("%v goroutines after the floods, target %d", goroutines, goroutineTarget)
 	}
 }
