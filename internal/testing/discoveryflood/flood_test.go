@@ -31,7 +31,10 @@ import (
 const (
 	maxMachines = 50
 	dhcpMACs    = 100
-	httpMACs    = 10000
+	// dhcpTries: how often one DHCP request is sent before the flood
+	// gives up on it, 4 s apart.
+	dhcpTries = 4
+	httpMACs  = 10000
 	// residentTarget bounds the replica's resident set, now and at its
 	// peak, with 10,000 DHCPLeases in its cache and the floods done: the
 	// operator chart's memory request for kubefarm-pxe (pxe.resources),
@@ -128,19 +131,27 @@ func dora(ns string, mac net.HardwareAddr) (net.IP, error) {
 			return nil, err
 		}
 		defer conn.Close()
-		if _, err := conn.WriteTo(req.ToBytes(), &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 67}); err != nil {
-			return nil, err
-		}
+		// As a DHCP client does, the request goes again when no answer
+		// comes: the server gives each allocation 3 s, and on a loaded
+		// machine one can run out and go unanswered.
 		buf := make([]byte, 1500)
-		_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-		for {
-			n, _, err := conn.ReadFrom(buf)
-			if err != nil {
-				return nil, fmt.Errorf("no answer to %s of %s: %w", req.MessageType(), mac, err)
+		for try := 1; ; try++ {
+			if _, err := conn.WriteTo(req.ToBytes(), &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 67}); err != nil {
+				return nil, err
 			}
-			resp, err := dhcpv4.FromBytes(buf[:n])
-			if err == nil && resp.TransactionID == req.TransactionID {
-				return resp, nil
+			_ = conn.SetReadDeadline(time.Now().Add(4 * time.Second))
+			for {
+				n, _, err := conn.ReadFrom(buf)
+				if err != nil {
+					if try < dhcpTries {
+						break
+					}
+					return nil, fmt.Errorf("no answer to %s of %s in %d tries: %w", req.MessageType(), mac, try, err)
+				}
+				resp, err := dhcpv4.FromBytes(buf[:n])
+				if err == nil && resp.TransactionID == req.TransactionID {
+					return resp, nil
+				}
 			}
 		}
 	}
