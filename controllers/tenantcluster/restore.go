@@ -108,8 +108,15 @@ func (r *Reconciler) reconcileProvidedKeys(ctx context.Context, s *scope) (ctrl.
 		meta.IsStatusConditionTrue(s.tc.Status.Conditions, v1alpha1.ConditionEtcdRestored) {
 		return ctrl.Result{}, nil
 	}
-	if pending, err := r.restorePending(ctx, s); err != nil || !pending {
+	pending, err := r.restorePending(ctx, s)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if !pending {
+		// etcd exists, so a pass found the keys good and went on; its
+		// status write can still have been lost (a conflict), and the
+		// condition is the verdict's only record: the Job says it again.
+		return ctrl.Result{}, r.providedKeysPassed(ctx, s)
 	}
 	run, res, err := r.restoreCheckRun(ctx, s, desired.EtcdRestoreKeysCheckJob(c),
 		fmt.Sprintf("the keys of %s, supplied by hand", c.EncryptionKeySecretName()))
@@ -119,11 +126,37 @@ func (r *Reconciler) reconcileProvidedKeys(ctx context.Context, s *scope) (ctrl.
 	if _, reason, why := r.restoreVerdict(ctx, run, false); reason != "" {
 		return r.refuseRestore(s, reason, why, run), r.recheckRestore(ctx, run)
 	}
-	msg := fmt.Sprintf("the key Secret %s, supplied by hand, decrypts snapshot %s (Job %s); the key file was not read",
-		c.EncryptionKeySecretName(), c.RestoreFrom.Snapshot, run.job.Name)
+	msg := providedKeysMessage(c, run)
 	r.Recorder.Eventf(s.tc, run.job, corev1.EventTypeNormal, "EncryptionKeysChecked", "Restore", "%s", msg)
 	s.observe(r, conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysProvided, msg))
 	return ctrl.Result{}, nil
+}
+
+// providedKeysPassed observes EtcdRestored True KeysProvided once etcd
+// exists when the check Job of the keys supplied by hand passed; with no
+// such Job (the restore was skipped for kept volumes), or one that did not
+// pass, it observes nothing.
+func (r *Reconciler) providedKeysPassed(ctx context.Context, s *scope) error {
+	c := s.cluster
+	job := &batchv1.Job{}
+	found, err := r.getLive(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.EtcdRestoreKeysCheckName()}, job)
+	if err != nil || !found {
+		return err
+	}
+	run := newestFinishedRun([]batchv1.Job{*job}, false)
+	if run == nil {
+		return nil
+	}
+	if _, reason, _ := r.restoreVerdict(ctx, run, false); reason != "" {
+		return nil
+	}
+	s.observe(r, conditions.New(v1alpha1.ConditionEtcdRestored, true, v1alpha1.ReasonKeysProvided, providedKeysMessage(c, run)))
+	return nil
+}
+
+func providedKeysMessage(c *desired.Cluster, run *backupRun) string {
+	return fmt.Sprintf("the key Secret %s, supplied by hand, decrypts snapshot %s (Job %s); the key file was not read",
+		c.EncryptionKeySecretName(), c.RestoreFrom.Snapshot, run.job.Name)
 }
 
 // restorePending says a restore is still ahead: no etcd StatefulSet and
