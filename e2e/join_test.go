@@ -388,10 +388,19 @@ func TestNodeJoin(t *testing.T) {
 		}
 
 		// exec: an HTTP GET of the ClusterIP from the other pod, through
-		// kube-proxy's rules on the node.
+		// kube-proxy's rules on the node. Those exist once kube-proxy runs
+		// there, which on a node that has just joined can come after the
+		// test's own pods (its image is pulled like theirs).
+		var proxyErr error
+		if err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+			_, proxyErr = kubeProxyPod(ctx, tenant, hostname)
+			return proxyErr == nil, nil
+		}); err != nil {
+			t.Fatalf("kube-proxy never became Ready on %s: %v (%v)%s", hostname, err, proxyErr, story())
+		}
 		out, err := getFromClient(ctx, tenantCfg, tenant, s.Spec.ClusterIP)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%v\n%s", err, kubeProxyState(ctx, tenantCfg, tenant, []string{hostname}))
 		}
 		t.Logf("through Konnectivity: logs %q; exec GET of ClusterIP %s gave %q", strings.TrimSpace(string(logs)), s.Spec.ClusterIP, lastLine(out))
 
