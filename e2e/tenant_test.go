@@ -68,8 +68,28 @@ func TestTenantCluster(t *testing.T) {
 	tc.Spec.Etcd.StorageSize = &size
 	tc.Spec.VolumeReclaimPolicy = kubefarmv1.VolumeReclaimDelete
 	created := time.Now()
-	if err := c.Create(ctx, tc); err != nil {
-		t.Fatalf("creating the TenantCluster: %v", err)
+	// The previous release's operator was installed a moment ago, helm
+	// waiting for its Deployment; once (stop 46's local CI) its validating
+	// webhook still refused connections then. The creation is retried while
+	// the webhook cannot be called, and the test says for how long.
+	var createErr error
+	refused := 0
+	err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		createErr = c.Create(ctx, tc)
+		if createErr != nil && strings.Contains(createErr.Error(), "failed calling webhook") {
+			refused++
+			return false, nil
+		}
+		return true, nil
+	})
+	if err == nil {
+		err = createErr
+	}
+	if err != nil {
+		t.Fatalf("creating the TenantCluster: %v (last: %v)", err, createErr)
+	}
+	if refused > 0 {
+		t.Logf("the webhook could not be called for %.1fs after the operator was replaced (%d attempts refused)", time.Since(created).Seconds(), refused)
 	}
 	key := client.ObjectKeyFromObject(tc)
 	describe := func() string { return describeTenant(c, cs, key) }
