@@ -194,10 +194,3 @@ func (w *written) overlay(leases []*kubefarmv1.DHCPLease, match func(*kubefarmv1
 	}
 	return out
 }
-
-// size is the number of versions held (for tests).
-func (w *written) size() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.m)
-}

@@ -16,6 +16,13 @@ func lease(name, rv, mac, ip string) *kubefarmv1.DHCPLease {
 		Spec: kubefarmv1.DHCPLeaseSpec{Pool: "p", MAC: mac, IP: ip}}
 }
 
+// size is the number of versions w holds.
+func (w *written) size() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}
+
 func key(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
 
 // TestWrittenOverlay: which version of each object a lookup sees, from the
