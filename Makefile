@@ -216,10 +216,15 @@ deps: ## Install the Debian packages the tests need (as root; otherwise say whic
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	  else echo "missing Debian packages (run make as root to install them): $$missing"; exit 1; fi; fi
 
+# CI keeps the head and the tail of a run's output: a failed run ends by
+# repeating its failed tests' last lines (hack/failrecap), which an hour of
+# end-to-end progress would otherwise push out of the excerpt.
+FAILRECAP = $(GO) run ./hack/failrecap
+
 .PHONY: test
 test: deps tools verify-pins verify-generated lint ## Unit, integration (real kube-apiserver, etcd, cert-manager) and end-to-end tests.
 	@mkdir -p $(BUILD)
-	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log
+	$(GO) test $(GO_TEST_FLAGS) -v $(TEST_PKGS) 2>&1 | tee $(BUILD)/test.log || { $(FAILRECAP) $(BUILD)/test.log; exit 1; }
 	$(MAKE) --no-print-directory test-argocd-health
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory e2e
@@ -328,7 +333,8 @@ e2e: node-image e2e-up ## Build the node image (cached), bring up the admin clus
 	@rm -rf $(E2E_ARGODIFF)
 	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -timeout 60m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
 	(cd examples/argocd/healthtest && KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -run TestRenderedMatchesLive ./livediff/ 2>&1 | tee -a $(BUILD)/e2e.log) || rc=1; \
-	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; exit $$rc
+	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; \
+	if [ $$rc != 0 ]; then $(FAILRECAP) $(BUILD)/e2e.log; fi; exit $$rc
 
 ## ---- node image ------------------------------------------------------------------
 

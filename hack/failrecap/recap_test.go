@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// A log as go test -v prints it: a passing test, a test whose second
+// subtest failed (its parent then printed a log dump in its cleanup), a
+// top-level test that failed on its own, and a second package.
+const sampleLog = `=== RUN   TestPasses
+    a_test.go:10: fine
+--- PASS: TestPasses (0.00s)
+=== RUN   TestJoin
+    join_test.go:20: powered on
+=== RUN   TestJoin/nodes_ready
+    join_test.go:30: node Ready
+=== RUN   TestJoin/clusterip
+    join_test.go:40: pod Ready
+    join_test.go:41: nc 10.96.0.10: timed out
+        after 3m
+=== NAME  TestJoin
+    join_test.go:90: kubefarm-pxe log tail:
+        line 1
+--- FAIL: TestJoin (200.00s)
+    --- PASS: TestJoin/nodes_ready (100.00s)
+    --- FAIL: TestJoin/clusterip (100.00s)
+FAIL
+FAIL	example.com/e2e	300.000s
+=== RUN   TestAlone
+    alone_test.go:5: want 2, got 3
+--- FAIL: TestAlone (0.01s)
+FAIL
+FAIL	example.com/other	0.100s
+`
+
+func TestRecapRepeatsTheLeafFailuresLastLines(t *testing.T) {
+	fails, err := parse(strings.NewReader(sampleLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, fails, 2, 3, []string{"e2e.log"})
+	want := `==== failed tests, repeated at the end (last 2 lines each; whole logs: e2e.log): TestAlone TestJoin/clusterip
+---- TestJoin/clusterip
+    join_test.go:41: nc 10.96.0.10: timed out
+        after 3m
+---- TestAlone
+    alone_test.go:5: want 2, got 3
+`
+	if out.String() != want {
+		t.Errorf("recap:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+func TestRecapBoundsTheTestsAndSaysNothingWhenAllPassed(t *testing.T) {
+	fails, err := parse(strings.NewReader(sampleLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, fails, 1, 1, []string{"e2e.log"})
+	if got := out.String(); !strings.Contains(got, "and 1 more failed tests") || strings.Contains(got, "alone_test.go") {
+		t.Errorf("a recap bounded to one test:\n%s", got)
+	}
+
+	passing := "=== RUN   TestPasses\n--- PASS: TestPasses (0.00s)\nPASS\nok  \texample.com/a\t0.1s\n"
+	fails, err = parse(strings.NewReader(passing))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	write(&out, fails, 12, 3, []string{"test.log"})
+	if out.Len() != 0 {
+		t.Errorf("a passing run's recap is %q, want nothing", out.String())
+	}
+}
