@@ -330,7 +330,9 @@ type RolloutStrategy struct {
 
 	// PowerCycleAfter is how long the rollout waits for kubefarm-agent to
 	// reboot the machine before resetting it through spec.power (machines
-	// without power control wait for bootTimeout).
+	// without power control wait for bootTimeout). A machine whose new boot
+	// has begun (it took the boot's secret from kubefarm-pxe) is not reset:
+	// bootTimeout bounds that boot.
 	// +optional
 	// +kubebuilder:default="3m"
 	PowerCycleAfter *metav1.Duration `json:"powerCycleAfter,omitempty"`

@@ -28,7 +28,9 @@ import (
 //     runs goes down (Node NotReady) and comes back rebootTime later (at
 //     the first step from then, and not in the step that took it down)
 //     with a new boot ID, reported in status.lastBoot;
-//   - kubefarm-pxe: the rebooted machine boots status.servedImage as it is
+//   - kubefarm-pxe: a reboot that lasts past secretAfter takes its boot's
+//     secret (status.bootCredential) then, as iPXE does once the firmware
+//     is through; the rebooted machine boots status.servedImage as it is
 //     when it comes back, which is what kubefarm-pxe would serve;
 //   - a ReplicaSet and the scheduler for the "web" pods: evicted replicas
 //     are replaced on a Ready, schedulable node;
@@ -67,7 +69,16 @@ type fakeMachine struct {
 	deaf        bool // its agent never answers a reboot request
 	// byRollout: the running reboot is the one the rollout asked for.
 	byRollout bool
+	// bootTime, when set, is this machine's rebootTime (a slow machine).
+	bootTime time.Duration
+	// secretAt is when the running reboot takes its boot's secret; zero
+	// once taken.
+	secretAt time.Time
 }
+
+// secretAfter is how far into a reboot the boot takes its secret: past the
+// second the reboot was asked in, as firmware and iPXE take longer.
+const secretAfter = 1100 * time.Millisecond
 
 // farmStep is when one of the farm's steps began and how long it took.
 type farmStep struct {
@@ -135,7 +146,12 @@ func (f *fakeFarm) rebootNow(machine string) {
 
 func (f *fakeFarm) goDown(fm *fakeMachine) {
 	if !fm.down {
-		fm.down, fm.nodeDown, fm.downUntil = true, false, time.Now().Add(f.rebootTime)
+		took := f.rebootTime
+		if fm.bootTime > 0 {
+			took = fm.bootTime
+		}
+		fm.down, fm.nodeDown, fm.downUntil = true, false, time.Now().Add(took)
+		fm.secretAt = time.Now().Add(secretAfter)
 		fm.reboots++
 	}
 }
@@ -237,12 +253,21 @@ func (f *fakeFarm) step(ctx context.Context) error {
 			fm.down, fm.nodeDown = false, false
 			fm.bootID = string(uuid.NewUUID())
 		}
+		takeSecret := fm.down && !fm.secretAt.IsZero() && !time.Now().Before(fm.secretAt)
+		if takeSecret {
+			fm.secretAt = time.Time{}
+		}
 		hostname, bootID, byRollout := fm.hostname, fm.bootID, fm.byRollout
 		if back {
 			fm.byRollout = false
 		}
 		f.mu.Unlock()
 
+		if takeSecret {
+			if err := f.takeSecret(ctx, m.Name); err != nil {
+				return err
+			}
+		}
 		switch {
 		case wentDown:
 			if byRollout {
@@ -301,6 +326,14 @@ func (f *fakeFarm) checkDrained(ctx context.Context, node string) error {
 // report writes the boot report as kubefarm-pxe does from the agent's POST.
 func (f *fakeFarm) report(ctx context.Context, machine, bootID, digest string) error {
 	patch := fmt.Sprintf(`{"status":{"lastBoot":{"bootID":%q,"imageDigest":%q,"time":%q}}}`, bootID, digest, time.Now().UTC().Format(time.RFC3339))
+	m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: machine}}
+	return f.c.Status().Patch(ctx, m, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("fake-pxe"))
+}
+
+// takeSecret writes what kubefarm-pxe keeps of a boot's secret when the
+// booting machine takes it.
+func (f *fakeFarm) takeSecret(ctx context.Context, machine string) error {
+	patch := fmt.Sprintf(`{"status":{"bootCredential":{"sha256":"sha256:%064x","issued":%q}}}`, time.Now().UnixNano(), time.Now().UTC().Format(time.RFC3339))
 	m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: machine}}
 	return f.c.Status().Patch(ctx, m, client.RawPatch(types.MergePatchType, []byte(patch)), client.FieldOwner("fake-pxe"))
 }

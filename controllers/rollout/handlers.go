@@ -112,6 +112,11 @@ func (r *Reconciler) rebooting(ctx context.Context, s *scope, m *plan.Machine) (
 	if m.M.Spec.Power == nil || r.Power == nil || ro.PowerCycleTime != nil {
 		return false, nil
 	}
+	if plan.BootStarted(m.M) {
+		// The agent rebooted it and the new boot is under way; a boot that
+		// hangs from here is bootTimeout's to fail, not a reset's to restart.
+		return false, nil
+	}
 	expired, left := plan.Expired(ro.PhaseStartTime, st.PowerCycleAfter, s.now)
 	if !expired {
 		s.wake(left)

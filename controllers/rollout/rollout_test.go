@@ -874,6 +874,27 @@ func TestRolloutPowerCycle(t *testing.T) {
 	f.waitEvent("workers-m00", "PowerCycled")
 }
 
+// TestRolloutSlowBootIsNotPowerCycled: a machine whose agent reboots it
+// but whose boot lasts past powerCycleAfter (a slow machine, a busy boot
+// network) has taken its new boot's secret meanwhile: the rollout waits for
+// it instead of resetting a boot that is under way.
+func TestRolloutSlowBootIsNotPowerCycled(t *testing.T) {
+	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1),
+		PowerCycleAfter: &metav1.Duration{Duration: 2 * time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}})
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.bootTime = 5 * time.Second })
+	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
+	f.eventually("the rollout completes", func() (bool, error) { return f.complete(f.imgB), nil })
+	if calls := f.power.Calls(); len(calls) != 0 {
+		t.Errorf("power calls %+v, want none: the machine was booting", calls)
+	}
+	if m := f.machine("workers-m00"); m.Status.BootCredential == nil {
+		t.Error("the slow boot took no secret: the farm did not play kubefarm-pxe")
+	}
+	if h := f.machine("workers-m00").Status.History; len(h) == 0 || h[0].Result != v1alpha1.RolloutDone {
+		t.Errorf("history %+v, want the update Done", h)
+	}
+}
+
 // TestRolloutPowerCycleThroughIPMI: a machine behind a real IPMI BMC
 // (ipmi_sim, whose hook runs a qemu machine) whose agent never reboots it
 // is power-cycled through the BMC after powerCycleAfter, with the one-time

@@ -339,6 +339,17 @@ func Rebooted(m *v1alpha1.Machine) bool {
 	return r != nil && lb != nil && lb.BootID != "" && lb.BootID != r.PreviousBootID
 }
 
+// BootStarted tells whether the machine began a new boot since the current
+// phase began: kubefarm-pxe handed a boot its secret (status.bootCredential)
+// after that. In Rebooting it is the proof that the agent did reboot the
+// machine, long before the boot's report, which comes only once the node
+// image runs (minutes on a slow machine or a busy boot network): a reset
+// then would only restart a boot that is under way.
+func BootStarted(m *v1alpha1.Machine) bool {
+	r, bc := m.Status.Rollout, m.Status.BootCredential
+	return r != nil && bc != nil && bc.Issued.After(r.PhaseStartTime.Time)
+}
+
 // Verdict is what Verify found.
 type Verdict struct {
 	// Good: the machine runs the target image and its node is Ready on this

@@ -286,6 +286,31 @@ func TestVerify(t *testing.T) {
 	}
 }
 
+func TestBootStarted(t *testing.T) {
+	asked := metav1.NewTime(now)
+	at := func(d time.Duration) *v1alpha1.BootCredential {
+		return &v1alpha1.BootCredential{SHA256: "sha256:" + strings.Repeat("a", 64), Issued: metav1.NewTime(now.Add(d))}
+	}
+	for _, tc := range []struct {
+		name    string
+		rollout *v1alpha1.MachineRollout
+		cred    *v1alpha1.BootCredential
+		want    bool
+	}{
+		{"a secret taken after the reboot was asked for", &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutRebooting, PhaseStartTime: asked}, at(20 * time.Second), true},
+		{"the running boot's secret, from before", &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutRebooting, PhaseStartTime: asked}, at(-time.Hour), false},
+		{"a secret taken in the very second of the request", &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutRebooting, PhaseStartTime: asked}, at(0), false},
+		{"no secret taken yet", &v1alpha1.MachineRollout{Phase: v1alpha1.RolloutRebooting, PhaseStartTime: asked}, nil, false},
+		{"no rollout", nil, at(time.Second), false},
+	} {
+		m := machine("m1", imgA, "")
+		m.M.Status.Rollout, m.M.Status.BootCredential = tc.rollout, tc.cred
+		if got := BootStarted(m.M); got != tc.want {
+			t.Errorf("%s: BootStarted = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestExpired(t *testing.T) {
 	start := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	d := &metav1.Duration{Duration: time.Minute}
