@@ -331,7 +331,7 @@ demo-down: e2e-bin ## Remove everything make demo made and check nothing is left
 e2e: node-image e2e-up ## Build the node image (cached), bring up the admin cluster, run the end-to-end scenarios and the ArgoCD diff of their release, tear it down.
 	@mkdir -p $(BUILD)
 	@rm -rf $(E2E_ARGODIFF)
-	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -timeout 60m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
+	@rc=0; KUBEFARM_NODE_IMAGE=$$(cat $(BUILD)/node-image.dir) KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -timeout 70m ./e2e/ 2>&1 | tee $(BUILD)/e2e.log || rc=$$?; \
 	(cd examples/argocd/healthtest && KUBEFARM_ARGO_DIFF_DIR=$(E2E_ARGODIFF) $(GO) test -tags e2e -count=1 -v -run TestRenderedMatchesLive ./livediff/ 2>&1 | tee -a $(BUILD)/e2e.log) || rc=1; \
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify || rc=1; \
 	if [ $$rc != 0 ]; then $(FAILRECAP) $(BUILD)/e2e.log; fi; exit $$rc

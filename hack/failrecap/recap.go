@@ -29,10 +29,20 @@ var failLine = regexp.MustCompile(`^\s*--- FAIL: (\S+)`)
 // A package's result ends whatever test was printing.
 var packageLine = regexp.MustCompile(`^(PASS|FAIL|ok\s|FAIL\s)`)
 
-// failure is one failed test and what it printed, in order.
+// A test binary's panic, a timeout's among them ("panic: test timed out
+// after 1h0m0s"), is followed by the tests that were running, one per line
+// ("\t\tTestX (3m2s)"): they fail with no "--- FAIL" line of their own.
+var (
+	panicLine   = regexp.MustCompile(`^panic: `)
+	runningLine = regexp.MustCompile(`^\t\t(Test\S*) \(`)
+)
+
+// failure is one failed test and what it printed, in order; why, when set,
+// is the panic that ended it.
 type failure struct {
 	name  string
 	lines []string
+	why   string
 }
 
 // parse reads a go test -v log and returns its failed tests with their
@@ -40,11 +50,22 @@ type failure struct {
 func parse(r io.Reader) ([]failure, error) {
 	output := map[string][]string{}
 	var failed []string
-	current := ""
+	why := map[string]string{}
+	current, panicked := "", ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for sc.Scan() {
 		line := sc.Text()
+		if panicLine.MatchString(line) {
+			// What follows is the runtime's: running tests, goroutines.
+			current, panicked = "", line
+			continue
+		}
+		if m := runningLine.FindStringSubmatch(line); m != nil && panicked != "" {
+			failed = append(failed, m[1])
+			why[m[1]] = panicked
+			continue
+		}
 		if m := headerLine.FindStringSubmatch(line); m != nil {
 			current = m[2]
 			continue
@@ -54,7 +75,7 @@ func parse(r io.Reader) ([]failure, error) {
 			continue
 		}
 		if packageLine.MatchString(line) {
-			current = ""
+			current, panicked = "", ""
 			continue
 		}
 		if current != "" && strings.TrimSpace(line) != "" {
@@ -66,7 +87,7 @@ func parse(r io.Reader) ([]failure, error) {
 	}
 	out := make([]failure, 0, len(failed))
 	for _, name := range failed {
-		out = append(out, failure{name: name, lines: output[name]})
+		out = append(out, failure{name: name, lines: output[name], why: why[name]})
 	}
 	return out, nil
 }
@@ -114,6 +135,9 @@ func write(w io.Writer, fails []failure, maxLines, maxTests int, logs []string) 
 			lines = lines[len(lines)-maxLines:]
 		}
 		fmt.Fprintf(w, "---- %s\n", f.name)
+		if f.why != "" {
+			fmt.Fprintf(w, "     was running when the test binary stopped: %s\n", f.why)
+		}
 		for _, l := range lines {
 			fmt.Fprintln(w, l)
 		}

@@ -76,3 +76,22 @@ func TestRecapBoundsTheTestsAndSaysNothingWhenAllPassed(t *testing.T) {
 		t.Errorf("a passing run's recap is %q, want nothing", out.String())
 	}
 }
+
+// A timeout prints no "--- FAIL" line for the test it stopped: the recap
+// names the tests the panic listed as running, with the panic.
+func TestRecapNamesTheTestsATimeoutStopped(t *testing.T) {
+	log := "=== RUN   TestJoin\n--- PASS: TestJoin (10.00s)\n=== RUN   TestScaling\n    scale_test.go:10: growing to 3 members\n" +
+		"panic: test timed out after 1h0m0s\n\trunning tests:\n\t\tTestScaling (2m3s)\n\ngoroutine 1 [running]:\n" +
+		"FAIL\texample.com/e2e\t3600.085s\n"
+	fails, err := parse(strings.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	write(&out, fails, 12, 3, []string{"e2e.log"})
+	want := "==== failed tests, repeated at the end (last 12 lines each; whole logs: e2e.log): TestScaling\n---- TestScaling\n" +
+		"     was running when the test binary stopped: panic: test timed out after 1h0m0s\n    scale_test.go:10: growing to 3 members\n"
+	if out.String() != want {
+		t.Errorf("recap:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
