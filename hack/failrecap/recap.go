@@ -27,7 +27,7 @@ var headerLine = regexp.MustCompile(`^=== (RUN|NAME|CONT)\s+(\S+)`)
 var failLine = regexp.MustCompile(`^\s*--- FAIL: (\S+)`)
 
 // A package's result ends whatever test was printing.
-var packageLine = regexp.MustCompile(`^(PASS|FAIL|ok\s|FAIL\s)`)
+var packageLine = regexp.MustCompile(`^(PASS|FAIL|ok\s)`)
 
 // A test binary's panic, a timeout's among them ("panic: test timed out
 // after 1h0m0s"), is followed by the tests that were running, one per line

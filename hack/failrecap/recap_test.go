@@ -35,13 +35,19 @@ FAIL
 FAIL	example.com/other	0.100s
 `
 
-func TestRecapRepeatsTheLeafFailuresLastLines(t *testing.T) {
-	fails, err := parse(strings.NewReader(sampleLog))
+// recap is what failrecap prints for log, named e2e.log.
+func recap(t *testing.T, log string, maxLines, maxTests int) string {
+	t.Helper()
+	fails, err := parse(strings.NewReader(log))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	write(&out, fails, 2, 3, []string{"e2e.log"})
+	write(&out, fails, maxLines, maxTests, []string{"e2e.log"})
+	return out.String()
+}
+
+func TestRecapRepeatsTheLeafFailuresLastLines(t *testing.T) {
 	want := `==== failed tests, repeated at the end (last 2 lines each; whole logs: e2e.log): TestAlone TestJoin/clusterip
 ---- TestJoin/clusterip
     join_test.go:41: nc 10.96.0.10: timed out
@@ -49,31 +55,18 @@ func TestRecapRepeatsTheLeafFailuresLastLines(t *testing.T) {
 ---- TestAlone
     alone_test.go:5: want 2, got 3
 `
-	if out.String() != want {
-		t.Errorf("recap:\n%s\nwant:\n%s", out.String(), want)
+	if got := recap(t, sampleLog, 2, 3); got != want {
+		t.Errorf("recap:\n%s\nwant:\n%s", got, want)
 	}
 }
 
 func TestRecapBoundsTheTestsAndSaysNothingWhenAllPassed(t *testing.T) {
-	fails, err := parse(strings.NewReader(sampleLog))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	write(&out, fails, 1, 1, []string{"e2e.log"})
-	if got := out.String(); !strings.Contains(got, "and 1 more failed tests") || strings.Contains(got, "alone_test.go") {
+	if got := recap(t, sampleLog, 1, 1); !strings.Contains(got, "and 1 more failed tests") || strings.Contains(got, "alone_test.go") {
 		t.Errorf("a recap bounded to one test:\n%s", got)
 	}
-
 	passing := "=== RUN   TestPasses\n--- PASS: TestPasses (0.00s)\nPASS\nok  \texample.com/a\t0.1s\n"
-	fails, err = parse(strings.NewReader(passing))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out.Reset()
-	write(&out, fails, 12, 3, []string{"test.log"})
-	if out.Len() != 0 {
-		t.Errorf("a passing run's recap is %q, want nothing", out.String())
+	if got := recap(t, passing, 12, 3); got != "" {
+		t.Errorf("a passing run's recap is %q, want nothing", got)
 	}
 }
 
@@ -83,15 +76,9 @@ func TestRecapNamesTheTestsATimeoutStopped(t *testing.T) {
 	log := "=== RUN   TestJoin\n--- PASS: TestJoin (10.00s)\n=== RUN   TestScaling\n    scale_test.go:10: growing to 3 members\n" +
 		"panic: test timed out after 1h0m0s\n\trunning tests:\n\t\tTestScaling (2m3s)\n\ngoroutine 1 [running]:\n" +
 		"FAIL\texample.com/e2e\t3600.085s\n"
-	fails, err := parse(strings.NewReader(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	write(&out, fails, 12, 3, []string{"e2e.log"})
 	want := "==== failed tests, repeated at the end (last 12 lines each; whole logs: e2e.log): TestScaling\n---- TestScaling\n" +
 		"     was running when the test binary stopped: panic: test timed out after 1h0m0s\n    scale_test.go:10: growing to 3 members\n"
-	if out.String() != want {
-		t.Errorf("recap:\n%s\nwant:\n%s", out.String(), want)
+	if got := recap(t, log, 12, 3); got != want {
+		t.Errorf("recap:\n%s\nwant:\n%s", got, want)
 	}
 }
