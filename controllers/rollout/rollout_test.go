@@ -878,10 +878,16 @@ func TestRolloutPowerCycle(t *testing.T) {
 // but whose boot lasts past powerCycleAfter (a slow machine, a busy boot
 // network) has taken its new boot's secret meanwhile: the rollout waits for
 // it instead of resetting a boot that is under way.
+//
+// The phase's start is stored to the second, so powerCycleAfter counts from
+// up to a second before the phase really began: with 5 s the reset is due
+// at least 4 s in, and the secret (secretAfter, 1.1 s after the farm's step
+// that takes the machine down) is in the cache well before that even on a
+// loaded machine. 2 s left as little as 0.9 s, which a busy CI missed.
 func TestRolloutSlowBootIsNotPowerCycled(t *testing.T) {
 	f := newFixture(t, 1, v1alpha1.RolloutStrategy{MinReadySeconds: ptr.To[int32](1),
-		PowerCycleAfter: &metav1.Duration{Duration: 2 * time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}})
-	f.farm.set("workers-m00", func(m *fakeMachine) { m.bootTime = 5 * time.Second })
+		PowerCycleAfter: &metav1.Duration{Duration: 5 * time.Second}, BootTimeout: &metav1.Duration{Duration: time.Minute}})
+	f.farm.set("workers-m00", func(m *fakeMachine) { m.bootTime = 7 * time.Second })
 	f.patchPool(func(p *v1alpha1.NodePool) { p.Spec.BootImage = f.imgB.Name })
 	f.eventually("the rollout completes", func() (bool, error) { return f.complete(f.imgB), nil })
 	if calls := f.power.Calls(); len(calls) != 0 {
