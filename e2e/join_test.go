@@ -198,6 +198,9 @@ func TestNodeJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Before the uninstall (cleanups run last first), with the client of
+	// the moment: the CA rotation replaces it.
+	t.Cleanup(func() { logImagePulls(t, tenant) })
 
 	// Power on, both at once; for make bench-node (which sets
 	// KUBEFARM_BOOT_STAGES_OUT) one at a time, each with the machine to
