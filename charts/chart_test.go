@@ -583,6 +583,34 @@ podDisruptionBudget: {enabled: false}
 	}
 }
 
+// TestShutdownDelay: a stopping manager serves on for shutdownDelaySeconds
+// (a preStop sleep) before SIGTERM, so its fail-closed webhooks refuse
+// nothing while the Service stops sending to it; 0 turns it off, and a
+// grace period that the delay would eat is refused, naming both values.
+func TestShutdownDelay(t *testing.T) {
+	sleep := func(vals map[string]any) *corev1.SleepAction {
+		t.Helper()
+		c := deployment(t, renderObjects(t, vals)).Spec.Template.Spec.Containers[0]
+		if c.Lifecycle == nil || c.Lifecycle.PreStop == nil {
+			return nil
+		}
+		return c.Lifecycle.PreStop.Sleep
+	}
+	if s := sleep(nil); s == nil || s.Seconds != 5 {
+		t.Errorf("default preStop sleep = %+v, want 5 seconds", s)
+	}
+	if s := sleep(values(t, "shutdownDelaySeconds: 12\nterminationGracePeriodSeconds: 60")); s == nil || s.Seconds != 12 {
+		t.Errorf("preStop sleep = %+v, want 12 seconds", s)
+	}
+	if s := sleep(values(t, "shutdownDelaySeconds: 0")); s != nil {
+		t.Errorf("shutdownDelaySeconds 0 still renders a preStop sleep %+v", s)
+	}
+	_, err := tryRender(t, values(t, "shutdownDelaySeconds: 30\nterminationGracePeriodSeconds: 30"))
+	if err == nil || !strings.Contains(err.Error(), "terminationGracePeriodSeconds (30) must be above shutdownDelaySeconds (30)") {
+		t.Errorf("a grace period the delay eats: err = %v, want it refused naming both values", err)
+	}
+}
+
 // TestAlertSources: alertSources become one --alert-source each, sorted
 // by name; the schema refuses a bad name and credentials in a URL.
 func TestAlertSources(t *testing.T) {
@@ -936,6 +964,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"security context typo", "securityContext: {readOnlyRootFileSystem: true}", "readOnlyRootFileSystem"},
 		{"label value not a string", "podLabels: {team: 3}", "team"},
 		{"toleration operator", "tolerations: [{key: a, operator: Maybe}]", "operator"},
+		{"shutdown delay past a minute", "shutdownDelaySeconds: 61", "shutdownDelaySeconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tryRender(t, values(t, tc.values))
