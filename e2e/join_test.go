@@ -379,10 +379,21 @@ func TestNodeJoin(t *testing.T) {
 			}
 		}
 
-		// logs: kubelet's /containerLogs, reached by the API server.
+		// logs: kubelet's /containerLogs, reached by the API server through
+		// the node's Konnectivity agent, which on a node that has just
+		// joined can start minutes after the test's pods: its image is
+		// bigger than theirs and pulled alongside kube-proxy's and CoreDNS's
+		// (2m35s in one CI run, past this step's wait for the logs).
+		var agentErr error
+		if err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
+			_, agentErr = addonPod(ctx, tenant, "k8s-app=konnectivity-agent", hostname)
+			return agentErr == nil, nil
+		}); err != nil {
+			t.Fatalf("the Konnectivity agent never became Ready on %s: %v (%v)%s", hostname, err, agentErr, story())
+		}
 		var logs []byte
 		var logsErr error
-		err = pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		err = pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
 			logs, logsErr = pods.GetLogs("web", &corev1.PodLogOptions{}).DoRaw(ctx)
 			return logsErr == nil && bytes.Contains(logs, []byte("web-up")), nil
 		})

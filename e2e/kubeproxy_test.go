@@ -83,8 +83,14 @@ func waitKubeProxyMode(t *testing.T, ctx context.Context, cfg *rest.Config, tena
 
 // kubeProxyPod names the Ready, not terminating kube-proxy pod on a node.
 func kubeProxyPod(ctx context.Context, tenant kubernetes.Interface, node string) (string, error) {
+	return addonPod(ctx, tenant, kubeProxySelector, node)
+}
+
+// addonPod names the Ready, not terminating kube-system pod of an add-on
+// DaemonSet (its label selector) on a node.
+func addonPod(ctx context.Context, tenant kubernetes.Interface, selector, node string) (string, error) {
 	pods, err := tenant.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{
-		LabelSelector: kubeProxySelector, FieldSelector: "spec.nodeName=" + node,
+		LabelSelector: selector, FieldSelector: "spec.nodeName=" + node,
 	})
 	if err != nil {
 		return "", err
@@ -94,7 +100,7 @@ func kubeProxyPod(ctx context.Context, tenant kubernetes.Interface, node string)
 			return p.Name, nil
 		}
 	}
-	return "", fmt.Errorf("no Ready kube-proxy pod on node %s (%d pods)", node, len(pods.Items))
+	return "", fmt.Errorf("no Ready %s pod on node %s (%d pods)", selector, node, len(pods.Items))
 }
 
 // checkProxyMode checks that a new Service's ClusterIP, asked from a pod on
