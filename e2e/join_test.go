@@ -386,7 +386,7 @@ func TestNodeJoin(t *testing.T) {
 		// (2m35s in one CI run, past this step's wait for the logs).
 		var agentErr error
 		if err := pollErr(ctx, 8*time.Minute, func(ctx context.Context) (bool, error) {
-			_, agentErr = addonPod(ctx, tenant, "k8s-app=konnectivity-agent", hostname)
+			_, agentErr = addonPod(ctx, tenant, konnectivityAgentSelector, hostname)
 			return agentErr == nil, nil
 		}); err != nil {
 			t.Fatalf("the Konnectivity agent never became Ready on %s: %v (%v)%s", hostname, err, agentErr, story())

@@ -24,6 +24,9 @@ import (
 // DaemonSet's own label).
 const kubeProxySelector = "k8s-app=kube-proxy"
 
+// konnectivityAgentSelector picks the tenant's Konnectivity agent pods.
+const konnectivityAgentSelector = "k8s-app=konnectivity-agent"
+
 // switchKubeProxyMode sets the tenant's kube-proxy mode the way an operator
 // does (kubernetes.kubeProxy.mode in the values, helm upgrade) and waits
 // until kube-proxy has rolled and runs that proxier on every node. vals is
