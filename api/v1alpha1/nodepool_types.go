@@ -93,6 +93,14 @@ type NodePoolSpec struct {
 	// +kubebuilder:default={}
 	Rollout RolloutStrategy `json:"rollout,omitempty"`
 
+	// HostNetwork is how kubefarm-agent sets up the machines' links at
+	// boot: bonds, VLANs, MTU, addresses derived from the boot address,
+	// routes, and the node's link. A machine with a tag that has a
+	// hostNetwork takes the tag's instead. Changes take effect at each
+	// machine's next boot.
+	// +optional
+	HostNetwork *HostNetwork `json:"hostNetwork,omitempty"`
+
 	// Host holds the host settings kubefarm-agent applies at every boot
 	// (a kubefarm values file's ltsp.config): time zone, root's SSH keys and
 	// password hash. Kernel modules and parameters are kernelArgs
@@ -161,6 +169,14 @@ type MachineEntry struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	Tags []string `json:"tags,omitempty"`
 
+	// Addresses give this machine's bonds or VLANs their addresses,
+	// instead of the hostNetwork's addressFromBoot rules.
+	// +optional
+	// +listType=map
+	// +listMapKey=link
+	// +kubebuilder:validation:MaxItems=8
+	Addresses []MachineAddress `json:"addresses,omitempty"`
+
 	// Power is the machine's power control, used by the rollout when
 	// kubefarm-agent does not reboot the machine.
 	// +optional
@@ -182,6 +198,11 @@ type TagSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	KernelArgs []string `json:"kernelArgs,omitempty"`
+
+	// HostNetwork replaces the pool's for the machines with this tag; at
+	// most one of a machine's tags may have one.
+	// +optional
+	HostNetwork *HostNetwork `json:"hostNetwork,omitempty"`
 
 	// DHCPOptions are added to the machine's DHCP replies.
 	// +optional

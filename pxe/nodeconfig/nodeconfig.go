@@ -30,6 +30,9 @@ type NodeConfig struct {
 	Labels      map[string]string      `json:"labels,omitempty"`
 	Taints      []corev1.Taint         `json:"taints"`
 	Kubelet     kubefarmv1.KubeletSpec `json:"kubelet"`
+	// Network is the machine's links (bonds, VLANs, MTU, addresses,
+	// routes); nil leaves the node image's network files alone.
+	Network *Network `json:"network,omitempty"`
 	// RegistryMirrors are the pool's, for containerd's hosts.toml files.
 	RegistryMirrors []kubefarmv1.RegistryMirror `json:"registryMirrors,omitempty"`
 	// JoinToken is the bootstrap token for this machine alone.
