@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -284,4 +285,53 @@ func linkNetwork(name string, mtu int32, dhcp bool, addrs, vlans []string, route
 		fmt.Fprintf(&s, "\n[Route]\nDestination=%s\nGateway=%s\n", r.To, r.Via)
 	}
 	return s.String()
+}
+
+// NodeIface is the link whose address is the node's, for flannel: the
+// network's nodeLink, else the bond that carries the boot address, else
+// the boot interface.
+func NodeIface(n *nodeconfig.Network, bootIface, bootMAC string) string {
+	if n == nil {
+		return bootIface
+	}
+	if n.NodeLink != "" {
+		return n.NodeLink
+	}
+	p := linkPlan{bootIface: bootIface, bootMAC: bootMAC}
+	for _, b := range n.Bonds {
+		if p.carriesBoot(b) {
+			return b.Name
+		}
+	}
+	return bootIface
+}
+
+// NodeIP is the kubelet's --node-ip when the node is on a link with a
+// static address (nodeLink); empty leaves the kubelet to take the address
+// of its default route's link, the boot address.
+func NodeIP(n *nodeconfig.Network) string {
+	if n == nil || n.NodeLink == "" || len(n.Addresses[n.NodeLink]) == 0 {
+		return ""
+	}
+	p, err := netip.ParsePrefix(n.Addresses[n.NodeLink][0])
+	if err != nil {
+		return ""
+	}
+	return p.Addr().String()
+}
+
+// NetworkLinks are the bonds and VLANs a Network sets up, in its order:
+// what the agent waits for before the node counts as networked.
+func NetworkLinks(n *nodeconfig.Network) []string {
+	if n == nil {
+		return nil
+	}
+	var out []string
+	for _, b := range n.Bonds {
+		out = append(out, b.Name)
+	}
+	for _, v := range n.VLANs {
+		out = append(out, v.Name)
+	}
+	return out
 }

@@ -119,3 +119,54 @@ func TestNetworkdLinksAndRefusals(t *testing.T) {
 		t.Errorf("no network: %v, %v; want nothing", files, err)
 	}
 }
+
+func TestNodeIfaceAndIP(t *testing.T) {
+	bonded := &nodeconfig.Network{HostNetwork: kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"52:54:00:00:00:01", "eth1"}}}}}
+	for _, tc := range []struct {
+		name      string
+		n         *nodeconfig.Network
+		iface, ip string
+	}{
+		{"no network", nil, "eth0", ""},
+		{"the bond that took the boot interface, by its MAC", bonded, "bond0", ""},
+		{"the node link's static address", advanced, "data", "10.29.3.4"},
+		{"a node link without an address of its own", &nodeconfig.Network{HostNetwork: kubefarmv1.HostNetwork{NodeLink: "bond0"}}, "bond0", ""},
+	} {
+		if got := NodeIface(tc.n, "eth0", "52:54:00:00:00:01"); got != tc.iface {
+			t.Errorf("%s: NodeIface = %q, want %q", tc.name, got, tc.iface)
+		}
+		if got := NodeIP(tc.n); got != tc.ip {
+			t.Errorf("%s: NodeIP = %q, want %q", tc.name, got, tc.ip)
+		}
+	}
+}
+
+// TestRenderMovesTheNodeOntoItsNodeLink: with a hostNetwork, Render writes
+// its networkd files, flannel routes over the node link and the kubelet
+// takes that link's address.
+func TestRenderMovesTheNodeOntoItsNodeLink(t *testing.T) {
+	nc := config()
+	nc.Network = advanced
+	r, err := Render(Input{Config: nc, BootIface: "eth0", BootMAC: "52:54:00:00:00:01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(file(t, r, FlannelEnv).Data); got != "NODE_NAME=node-1\nFLANNELD_IFACE=data\n" {
+		t.Errorf("flanneld env %q", got)
+	}
+	if env := string(file(t, r, KubeletEnv).Data); !strings.Contains(env, `"--hostname-override=node-1 --node-ip=10.29.3.4 `) {
+		t.Errorf("kubelet env %q lacks --node-ip of the node link", env)
+	}
+	file(t, r, NetworkdDir+"/01-kubefarm-bond0.netdev")
+	file(t, r, NetworkdDir+"/03-kubefarm-data.network")
+	for i := 1; i < len(r.Files); i++ {
+		if r.Files[i-1].Path >= r.Files[i].Path {
+			t.Errorf("files not sorted: %s before %s", r.Files[i-1].Path, r.Files[i].Path)
+		}
+	}
+
+	nc.Network = &nodeconfig.Network{HostNetwork: kubefarmv1.HostNetwork{NodeLink: "eth9"}}
+	if _, err := Render(Input{Config: nc, BootIface: "eth0", BootMAC: "52:54:00:00:00:01"}); err == nil || !strings.Contains(err.Error(), "network: nodeLink eth9") {
+		t.Errorf("a bad network: %v, want an error naming it", err)
+	}
+}

@@ -72,8 +72,12 @@ type File struct {
 type Input struct {
 	Config nodeconfig.NodeConfig
 	// BootIface is the interface the machine booted on: flanneld's
-	// interface, whose address is the node's.
+	// interface, whose address is the node's, unless the configuration's
+	// network moves the node onto another link.
 	BootIface string
+	// BootMAC is the boot interface's MAC, which a bond carrying the boot
+	// address takes.
+	BootMAC string
 	// Shadow is the root's current /etc/shadow; it is needed only when the
 	// configuration sets a root password hash.
 	Shadow []byte
@@ -125,7 +129,12 @@ func Render(in Input) (Result, error) {
 	res.DroppedLabels = dropped
 	add(File{Path: KubeletEnv, Mode: modePublic, Data: env})
 
-	netconf, flannelEnv, err := flannel(nc, in.BootIface)
+	netFiles, err := Networkd(nc.Network, in.BootIface, in.BootMAC)
+	if err != nil {
+		return Result{}, fmt.Errorf("node configuration of machine %s: network: %w", nc.Machine, err)
+	}
+	res.Files = append(res.Files, netFiles...)
+	netconf, flannelEnv, err := flannel(nc, NodeIface(nc.Network, in.BootIface, in.BootMAC))
 	if err != nil {
 		return Result{}, err
 	}
@@ -310,6 +319,9 @@ func kubeletConfiguration(nc nodeconfig.NodeConfig) ([]byte, error) {
 // --node-labels; the pool's extra arguments follow, sorted.
 func kubeletEnv(nc nodeconfig.NodeConfig) ([]byte, []string, error) {
 	args := []string{"--hostname-override=" + nc.Hostname}
+	if ip := NodeIP(nc.Network); ip != "" {
+		args = append(args, "--node-ip="+ip)
+	}
 	labels, dropped, err := kubeletLabels(nc)
 	if err != nil {
 		return nil, nil, err

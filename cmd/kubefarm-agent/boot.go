@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,12 +102,12 @@ func configure(ctx context.Context, o Options, d Deps, pxe *pxeclient.Client, b 
 	if nc.ImageDigest != "" && nc.ImageDigest != b.params.Image {
 		log.Info("kubefarm-pxe serves another image than this boot's", "served", nc.ImageDigest, "booted", b.params.Image)
 	}
-	reg, err := writeConfig(o, d, nc, b.iface, log)
+	reg, err := writeConfig(o, d, nc, b.iface, b.mac, log)
 	if err != nil {
 		return settings{}, nil, err
 	}
 	// Before the marker: a marker of this boot means both are there.
-	kept := settings{BootID: b.bootID, RebootAfterLogin: nc.RebootAfterLogin}
+	kept := settings{BootID: b.bootID, RebootAfterLogin: nc.RebootAfterLogin, NetworkLinks: render.NetworkLinks(nc.Network)}
 	if err := writeState(stateDir, settingsFile, kept); err != nil {
 		return settings{}, nil, err
 	}
@@ -118,8 +119,8 @@ func configure(ctx context.Context, o Options, d Deps, pxe *pxeclient.Client, b 
 
 // writeConfig renders nc into the root's files and sets the host name; the
 // registration is nil unless the agent creates the kubelet's Node.
-func writeConfig(o Options, d Deps, nc nodeconfig.NodeConfig, iface string, log logr.Logger) (*registration, error) {
-	rin := render.Input{Config: nc, BootIface: iface}
+func writeConfig(o Options, d Deps, nc nodeconfig.NodeConfig, iface, mac string, log logr.Logger) (*registration, error) {
+	rin := render.Input{Config: nc, BootIface: iface, BootMAC: mac}
 	if nc.RootPasswordHash != "" {
 		var err error
 		if rin.Shadow, err = os.ReadFile(filepath.Join(o.Root, render.Shadow)); err != nil {
@@ -207,6 +208,30 @@ func bootInterface(o Options, p bootproto.Params) (iface, mac string, err error)
 		return "", "", fmt.Errorf("the MAC of boot interface %s: %w", iface, err)
 	}
 	return iface, mac, nil
+}
+
+// applyNetwork brings up the hostNetwork's links (bonds, VLANs) the files
+// describe, before the kubelet starts. A failure is the boot's network
+// verdict: the node joins, keeps its network taint, and its report (the
+// Machine's NetworkVerified condition) and the console say why.
+func applyNetwork(ctx context.Context, o Options, d Deps, links []string, log logr.Logger) cnicheck.Verdict {
+	if len(links) == 0 {
+		return cnicheck.Verdict{OK: true}
+	}
+	err := errors.New("this agent has no way to apply a host network")
+	if d.ApplyNetwork != nil {
+		err = d.ApplyNetwork(ctx, links, o.NetworkTimeout)
+	}
+	if err != nil {
+		msg := fmt.Sprintf("host network: links %s did not come up: %v", strings.Join(links, ", "), err)
+		log.Error(err, "the host network did not come up", "links", links)
+		if d.Console != nil {
+			d.Console("kubefarm-agent: " + msg)
+		}
+		return cnicheck.Verdict{Reason: clip(msg, 512)}
+	}
+	log.Info("host network up", "links", links)
+	return cnicheck.Verdict{OK: true}
 }
 
 // waitNetwork waits for flanneld's subnet file. A failed wait is a verdict

@@ -52,6 +52,9 @@ const (
 type settings struct {
 	BootID           string           `json:"bootID"`
 	RebootAfterLogin *metav1.Duration `json:"rebootAfterLogin,omitempty"`
+	// NetworkLinks are the bonds and VLANs of the machine's hostNetwork,
+	// which must be up before the node counts as networked.
+	NetworkLinks []string `json:"networkLinks,omitempty"`
 }
 
 // login is the first interactive login the agent saw in this boot.

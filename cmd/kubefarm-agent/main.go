@@ -143,6 +143,10 @@ type Deps struct {
 	Guard func(ctx context.Context, rules string) error
 	// HTTP talks to kubefarm-pxe; nil is the default client.
 	HTTP *http.Client
+	// ApplyNetwork brings the hostNetwork's links up from the files the
+	// agent wrote and waits for them (networkctl reload, then
+	// systemd-networkd-wait-online); nil: a hostNetwork cannot be applied.
+	ApplyNetwork func(ctx context.Context, links []string, timeout time.Duration) error
 	// Poll is the interval of the wait for flanneld (default 1 s).
 	Poll time.Duration
 	// Reboot reboots the node (systemctl reboot); nil: the heartbeat
@@ -202,7 +206,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	deps := Deps{StartUnits: systemctlStart, SetHostname: func(n string) error { return syscall.Sethostname([]byte(n)) },
-		Guard: nftLoad, Reboot: systemctlReboot, LoadModules: modprobe,
+		Guard: nftLoad, Reboot: systemctlReboot, LoadModules: modprobe, ApplyNetwork: networkdApply,
 		BMCAddress: func(ctx context.Context) (string, error) { return facts.BMCAddress(ctx, bmcRequest) },
 		Console:    func(line string) { writeConsole(o.Console, line) }}
 	hb, err := run(ctx, o, deps, log)
@@ -217,6 +221,22 @@ func main() {
 }
 
 // nftLoad loads an nftables script in one transaction.
+// networkdApply has systemd-networkd read the files the agent wrote and
+// waits until each link is up with its addresses.
+func networkdApply(ctx context.Context, links []string, timeout time.Duration) error {
+	if out, err := exec.CommandContext(ctx, "networkctl", "reload").CombinedOutput(); err != nil {
+		return fmt.Errorf("networkctl reload: %v: %s", err, clip(strings.TrimSpace(string(out)), 256))
+	}
+	args := []string{fmt.Sprintf("--timeout=%d", int(timeout.Seconds()))}
+	for _, l := range links {
+		args = append(args, "--interface="+l)
+	}
+	if out, err := exec.CommandContext(ctx, "/lib/systemd/systemd-networkd-wait-online", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("systemd-networkd-wait-online %s: %v: %s", strings.Join(args, " "), err, clip(strings.TrimSpace(string(out)), 256))
+	}
+	return nil
+}
+
 func nftLoad(ctx context.Context, rules string) error {
 	cmd := exec.CommandContext(ctx, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
@@ -304,6 +324,9 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 		return nil, err
 	}
 
+	// 1b. The machine's own links, before the kubelet uses them.
+	netVerdict := applyNetwork(ctx, o, d, kept.NetworkLinks, log)
+
 	// 2. kubelet and flanneld; the kubelet's Node as soon as it has a
 	// credential (on a fresh configuration only: a restarted agent's
 	// kubelet registered long ago).
@@ -315,7 +338,10 @@ func run(ctx context.Context, o Options, d Deps, log logr.Logger) (*heartbeats, 
 	}
 
 	// 3. The network: flanneld's lease, then the chain.
-	verdict := waitNetwork(ctx, filepath.Join(o.Root, o.FlannelSubnet), o.NetworkTimeout, d.Poll)
+	verdict := netVerdict
+	if verdict.OK {
+		verdict = waitNetwork(ctx, filepath.Join(o.Root, o.FlannelSubnet), o.NetworkTimeout, d.Poll)
+	}
 	if verdict.OK {
 		verdict = checkChain(o)
 	}

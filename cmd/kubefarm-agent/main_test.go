@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kubefarm/kubefarm/agent/render"
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/images/node/cni"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
@@ -58,6 +59,7 @@ type fakePXE struct {
 	configs          int
 	reports          []bootproto.BootReport
 	rebootAfterLogin *metav1.Duration
+	network          *nodeconfig.Network
 	beats            chan bootproto.Heartbeat
 	reboot           bool
 	beatCode         int
@@ -89,6 +91,7 @@ func (f *fakePXE) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Taints:           nil,
 				JoinToken:        token,
 				RebootAfterLogin: f.rebootAfterLogin,
+				Network:          f.network,
 				TenantFacts: nodeconfig.TenantFacts{APIServer: "https://10.0.0.5:6443", CACert: []byte(ca),
 					ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local", PodCIDR: "10.244.0.0/16"},
 			})
@@ -256,6 +259,68 @@ func TestRun(t *testing.T) {
 	}
 	if n := pxe.reports[2].Network; n == nil || n.Verified || !strings.Contains(n.Reason, "00-mesh.conflist") {
 		t.Errorf("report with a foreign conflist: %+v", n)
+	}
+}
+
+// TestRunHostNetwork: a configuration with a hostNetwork has its networkd
+// files written and its links brought up before the kubelet starts, again
+// by a restarted agent; links that do not come up are the boot's network
+// verdict (the node stays tainted) and are said on the console.
+func TestRunHostNetwork(t *testing.T) {
+	pxe := &fakePXE{configs: 1, network: &nodeconfig.Network{HostNetwork: kubefarmv1.HostNetwork{
+		Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"boot", "eth1"}}},
+		VLANs: []kubefarmv1.VLAN{{Name: "data", Link: "bond0", ID: 29}}, NodeLink: "data"},
+		Addresses: map[string][]string{"data": {"10.29.0.7/16"}}}}
+	srv := httptest.NewServer(pxe)
+	defer srv.Close()
+	o := nodeRoot(t, srv.URL)
+	starter := &fakeKubeletStarter{root: o.Root}
+	var applied [][]string
+	var applyErr error
+	var console []string
+	deps := Deps{Guard: (&guard{}).load, SetHostname: func(string) error { return nil }, Poll: 10 * time.Millisecond,
+		StartUnits: func(ctx context.Context, units ...string) error {
+			if len(applied) == 0 {
+				t.Error("the kubelet started before the host network was applied")
+			}
+			return starter.start(ctx, units...)
+		},
+		ApplyNetwork: func(_ context.Context, links []string, _ time.Duration) error {
+			if _, err := os.Stat(filepath.Join(o.Root, render.NetworkdDir, "01-kubefarm-bond0.netdev")); err != nil {
+				t.Errorf("applied before the files were written: %v", err)
+			}
+			applied = append(applied, links)
+			return applyErr
+		},
+		Console: func(line string) { console = append(console, line) }}
+	if _, err := run(context.Background(), o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 || strings.Join(applied[0], " ") != "bond0 data" {
+		t.Errorf("applied %v, want [bond0 data] once", applied)
+	}
+	if env, _ := os.ReadFile(filepath.Join(o.Root, render.FlannelEnv)); !strings.Contains(string(env), "FLANNELD_IFACE=data\n") {
+		t.Errorf("flanneld env %q, want the node link", env)
+	}
+	if len(pxe.reports) != 1 || !pxe.reports[0].Network.Verified {
+		t.Fatalf("reports %+v", pxe.reports)
+	}
+
+	// A restarted agent of the same boot waits for the links again; this
+	// time they do not come up.
+	applyErr = errors.New("timeout occurred while waiting for network connectivity")
+	if _, err := run(context.Background(), o, deps, testr.New(t)); err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 2 {
+		t.Errorf("applied %v, want twice", applied)
+	}
+	n := pxe.reports[1].Network
+	if n == nil || n.Verified || !strings.Contains(n.Reason, "host network: links bond0, data did not come up: timeout") {
+		t.Errorf("report of a network that did not come up: %+v", n)
+	}
+	if len(console) != 1 || !strings.Contains(console[0], "links bond0, data did not come up") {
+		t.Errorf("console %q", console)
 	}
 }
 

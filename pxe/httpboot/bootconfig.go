@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
@@ -68,6 +70,9 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig
 		SSHAuthorizedKeys: pool.Spec.Host.SSHAuthorizedKeys,
 		RootPasswordHash:  pool.Spec.Host.RootPasswordHash,
 	}
+	if out.Network, err = machineNetwork(m, pool, resolved.Tags); err != nil {
+		return nodeconfig.NodeConfig{}, err
+	}
 	if _, d := ImageFor(m); d != "" {
 		out.ImageDigest = d
 	}
@@ -75,6 +80,29 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig
 		out.Labels = resolved.Labels
 	}
 	return out, nil
+}
+
+// machineNetwork is the machine's hostNetwork: the pool's or its tag's, with
+// its pool entry's addresses and its address rules filled from its IP.
+func machineNetwork(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool, tags []string) (*nodeconfig.Network, error) {
+	named := make([]nodeconfig.NamedTag, 0, len(tags))
+	for _, t := range tags {
+		named = append(named, nodeconfig.NamedTag{Name: t, Spec: pool.Spec.Tags[t]})
+	}
+	var entry *kubefarmv1.MachineEntry
+	for i := range pool.Spec.Machines {
+		if desired.MachineName(pool.Name, pool.Spec.Machines[i].Name) == m.Name {
+			entry = &pool.Spec.Machines[i]
+		}
+	}
+	// A machine without an IP (none yet) fails only an addressFromBoot
+	// rule, which says so.
+	ip, _ := netip.ParseAddr(m.Spec.IP)
+	n, err := nodeconfig.ResolveNetwork(pool.Spec.HostNetwork, named, entry, ip)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return n, nil
 }
 
 // JoinTokens issues the per-machine bootstrap token of the tenant cluster.
