@@ -106,6 +106,7 @@ func (v *AddressValidator) validate(ctx context.Context, pool *kubefarmv1.NodePo
 	errs = append(errs, validateBlockingPodSelector(pool)...)
 	errs = append(errs, validateNotify(pool)...)
 	errs = append(errs, validateAlertGate(pool)...)
+	errs = append(errs, validateHostNetwork(pool)...)
 	conflicts := 0
 	report := func(path *field.Path, value, owner string) bool {
 		errs = append(errs, field.Invalid(path, value, "already used by "+owner))
