@@ -10,7 +10,7 @@ package v1alpha1
 // A link is named in three ways: "boot" (the interface the machine booted
 // from), a kernel interface name (eth1, or an alternative name such as
 // enp1s0f1), or a MAC address (lowercase, colon separated).
-// +kubebuilder:validation:XValidation:rule="!has(self.bonds) || !has(self.vlans) || self.vlans.all(v, !self.bonds.exists(b, b.name == v.name))",fieldPath=".vlans",message="a VLAN cannot have a bond's name",reason=FieldValueDuplicate
+// +kubebuilder:validation:XValidation:rule="!has(self.bonds) || !has(self.vlans) || self.vlans.all(v, !self.bonds.exists(b, b.name == v.name))",fieldPath=".vlans",message="a VLAN cannot have a bond's name",reason=FieldValueInvalid
 type HostNetwork struct {
 	// Bonds aggregate links into one (Linux bonding).
 	// +optional

@@ -193,6 +193,28 @@ func TestNodePoolRejected(t *testing.T) {
 		{"registry mirror twice", func(p *kubefarmv1.NodePool) {
 			p.Spec.RegistryMirrors = []kubefarmv1.RegistryMirror{{Registry: "docker.io", Endpoints: []string{"http://a"}}, {Registry: "docker.io", Endpoints: []string{"http://b"}}}
 		}, []string{"spec.registryMirrors[1]", "Duplicate value"}},
+		{"lacpRate outside 802.3ad", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"boot"}, LACPRate: "fast"}}}
+		}, []string{"spec.hostNetwork.bonds[0].lacpRate", "applies to mode 802.3ad only"}},
+		{"transmitHashPolicy in active-backup", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"boot"}, Mode: "active-backup", TransmitHashPolicy: "layer3+4"}}}
+		}, []string{"spec.hostNetwork.bonds[0].transmitHashPolicy", "applies to modes"}},
+		{"a bond member that is no link", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"Eth 1"}}}}
+		}, []string{"spec.hostNetwork.bonds[0].members[0]", "should match"}},
+		{"addressFromBoot with host bits", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "data", Link: "boot", ID: 29, AddressFromBoot: "10.29.1.0/16"}}}
+		}, []string{"spec.hostNetwork.vlans[0].addressFromBoot", "host bits zero"}},
+		{"VLAN tag 4095", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "data", Link: "boot", ID: 4095}}}
+		}, []string{"spec.hostNetwork.vlans[0].id", "less than or equal to 4094"}},
+		{"a VLAN named like a bond", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "bond0", Members: []string{"boot"}}},
+				VLANs: []kubefarmv1.VLAN{{Name: "bond0", Link: "boot", ID: 3}}}
+		}, []string{"spec.hostNetwork.vlans", "a VLAN cannot have a bond's name"}},
+		{"a machine address without its prefix length", func(p *kubefarmv1.NodePool) {
+			p.Spec.Machines[0].Addresses = []kubefarmv1.MachineAddress{{Link: "data", Address: "10.29.0.1"}}
+		}, []string{"spec.machines[0].addresses[0].address", "with its prefix length"}},
 		{"too many machines", func(p *kubefarmv1.NodePool) {
 			p.Spec.Machines = machines(kubefarmv1.MaxMachinesPerPool + 1)
 			p.Spec.Network.Subnet = "10.28.0.0/16"
@@ -216,6 +238,29 @@ func TestLargestPoolAccepted(t *testing.T) {
 	pool := validPool(newNamespace(t))
 	pool.Spec.Network.Subnet = "10.28.0.0/16"
 	pool.Spec.Machines = machines(kubefarmv1.MaxMachinesPerPool)
+	// And the most of a hostNetwork: every list at its bound, on the pool,
+	// and on every machine its addresses.
+	hn := &kubefarmv1.HostNetwork{NodeLink: "vlan0"}
+	for i := range 4 {
+		hn.Bonds = append(hn.Bonds, kubefarmv1.Bond{Name: fmt.Sprintf("bond%d", i), Mode: kubefarmv1.Bond8023ad, LACPRate: "fast", TransmitHashPolicy: "layer3+4",
+			Members: []string{fmt.Sprintf("eth%d", 2*i), fmt.Sprintf("eth%d", 2*i+1), "02:00:00:00:00:01", "02:00:00:00:00:02", "e1", "e2", "e3", "e4"}})
+	}
+	for i := range 16 {
+		hn.VLANs = append(hn.VLANs, kubefarmv1.VLAN{Name: fmt.Sprintf("vlan%d", i), Link: "bond0", ID: int32(i + 1), AddressFromBoot: "10.29.0.0/16"})
+	}
+	for i := range 8 {
+		hn.Links = append(hn.Links, kubefarmv1.LinkSettings{Match: fmt.Sprintf("eth%d", 10+i), MTU: 9000})
+	}
+	for i := range 16 {
+		hn.Routes = append(hn.Routes, kubefarmv1.Route{To: fmt.Sprintf("10.%d.0.0/16", 100+i), Via: "10.29.0.1", Link: "vlan0"})
+	}
+	pool.Spec.HostNetwork = hn
+	for i := range pool.Spec.Machines {
+		for j := range 8 {
+			pool.Spec.Machines[i].Addresses = append(pool.Spec.Machines[i].Addresses,
+				kubefarmv1.MachineAddress{Link: fmt.Sprintf("vlan%d", j), Address: fmt.Sprintf("10.%d.%d.%d/16", 30+j, 1+i/250, 1+i%250)})
+		}
+	}
 	if err := env.Client.Create(context.Background(), pool); err != nil {
 		t.Fatalf("a pool of %d machines was rejected: %v", kubefarmv1.MaxMachinesPerPool, err)
 	}
