@@ -8,6 +8,7 @@ package charts_test
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -77,7 +79,7 @@ type example struct {
 var examples = []example{
 	{name: "generic"},
 	{name: "catchall"},
-	{name: "advanced_network", refused: []string{"ltsp.config.extraFiles", "node image"}},
+	{name: "advanced_network", refused: []string{"ltsp.config.extraFiles", "hostNetwork", "Server networks"}},
 	{name: "dualstack_network", refused: []string{"kubernetes.apiServer.extraArgs.feature-gates", "IPv6DualStack", "remove it"}},
 }
 
@@ -506,6 +508,45 @@ tags:
 
 // TestClusterChartRefusals: options without a meaning in kubefarm stop the
 // render with the value named and what to use instead.
+// TestClusterChartMapsHostNetwork: advanced_network's bond and VLAN, said as
+// hostNetwork in the values, become the pool's spec.hostNetwork as written,
+// and a node's addresses its machine's.
+func TestClusterChartMapsHostNetwork(t *testing.T) {
+	vals := valuesFile(t, filepath.Join(examplesDir, "advanced_network", "hostnetwork.yaml"))
+	var pool *unstructured.Unstructured
+	for _, o := range objects(t, mustRenderCluster(t, vals)) {
+		if o.GetKind() == "NodePool" {
+			pool = o
+		}
+	}
+	if pool == nil {
+		t.Fatal("no NodePool rendered")
+	}
+	got, _, _ := unstructured.NestedMap(pool.Object, "spec", "hostNetwork")
+	// As JSON: YAML's numbers decode as int64 or float64 by where they came from.
+	gotJSON, _ := json.Marshal(got)
+	wantJSON, _ := json.Marshal(vals["hostNetwork"])
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("spec.hostNetwork %v, want the values' %v", got, vals["hostNetwork"])
+	}
+	machines, _, _ := unstructured.NestedSlice(pool.Object, "spec", "machines")
+	if len(machines) != 2 {
+		t.Fatalf("machines %v", machines)
+	}
+	if _, ok := machines[0].(map[string]any)["addresses"]; ok {
+		t.Errorf("node1 got addresses it has none of: %v", machines[0])
+	}
+	want := []any{map[string]any{"link": "bond0.29", "address": "10.29.100.12/16"}}
+	if a := machines[1].(map[string]any)["addresses"]; !reflect.DeepEqual(a, want) {
+		t.Errorf("node2's addresses %v, want %v", a, want)
+	}
+	// The network script's option points to hostNetwork too.
+	_, err := renderCluster(t, values(t, "ltsp: {config: {options: {POST_INIT_NETWORKING: '. /etc/ltsp/network.sh'}}}"))
+	if err == nil || !strings.Contains(err.Error(), "ltsp.config.options.POST_INIT_NETWORKING") || !strings.Contains(err.Error(), "hostNetwork") {
+		t.Errorf("POST_INIT_NETWORKING: %v, want a refusal pointing to hostNetwork", err)
+	}
+}
+
 func TestClusterChartRefusals(t *testing.T) {
 	pool := "nodePools: [{range: '10.28.0.0,static,255.255.0.0', nodes: [{name: n1, mac: '02:00:00:00:00:01', ip: 10.28.0.5}]}]\n"
 	for _, tc := range []struct {
@@ -620,6 +661,8 @@ func TestClusterChartAcceptedByAPIServer(t *testing.T) {
 	for _, e := range examples {
 		cases[e.name] = valuesFile(t, e.renderable())
 	}
+	// advanced_network with its network script said as hostNetwork.
+	cases["advanced_network hostNetwork"] = valuesFile(t, filepath.Join(examplesDir, "advanced_network", "hostnetwork.yaml"))
 	// make demo's tenant, with the bootImage make demo sets.
 	cases["demo"] = valuesFile(t, filepath.Join(examplesDir, "demo", "values.yaml"))
 	cases["demo"]["bootImage"] = "node-0123456789ab"

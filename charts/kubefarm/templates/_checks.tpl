@@ -42,7 +42,10 @@ any object is rendered, so a values file is either taken whole or refused.
 {{- end -}}
 {{- $c := ($v.ltsp | default dict).config | default dict -}}
 {{- $image := "build it into the node image (images/node) and point bootImage at it" -}}
-{{- range $key := list "sections" "extraFiles" "extraProjectedItems" -}}
+{{- if $c.extraFiles -}}
+{{- fail "ltsp.config.extraFiles: nodes boot a verified, read-only image and run no copied scripts: bonds, VLANs, MTU and further addresses are hostNetwork (top level or per pool, with addresses per node; charts/kubefarm/README.md, \"Server networks\"); anything else: build it into the node image (images/node) and point bootImage at it" -}}
+{{- end -}}
+{{- range $key := list "sections" "extraProjectedItems" -}}
 {{- if get $c $key -}}
 {{- fail (printf "ltsp.config.%s: nodes boot a verified, read-only image and run no LTSP scripts or copied files: %s" $key $image) -}}
 {{- end -}}
@@ -97,6 +100,8 @@ kubefarm.ignoredLTSPOptions are ignored and named in NOTES.txt.
 {{- if and (ne $key "KERNEL_PARAMETERS") (not (has $key $ignored)) -}}
 {{- if hasPrefix "FSTAB_" $key -}}
 {{- fail (printf "%s.%s: the node image mounts what kubelet and containerd need on tmpfs already; other mounts belong in the image (images/node/rootfs/etc/fstab)" $.where $key) -}}
+{{- else if eq $key "POST_INIT_NETWORKING" -}}
+{{- fail (printf "%s.%s: nodes run no network scripts: bonds, VLANs, MTU and further addresses are hostNetwork (top level or per pool, with addresses per node; charts/kubefarm/README.md, \"Server networks\")" $.where $key) -}}
 {{- else if hasPrefix "KUBELET_EXTRA_ARGS" $key -}}
 {{- fail (printf "%s.%s: use kubelet.extraArgs (top level or per pool)" $.where $key) -}}
 {{- else -}}
