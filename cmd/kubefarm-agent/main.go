@@ -103,7 +103,7 @@ type Options struct {
 	StateDir       string        // in the root: what this boot already did
 	FlannelSubnet  string        // in the root: flanneld's lease, written once it runs
 	FetchTimeout   time.Duration // bounds fetching the configuration, retries included
-	NetworkTimeout time.Duration // bounds the wait for FlannelSubnet
+	NetworkTimeout time.Duration // bounds the wait for the hostNetwork's links, and for FlannelSubnet
 	ReportTimeout  time.Duration // bounds the report, retries included
 
 	// KubeletClientCert is, in the root, the kubelet's client certificate
@@ -194,7 +194,7 @@ func main() {
 	flag.StringVar(&o.StateDir, "state-dir", o.StateDir, "in the root: what this boot already did (a tmpfs)")
 	flag.StringVar(&o.FlannelSubnet, "flannel-subnet", o.FlannelSubnet, "in the root: the file flanneld writes once it has its lease")
 	flag.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "bound on fetching the node configuration, retries included")
-	flag.DurationVar(&o.NetworkTimeout, "network-timeout", o.NetworkTimeout, "bound on the wait for flanneld's lease")
+	flag.DurationVar(&o.NetworkTimeout, "network-timeout", o.NetworkTimeout, "bound on the wait for the hostNetwork's links (bonds, VLANs) and, after, for flanneld's lease")
 	flag.DurationVar(&o.ReportTimeout, "report-timeout", o.ReportTimeout, "bound on the report, retries included")
 	flag.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "between heartbeats to kubefarm-pxe after the report, ±20% (0: none)")
 	flag.StringVar(&o.RebootRequiredFile, "reboot-required-file", o.RebootRequiredFile, "in the root: the file whose existence asks for a reboot (Debian's convention)")
