@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -88,7 +89,68 @@ type linkPlan struct {
 	mtu                map[string]int32    // physical link -> links[]'s MTU
 }
 
+// linkName is what the API allows a link to be called; checked again here
+// since the configuration came over the network, and a name becomes a file
+// name and a line of a networkd file.
+var linkName = regexp.MustCompile(`^(boot|[a-z][a-z0-9_.-]{0,14}|([0-9a-f]{2}:){5}[0-9a-f]{2})$`)
+
+// The values of the API's enums, for the same reason.
+var (
+	bondModes    = []string{"", "balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb"}
+	lacpRates    = []string{"", "slow", "fast"}
+	hashPolicies = []string{"", "layer2", "layer3+4", "layer2+3", "encap2+3", "encap3+4"}
+)
+
+// checkValues refuses a Network whose names, enums or addresses the API
+// would not have let through.
+func checkValues(n *nodeconfig.Network) error {
+	names := []string{n.NodeLink}
+	for _, b := range n.Bonds {
+		if b.Name == nodeconfig.BootLink {
+			return fmt.Errorf("a bond may not be called %q", b.Name)
+		}
+		names = append(append(names, b.Name), b.Members...)
+		if !slices.Contains(bondModes, string(b.Mode)) || !slices.Contains(lacpRates, b.LACPRate) || !slices.Contains(hashPolicies, b.TransmitHashPolicy) {
+			return fmt.Errorf("bond %q: mode %q, lacpRate %q or transmitHashPolicy %q is not one the API allows", b.Name, b.Mode, b.LACPRate, b.TransmitHashPolicy)
+		}
+	}
+	for _, v := range n.VLANs {
+		if v.Name == nodeconfig.BootLink {
+			return fmt.Errorf("a VLAN may not be called %q", v.Name)
+		}
+		names = append(names, v.Name, v.Link)
+	}
+	for _, l := range n.Links {
+		names = append(names, l.Match)
+	}
+	for _, r := range n.Routes {
+		names = append(names, r.Link)
+		to, err1 := netip.ParsePrefix(r.To)
+		via, err2 := netip.ParseAddr(r.Via)
+		if err1 != nil || err2 != nil || !to.Addr().Is4() || !via.Is4() {
+			return fmt.Errorf("route to %q via %q is not IPv4", r.To, r.Via)
+		}
+	}
+	for i, name := range names {
+		// names[0] is nodeLink: empty is the default, boot is not a bond or VLAN.
+		if (i > 0 || name != "") && (!linkName.MatchString(name) || i == 0 && name == nodeconfig.BootLink) {
+			return fmt.Errorf("link name %q is not a name the API allows", name)
+		}
+	}
+	for link, addrs := range n.Addresses {
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a); err != nil || !p.Addr().Is4() {
+				return fmt.Errorf("address %q of %s is not an IPv4 address with its prefix length", a, link)
+			}
+		}
+	}
+	return nil
+}
+
 func newLinkPlan(n *nodeconfig.Network, bootIface, bootMAC string) (*linkPlan, error) {
+	if err := checkValues(n); err != nil {
+		return nil, err
+	}
 	p := &linkPlan{n: n, bootIface: bootIface, bootMAC: bootMAC, bonds: map[string]kubefarmv1.Bond{},
 		member: map[string]string{}, vlansOn: map[string][]string{}, mtu: map[string]int32{}}
 	for _, b := range n.Bonds {

@@ -107,10 +107,22 @@ func TestNetworkdLinksAndRefusals(t *testing.T) {
 		{"a route on a bond member", kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "a", Members: []string{"eth1"}}}, Routes: []kubefarmv1.Route{{To: "10.1.0.0/16", Via: "10.0.0.1", Link: "eth1"}}},
 			"route to 10.1.0.0/16: link eth1 is not"},
 		{"a node link that is not a bond or VLAN", kubefarmv1.HostNetwork{NodeLink: "eth1"}, "nodeLink eth1 is not a bond or a VLAN"},
+		// What the API refuses, refused again: the configuration came over the network.
+		{"a bond name that climbs out of the directory", kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "../x", Members: []string{"eth1"}}}}, `link name "../x"`},
+		{"a member that adds a line", kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "b", Members: []string{"eth1\nBond=x"}}}}, "link name"},
+		{"a bond called boot", kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "boot", Members: []string{"eth1"}}}}, `a bond may not be called "boot"`},
+		{"a mode the API does not have", kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "b", Members: []string{"eth1"}, Mode: "x\ny"}}}, "is not one the API allows"},
+		{"a route that is no address", kubefarmv1.HostNetwork{Links: []kubefarmv1.LinkSettings{{Match: "eth1", MTU: 9000}}, Routes: []kubefarmv1.Route{{To: "10.0.0.0/8\n", Via: "10.0.0.1", Link: "eth1"}}}, "is not IPv4"},
+		{"a VLAN on a link with an upper-case name", kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "v", Link: "ETH1", ID: 2}}}, `link name "ETH1"`},
 	} {
 		if _, err := Networkd(&nodeconfig.Network{HostNetwork: tc.n}, "eth0", "52:54:00:00:00:01"); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: err %v, want %q", tc.name, err, tc.err)
 		}
+	}
+	bad := &nodeconfig.Network{HostNetwork: kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "v", Link: "boot", ID: 2}}},
+		Addresses: map[string][]string{"v": {"10.0.0.1/8\nDNS=1.1.1.1"}}}
+	if _, err := Networkd(bad, "eth0", "52:54:00:00:00:01"); err == nil || !strings.Contains(err.Error(), "is not an IPv4 address with its prefix length") {
+		t.Errorf("an address that adds a line: %v", err)
 	}
 	if _, err := Networkd(plain, "", ""); err == nil {
 		t.Error("no boot interface: no error")

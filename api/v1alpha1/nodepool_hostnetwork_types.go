@@ -66,6 +66,7 @@ type Bond struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_-]*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'boot'",message="boot names the boot interface"
 	Name string `json:"name"`
 
 	// Members are the bonded links: "boot", interface names or MACs. A
@@ -129,6 +130,7 @@ type VLAN struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_.-]*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'boot'",message="boot names the boot interface"
 	Name string `json:"name"`
 
 	// Link is what the VLAN runs on: a bond's name, "boot", an interface

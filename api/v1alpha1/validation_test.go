@@ -205,6 +205,9 @@ func TestNodePoolRejected(t *testing.T) {
 		{"addressFromBoot with host bits", func(p *kubefarmv1.NodePool) {
 			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "data", Link: "boot", ID: 29, AddressFromBoot: "10.29.1.0/16"}}}
 		}, []string{"spec.hostNetwork.vlans[0].addressFromBoot", "host bits zero"}},
+		{"a bond called boot", func(p *kubefarmv1.NodePool) {
+			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{Bonds: []kubefarmv1.Bond{{Name: "boot", Members: []string{"eth1"}}}}
+		}, []string{"spec.hostNetwork.bonds[0].name", "boot names the boot interface"}},
 		{"VLAN tag 4095", func(p *kubefarmv1.NodePool) {
 			p.Spec.HostNetwork = &kubefarmv1.HostNetwork{VLANs: []kubefarmv1.VLAN{{Name: "data", Link: "boot", ID: 4095}}}
 		}, []string{"spec.hostNetwork.vlans[0].id", "less than or equal to 4094"}},
