@@ -251,7 +251,7 @@ test-argocd-health: ## ArgoCD health checks of every kubefarm kind, run by ArgoC
 FUZZ_TIME ?= 10s
 FUZZ_TARGETS := ./pxe/dhcp:FuzzHandlePacket ./pxe/dhcp:FuzzPeekMessageType ./pxe/httpboot:FuzzRoutes ./pxe/httpboot:FuzzHeartbeat ./pxe/httpboot:FuzzParseDiscoveryReport ./pxe/tftp:FuzzValidateName ./pxe/tftp:FuzzParseRequest \
   ./pxe/bootpaths:FuzzParse ./controllers/csrapproval:FuzzDecide ./internal/etcdsnapshot:FuzzParseInitialCluster \
-  ./internal/s3target:FuzzValidatePrefix ./internal/s3target:FuzzValidateBucket ./internal/backupkeys:FuzzOpen ./internal/backupkeys:FuzzParseRecipients
+  ./internal/s3target:FuzzValidatePrefix ./internal/s3target:FuzzValidateBucket ./internal/backupkeys:FuzzOpen ./internal/backupkeys:FuzzParseRecipients ./agent/render:FuzzNetworkd
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZ_TIME (default 10s).
