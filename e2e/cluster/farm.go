@@ -28,7 +28,14 @@ type FarmMachine struct {
 	// this serial (qemu's null-co driver: no file, reads zeroes), for
 	// discovery to report. Farm machines are diskless otherwise.
 	DiskSerial string
+	// SecondMAC, when set, gives the machine a second NIC (an e1000 with
+	// no option ROM, so it never boots from it) on its own tap in the boot
+	// bridge (SecondTap): a bond's second member, for hostNetwork.
+	SecondMAC string
 }
+
+// SecondTap is the tap of the machine's second NIC.
+func (m FarmMachine) SecondTap() string { return m.Tap() + "b" }
 
 // OVMF is the UEFI firmware of UEFI farm machines (Debian package ovmf).
 const OVMF = "/usr/share/ovmf/OVMF.fd"
@@ -56,6 +63,11 @@ func QemuArgs(m FarmMachine, console string) []string {
 		"-machine", "pc,accel=tcg", "-m", fmt.Sprint(QemuMemoryMiB), "-smp", "1",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
 		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no"}
+	if m.SecondMAC != "" {
+		// QMP's set_link n1 off pulls its cable.
+		args = append(args, "-netdev", "tap,id=n1,ifname="+m.SecondTap()+",script=no,downscript=no",
+			"-device", "e1000,netdev=n1,mac="+m.SecondMAC+",romfile=")
+	}
 	if m.DiskSerial != "" {
 		args = append(args, "-blockdev", "null-co,node-name=disk0,size=1073741824,read-zeroes=on",
 			"-device", "virtio-blk-pci,drive=disk0,serial="+m.DiskSerial)
@@ -87,6 +99,11 @@ func (c *Cluster) PowerOn(m FarmMachine) error {
 	}
 	if err := AddTap(m.Tap(), c.BootBridge); err != nil {
 		return err
+	}
+	if m.SecondMAC != "" {
+		if err := AddTap(m.SecondTap(), c.BootBridge); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(c.path("logs"), 0o755); err != nil {
 		return err
