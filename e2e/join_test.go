@@ -104,6 +104,7 @@ func TestNodeJoin(t *testing.T) {
 	// within its own bound.
 	ctx, cancel := scenarioContext(t, 3*time.Minute)
 	defer cancel()
+	logHostCPU(t)
 	_, cs, c := adminClients(t)
 
 	const (
