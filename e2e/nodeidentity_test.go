@@ -130,6 +130,14 @@ func checkNodeIdentity(ctx context.Context, t *testing.T, x identityTarget) {
 		}); err != nil {
 			t.Fatalf("the root pod never ran on %s: %v", x.node1.Name, err)
 		}
+		// Not part of the threat model: while root is on node 1 anyway, the
+		// record of where the node's CPU went since it booted (the TCG
+		// machine's minutes are its CPU's), for the e2e's time.
+		if out, err := cluster.ExecIn(ctx, x.tenantCfg, x.tenant, debugNS, root.Name, []string{"/bin/busybox", "sh", "-c", guestCPUScript}); err != nil {
+			t.Logf("node 1's CPU by command: %v", err)
+		} else {
+			t.Logf("node 1's CPU by command since it booted (with reaped children):\n  %s", strings.ReplaceAll(strings.TrimSpace(out), "\n", "\n  "))
+		}
 		// Root reads node 1's own secret: it is node 1's to use.
 		secret := strings.TrimSpace(exec(t, debugNS, root.Name, "cat /host/run/kubefarm/boot-secret"))
 		if len(secret) != 64 {
@@ -189,6 +197,17 @@ func checkNodeIdentity(ctx context.Context, t *testing.T, x identityTarget) {
 		}
 	})
 }
+
+// guestCPUScript prints a node's uptime, its CPUs' busy and idle time, and
+// the CPU seconds (user and system, with reaped children's) of its
+// processes grouped by command, the most first, from a pod in the host's
+// PID namespace with busybox alone. A command is between the first "(" and
+// the last ")" of /proc/<pid>/stat; utime is the 12th field after it.
+const guestCPUScript = `B=/bin/busybox; cd /proc || exit 1
+echo "uptime $($B cut -d' ' -f1 uptime) s; $($B head -n 1 stat)"
+$B cat [0-9]*/stat 2>/dev/null | $B awk '{ c = $0; sub(/^[^(]*\(/, "", c); sub(/\)[^)]*$/, "", c)
+  s = $0; sub(/^.*\) /, "", s); split(s, f, " "); t[c] += f[12] + f[13] + f[14] + f[15] }
+  END { for (k in t) printf "%8.1f s  %s\n", t[k] / 100, k }' | $B sort -rn | $B head -n 25`
 
 // clientCSR is a kubelet client certificate request for user cn in group
 // system:nodes, as a kubelet makes it.
