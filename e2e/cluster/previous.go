@@ -21,7 +21,7 @@ import (
 // before this checkout's: the previous release. The project tags no
 // releases yet, so it is the last landed change; move it forward with
 // each release.
-const PreviousRelease = "e575f7cd1ee3a9675e334f4b0921bbaaede38ef7"
+const PreviousRelease = "56dd5e8747b2f67ffe260870dc25da410389c484"
 
 // PreviousChartVersion is the version the previous release's charts are
 // pushed under, beside ChartVersion.
