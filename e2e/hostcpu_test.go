@@ -38,9 +38,12 @@ type hostCPU struct {
 // processes used the host's CPUs in between, grouped by command (a
 // container's process marked "in a pod"), and how idle the host was. The
 // scenario's minutes are mostly the TCG machines' waits: this is the record
-// of what they compete with for the CPUs, run after run. Processes that
-// came and went unreaped by a living parent are not counted (the total
-// says how much that is).
+// of what they compete with for the CPUs, run after run. A process's time
+// includes its reaped children's: a qemu the test started and stopped counts
+// under the test's binary, a daemonized one (libvirt's) under the process
+// that reaped it, in a container its init. Processes that came and went
+// unreaped by a living process are not counted (the total says how much
+// that is).
 func logHostCPU(t *testing.T) {
 	t.Helper()
 	before := readHostCPU()
@@ -144,7 +147,7 @@ func hostCPUReport(before, after hostCPU) string {
 	capacity := wall * float64(numCPU())
 	idle := float64(after.idle-before.idle) / userHZ
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n  %.0f s of wall time on %d CPUs: %.0f CPU-seconds, %.0f idle (%.0f%%); living processes used %.0f",
+	fmt.Fprintf(&b, "\n  %.0f s of wall time on %d CPUs: %.0f CPU-seconds, %.0f idle (%.0f%%); living processes used %.0f, with the children they reaped (stopped machines' qemu under their reaper)",
 		wall, numCPU(), capacity, idle, 100*idle/capacity, float64(total)/userHZ)
 	for i, l := range labels {
 		if i == 25 || used[l] == 0 {
