@@ -13,27 +13,62 @@ import (
 
 const clkTck = 100 // USER_HZ on Linux
 
+// Proc is what the CPU figures need of one /proc/<pid>/stat.
+type Proc struct {
+	// Command is between the first "(" and the last ")": it may hold
+	// spaces and parentheses itself.
+	Command string
+	// CPU is user and system time, the process's own and that of the
+	// children it has reaped.
+	CPU time.Duration
+	// Start is when it started, in clock ticks after boot: a pid reused
+	// by another process has another.
+	Start uint64
+}
+
+// ParseStat reads one /proc/<pid>/stat.
+func ParseStat(b []byte) (Proc, bool) {
+	s := string(b)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return Proc{}, false
+	}
+	// The fields after the command: state is field 3, utime 14, stime 15,
+	// cutime 16, cstime 17, starttime 22.
+	f := strings.Fields(s[end+1:])
+	if len(f) < 20 {
+		return Proc{}, false
+	}
+	var n [5]uint64
+	for i, field := range []int{14, 15, 16, 17, 22} {
+		v, err := strconv.ParseUint(f[field-3], 10, 64)
+		if err != nil {
+			return Proc{}, false
+		}
+		n[i] = v
+	}
+	ticks := n[0] + n[1] + n[2] + n[3]
+	return Proc{Command: s[open+1 : end], CPU: time.Duration(ticks) * time.Second / clkTck, Start: n[4]}, true
+}
+
+// Stat is pid's /proc/<pid>/stat; false when the process is gone.
+func Stat(pid int) (Proc, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return Proc{}, false
+	}
+	return ParseStat(b)
+}
+
 // TreeCPU is the CPU time (user + system) used so far by pid, its reaped
 // children (tftpd-hpa forks one per transfer) and its live descendants
 // (nginx's workers). 0 when the process is gone.
 func TreeCPU(pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	p, ok := Stat(pid)
+	if !ok {
 		return 0
 	}
-	// Fields after the command name, which is in parentheses and may hold
-	// spaces: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 15 {
-		return 0
-	}
-	var ticks int64
-	for _, i := range []int{14, 15, 16, 17} {
-		v, _ := strconv.ParseInt(f[i-3], 10, 64)
-		ticks += v
-	}
-	total := time.Duration(ticks) * time.Second / clkTck
+	total := p.CPU
 	for _, c := range Children(pid) {
 		total += TreeCPU(c)
 	}
