@@ -877,8 +877,10 @@ func checkClusterDNS(ctx context.Context, t *testing.T, cfg *rest.Config, tenant
 			})
 			if err != nil {
 				resolv, _ := cluster.ExecIn(ctx, cfg, tenant, "default", podName, []string{"/bin/busybox", "cat", "/etc/resolv.conf"})
-				t.Fatalf("nslookup %s in pod %s on %s: %v; want exactly %s, got %q (last: %v, output %q); the pod's resolv.conf:\n%s",
-					name, podName, node, err, want[name], cluster.NslookupAnswers(out), execErr, out, resolv)
+				// What CoreDNS said meanwhile (a run once resolved kubernetes.default
+				// and then nothing for web.default for the whole wait).
+				t.Fatalf("nslookup %s in pod %s on %s: %v; want exactly %s, got %q (last: %v, output %q); the pod's resolv.conf:\n%s\nthe CoreDNS pods:%s",
+					name, podName, node, err, want[name], cluster.NslookupAnswers(out), execErr, out, resolv, coreDNSPodsStory(ctx, tenant, dnsPods, nil))
 			}
 			t.Logf("on %s: %s -> %s", node, name, want[name])
 		}
