@@ -85,20 +85,17 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig
 // machineNetwork is the machine's hostNetwork: the pool's or its tag's, with
 // its pool entry's addresses and its address rules filled from its IP.
 func machineNetwork(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool, tags []string) (*nodeconfig.Network, error) {
-	named := make([]nodeconfig.NamedTag, 0, len(tags))
-	for _, t := range tags {
-		named = append(named, nodeconfig.NamedTag{Name: t, Spec: pool.Spec.Tags[t]})
-	}
 	var entry *kubefarmv1.MachineEntry
 	for i := range pool.Spec.Machines {
 		if desired.MachineName(pool.Name, pool.Spec.Machines[i].Name) == m.Name {
 			entry = &pool.Spec.Machines[i]
+			break
 		}
 	}
 	// A machine without an IP (none yet) fails only an addressFromBoot
 	// rule, which says so.
 	ip, _ := netip.ParseAddr(m.Spec.IP)
-	n, err := nodeconfig.ResolveNetwork(pool.Spec.HostNetwork, named, entry, ip)
+	n, err := nodeconfig.ResolveNetwork(pool.Spec.HostNetwork, nodeconfig.PoolTags(pool, tags), entry, ip)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s/%s: %w", m.Namespace, m.Name, err)
 	}

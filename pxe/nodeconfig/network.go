@@ -27,6 +27,16 @@ type NamedTag struct {
 	Spec kubefarmv1.TagSpec
 }
 
+// PoolTags are the pool's tags called names, with their specs, in names'
+// order (machineconfig.Tags gives a machine's).
+func PoolTags(pool *kubefarmv1.NodePool, names []string) []NamedTag {
+	out := make([]NamedTag, 0, len(names))
+	for _, t := range names {
+		out = append(out, NamedTag{Name: t, Spec: pool.Spec.Tags[t]})
+	}
+	return out
+}
+
 // ResolveNetwork decides a machine's Network from its pool's hostNetwork,
 // its tags and its entry (nil for a machine the pool does not list), and
 // the machine's boot address. Nil when neither the pool nor a tag has a

@@ -48,10 +48,7 @@ func validateHostNetwork(pool *kubefarmv1.NodePool) field.ErrorList {
 	}
 	for i := range pool.Spec.Machines {
 		m := &pool.Spec.Machines[i]
-		var tags []nodeconfig.NamedTag
-		for _, t := range machineconfig.Tags(pool, m.Tags) {
-			tags = append(tags, nodeconfig.NamedTag{Name: t, Spec: pool.Spec.Tags[t]})
-		}
+		tags := nodeconfig.PoolTags(pool, machineconfig.Tags(pool, m.Tags))
 		ip, err := netip.ParseAddr(m.IP)
 		if err != nil {
 			continue // the CRD refuses it

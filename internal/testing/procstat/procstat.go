@@ -1,5 +1,6 @@
-// Package procstat reads the CPU time of benchmarked processes from /proc,
-// for the benchmarks' "CPU per unit of work" figures.
+// Package procstat reads processes' CPU time from /proc: for the
+// benchmarks' "CPU per unit of work" figures, and for the e2e's record of
+// which processes used the host's CPUs.
 package procstat
 
 import (
