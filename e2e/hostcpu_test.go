@@ -24,6 +24,7 @@ const userHZ = 100
 // idle time (idle and iowait of all CPUs) then.
 type hostCPU struct {
 	at    time.Time
+	cpus  int
 	idle  uint64
 	procs map[int]procstat.Proc
 }
@@ -49,8 +50,9 @@ func logHostCPU(t *testing.T) {
 
 func readHostCPU() hostCPU {
 	h := hostCPU{at: time.Now(), procs: map[int]procstat.Proc{}}
+	h.cpus = 1
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		h.idle = idleTicks(b)
+		h.idle, h.cpus = idleTicks(b), max(numCPU(b), 1)
 	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
@@ -108,11 +110,11 @@ func hostCPUReport(before, after hostCPU) string {
 		return labels[i] < labels[j]
 	})
 	wall := after.at.Sub(before.at).Seconds()
-	capacity := wall * float64(numCPU())
+	capacity := wall * float64(after.cpus)
 	idle := float64(after.idle-before.idle) / userHZ
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n  %.0f s of wall time on %d CPUs: %.0f CPU-seconds, %.0f idle (%.0f%%); living processes used %.0f, with the children they reaped (stopped machines' qemu under their reaper)",
-		wall, numCPU(), capacity, idle, 100*idle/capacity, total.Seconds())
+		wall, after.cpus, capacity, idle, 100*idle/capacity, total.Seconds())
 	for i, l := range labels {
 		if i == 25 || used[l] == 0 {
 			break
@@ -124,23 +126,22 @@ func hostCPUReport(before, after hostCPU) string {
 
 // numCPU is how many CPUs /proc/stat lists (cpu0, cpu1, ...): the host's,
 // whatever this process's affinity.
-func numCPU() int {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 1
-	}
+func numCPU(stat []byte) int {
 	n := 0
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(string(stat), "\n") {
 		if strings.HasPrefix(line, "cpu") && len(line) > 3 && line[3] >= '0' && line[3] <= '9' {
 			n++
 		}
 	}
-	return max(n, 1)
+	return n
 }
 
 func TestIdleTicks(t *testing.T) {
 	if got := idleTicks([]byte("cpu  10 0 5 300 7 0 1 0 0 0\ncpu0 5 0 2 150 3 0 0 0 0 0\n")); got != 307 {
 		t.Errorf("idleTicks = %d, want 307 (idle 300 + iowait 7)", got)
+	}
+	if got := numCPU([]byte("cpu  10 0 5 300 7 0 1 0 0 0\ncpu0 5 0 2 150 3 0 0 0 0 0\ncpu1 5 0 3 150 4 0 1 0 0 0\nintr 1\n")); got != 2 {
+		t.Errorf("numCPU = %d, want 2", got)
 	}
 	if got := idleTicks([]byte("intr 1 2 3\n")); got != 0 {
 		t.Errorf("idleTicks of no cpu line = %d, want 0", got)
