@@ -54,3 +54,23 @@ func TestDiscoveryBootStartsNothingOfAJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestFlanneldResyncsRarely: flanneld's periodic check of its iptables
+// rules runs iptables once per rule and chain; every 5 s (its default) it
+// took more of a TCG node's CPU than anything else (docs/nodes.md).
+func TestFlanneldResyncsRarely(t *testing.T) {
+	b, err := os.ReadFile("rootfs/etc/systemd/system/flanneld.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exec string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "ExecStart=") {
+			exec = l
+		}
+	}
+	const want = " --iptables-resync=60"
+	if !strings.Contains(exec+" ", want+" ") {
+		t.Errorf("flanneld.service: %q has no%s", exec, want)
+	}
+}
