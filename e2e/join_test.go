@@ -878,13 +878,29 @@ func checkClusterDNS(ctx context.Context, t *testing.T, cfg *rest.Config, tenant
 			if err != nil {
 				resolv, _ := cluster.ExecIn(ctx, cfg, tenant, "default", podName, []string{"/bin/busybox", "cat", "/etc/resolv.conf"})
 				// What CoreDNS said meanwhile (a run once resolved kubernetes.default
-				// and then nothing for web.default for the whole wait).
-				t.Fatalf("nslookup %s in pod %s on %s: %v; want exactly %s, got %q (last: %v, output %q); the pod's resolv.conf:\n%s\nthe CoreDNS pods:%s",
-					name, podName, node, err, want[name], cluster.NslookupAnswers(out), execErr, out, resolv, coreDNSPodsStory(ctx, tenant, dnsPods, nil))
+				// and then nothing for web.default for the whole wait), and what
+				// each replica answers when asked directly, past the Service.
+				t.Fatalf("nslookup %s in pod %s on %s: %v; want exactly %s, got %q (last: %v, output %q); the pod's resolv.conf:\n%s\neach CoreDNS pod asked directly:%s\nthe CoreDNS pods:%s",
+					name, podName, node, err, want[name], cluster.NslookupAnswers(out), execErr, out, resolv,
+					askEachCoreDNS(ctx, cfg, tenant, podName, name, dnsPods), coreDNSPodsStory(ctx, tenant, dnsPods, nil))
 			}
 			t.Logf("on %s: %s -> %s", node, name, want[name])
 		}
 	}
+}
+
+// askEachCoreDNS is what every CoreDNS pod answers for name when pod asks
+// it at its pod IP, for a failure message: a replica that answers what the
+// Service does not (or nothing) tells a stale replica from a broken path.
+func askEachCoreDNS(ctx context.Context, cfg *rest.Config, tenant kubernetes.Interface, pod, name string, dnsPods *corev1.PodList) string {
+	var b strings.Builder
+	for _, p := range dnsPods.Items {
+		askCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := cluster.ExecIn(askCtx, cfg, tenant, "default", pod, []string{"/bin/busybox", "nslookup", name, p.Status.PodIP})
+		cancel()
+		fmt.Fprintf(&b, "\n  %s (%s): answers %q, error %v, output %q", p.Name, p.Status.PodIP, cluster.NslookupAnswers(out), err, out)
+	}
+	return b.String()
 }
 
 // coreDNSPodsStory is why CoreDNS is not Ready, for a failure message: each
