@@ -372,14 +372,10 @@ func NodeIface(n *nodeconfig.Network, bootIface, bootMAC string) string {
 // static address (nodeLink); empty leaves the kubelet to take the address
 // of its default route's link, the boot address.
 func NodeIP(n *nodeconfig.Network) string {
-	if n == nil || n.NodeLink == "" || len(n.Addresses[n.NodeLink]) == 0 {
-		return ""
+	if a := n.NodeAddress(); a.IsValid() {
+		return a.String()
 	}
-	p, err := netip.ParsePrefix(n.Addresses[n.NodeLink][0])
-	if err != nil {
-		return ""
-	}
-	return p.Addr().String()
+	return ""
 }
 
 // NetworkLinks are the bonds and VLANs a Network sets up, in its order:

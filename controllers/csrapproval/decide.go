@@ -30,6 +30,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
 
 // Verdict is what to do with a request.
@@ -89,12 +90,19 @@ type Identity struct {
 	IPs      []net.IP
 }
 
-// IdentityOf is the identity of m on a boot network whose DNS domain is
-// domain (the pool's spec.network.domain, "" for none): its hostname, the
-// hostname in that domain, and its IP. These are the names and the address
-// the kubelet reports for itself, so they are what it asks for.
-func IdentityOf(m *kubefarmv1.Machine, domain string) Identity {
+// IdentityOf is the identity of m in pool (nil when the pool is gone): its
+// hostname, the hostname in the pool's boot network domain
+// (spec.network.domain), its IP, and the address of its hostNetwork's
+// nodeLink when that has one (the kubelet's --node-ip there). These are the
+// names and addresses the kubelet reports for itself, so they are what it
+// asks for. A hostNetwork that does not resolve for m adds nothing: such a
+// machine gets no /config to boot with either.
+func IdentityOf(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) Identity {
 	id := Identity{Machine: m.Namespace + "/" + m.Name}
+	var domain string
+	if pool != nil {
+		domain = pool.Spec.Network.Domain
+	}
 	if m.Spec.Hostname != "" {
 		id.DNSNames = append(id.DNSNames, m.Spec.Hostname)
 		if domain != "" {
@@ -103,6 +111,14 @@ func IdentityOf(m *kubefarmv1.Machine, domain string) Identity {
 	}
 	if ip := net.ParseIP(m.Spec.IP); ip != nil {
 		id.IPs = append(id.IPs, ip)
+	}
+	if pool == nil {
+		return id
+	}
+	if n, err := nodeconfig.MachineNetwork(m, pool); err == nil {
+		if a := n.NodeAddress(); a.IsValid() && !slices.ContainsFunc(id.IPs, net.IP(a.AsSlice()).Equal) {
+			id.IPs = append(id.IPs, net.IP(a.AsSlice()))
+		}
 	}
 	return id
 }

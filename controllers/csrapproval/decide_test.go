@@ -84,11 +84,11 @@ var machines = map[string]Identity{
 	"m2": IdentityOf(&kubefarmv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "workers-m2"},
 		Spec:       kubefarmv1.MachineSpec{Hostname: "m2", IP: "10.28.0.12"},
-	}, "farm.local"),
+	}, domainPool("farm.local")),
 	"m3": IdentityOf(&kubefarmv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "workers-m3"},
 		Spec:       kubefarmv1.MachineSpec{Hostname: "m3", IP: "10.28.0.13"},
-	}, "farm.local"),
+	}, domainPool("farm.local")),
 }
 
 func lookup(name string) (Identity, bool) {
@@ -102,9 +102,73 @@ func TestIdentityOf(t *testing.T) {
 		len(id.IPs) != 1 || !id.IPs[0].Equal(net.IPv4(10, 28, 0, 12)) {
 		t.Fatalf("IdentityOf = %+v", id)
 	}
-	noDomain := IdentityOf(&kubefarmv1.Machine{Spec: kubefarmv1.MachineSpec{Hostname: "h", IP: "bad"}}, "")
+	noDomain := IdentityOf(&kubefarmv1.Machine{Spec: kubefarmv1.MachineSpec{Hostname: "h", IP: "bad"}}, nil)
 	if strings.Join(noDomain.DNSNames, ",") != "h" || len(noDomain.IPs) != 0 {
-		t.Fatalf("IdentityOf without domain and with a bad IP = %+v", noDomain)
+		t.Fatalf("IdentityOf without a pool and with a bad IP = %+v", noDomain)
+	}
+}
+
+func domainPool(domain string) *kubefarmv1.NodePool {
+	p := &kubefarmv1.NodePool{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "workers"}}
+	p.Spec.Network.Domain = domain
+	return p
+}
+
+// A pool whose hostNetwork puts the node on a VLAN (nodeLink) has the
+// kubelet report that VLAN's address: the approver must let it be certified,
+// and only the machine's own.
+func TestIdentityOfNodeLink(t *testing.T) {
+	vlanPool := func(nodeLink string, entries ...kubefarmv1.MachineEntry) *kubefarmv1.NodePool {
+		p := domainPool("")
+		p.Spec.Machines = entries
+		p.Spec.HostNetwork = &kubefarmv1.HostNetwork{
+			VLANs:    []kubefarmv1.VLAN{{Name: "data", Link: "boot", ID: 29, AddressFromBoot: "10.29.0.0/16"}},
+			NodeLink: nodeLink,
+		}
+		return p
+	}
+	m := &kubefarmv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "workers-m2"},
+		Spec:       kubefarmv1.MachineSpec{Hostname: "m2", IP: "10.28.3.4", Pool: "workers"},
+	}
+	ips := func(id Identity) string {
+		var out []string
+		for _, ip := range id.IPs {
+			out = append(out, ip.String())
+		}
+		return strings.Join(out, ",")
+	}
+	for _, tc := range []struct {
+		name string
+		pool *kubefarmv1.NodePool
+		want string
+	}{
+		{"nodeLink on the VLAN: its derived address too", vlanPool("data"), "10.28.3.4,10.29.3.4"},
+		{"the machine's own entry wins over the rule", vlanPool("data", kubefarmv1.MachineEntry{Name: "m2",
+			Addresses: []kubefarmv1.MachineAddress{{Link: "data", Address: "10.29.9.9/16"}}}), "10.28.3.4,10.29.9.9"},
+		{"another entry's address is not this machine's", vlanPool("data", kubefarmv1.MachineEntry{Name: "m3",
+			Addresses: []kubefarmv1.MachineAddress{{Link: "data", Address: "10.29.9.9/16"}}}), "10.28.3.4,10.29.3.4"},
+		{"no nodeLink: the node keeps its boot address", vlanPool(""), "10.28.3.4"},
+		{"no hostNetwork", domainPool(""), "10.28.3.4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ips(IdentityOf(m, tc.pool)); got != tc.want {
+				t.Fatalf("IPs = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// The derived address is approved for this machine and no other.
+	valid := pemOf(der(t, func() *x509.CertificateRequest {
+		tmpl := template()
+		tmpl.IPAddresses = []net.IP{net.IPv4(10, 29, 3, 4)}
+		return tmpl
+	}(), "p256"))
+	withVLAN := func(string) (Identity, bool) { return IdentityOf(m, vlanPool("data")), true }
+	if d := Decide(request(valid), withVLAN); d.Verdict != Approve {
+		t.Fatalf("the nodeLink address: %+v", d)
+	}
+	if d := Decide(request(valid), lookup); d.Verdict != Deny {
+		t.Fatalf("another machine's nodeLink address: %+v", d)
 	}
 }
 

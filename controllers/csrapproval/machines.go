@@ -42,23 +42,23 @@ func (ms machineFinder) find(ctx context.Context, tenant types.NamespacedName, n
 		return nil, Identity{}, false, nil
 	}
 	m = &machines[0]
-	domain, err := ms.domainOf(ctx, m)
+	pool, err := ms.poolOf(ctx, m)
 	if err != nil {
 		return nil, Identity{}, false, err
 	}
-	return m, IdentityOf(m, domain), true, nil
+	return m, IdentityOf(m, pool), true, nil
 }
 
-// domainOf is the DNS domain of m's pool's boot network. A pool that is gone
-// (its Machines are being garbage collected) has none: m keeps its bare
-// hostname and IP, which do not depend on the pool.
-func (ms machineFinder) domainOf(ctx context.Context, m *kubefarmv1.Machine) (string, error) {
+// poolOf is m's NodePool, nil when it is gone (its Machines are being
+// garbage collected): m then keeps its bare hostname and IP, which do not
+// depend on the pool.
+func (ms machineFinder) poolOf(ctx context.Context, m *kubefarmv1.Machine) (*kubefarmv1.NodePool, error) {
 	pool := &kubefarmv1.NodePool{}
 	switch err := ms.reader.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Pool}, pool); {
 	case apierrors.IsNotFound(err):
-		return "", nil
+		return nil, nil
 	case err != nil:
-		return "", fmt.Errorf("reading NodePool %s of Machine %s: %w", m.Spec.Pool, m.Name, err)
+		return nil, fmt.Errorf("reading NodePool %s of Machine %s: %w", m.Spec.Pool, m.Name, err)
 	}
-	return pool.Spec.Network.Domain, nil
+	return pool, nil
 }

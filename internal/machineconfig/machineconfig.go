@@ -48,6 +48,23 @@ func Tags(pool *kubefarmv1.NodePool, entryTags []string) []string {
 	return out
 }
 
+// MachineName is the name of the Machine for entry of pool. It can collide
+// across pools of one namespace ("a-b" + "c" and "a" + "b-c"), which a
+// builder of one pool cannot see: the NodePool controller must not take over
+// a Machine another pool controls.
+func MachineName(pool, entry string) string { return pool + "-" + entry }
+
+// Entry is the pool's entry for the Machine called machine, nil when the
+// pool lists none by that name (a discovered or catch-all machine).
+func Entry(pool *kubefarmv1.NodePool, machine string) *kubefarmv1.MachineEntry {
+	for i := range pool.Spec.Machines {
+		if MachineName(pool.Name, pool.Spec.Machines[i].Name) == machine {
+			return &pool.Spec.Machines[i]
+		}
+	}
+	return nil
+}
+
 // Resolved is one machine's share of its pool's settings. Nothing in it
 // aliases the pool, so callers may keep or change it while the pool object
 // stays in an informer cache.

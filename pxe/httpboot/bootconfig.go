@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"sync"
 	"time"
@@ -13,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/controllers/nodepool/desired"
 	"github.com/kubefarm/kubefarm/internal/machineconfig"
 	"github.com/kubefarm/kubefarm/pxe/bootproto"
 	"github.com/kubefarm/kubefarm/pxe/bootsecret"
@@ -70,7 +68,7 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig
 		SSHAuthorizedKeys: pool.Spec.Host.SSHAuthorizedKeys,
 		RootPasswordHash:  pool.Spec.Host.RootPasswordHash,
 	}
-	if out.Network, err = machineNetwork(m, pool, resolved.Tags); err != nil {
+	if out.Network, err = nodeconfig.MachineNetwork(m, pool); err != nil {
 		return nodeconfig.NodeConfig{}, err
 	}
 	if _, d := ImageFor(m); d != "" {
@@ -80,26 +78,6 @@ func NodeConfigFor(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (nodeconfig
 		out.Labels = resolved.Labels
 	}
 	return out, nil
-}
-
-// machineNetwork is the machine's hostNetwork: the pool's or its tag's, with
-// its pool entry's addresses and its address rules filled from its IP.
-func machineNetwork(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool, tags []string) (*nodeconfig.Network, error) {
-	var entry *kubefarmv1.MachineEntry
-	for i := range pool.Spec.Machines {
-		if desired.MachineName(pool.Name, pool.Spec.Machines[i].Name) == m.Name {
-			entry = &pool.Spec.Machines[i]
-			break
-		}
-	}
-	// A machine without an IP (none yet) fails only an addressFromBoot
-	// rule, which says so.
-	ip, _ := netip.ParseAddr(m.Spec.IP)
-	n, err := nodeconfig.ResolveNetwork(pool.Spec.HostNetwork, nodeconfig.PoolTags(pool, tags), entry, ip)
-	if err != nil {
-		return nil, fmt.Errorf("machine %s/%s: %w", m.Namespace, m.Name, err)
-	}
-	return n, nil
 }
 
 // JoinTokens issues the per-machine bootstrap token of the tenant cluster.

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
 // BootLink names, in a HostNetwork, the interface the machine booted from.
@@ -82,6 +83,37 @@ func ResolveNetwork(pool *kubefarmv1.HostNetwork, tags []NamedTag, entry *kubefa
 		}
 	}
 	return n, nil
+}
+
+// MachineNetwork is machine m's Network in its pool: ResolveNetwork of the
+// pool's hostNetwork, m's effective tags (machineconfig.Tags), m's entry in
+// the pool (none for a machine the pool does not list) and m's IP. One
+// function, so that kubefarm-pxe's /config and the serving-certificate
+// approver agree on a machine's addresses. A machine without an IP (none
+// yet) fails only an addressFromBoot rule, which says so.
+func MachineNetwork(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) (*Network, error) {
+	ip, _ := netip.ParseAddr(m.Spec.IP)
+	tags := PoolTags(pool, machineconfig.Tags(pool, m.Spec.Tags))
+	n, err := ResolveNetwork(pool.Spec.HostNetwork, tags, machineconfig.Entry(pool, m.Name), ip)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	return n, nil
+}
+
+// NodeAddress is the node's own address when its nodeLink has a static one:
+// the kubelet's --node-ip, its InternalIP and so an address its serving
+// certificate asks for. The zero Addr when the node keeps its boot address
+// (no nodeLink, or one without an address).
+func (n *Network) NodeAddress() netip.Addr {
+	if n == nil || n.NodeLink == "" || len(n.Addresses[n.NodeLink]) == 0 {
+		return netip.Addr{}
+	}
+	p, err := netip.ParsePrefix(n.Addresses[n.NodeLink][0])
+	if err != nil {
+		return netip.Addr{}
+	}
+	return p.Addr()
 }
 
 // setAddress makes addr the link's one static address: a machine's own

@@ -37,11 +37,10 @@ const (
 	ManagedBy      = "kubefarm"
 )
 
-// MachineName is the name of the Machine for entry of pool. It can collide
-// across pools of one namespace ("a-b" + "c" and "a" + "b-c"), which a
-// builder of one pool cannot see: the NodePool controller must not take over
-// a Machine another pool controls.
-func MachineName(pool, entry string) string { return pool + "-" + entry }
+// MachineName is the name of the Machine for entry of pool
+// (machineconfig.MachineName, where kubefarm-pxe finds a Machine's entry by
+// it).
+func MachineName(pool, entry string) string { return machineconfig.MachineName(pool, entry) }
 
 // Machines builds one Machine per entry of pool.spec.machines, in the order
 // of the entries. The pool must carry its UID: every Machine has a controller
