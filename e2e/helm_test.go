@@ -98,6 +98,8 @@ func joinValues(t *testing.T, bootImage, serverIP, mirror string, vms []*joinVM)
 			"kernelArgs": []any{"console=ttyS0", "systemd.log_color=0", "systemd.journald.forward_to_console=1",
 				"modules-load=ip_vs,ip_vs_rr,ip_vs_wrr,ip_vs_sh"},
 			"nodes": nodes,
+			// Bond, MTU 9000 and the data VLAN the nodes use (issue #32).
+			"hostNetwork": joinHostNetwork(),
 		}},
 		// dns-server: CoreDNS forwards what is not cluster.local to the
 		// node's resolv.conf, and exits at start when it names no server.

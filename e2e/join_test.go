@@ -124,7 +124,8 @@ func TestNodeJoin(t *testing.T) {
 	// range (kubefarm's catchall example's dhcp-generate-names) and joins
 	// under the name its MAC makes, the name this test expects.
 	vms := []*joinVM{
-		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-1", MAC: "52:54:00:7b:00:3d", IP: "10.123.0.61", Index: 0}},
+		// Two ports, bonded by the pool's hostNetwork (joinHostNetwork).
+		{FarmMachine: cluster.FarmMachine{Name: "join-e2e-1", MAC: "52:54:00:7b:00:3d", IP: "10.123.0.61", Index: 0, SecondMAC: "52:54:00:7b:01:3d"}},
 		{FarmMachine: cluster.FarmMachine{Name: "52-54-00-7b-00-3e", MAC: "52:54:00:7b:00:3e", Index: 1, UEFI: true}, catchAll: true},
 	}
 	mac, ip, hostname := vms[0].MAC, vms[0].IP, vms[0].Name
@@ -327,10 +328,14 @@ func TestNodeJoin(t *testing.T) {
 	// From here on the host rejects any direct connection to the node's
 	// kubelet: the tenant's API server pods (in the admin cluster's pod
 	// network, forwarded by the host) and the host itself.
+	// Its data address (the kubelet's InternalIP) is not on the host's
+	// networks at all; rejected too, should a route to it ever appear.
 	for _, chain := range []string{"FORWARD", "OUTPUT"} {
-		rule := []string{chain, "-d", ip, "-p", "tcp", "--dport", "10250", "-j", "REJECT"}
-		netnstest.Run(t, "iptables", append([]string{"-I"}, rule...)...)
-		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, rule...)...).Run() })
+		for _, dst := range []string{ip, dataAddress(t, ip)} {
+			rule := []string{chain, "-d", dst, "-p", "tcp", "--dport", "10250", "-j", "REJECT"}
+			netnstest.Run(t, "iptables", append([]string{"-I"}, rule...)...)
+			t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-D"}, rule...)...).Run() })
+		}
 	}
 
 	t.Run("a pod on the node reaches a ClusterIP Service; logs and exec go through Konnectivity", func(t *testing.T) {
@@ -489,6 +494,14 @@ func TestNodeJoin(t *testing.T) {
 		if err := cluster.CheckSpread(ctx, tenantCfg, tenant, "spread", nodes, t.Logf); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	t.Run("server network: the nodes are on the pool's VLAN; one bonded port's cable pulled, the node stays Ready and pods still reach each other", func(t *testing.T) {
+		bootIPs := map[string]string{}
+		for _, vm := range vms {
+			bootIPs[vm.Name] = vm.IP
+		}
+		checkServerNetwork(ctx, t, serverNetworkTarget{cfg: tenantCfg, tenant: tenant, bonded: vms[0], bootIPs: bootIPs})
 	})
 
 	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {

@@ -61,9 +61,17 @@ func attachRedfish(t *testing.T, ctx context.Context, c client.Client, vm *joinV
 	}
 	tap := vm.Tap()
 	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", tap).Run() })
+	var secondTap string
+	if vm.SecondMAC != "" {
+		secondTap = vm.SecondTap()
+		if err := cluster.AddTap(secondTap, cluster.BootBridge); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "link", "del", secondTap).Run() })
+	}
 	vm.console = filepath.Join(t.TempDir(), "console-"+vm.Name+".log")
 	emu := sushy.StartWith(t, sushy.Options{ListenIP: cluster.BootIP, Tap: tap, MAC: vm.MAC,
-		MemoryMiB: cluster.QemuMemoryMiB, Console: vm.console})
+		MemoryMiB: cluster.QemuMemoryMiB, Console: vm.console, SecondTap: secondTap, SecondMAC: vm.SecondMAC})
 	t.Cleanup(func() {
 		if t.Failed() {
 			b, _ := os.ReadFile(vm.console)

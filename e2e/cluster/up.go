@@ -101,6 +101,13 @@ func (c *Cluster) ensureBootNetwork() error {
 			return err
 		}
 	}
+	// Jumbo frames, as a server network's switch has them: a machine's
+	// hostNetwork may set an MTU of 9000 on its bond and VLANs, and frames
+	// that size must cross the bridge (every tap is 9000 too, AddTap). Set
+	// explicitly, the bridge keeps it when a smaller port joins.
+	if err := run("link", "set", c.BootBridge, "mtu", fmt.Sprint(BootMTU)); err != nil {
+		return err
+	}
 	return run("link", "set", c.BootBridge, "up")
 }
 

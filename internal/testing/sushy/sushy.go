@@ -107,6 +107,11 @@ type Options struct {
 	// Console is a file the machine's serial console is written to; none
 	// when empty.
 	Console string
+	// SecondTap and SecondMAC, when SecondTap is set, give the machine a
+	// second e1000 on that existing tap, without an option ROM (it never
+	// boots from it): a bond's second member. SetLink pulls either cable.
+	SecondTap string
+	SecondMAC string
 }
 
 // Start runs an emulator and its machine (powered off) for t.
@@ -290,12 +295,25 @@ func defineDomain(t testing.TB, dir, name, uuid string, o Options) {
 	if err := os.Truncate(disk, 16<<20); err != nil {
 		t.Fatal(err)
 	}
-	var mac, console string
+	var mac, console, second string
 	if o.MAC != "" {
 		mac = fmt.Sprintf("\n      <mac address='%s'/>", o.MAC)
 	}
 	if o.Console != "" {
 		console = fmt.Sprintf("\n    <serial type='file'><source path='%s'/><target port='0'/></serial>", o.Console)
+	}
+	if o.SecondTap != "" {
+		var mac2 string
+		if o.SecondMAC != "" {
+			mac2 = fmt.Sprintf("\n      <mac address='%s'/>", o.SecondMAC)
+		}
+		// After the first interface: the guest's kernel names it eth1.
+		second = fmt.Sprintf(`
+    <interface type='ethernet'>%s
+      <target dev='%s' managed='no'/>
+      <model type='e1000'/>
+      <rom enabled='no'/>
+    </interface>`, mac2, o.SecondTap)
 	}
 	xml := fmt.Sprintf(`<domain type='qemu'>
   <name>%s</name>
@@ -314,10 +332,10 @@ func defineDomain(t testing.TB, dir, name, uuid string, o Options) {
     <interface type='ethernet'>%s
       <target dev='%s' managed='no'/>
       <model type='e1000'/>
-    </interface>%s
+    </interface>%s%s
   </devices>
 </domain>
-`, name, uuid, o.MemoryMiB, qemuBin, disk, mac, o.Tap, console)
+`, name, uuid, o.MemoryMiB, qemuBin, disk, mac, o.Tap, second, console)
 	path := filepath.Join(dir, "domain.xml")
 	writeFile(t, path, xml)
 	run(t, "virsh", "-c", "qemu:///system", "define", path)
@@ -332,6 +350,17 @@ func defineDomain(t testing.TB, dir, name, uuid string, o Options) {
 func (e *Emulator) Destroy(t testing.TB) {
 	t.Helper()
 	run(t, "virsh", "-c", "qemu:///system", "destroy", e.Domain)
+}
+
+// SetLink plugs (up) or pulls (down) the cable of the machine's NIC on tap,
+// as a switch port going dark would: the guest sees its carrier go.
+func (e *Emulator) SetLink(t testing.TB, tap string, up bool) {
+	t.Helper()
+	state := "down"
+	if up {
+		state = "up"
+	}
+	run(t, "virsh", "-c", "qemu:///system", "domif-setlink", e.Domain, tap, state)
 }
 
 func run(t testing.TB, name string, args ...string) string {
