@@ -17,7 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
 	"github.com/kubefarm/kubefarm/pxe/nodeconfig"
 )
@@ -74,6 +76,9 @@ type serverNetworkTarget struct {
 	tenant  kubernetes.Interface
 	bonded  *joinVM
 	bootIPs map[string]string
+	// admin reads the pool's Machines in namespace.
+	admin     client.Client
+	namespace string
 }
 
 // checkServerNetwork shows the join pool's hostNetwork on the running
@@ -103,6 +108,20 @@ func checkServerNetwork(ctx context.Context, t *testing.T, s serverNetworkTarget
 			t.Fatalf("Node %s (booted as %s): InternalIP %v, flannel public-ip %q; want %s on VLAN %s", node, boot, internal, public, want, dataVLAN)
 		}
 		t.Logf("Node %s: booted as %s, InternalIP and flannel's address %s (VLAN %d)", node, boot, want, dataVLANID)
+	}
+
+	// The second port never asked for a lease of its own: the node image
+	// leaves every NIC but the boot one to the pool's hostNetwork (the
+	// initrd's 09-kubefarm-other-nics.network), so the catch-all range made
+	// no Machine for it.
+	machines := &kubefarmv1.MachineList{}
+	if err := s.admin.List(ctx, machines, client.InNamespace(s.namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines.Items {
+		if slices.Contains(m.Spec.MACs, s.bonded.SecondMAC) {
+			t.Fatalf("Machine %s has %s's second port's MAC %s (MACs %v): it asked for a lease before it was bonded", m.Name, s.bonded.Name, s.bonded.SecondMAC, m.Spec.MACs)
+		}
 	}
 
 	node := s.bonded.Name

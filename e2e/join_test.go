@@ -501,7 +501,8 @@ func TestNodeJoin(t *testing.T) {
 		for _, vm := range vms {
 			bootIPs[vm.Name] = vm.IP
 		}
-		checkServerNetwork(ctx, t, serverNetworkTarget{cfg: tenantCfg, tenant: tenant, bonded: vms[0], bootIPs: bootIPs})
+		checkServerNetwork(ctx, t, serverNetworkTarget{cfg: tenantCfg, tenant: tenant, bonded: vms[0], bootIPs: bootIPs,
+			admin: c, namespace: pool.Namespace})
 	})
 
 	t.Run("the Machine's Events tell the boot story", func(t *testing.T) {
