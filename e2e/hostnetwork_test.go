@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -83,55 +84,21 @@ type serverNetworkTarget struct {
 
 // checkServerNetwork shows the join pool's hostNetwork on the running
 // machines: each Node's InternalIP and flannel's public IP are its data
-// address; on the bonded machine the bond has both ports, MTU 9000, and
-// the VLAN its address; then the active port's cable is pulled: the bond
-// moves to the other port, the kubelet renews
-// its Lease through it (the node stays Ready), and pods of both nodes still
-// reach each other over the data network. The cable is plugged back.
+// address; no Machine was made for the bonded machine's second port; on the
+// bonded machine the bond has both ports, MTU 9000, and the VLAN its
+// address; then the active port's cable is pulled: the bond moves to the
+// other port, the kubelet renews its Lease through it (the node stays
+// Ready), and pods of both nodes still reach each other over the data
+// network. The cable is plugged back.
 func checkServerNetwork(ctx context.Context, t *testing.T, s serverNetworkTarget) {
 	nodes := slices.Sorted(maps.Keys(s.bootIPs))
 	for _, node := range nodes {
-		boot := s.bootIPs[node]
-		want := dataAddress(t, boot)
-		n, err := s.tenant.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var internal []string
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				internal = append(internal, a.Address)
-			}
-		}
-		public := n.Annotations["flannel.alpha.coreos.com/public-ip"]
-		if len(internal) != 1 || internal[0] != want || public != want {
-			t.Fatalf("Node %s (booted as %s): InternalIP %v, flannel public-ip %q; want %s on VLAN %s", node, boot, internal, public, want, dataVLAN)
-		}
-		t.Logf("Node %s: booted as %s, InternalIP and flannel's address %s (VLAN %d)", node, boot, want, dataVLANID)
+		checkNodeOnVLAN(ctx, t, s, node)
 	}
-
-	// The second port never asked for a lease of its own: the node image
-	// leaves every NIC but the boot one to the pool's hostNetwork (the
-	// initrd's 09-kubefarm-other-nics.network), so the catch-all range made
-	// no Machine for it.
-	machines := &kubefarmv1.MachineList{}
-	if err := s.admin.List(ctx, machines, client.InNamespace(s.namespace)); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range machines.Items {
-		if slices.Contains(m.Spec.MACs, s.bonded.SecondMAC) {
-			t.Fatalf("Machine %s has %s's second port's MAC %s (MACs %v): it asked for a lease before it was bonded", m.Name, s.bonded.Name, s.bonded.SecondMAC, m.Spec.MACs)
-		}
-	}
+	checkNoSecondPortMachine(ctx, t, s)
 
 	node := s.bonded.Name
-	state := func() (string, bool) {
-		out := nodeShell(ctx, s.cfg, s.tenant, node, fmt.Sprintf(
-			"cat /proc/net/bonding/%[1]s; echo '--- links'; ip -d -o link show %[1]s; ip -d -o link show %[2]s; ip -o -4 addr show dev %[2]s",
-			dataBond, dataVLAN))
-		return out, strings.Contains(out, "Bonding Mode:")
-	}
-	out, ok := state()
+	out, ok := bondState(ctx, s)
 	if !ok {
 		t.Fatalf("%s has no bond %s:%s", node, dataBond, out)
 	}
@@ -144,52 +111,9 @@ func checkServerNetwork(ctx context.Context, t *testing.T, s serverNetworkTarget
 	}
 	t.Logf("%s's bond and VLAN:%s", node, out)
 
-	// The active port's cable, pulled at the "switch": its tap goes dark,
-	// and the bond must move to the other port.
-	active := regexp.MustCompile(`Currently Active Slave: (\S+)`)
-	m := active.FindStringSubmatch(out)
-	if m == nil || (m[1] != "eth0" && m[1] != secondPort) {
-		t.Fatalf("%s's bond has no active port:%s", node, out)
-	}
-	from, to, tap := m[1], secondPort, s.bonded.Tap()
-	if from == secondPort {
-		to, tap = "eth0", s.bonded.SecondTap()
-	}
-	pulled := time.Now()
-	s.bonded.redfish.emu.SetLink(t, tap, false)
-	plugged := false
-	plug := func() {
-		if !plugged {
-			s.bonded.redfish.emu.SetLink(t, tap, true)
-			plugged = true
-		}
-	}
+	pulled, plug := pullActivePort(ctx, t, s, out)
 	defer plug()
-	if err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		out, _ = state()
-		m := active.FindStringSubmatch(out)
-		return m != nil && m[1] == to, nil
-	}); err != nil {
-		t.Fatalf("%s's cable pulled, %s's bond never made %s active: %v; last:%s", from, node, to, err, out)
-	}
-	t.Logf("cable of %s (tap %s) pulled: %s active after %.0f s", from, tap, to, time.Since(pulled).Seconds())
-	// Two Lease renewals after the pull: the second went out through the
-	// second port for certain (the kubelet renews every 10 s).
-	var renewed int
-	var last time.Time
-	if err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
-		l, err := s.tenant.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
-		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(pulled) {
-			return false, nil
-		}
-		if !l.Spec.RenewTime.Time.Equal(last) {
-			last = l.Spec.RenewTime.Time
-			renewed++
-		}
-		return renewed >= 2, nil
-	}); err != nil {
-		t.Fatalf("%s's kubelet did not renew its Lease twice after the cable was pulled: %v (%d renewals seen)", node, err, renewed)
-	}
+	waitLeaseRenewals(ctx, t, s.tenant, node, pulled, 2)
 	n, err := s.tenant.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +124,111 @@ func checkServerNetwork(ctx context.Context, t *testing.T, s serverNetworkTarget
 		}
 	}
 	if err := cluster.CheckSpread(ctx, s.cfg, s.tenant, "spread-failover", nodes, t.Logf); err != nil {
-		t.Fatalf("with %s's boot NIC unplugged: %v", node, err)
+		t.Fatalf("with one of %s's ports unplugged: %v", node, err)
 	}
 	plug()
+}
+
+// checkNodeOnVLAN checks that node's InternalIP and flannel's public IP
+// are its data address, the boot address moved into dataSubnet.
+func checkNodeOnVLAN(ctx context.Context, t *testing.T, s serverNetworkTarget, node string) {
+	t.Helper()
+	boot := s.bootIPs[node]
+	want := dataAddress(t, boot)
+	n, err := s.tenant.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var internal []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = append(internal, a.Address)
+		}
+	}
+	public := n.Annotations["flannel.alpha.coreos.com/public-ip"]
+	if len(internal) != 1 || internal[0] != want || public != want {
+		t.Fatalf("Node %s (booted as %s): InternalIP %v, flannel public-ip %q; want %s on VLAN %s", node, boot, internal, public, want, dataVLAN)
+	}
+	t.Logf("Node %s: booted as %s, InternalIP and flannel's address %s (VLAN %d)", node, boot, want, dataVLANID)
+}
+
+// checkNoSecondPortMachine checks that the second port never asked for a
+// lease of its own: the node image leaves every NIC but the boot one to the
+// pool's hostNetwork (the initrd's 09-kubefarm-other-nics.network), so the
+// catch-all range made no Machine for it.
+func checkNoSecondPortMachine(ctx context.Context, t *testing.T, s serverNetworkTarget) {
+	t.Helper()
+	machines := &kubefarmv1.MachineList{}
+	if err := s.admin.List(ctx, machines, client.InNamespace(s.namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range machines.Items {
+		if slices.Contains(m.Spec.MACs, s.bonded.SecondMAC) {
+			t.Fatalf("Machine %s has %s's second port's MAC %s (MACs %v): it asked for a lease before it was bonded",
+				m.Name, s.bonded.Name, s.bonded.SecondMAC, m.Spec.MACs)
+		}
+	}
+}
+
+// bondState is the bonded machine's bond as the kernel reports it, with
+// its and the VLAN's links and the VLAN's address; ok when there is a bond.
+func bondState(ctx context.Context, s serverNetworkTarget) (out string, ok bool) {
+	out = nodeShell(ctx, s.cfg, s.tenant, s.bonded.Name, fmt.Sprintf(
+		"cat /proc/net/bonding/%[1]s; echo '--- links'; ip -d -o link show %[1]s; ip -d -o link show %[2]s; ip -o -4 addr show dev %[2]s",
+		dataBond, dataVLAN))
+	return out, strings.Contains(out, "Bonding Mode:")
+}
+
+var activePort = regexp.MustCompile(`Currently Active Slave: (\S+)`)
+
+// pullActivePort pulls the cable of the port the bond state out names
+// active, at the "switch" (its tap goes dark), and waits until the bond
+// made the other port active. It returns when it pulled, and plug, which
+// plugs the cable back once however often it is called.
+func pullActivePort(ctx context.Context, t *testing.T, s serverNetworkTarget, out string) (time.Time, func()) {
+	t.Helper()
+	m := activePort.FindStringSubmatch(out)
+	if m == nil || (m[1] != "eth0" && m[1] != secondPort) {
+		t.Fatalf("%s's bond has no active port:%s", s.bonded.Name, out)
+	}
+	from, to, tap := m[1], secondPort, s.bonded.Tap()
+	if from == secondPort {
+		to, tap = "eth0", s.bonded.SecondTap()
+	}
+	pulled := time.Now()
+	s.bonded.redfish.emu.SetLink(t, tap, false)
+	var once sync.Once
+	plug := func() { once.Do(func() { s.bonded.redfish.emu.SetLink(t, tap, true) }) }
+	if err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		out, _ = bondState(ctx, s)
+		m := activePort.FindStringSubmatch(out)
+		return m != nil && m[1] == to, nil
+	}); err != nil {
+		plug()
+		t.Fatalf("%s's cable pulled, %s's bond never made %s active: %v; last:%s", from, s.bonded.Name, to, err, out)
+	}
+	t.Logf("cable of %s (tap %s) pulled: %s active after %.0f s", from, tap, to, time.Since(pulled).Seconds())
+	return pulled, plug
+}
+
+// waitLeaseRenewals waits until node's kubelet renewed its Lease n times
+// after since: with n = 2 the second went out after any change at since
+// for certain (the kubelet renews every 10 s).
+func waitLeaseRenewals(ctx context.Context, t *testing.T, tenant kubernetes.Interface, node string, since time.Time, n int) {
+	t.Helper()
+	var renewed int
+	var last time.Time
+	if err := pollErr(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := tenant.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
+		if err != nil || l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
+			return false, nil
+		}
+		if !l.Spec.RenewTime.Time.Equal(last) {
+			last = l.Spec.RenewTime.Time
+			renewed++
+		}
+		return renewed >= n, nil
+	}); err != nil {
+		t.Fatalf("%s's kubelet did not renew its Lease %d times after %s: %v (%d renewals seen)", node, n, since.Format(time.RFC3339), err, renewed)
+	}
 }
