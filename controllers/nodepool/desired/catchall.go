@@ -8,6 +8,7 @@ import (
 	"time"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
+	"github.com/kubefarm/kubefarm/internal/machineconfig"
 )
 
 // Catch-all Machines: a pool whose spec.network.dynamicRange.unknownMachines
@@ -25,7 +26,9 @@ func CatchAllHostname(mac string) string { return strings.ReplaceAll(strings.ToL
 // CatchAllName is the name of the catch-all Machine of mac in pool:
 // <pool>-<mac with dashes>, at most 63+1+17 characters since a pool name
 // is a label value (Machines refuses longer ones).
-func CatchAllName(pool, mac string) string { return MachineName(pool, CatchAllHostname(mac)) }
+func CatchAllName(pool, mac string) string {
+	return machineconfig.MachineName(pool, CatchAllHostname(mac))
+}
 
 // LeaseJoins tells whether lease l, read at now, asks for a catch-all
 // Machine in pool: the pool's range says Join, the lease is of this pool

@@ -37,11 +37,6 @@ const (
 	ManagedBy      = "kubefarm"
 )
 
-// MachineName is the name of the Machine for entry of pool
-// (machineconfig.MachineName, where kubefarm-pxe finds a Machine's entry by
-// it).
-func MachineName(pool, entry string) string { return machineconfig.MachineName(pool, entry) }
-
 // Machines builds one Machine per entry of pool.spec.machines, in the order
 // of the entries. The pool must carry its UID: every Machine has a controller
 // owner reference to it, so deleting the pool deletes its Machines and the
@@ -115,7 +110,7 @@ func machine(pool *kubefarmv1.NodePool, e *kubefarmv1.MachineEntry, owner metav1
 		return nil, errors.New("name is used by two entries")
 	}
 	seenName[e.Name] = true
-	name := MachineName(pool.Name, e.Name)
+	name := machineconfig.MachineName(pool.Name, e.Name)
 	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
 		return nil, fmt.Errorf("the Machine name %q is not a valid object name: %s", name, strings.Join(msgs, "; "))
 	}
