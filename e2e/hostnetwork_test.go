@@ -39,8 +39,9 @@ const (
 	dataVLANID = 29
 	dataSubnet = "10.124.0.0/24"
 	dataBond   = "bond0"
-	// secondPort is the second NIC's kernel name: the libvirt domain lists
-	// it after the boot NIC, both e1000s, so it probes second.
+	// bootPort and secondPort are the NICs' kernel names: the libvirt
+	// domain lists the boot NIC first, both e1000s, so it probes first.
+	bootPort   = "eth0"
 	secondPort = "eth1"
 )
 
@@ -103,7 +104,7 @@ func checkServerNetwork(ctx context.Context, t *testing.T, s serverNetworkTarget
 		t.Fatalf("%s has no bond %s:%s", node, dataBond, out)
 	}
 	want := dataAddress(t, s.bootIPs[node])
-	for _, must := range []string{"Bonding Mode: fault-tolerance (active-backup)", "Slave Interface: eth0", "Slave Interface: " + secondPort,
+	for _, must := range []string{"Bonding Mode: fault-tolerance (active-backup)", "Slave Interface: " + bootPort, "Slave Interface: " + secondPort,
 		fmt.Sprintf("mtu %d", cluster.BootMTU), fmt.Sprintf("vlan protocol 802.1Q id %d", dataVLANID), " " + want + "/24 "} {
 		if !strings.Contains(out, must) {
 			t.Fatalf("%s's bond and VLAN: no %q in:%s", node, must, out)
@@ -188,12 +189,12 @@ var activePort = regexp.MustCompile(`Currently Active Slave: (\S+)`)
 func pullActivePort(ctx context.Context, t *testing.T, s serverNetworkTarget, out string) (time.Time, func()) {
 	t.Helper()
 	m := activePort.FindStringSubmatch(out)
-	if m == nil || (m[1] != "eth0" && m[1] != secondPort) {
+	if m == nil || (m[1] != bootPort && m[1] != secondPort) {
 		t.Fatalf("%s's bond has no active port:%s", s.bonded.Name, out)
 	}
 	from, to, tap := m[1], secondPort, s.bonded.Tap()
 	if from == secondPort {
-		to, tap = "eth0", s.bonded.SecondTap()
+		to, tap = bootPort, s.bonded.SecondTap()
 	}
 	pulled := time.Now()
 	s.bonded.redfish.emu.SetLink(t, tap, false)

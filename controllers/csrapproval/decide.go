@@ -115,9 +115,10 @@ func IdentityOf(m *kubefarmv1.Machine, pool *kubefarmv1.NodePool) Identity {
 	if pool == nil {
 		return id
 	}
-	if n, err := nodeconfig.MachineNetwork(m, pool); err == nil {
-		if a := n.NodeAddress(); a.IsValid() && !slices.ContainsFunc(id.IPs, net.IP(a.AsSlice()).Equal) {
-			id.IPs = append(id.IPs, net.IP(a.AsSlice()))
+	n, err := nodeconfig.MachineNetwork(m, pool)
+	if a := n.NodeAddress(); err == nil && a.IsValid() {
+		if ip := net.IP(a.AsSlice()); !slices.ContainsFunc(id.IPs, ip.Equal) {
+			id.IPs = append(id.IPs, ip)
 		}
 	}
 	return id
