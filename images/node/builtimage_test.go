@@ -10,6 +10,7 @@ package nodeimage
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -60,6 +61,7 @@ func TestBuiltImage(t *testing.T) {
 			t.Errorf("manifest: bad %s", what)
 		}
 	}
+	checkArchitecture(t, dir, m)
 	// Nothing the node never runs: no Debian container runtime beside the
 	// one built from its module, no perl (usrmerge's).
 	for _, p := range []string{"containerd", "runc", "perl", "usrmerge"} {
@@ -220,4 +222,35 @@ func modulePin(t *testing.T, dir, module string) string {
 	}
 	t.Fatalf("hack/tools/%s/go.mod does not require %s", dir, module)
 	return ""
+}
+
+// checkArchitecture: the kernel and every program the node runs are built
+// for the architecture the manifest (and so the BootImage) says: a
+// cross-build that picked up one host binary would boot, then fail on the
+// machine. The kernel's release names its Debian architecture.
+func checkArchitecture(t *testing.T, dir string, m *Manifest) {
+	t.Helper()
+	want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[m.Arch()]
+	if want == elf.EM_NONE {
+		t.Fatalf("manifest: architecture %q is neither amd64 nor arm64", m.Arch())
+	}
+	if !strings.HasSuffix(m.Kernel.Release, "-"+m.Arch()) {
+		t.Errorf("an %s image boots kernel %s", m.Arch(), m.Kernel.Release)
+	}
+	for _, p := range []string{"usr/bin/kubelet", "usr/bin/flanneld", "usr/bin/containerd", "usr/bin/containerd-shim-runc-v2",
+		"usr/bin/runc", "usr/bin/kubefarm-agent", "usr/lib/cni/flannel", "usr/lib/cni/bridge", "usr/lib/systemd/systemd"} {
+		data, err := exec.Command("unsquashfs", "-cat", filepath.Join(dir, Rootfs), p).Output()
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		f, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			t.Errorf("%s is no ELF file: %v", p, err)
+			continue
+		}
+		if f.Machine != want {
+			t.Errorf("%s is built for %s, the image is %s", p, f.Machine, m.Arch())
+		}
+	}
 }

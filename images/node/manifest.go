@@ -28,6 +28,10 @@ var Artifacts = []string{Vmlinuz, Initrd, Rootfs}
 // manifest.json next to the artifacts.
 type Manifest struct {
 	SchemaVersion int `json:"schemaVersion"`
+	// Architecture is the machines' Debian architecture, amd64 or arm64
+	// (a BootImage's spec.architecture). Manifests from before arm64 have
+	// none: use Arch.
+	Architecture string `json:"architecture,omitempty"`
 	// Key is the cache key: sha256 over the recipe's inputs (build.sh).
 	Key   string `json:"key"`
 	Suite string `json:"suite"`
@@ -49,6 +53,15 @@ type Manifest struct {
 	// Packages are the Debian packages of the root file system,
 	// "name version", sorted.
 	Packages []string `json:"packages"`
+}
+
+// Arch is the image's architecture: Architecture, or amd64 for a manifest
+// written before images were built for anything else.
+func (m *Manifest) Arch() string {
+	if m.Architecture == "" {
+		return "amd64"
+	}
+	return m.Architecture
 }
 
 // Kernel is the Debian kernel package the image boots.

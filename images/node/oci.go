@@ -159,7 +159,7 @@ func (a *OCIArtifact) BootImage(objName, repository string) *kubefarmv1.BootImag
 		}},
 		Spec: kubefarmv1.BootImageSpec{
 			Repository:     repository,
-			Architecture:   "amd64",
+			Architecture:   m.Arch(),
 			Kernel:         art(Vmlinuz),
 			Initrd:         art(Initrd),
 			Rootfs:         art(Rootfs),

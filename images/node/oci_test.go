@@ -146,3 +146,28 @@ func TestOCIArtifactRefusesAChangedFile(t *testing.T) {
 		t.Fatalf("want an error naming the initrd, got %v", err)
 	}
 }
+
+// TestBootImageArchitecture: the BootImage of an image says the
+// architecture its manifest was built for, so that kubefarm-pxe's script
+// check sends arm64 machines only arm64 kernels; a manifest from before
+// arm64 images existed stays amd64.
+func TestBootImageArchitecture(t *testing.T) {
+	for _, tc := range []struct{ manifest, want string }{{"", "amd64"}, {"amd64", "amd64"}, {"arm64", "arm64"}} {
+		dir := imageDir(t)
+		m, err := nodeimage.ReadManifest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Architecture = tc.manifest
+		if err := nodeimage.WriteManifest(dir, m); err != nil {
+			t.Fatal(err)
+		}
+		a, err := nodeimage.NewOCIArtifact(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.BootImage("node", "registry.example/node").Spec.Architecture; got != tc.want {
+			t.Errorf("manifest architecture %q: BootImage says %q, want %q", tc.manifest, got, tc.want)
+		}
+	}
+}

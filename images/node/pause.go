@@ -21,8 +21,10 @@ const PauseImageRef = "registry.k8s.io/pause:3.10"
 // WritePauseImage writes a one-layer image holding binary as /pause (its
 // entrypoint) as a docker-archive tarball tagged ref, which
 // `ctr -n k8s.io images import` loads. Every time in it is mtime, so the
-// tarball depends only on the binary.
-func WritePauseImage(w io.Writer, ref, binary string, mtime int64) error {
+// tarball depends only on the binary. arch is the binary's GOARCH: the
+// kubelet's sandbox must match its node's platform, or containerd refuses
+// to run it.
+func WritePauseImage(w io.Writer, ref, binary, arch string, mtime int64) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
@@ -59,7 +61,7 @@ func WritePauseImage(w io.Writer, ref, binary string, mtime int64) error {
 		return err
 	}
 	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", "amd64"
+	cfg.OS, cfg.Architecture = "linux", arch
 	cfg.Created = v1.Time{Time: t}
 	cfg.Config.Entrypoint = []string{"/pause"}
 	cfg.History = nil

@@ -101,6 +101,7 @@ func pauseImage(args []string) error {
 	fs := flag.NewFlagSet("pause-image", flag.ExitOnError)
 	bin := fs.String("binary", "", "static pause binary")
 	ref := fs.String("ref", nodeimage.PauseImageRef, "image name")
+	arch := fs.String("arch", "amd64", "the binary's GOARCH, the image's architecture")
 	mtime := fs.Int64("mtime", 0, "time of the image and its files (SOURCE_DATE_EPOCH)")
 	out := fs.String("o", "", "output file")
 	fs.Parse(args)
@@ -108,7 +109,7 @@ func pauseImage(args []string) error {
 		return fmt.Errorf("pause-image: -binary and -o are required")
 	}
 	var buf bytes.Buffer
-	if err := nodeimage.WritePauseImage(&buf, *ref, *bin, *mtime); err != nil {
+	if err := nodeimage.WritePauseImage(&buf, *ref, *bin, *arch, *mtime); err != nil {
 		return err
 	}
 	return writeFile(*out, buf.Bytes())
@@ -119,6 +120,7 @@ func manifest(args []string) error {
 	out := fs.String("out", "", "folder holding vmlinuz, initrd and rootfs.squashfs")
 	root := fs.String("root", "", "the root file system tree the squashfs was made of")
 	m := nodeimage.Manifest{SchemaVersion: 1}
+	fs.StringVar(&m.Architecture, "arch", "amd64", "the machines' Debian architecture (amd64, arm64)")
 	fs.StringVar(&m.Key, "key", "", "cache key")
 	fs.StringVar(&m.Suite, "suite", "", "Debian suite")
 	fs.StringVar(&m.Mirror, "mirror", "", "Debian mirror")
