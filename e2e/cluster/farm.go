@@ -32,7 +32,15 @@ type FarmMachine struct {
 	// no option ROM, so it never boots from it) on its own tap in the boot
 	// bridge (SecondTap): a bond's second member, for hostNetwork.
 	SecondMAC string
+	// Arch is the machine's architecture: "" or amd64 for the PCs above,
+	// arm64 for an aarch64 virt machine (qemu-system-aarch64, TCG) whose
+	// UEFI firmware (Debian's qemu-efi-aarch64) netboots a virtio-net NIC
+	// with no option ROM: DHCP client architecture 11, the arm64 iPXE.
+	Arch string
 }
+
+// ARM64 says whether the machine is an aarch64 one.
+func (m FarmMachine) ARM64() bool { return m.Arch == "arm64" }
 
 // SecondTap is the tap of the machine's second NIC.
 func (m FarmMachine) SecondTap() string { return m.Tap() + "b" }
@@ -40,11 +48,18 @@ func (m FarmMachine) SecondTap() string { return m.Tap() + "b" }
 // OVMF is the UEFI firmware of UEFI farm machines (Debian package ovmf).
 const OVMF = "/usr/share/ovmf/OVMF.fd"
 
+// AAVMF is the UEFI firmware of arm64 farm machines (Debian package
+// qemu-efi-aarch64).
+const AAVMF = "/usr/share/qemu-efi-aarch64/QEMU_EFI.fd"
+
 // Tap is the machine's tap interface on the boot bridge.
 func (m FarmMachine) Tap() string { return fmt.Sprintf("%s-vm%d", BootVethPrefix, m.Index) }
 
 // Firmware says how the machine boots, for people reading the output.
 func (m FarmMachine) Firmware() string {
+	if m.ARM64() {
+		return "arm64 UEFI (AAVMF, virtio-net)"
+	}
 	if m.UEFI {
 		return "UEFI (OVMF, virtio-net)"
 	}
@@ -59,10 +74,17 @@ const QemuMemoryMiB = 3072
 // TCG (no KVM on these hosts), one CPU, no disk, the network first and
 // only. The memory holds the node image's root filesystem in RAM.
 func QemuArgs(m FarmMachine, console string) []string {
-	args := []string{"qemu-system-x86_64",
-		"-machine", "pc,accel=tcg", "-m", fmt.Sprint(QemuMemoryMiB), "-smp", "1",
+	common := []string{"-m", fmt.Sprint(QemuMemoryMiB), "-smp", "1",
 		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
 		"-netdev", "tap,id=n0,ifname=" + m.Tap() + ",script=no,downscript=no"}
+	if m.ARM64() {
+		// A Cortex-A72 rather than -cpu max: max's pointer authentication
+		// is emulated slowly under TCG, and the node image needs nothing
+		// newer than ARMv8.0.
+		args := append([]string{"qemu-system-aarch64", "-machine", "virt,accel=tcg", "-cpu", "cortex-a72"}, common...)
+		return append(args, "-bios", AAVMF, "-device", "virtio-net-pci,netdev=n0,mac="+m.MAC+",romfile=")
+	}
+	args := append([]string{"qemu-system-x86_64", "-machine", "pc,accel=tcg"}, common...)
 	if m.SecondMAC != "" {
 		// QMP's set_link n1 off pulls its cable.
 		args = append(args, "-netdev", "tap,id=n1,ifname="+m.SecondTap()+",script=no,downscript=no",
