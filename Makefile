@@ -46,6 +46,19 @@ K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler kubelet ku
 PREV_K8S_BINARIES := kube-apiserver kube-controller-manager kube-scheduler
 # The node image's container runtime (hack/tools/containerd, hack/tools/runc).
 RUNTIME_BINARIES := $(addprefix $(BIN)/,containerd containerd-shim-runc-v2 ctr runc)
+# The arm64 node image's binaries: the same pins, cross-built (GOARCH=arm64;
+# cgo with Debian's aarch64 cross compiler, and runc's libseccomp from
+# Debian's arm64 packages through hack/apt-download-arch, unpacked into a
+# sysroot that never touches the host's dpkg).
+ARM64_BIN := $(BIN)/linux-arm64
+ARM64_SYSROOT := $(BUILD)/sysroot-arm64
+ARM64_NODE_BINARIES := $(addprefix $(ARM64_BIN)/,kubelet flanneld cni/flannel containerd containerd-shim-runc-v2 ctr runc)
+$(ARM64_BIN)/%: TOOLS_ENV := CGO_ENABLED=0 GOARCH=arm64
+$(ARM64_BIN)/%: CROSS_APT := crossbuild-essential-arm64
+ARM64_CROSS_ENV := GOARCH=arm64 CC=aarch64-linux-gnu-gcc
+$(ARM64_BIN)/%: CROSS_ENV := $(ARM64_CROSS_ENV)
+$(ARM64_BIN)/runc: CROSS_ENV := $(ARM64_CROSS_ENV) PKG_CONFIG_SYSROOT_DIR=$(ARM64_SYSROOT) PKG_CONFIG_LIBDIR=$(ARM64_SYSROOT)/usr/lib/aarch64-linux-gnu/pkgconfig
+$(ARM64_BIN)/runc: $(ARM64_SYSROOT)/libseccomp.stamp
 # What the admin cluster and make demo run; the rest only tests need:
 # versitygw (kubefarm-etcd's S3 tests) and the previous minor's control
 # plane (the upgrade scenario).
@@ -73,8 +86,8 @@ tools: $(TOOL_BINARIES) ## Build every pinned upstream binary into bin/ (only wh
 .PHONY: envtest-tools
 envtest-tools: $(ENVTEST_BINARIES) ## Build only the binaries the integration tests start.
 
-$(addprefix $(BIN)/,$(K8S_BINARIES)): $(BIN)/%: hack/tools/go.mod hack/tools/go.sum
-	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$*
+$(addprefix $(BIN)/,$(K8S_BINARIES)) $(ARM64_BIN)/kubelet: hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(K8S_LDFLAGS)' -o $@ k8s.io/kubernetes/cmd/$(notdir $@)
 
 $(addprefix $(BIN)/k8s-prev/,$(PREV_K8S_BINARIES)): $(BIN)/k8s-prev/%: hack/tools/k8s-prev/go.mod hack/tools/k8s-prev/go.sum
 	cd hack/tools/k8s-prev && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '$(call k8s_ldflags,$(PREV_KUBERNETES_VERSION))' -o $@ k8s.io/kubernetes/cmd/$*
@@ -101,14 +114,14 @@ $(BIN)/coredns: hack/tools/coredns/go.mod hack/tools/coredns/go.sum
 # uses: it runs overlayfs on a tmpfs), its version stamped as upstream's
 # release builds do.
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION) -X github.com/containerd/containerd/v2/version.Revision=$(CONTAINERD_VERSION)
-$(addprefix $(BIN)/,containerd containerd-shim-runc-v2 ctr): $(BIN)/%: hack/tools/containerd/go.mod hack/tools/containerd/go.sum
-	cd hack/tools/containerd && $(TOOLS_ENV) $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' -ldflags '$(CONTAINERD_LDFLAGS)' -o $@ github.com/containerd/containerd/v2/cmd/$*
+$(foreach d,$(BIN) $(ARM64_BIN),$(addprefix $(d)/,containerd containerd-shim-runc-v2 ctr)): hack/tools/containerd/go.mod hack/tools/containerd/go.sum
+	cd hack/tools/containerd && $(TOOLS_ENV) $(GO) build -trimpath -tags 'no_btrfs no_devmapper no_zfs' -ldflags '$(CONTAINERD_LDFLAGS)' -o $@ github.com/containerd/containerd/v2/cmd/$(notdir $@)
 
 # runc needs cgo (its nsenter is C) and libseccomp: static like upstream's
 # `make static` (seccomp netgo osusergo, -extldflags -static).
-$(BIN)/runc: hack/tools/runc/go.mod hack/tools/runc/go.sum
-	@$(MAKE) --no-print-directory deps APT_PACKAGES="libseccomp-dev gcc"
-	cd hack/tools/runc && CGO_ENABLED=1 $(GO) build -trimpath -tags 'seccomp urfave_cli_no_docs netgo osusergo' \
+$(BIN)/runc $(ARM64_BIN)/runc: hack/tools/runc/go.mod hack/tools/runc/go.sum
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="libseccomp-dev gcc $(CROSS_APT)"
+	cd hack/tools/runc && CGO_ENABLED=1 $(CROSS_ENV) $(GO) build -trimpath -tags 'seccomp urfave_cli_no_docs netgo osusergo' \
 	  -ldflags '-s -w -extldflags -static -X main.version=$(RUNC_VERSION:v%=%) -X main.gitCommit=$(RUNC_VERSION)' -o $@ github.com/opencontainers/runc
 
 $(BIN)/konnectivity-server: hack/tools/go.mod hack/tools/go.sum
@@ -191,9 +204,10 @@ lint: $(STATICCHECK) ## gofmt, go vet and staticcheck (pinned).
 	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
-	@# The end-to-end scenarios build only with the e2e tag.
-	$(GO) vet -tags e2e ./e2e/
-	$(STATICCHECK) -tags e2e ./e2e/
+	@# The end-to-end scenarios build only with the e2e tag; make
+	@# test-arm64's with multiarch too.
+	$(GO) vet -tags 'e2e multiarch' ./e2e/
+	$(STATICCHECK) -tags 'e2e multiarch' ./e2e/
 
 # Debian packages the tests drive as real peers: busybox's udhcpc and ISC
 # dhclient (DHCP clients in network namespaces), iproute2 (namespaces),
@@ -343,11 +357,19 @@ e2e: node-image e2e-up ## Build the node image (cached), bring up the admin clus
 # backend), so it links the host's glibc: Debian bookworm, like the image.
 FLANNEL_VERSION := $(call mod_version,hack/tools/flannel/go.mod,github.com/flannel-io/flannel)
 
-$(BIN)/flanneld: hack/tools/flannel/go.mod hack/tools/flannel/go.sum
-	cd hack/tools/flannel && CGO_ENABLED=1 $(GO) build -trimpath -ldflags '-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$(FLANNEL_VERSION)' -o $@ github.com/flannel-io/flannel
+$(BIN)/flanneld $(ARM64_BIN)/flanneld: hack/tools/flannel/go.mod hack/tools/flannel/go.sum
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="gcc $(CROSS_APT)"
+	cd hack/tools/flannel && CGO_ENABLED=1 $(CROSS_ENV) $(GO) build -trimpath -ldflags '-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$(FLANNEL_VERSION)' -o $@ github.com/flannel-io/flannel
 
-$(BIN)/cni/flannel: hack/tools/flannel/cni/go.mod hack/tools/flannel/cni/go.sum
+$(BIN)/cni/flannel $(ARM64_BIN)/cni/flannel: hack/tools/flannel/cni/go.mod hack/tools/flannel/cni/go.sum
 	cd hack/tools/flannel/cni && $(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/containernetworking/plugins/plugins/meta/flannel
+
+# libseccomp for arm64 (runc links it statically), unpacked from Debian's
+# arm64 packages of the same version the host's amd64 one is.
+$(ARM64_SYSROOT)/libseccomp.stamp: hack/apt-download-arch
+	@rm -rf $(ARM64_SYSROOT) && mkdir -p $(ARM64_SYSROOT)
+	@for deb in $$(hack/apt-download-arch arm64 $(BUILD)/debs-arm64 libseccomp-dev libseccomp2); do dpkg-deb -x $$deb $(ARM64_SYSROOT); done
+	@touch $@
 
 # What images/node/build.sh runs on the host (root): mmdebstrap, mksquashfs,
 # depmod/modprobe for the kernel modules, busybox-static for the initrd.
@@ -356,9 +378,10 @@ NODE_IMAGE_APT_PACKAGES := mmdebstrap squashfs-tools kmod busybox-static
 # kubefarm-agent, static. Always rebuilt (Go's cache makes that cheap); its
 # bytes are part of the node image's cache key, and Go builds are
 # reproducible, so an unchanged agent leaves the key unchanged.
-.PHONY: agent
-agent: ## Build bin/kubefarm-agent (static), which the node image carries.
-	$(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/kubefarm-agent ./cmd/kubefarm-agent
+.PHONY: agent $(ARM64_BIN)/kubefarm-agent
+agent: $(BIN)/kubefarm-agent ## Build bin/kubefarm-agent (static), which the node image carries.
+$(BIN)/kubefarm-agent $(ARM64_BIN)/kubefarm-agent:
+	$(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./cmd/kubefarm-agent
 
 # The kubectl plugin, static like the agent so that one file runs on any
 # operator's Linux machine. Always rebuilt; Go's cache makes that cheap.
@@ -371,15 +394,28 @@ kubectl-plugin: ## Build bin/kubectl-kubefarm, the kubectl plugin (docs/kubectl-
 # same inputs again with a token and key material around, fails if any
 # artifact holds them, and fails unless the artifacts equal this build's
 # byte for byte (the reproducibility check).
-.PHONY: node-image
-node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel $(RUNTIME_BINARIES) agent ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
+# node-image-arm64 is the same for arm64 machines, from the cross-built
+# binaries in bin/linux-arm64; its Debian packages' scripts run under
+# qemu-user (binfmt_misc), and it is recorded in _build/node-image-arm64.dir.
+.PHONY: node-image node-image-arm64
+node-image: $(BIN)/kubelet $(BIN)/flanneld $(BIN)/cni/flannel $(RUNTIME_BINARIES) $(BIN)/kubefarm-agent ## The node image (vmlinuz, initrd, rootfs.squashfs, manifest.json) into a cache keyed by its inputs; prints its folder (root).
+node-image-arm64: $(ARM64_NODE_BINARIES) $(ARM64_BIN)/kubefarm-agent ## The arm64 node image, cross-built on this machine (root; qemu-user runs its packages' scripts).
+node-image: NODE_IMAGE_BIN := $(BIN)
+node-image-arm64: NODE_IMAGE_BIN := $(ARM64_BIN)
+node-image-arm64: NODE_IMAGE_ENV := ARCH=arm64
+node-image-arm64: NODE_IMAGE_APT_PACKAGES += qemu-user-static binfmt-support arch-test
+node-image: NODE_IMAGE_RECORD := $(BUILD)/node-image.dir
+node-image-arm64: NODE_IMAGE_RECORD := $(BUILD)/node-image-arm64.dir
+node-image node-image-arm64:
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(NODE_IMAGE_APT_PACKAGES)"
-	@dir=$$(KUBELET=$(BIN)/kubelet FLANNELD=$(BIN)/flanneld FLANNEL_CNI=$(BIN)/cni/flannel AGENT=$(BIN)/kubefarm-agent images/node/build.sh) && \
+	@export $(NODE_IMAGE_ENV) KUBELET=$(NODE_IMAGE_BIN)/kubelet FLANNELD=$(NODE_IMAGE_BIN)/flanneld FLANNEL_CNI=$(NODE_IMAGE_BIN)/cni/flannel \
+	  CONTAINERD_BIN=$(NODE_IMAGE_BIN) AGENT=$(NODE_IMAGE_BIN)/kubefarm-agent && \
+	dir=$$(images/node/build.sh) && \
 	KUBEFARM_NODE_IMAGE=$$dir $(GO) test -tags nodeimage -count=1 -run TestBuiltImage ./images/node >&2 && \
 	stamp="$$dir.checked-$$(sha256sum images/node/secret-check.sh | cut -c1-12)" && \
 	if [ -e "$$stamp" ]; then echo "node-image: the secret and reproducibility checks passed for this image ($$stamp)" >&2; \
 	else images/node/secret-check.sh "$$dir" >&2 && date -u +%FT%TZ >"$$stamp"; fi && \
-	mkdir -p $(BUILD) && echo "$$dir" >$(BUILD)/node-image.dir && echo "$$dir"
+	mkdir -p $(BUILD) && echo "$$dir" >$(NODE_IMAGE_RECORD) && echo "$$dir"
 
 ## ---- benchmarks ------------------------------------------------------------------
 

@@ -23,6 +23,13 @@
 #                 installed as /usr/lib/cni/<name>) and <name>/entry.json (its
 #                 conflist entry, "type": "<name>"), appended in name order; see
 #                 README.md, "Chaining another CNI plugin"
+#   ARCH          the machines' Debian architecture: amd64 (default) or arm64. For
+#                 another architecture than the build machine's, every binary above
+#                 must be built for it (make node-image-arm64 cross-builds them),
+#                 the packages' scripts and the checks below run under qemu-user
+#                 (binfmt_misc; Debian's qemu-user-static), and the kernel and
+#                 busybox come from hack/apt-download-arch
+#   BUSYBOX       the initrd's busybox (default /bin/busybox, or ARCH's busybox-static)
 #   KUBEFARM_CACHE, SUITE, MIRROR, KERNEL_PACKAGE, SOURCE_DATE_EPOCH (pins below)
 #   KEEP_WORK=1   keep the temporary folder of a failed build
 set -euo pipefail
@@ -33,6 +40,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 
 # ---- pins: the one place they are set -------------------------------------
+ARCH="${ARCH:-amd64}"
 SUITE="${SUITE:-bookworm}"
 # The suites of one release the packages come from: security fixes and
 # updates included. Without a snapshot mirror (snapshot.debian.org is not
@@ -40,7 +48,7 @@ SUITE="${SUITE:-bookworm}"
 # mirror serves at build time; manifest.json lists them.
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
 SECURITY_MIRROR="${SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
-KERNEL_PACKAGE="${KERNEL_PACKAGE:-linux-image-6.1.0-56-amd64}"
+KERNEL_PACKAGE="${KERNEL_PACKAGE:-linux-image-6.1.0-56-$ARCH}"
 # Every time stamp in every artifact (2025-01-01T00:00:00Z).
 SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-1735689600}"
 SQUASHFS_COMP=(-comp zstd -Xcompression-level 15)
@@ -64,6 +72,33 @@ sha() { sha256sum "$1" | cut -d' ' -f1; }
 for t in mmdebstrap mksquashfs unsquashfs apt-get dpkg-deb depmod modprobe "$GO" sha256sum tar; do
 	command -v "$t" >/dev/null || die "$t not found (make node-image installs mmdebstrap squashfs-tools kmod busybox-static)"
 done
+case "$ARCH" in amd64) GOARCH_TARGET=amd64 ;; arm64) GOARCH_TARGET=arm64 ;; *) die "ARCH=$ARCH: kubefarm's node image is built for amd64 and arm64" ;; esac
+HOST_ARCH="$(dpkg --print-architecture)"
+# Debian packages of ARCH: the host's own apt for its architecture, a
+# private apt state for another (hack/apt-download-arch) so that the host's
+# dpkg never carries a foreign architecture.
+apt_download() { # $1: folder, $2: package; prints the .deb's path
+	if [ "$ARCH" = "$HOST_ARCH" ]; then
+		(cd "$1" && apt-get download "$2" >/dev/null) || return 1
+		find "$1" -maxdepth 1 -name "${2}_*_${ARCH}.deb" | sort | tail -n1
+	else
+		"$REPO/hack/apt-download-arch" "$ARCH" "$1" "$2"
+	fi
+}
+if [ "$ARCH" != "$HOST_ARCH" ]; then
+	# The packages' maintainer scripts and the chroot checks below run
+	# ARCH's programs: the kernel must hand them to qemu-user.
+	qemu_arch="$(case "$ARCH" in arm64) echo aarch64 ;; *) echo "$ARCH" ;; esac)"
+	[ -e "/proc/sys/fs/binfmt_misc/qemu-$qemu_arch" ] ||
+		die "ARCH=$ARCH on a $HOST_ARCH machine needs binfmt_misc's qemu-$qemu_arch (apt-get install qemu-user-static binfmt-support; update-binfmts --enable qemu-$qemu_arch)"
+	if [ -z "${BUSYBOX:-}" ]; then
+		mkdir -p "$CACHE/debs-$ARCH"
+		bbdeb="$(apt_download "$CACHE/debs-$ARCH" busybox-static)" || die "busybox-static for $ARCH: apt-download-arch failed"
+		bbx="$CACHE/debs-$ARCH/busybox-static.extract"
+		rm -rf "$bbx" && dpkg-deb -x "$bbdeb" "$bbx"
+		BUSYBOX="$bbx/bin/busybox"
+	fi
+fi
 BUSYBOX="${BUSYBOX:-/bin/busybox}"
 [ -x "$BUSYBOX" ] || die "$BUSYBOX missing (install busybox-static)"
 file_is_static() { ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep -q 'Requesting program interpreter'; }
@@ -107,8 +142,11 @@ trap cleanup EXIT
 
 # ---- the Go tools (deterministic builds: their bytes go into the key) -----
 log "building the Go tools"
-(cd "$REPO" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -trimpath -ldflags '-s -w' -o "$tools/" \
-	./images/node/cmd/nodeimage ./images/node/cmd/kubefarm-fetch ./e2e/images/pause)
+# nodeimage runs here; kubefarm-fetch (the initrd's) and pause (the
+# preloaded sandbox image's) run on the machines.
+(cd "$REPO" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false "$GO" build -trimpath -ldflags '-s -w' -o "$tools/" ./images/node/cmd/nodeimage)
+(cd "$REPO" && CGO_ENABLED=0 GOARCH="$GOARCH_TARGET" GOFLAGS=-buildvcs=false "$GO" build -trimpath -ldflags '-s -w' -o "$tools/" \
+	./images/node/cmd/kubefarm-fetch ./e2e/images/pause)
 NODEIMAGE="$tools/nodeimage"
 
 # ---- the cache key ---------------------------------------------------------
@@ -118,6 +156,7 @@ NODEIMAGE="$tools/nodeimage"
 # package versions the mirror serves (see MIRROR above).
 cache_key() {
 	{
+		echo "arch $ARCH"
 		echo "suite $SUITE"
 		echo "mirror $MIRROR $SECURITY_MIRROR"
 		echo "kernel $KERNEL_PACKAGE"
@@ -158,16 +197,20 @@ mkdir -p "$root" "$art"
 # ---- the Debian root file system (cached by its own inputs) --------------
 mapfile -t PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$HERE/packages.txt" | sort -u)
 include="$(IFS=,; echo "${PACKAGES[*]}")"
-base_key="$(printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$SOURCE_DATE_EPOCH" "$include" "$(mmdebstrap --version)" merged-usr-hook | sha256sum | cut -c1-32)"
+# amd64's key leaves the architecture out, as it did before arm64 existed,
+# so that caches of it stay valid.
+arch_key=""
+[ "$ARCH" = amd64 ] || arch_key="arch $ARCH"
+base_key="$(printf '%s\n' "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$SOURCE_DATE_EPOCH" "$include" "$(mmdebstrap --version)" merged-usr-hook $arch_key | sha256sum | cut -c1-32)"
 base="$CACHE/base/$base_key.tar"
 if [ ! -f "$base" ]; then
-	log "mmdebstrap $SUITE with ${#PACKAGES[@]} packages"
+	log "mmdebstrap $SUITE $ARCH with ${#PACKAGES[@]} packages"
 	mkdir -p "$CACHE/base"
 	t0=$SECONDS
 	# The merged-usr hook makes /bin, /lib and /sbin links itself and
 	# installs usr-is-merged, where bookworm's default pulls in usrmerge
 	# and with it perl (9 MiB of every boot's download, never run).
-	mmdebstrap --mode=root --variant=minbase --format=tar \
+	mmdebstrap --mode=root --variant=minbase --format=tar --architectures="$ARCH" \
 		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 		--include="$include" \
 		--aptopt='Acquire::Languages "none"' \
@@ -192,12 +235,11 @@ tar -C "$root" --numeric-owner --xattrs --xattrs-include='*' -xpf "$base"
 # ---- the kernel and its modules -------------------------------------------
 debs="$CACHE/debs"
 mkdir -p "$debs"
-kdeb="$(find "$debs" -maxdepth 1 -name "${KERNEL_PACKAGE}_*_amd64.deb" | sort | tail -n1)"
+kdeb="$(find "$debs" -maxdepth 1 -name "${KERNEL_PACKAGE}_*_${ARCH}.deb" | sort | tail -n1)"
 if [ -z "$kdeb" ]; then
-	log "downloading $KERNEL_PACKAGE"
-	(cd "$debs" && apt-get download "$KERNEL_PACKAGE" >/dev/null) ||
-		die "apt-get download $KERNEL_PACKAGE failed (apt-get update? is it still in $SUITE? apt-cache policy $KERNEL_PACKAGE)"
-	kdeb="$(find "$debs" -maxdepth 1 -name "${KERNEL_PACKAGE}_*_amd64.deb" | sort | tail -n1)"
+	log "downloading $KERNEL_PACKAGE ($ARCH)"
+	kdeb="$(apt_download "$debs" "$KERNEL_PACKAGE")" && [ -n "$kdeb" ] ||
+		die "apt-get download $KERNEL_PACKAGE ($ARCH) failed (apt-get update? is it still in $SUITE? apt-cache policy $KERNEL_PACKAGE)"
 fi
 KERNEL_VERSION="$(dpkg-deb -f "$kdeb" Version)"
 kx="$work/kernel"
@@ -241,8 +283,11 @@ if [ -n "$AGENT" ]; then
 	install -m 0755 "$AGENT" "$root/usr/bin/kubefarm-agent"
 fi
 install -d -m 0755 "$root/usr/share/kubefarm/images" "$root/etc/kube-flannel" "$root/etc/kubernetes" "$root/var/lib/kubelet" "$root/var/lib/containerd"
-"$NODEIMAGE" pause-image -binary "$tools/pause" -mtime "$SOURCE_DATE_EPOCH" -o "$root/usr/share/kubefarm/images/pause.tar"
-chroot "$root" /usr/bin/flanneld --version >/dev/null 2>&1 || die "flanneld does not run in the root file system (built against another glibc?)"
+"$NODEIMAGE" pause-image -arch "$GOARCH_TARGET" -binary "$tools/pause" -mtime "$SOURCE_DATE_EPOCH" -o "$root/usr/share/kubefarm/images/pause.tar"
+# flanneld links glibc dynamically: its version is asked in the root it
+# runs in (for another architecture the host has no loader for it).
+FLANNEL_VERSION_LINE="$(chroot "$root" /usr/bin/flanneld --version 2>&1 | head -n1)" ||
+	die "flanneld does not run in the root file system (built against another glibc?)"
 # The CNI plugins the image's conflist chains, and containerd's loopback:
 # the rest of Debian's set (dhcp, macvlan, vlan, tuning, firewall, ...) is
 # never run here and costs 7 MiB of every boot's download. CNI_CHAIN_DIR
@@ -340,13 +385,13 @@ rm -f "$ird/lib/modules/$RELEASE"/*.bin
 "$NODEIMAGE" initrd -dir "$ird" -mtime "$SOURCE_DATE_EPOCH" -o "$art/initrd"
 
 # ---- manifest, then into place ---------------------------------------------
-"$NODEIMAGE" manifest -out "$art" -root "$root" -key "$KEY" -suite "$SUITE" -mirror "$MIRROR" \
+"$NODEIMAGE" manifest -arch "$ARCH" -out "$art" -root "$root" -key "$KEY" -suite "$SUITE" -mirror "$MIRROR" \
 	-source-date-epoch "$SOURCE_DATE_EPOCH" -kernel-package "$KERNEL_PACKAGE" -kernel-version "$KERNEL_VERSION" \
 	-kernel-release "$RELEASE" -kernel-deb "$kdeb" \
 	-kubelet-version "$("$KUBELET" --version | awk '{print $2}')" \
 	-containerd-version "$("$CONTAINERD_BIN/containerd" --version | awk '{print $3}')" \
 	-runc-version "$("$CONTAINERD_BIN/runc" --version | awk 'NR==1{print $3}')" \
-	-flannel-version "$("$FLANNELD" --version 2>&1 | head -n1) cni-plugin $(sed -nE 's#^require github.com/containernetworking/plugins (v[^ ]+).*#\1#p' "$REPO/hack/tools/flannel/cni/go.mod")" \
+	-flannel-version "$FLANNEL_VERSION_LINE cni-plugin $(sed -nE 's#^require github.com/containernetworking/plugins (v[^ ]+).*#\1#p' "$REPO/hack/tools/flannel/cni/go.mod")" \
 	-modules "$MODULES_ALWAYS" -modules-ipvs "$MODULES_IPVS"
 "$NODEIMAGE" verify "$art" >&2
 mv -T "$art" "$OUT" 2>/dev/null || {
