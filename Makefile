@@ -129,6 +129,22 @@ $(CONTROLLER_GEN):
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+## ---- iPXE for arm64 ------------------------------------------------------------
+
+# kubefarm-pxe's arm64 UEFI iPXE, which Debian's ipxe package lacks:
+# cross-built by hack/tools/ipxe/build.sh from the pinned source of the
+# Debian package whose x86 binaries it serves (docs/ipxe.md). Rebuilt
+# only when the script (which holds the pins) changes.
+IPXE_ARM64 := $(BIN)/ipxe/ipxe-arm64.efi
+IPXE_APT_PACKAGES := crossbuild-essential-arm64 gcc make perl xz-utils curl
+
+$(IPXE_ARM64): hack/tools/ipxe/build.sh
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(IPXE_APT_PACKAGES)"
+	hack/tools/ipxe/build.sh $@
+
+.PHONY: ipxe-arm64
+ipxe-arm64: $(IPXE_ARM64) ## Cross-build bin/ipxe/ipxe-arm64.efi, kubefarm-pxe's arm64 UEFI iPXE, from Debian's pinned iPXE source.
+
 ## ---- generated code ----------------------------------------------------------
 
 CHART := charts/kubefarm-operator
