@@ -142,6 +142,22 @@ $(CONTROLLER_GEN):
 $(STATICCHECK):
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+## ---- iPXE for arm64 ------------------------------------------------------------
+
+# kubefarm-pxe's arm64 UEFI iPXE, which Debian's ipxe package lacks:
+# cross-built by hack/tools/ipxe/build.sh from the pinned source of the
+# Debian package whose x86 binaries it serves (docs/ipxe.md). Rebuilt
+# only when the script (which holds the pins) changes.
+IPXE_ARM64 := $(BIN)/ipxe/ipxe-arm64.efi
+IPXE_APT_PACKAGES := crossbuild-essential-arm64 gcc make perl xz-utils curl
+
+$(IPXE_ARM64): hack/tools/ipxe/build.sh
+	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(IPXE_APT_PACKAGES)"
+	hack/tools/ipxe/build.sh $@
+
+.PHONY: ipxe-arm64
+ipxe-arm64: $(IPXE_ARM64) ## Cross-build bin/ipxe/ipxe-arm64.efi, kubefarm-pxe's arm64 UEFI iPXE, from Debian's pinned iPXE source.
+
 ## ---- generated code ----------------------------------------------------------
 
 CHART := charts/kubefarm-operator
@@ -294,8 +310,10 @@ e2e-up: tools e2e-bin ## Bring up the local admin cluster (root; installs contai
 e2e-down: e2e-bin ## Tear the admin cluster down; fails if anything is left behind.
 	$(BIN)/e2e-cluster down $(E2E_FLAGS) --verify
 
+# kubefarm-pxe carries bin/ipxe/ipxe-arm64.efi when make ipxe-arm64 has
+# built it, and goes without it otherwise (a release requires it).
 .PHONY: images
-images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian's iPXE binaries) in _build/images, no Docker.
+images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian's iPXE binaries, and bin/ipxe/ipxe-arm64.efi when built) in _build/images, no Docker.
 	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
 	$(BIN)/e2e-cluster images --state $(E2E_STATE) --out $(BUILD)/images
 
@@ -308,13 +326,16 @@ images: e2e-bin ## OCI layouts of kubefarm-manager and kubefarm-pxe (with Debian
 # every digest, and the same commit gives the same digests. Credentials are
 # the usual ones (~/.docker/config.json for images, `helm registry login`
 # for charts). RELEASE_FLAGS takes --arch, --chart-registry, --allow-dirty.
+# kubefarm-pxe's images carry Debian's x86 iPXE binaries and the arm64 one
+# make ipxe-arm64 builds: a release must serve arm64 machines.
 VERSION  ?=
 REGISTRY ?=
 .PHONY: release
 release: ## Push a release: make release VERSION=x.y.z REGISTRY=ghcr.io/you (multi-arch images with SBOMs, OCI charts, release.json).
 	@test -n "$(VERSION)" -a -n "$(REGISTRY)" || { echo "usage: make release VERSION=x.y.z REGISTRY=<registry>/<path>"; exit 2; }
 	@$(MAKE) --no-print-directory deps APT_PACKAGES=ipxe
-	$(GO) run ./hack/release/cmd/release --version $(VERSION) --registry $(REGISTRY) $(RELEASE_FLAGS)
+	@$(MAKE) --no-print-directory $(IPXE_ARM64)
+	$(GO) run ./hack/release/cmd/release --version $(VERSION) --registry $(REGISTRY) --ipxe-arm64 $(IPXE_ARM64) $(RELEASE_FLAGS)
 
 # After the scenarios, whatever their result, the release manifest and the
 # live objects the e2e test wrote into $(E2E_ARGODIFF) are diffed with

@@ -8,10 +8,12 @@ import (
 	"strings"
 
 	"github.com/kubefarm/kubefarm/hack/release"
+	"github.com/kubefarm/kubefarm/pxe/bootfile"
 )
 
 // IPXEDir is where the kubefarm-pxe image carries the iPXE binaries (the
-// chart's pxe.ipxe.dir), copied from the host's Debian ipxe package.
+// chart's pxe.ipxe.dir), copied from the host's Debian ipxe package (and
+// the arm64 one from make ipxe-arm64, when built).
 const IPXEDir = release.IPXEDir
 
 // Versions of the upstream images, matching the pinned binaries.
@@ -210,13 +212,20 @@ func sharedLibraries(path string) ([]string, error) {
 	return libs, nil
 }
 
+// IPXESources are the e2e kubefarm-pxe image's iPXE binaries: the host's
+// Debian ones, and the arm64 one when make ipxe-arm64 has built it into
+// BinDir (the scenarios boot x86 machines only).
+func (c *Cluster) IPXESources() release.IPXESources {
+	return release.IPXESources{ARM64: filepath.Join(c.BinDir, "ipxe", bootfile.BinaryUEFIARM64)}
+}
+
 // ProjectImages are the project's own images as a release builds them
 // (hack/release), kubefarm-manager and kubefarm-pxe, under their e2e names
 // (what `make images` writes as OCI layouts).
 func (c *Cluster) ProjectImages() ([]Image, error) {
 	refs := map[string]string{"kubefarm-manager": ManagerImage, "kubefarm-pxe": PXEImage}
 	var images []Image
-	for _, spec := range release.ProjectImages() {
+	for _, spec := range release.ProjectImages(c.IPXESources()) {
 		ref, ok := refs[spec.Name]
 		if !ok {
 			continue // the agent goes into the node image, not into a pod

@@ -73,7 +73,9 @@ func PushPrevious(ctx context.Context, repoRoot, workDir string) (prev *Previous
 		return nil, "", fmt.Errorf("the previous release (%s): %w", from, err)
 	}
 	prev = &PreviousImages{}
-	for _, spec := range release.ProjectImages() {
+	// The host's Debian iPXE binaries only: no machine boots from the
+	// previous kubefarm-pxe (the upgrade step has no node pools).
+	for _, spec := range release.ProjectImages(release.IPXESources{}) {
 		var dst *string
 		switch spec.Name {
 		case "kubefarm-manager":

@@ -2,8 +2,11 @@ package release
 
 import (
 	"crypto/sha256"
+	"debug/pe"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,12 +38,12 @@ type ImageSpec struct {
 //     restore init containers run from this image with their own command:
 //     one image to pin and mirror, and the tool always matches the manager
 //     that writes its flags. The entrypoint stays the manager's.
-//   - kubefarm-pxe carries the iPXE binaries it serves, from the build
-//     machine's Debian ipxe package (machine code for the clients, so the
-//     same files go into every architecture's image).
+//   - kubefarm-pxe carries the iPXE binaries it serves (IPXEFiles, from
+//     ipxe): machine code for the clients, so the same files go into every
+//     architecture's image.
 //   - kubefarm-agent is the node agent, for those who build their own node
 //     images (COPY --from it).
-func ProjectImages() []ImageSpec {
+func ProjectImages(ipxe IPXESources) []ImageSpec {
 	bin := func(dir, name string) File {
 		return File{Path: "/usr/local/bin/" + name, Source: filepath.Join(dir, name), Mode: 0o755}
 	}
@@ -49,11 +52,11 @@ func ProjectImages() []ImageSpec {
 			return []File{bin(dir, "kubefarm-manager"), bin(dir, "kubefarm-etcd")}, nil
 		}},
 		{Name: "kubefarm-pxe", Entrypoint: []string{"/usr/local/bin/kubefarm-pxe"}, Files: func(dir string) ([]File, error) {
-			ipxe, err := IPXEFiles()
+			files, err := IPXEFiles(ipxe)
 			if err != nil {
 				return nil, err
 			}
-			return append([]File{bin(dir, "kubefarm-pxe")}, ipxe...), nil
+			return append([]File{bin(dir, "kubefarm-pxe")}, files...), nil
 		}},
 		{Name: "kubefarm-agent", Entrypoint: []string{"/usr/local/bin/kubefarm-agent"}, Files: func(dir string) ([]File, error) {
 			return []File{bin(dir, "kubefarm-agent")}, nil
@@ -62,30 +65,78 @@ func ProjectImages() []ImageSpec {
 }
 
 // IPXEDir is where Debian's ipxe package installs the iPXE binaries on the
-// build machine, and where the kubefarm-pxe image carries them (the
-// chart's pxe.ipxe.dir).
+// build machine, and where the kubefarm-pxe image carries them: the
+// directory kubefarm-pxe serves by default (--ipxe-dir, the chart's
+// pxe.ipxe.dir).
 const IPXEDir = tftp.DefaultDir
 
-// IPXEFiles are the iPXE binaries copied from the build machine's Debian
-// ipxe package into the kubefarm-pxe image: every name kubefarm-pxe serves
-// (the TFTP allow-list) that the package ships. The x86 ones are required;
-// the arm64 one is taken when present (Debian's amd64 ipxe package has
-// none).
-func IPXEFiles() ([]File, error) {
+// IPXEARM64Build is where `make ipxe-arm64` writes the arm64 UEFI iPXE,
+// relative to the checkout.
+const IPXEARM64Build = "bin/ipxe/" + bootfile.BinaryUEFIARM64
+
+// IPXESources say where the kubefarm-pxe image's iPXE binaries come from.
+type IPXESources struct {
+	// Dir holds the x86 binaries of the build machine's Debian ipxe
+	// package; empty means IPXEDir.
+	Dir string
+	// ARM64 is the arm64 UEFI iPXE (make ipxe-arm64); Debian's package has
+	// none. Empty or missing leaves it out, unless RequireARM64.
+	ARM64 string
+	// RequireARM64 fails without ARM64: a release's kubefarm-pxe must
+	// serve arm64 machines. make images and the e2e cluster take it only
+	// when built.
+	RequireARM64 bool
+}
+
+// IPXEFiles are the iPXE binaries of the kubefarm-pxe image, every name
+// kubefarm-pxe serves (the TFTP allow-list), all in IPXEDir: the x86 ones
+// from src.Dir (required), the arm64 one from src.ARM64, checked to be an
+// arm64 EFI application.
+func IPXEFiles(src IPXESources) ([]File, error) {
+	dir := src.Dir
+	if dir == "" {
+		dir = IPXEDir
+	}
 	var files []File
 	for _, name := range tftp.DefaultFiles {
-		src := filepath.Join(IPXEDir, name)
-		if _, err := os.Stat(src); err != nil {
-			if name == bootfile.BinaryUEFIARM64 && os.IsNotExist(err) {
-				continue
+		from := filepath.Join(dir, name)
+		if name == bootfile.BinaryUEFIARM64 {
+			from = src.ARM64
+			if err := checkARM64EFI(from); err != nil {
+				if !src.RequireARM64 && errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return nil, fmt.Errorf("arm64 iPXE (make ipxe-arm64 builds %s): %w", IPXEARM64Build, err)
 			}
-			return nil, fmt.Errorf("iPXE binary %s (Debian package ipxe; make deps installs it): %w", src, err)
+		} else if _, err := os.Stat(from); err != nil {
+			return nil, fmt.Errorf("iPXE binary %s (Debian package ipxe; make deps installs it): %w", from, err)
 		}
-		// By content in a cache key: a package upgrade that keeps sizes
-		// and times still rebuilds the image.
-		files = append(files, File{Path: IPXEDir + "/" + name, Source: src, Mode: 0o644, HashContent: true})
+		// By content in a cache key: a package upgrade or a rebuild that
+		// keeps sizes and times still rebuilds the image.
+		files = append(files, File{Path: IPXEDir + "/" + name, Source: from, Mode: 0o644, HashContent: true})
 	}
 	return files, nil
+}
+
+// checkARM64EFI fails unless path is a PE image for arm64 (machine 0xaa64),
+// which the firmware of an ARM64 machine can start: a file of another
+// architecture would be served and fail on the machine.
+func checkARM64EFI(path string) error {
+	if path == "" {
+		return fmt.Errorf("no file given: %w", fs.ErrNotExist)
+	}
+	f, err := pe.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return fmt.Errorf("%s is not an EFI (PE) image: %w", path, err)
+	}
+	defer f.Close()
+	if m := f.FileHeader.Machine; m != pe.IMAGE_FILE_MACHINE_ARM64 {
+		return fmt.Errorf("%s is a PE image for machine %#x, not arm64 (%#x)", path, m, pe.IMAGE_FILE_MACHINE_ARM64)
+	}
+	return nil
 }
 
 func writeFile(path string, data []byte) error {

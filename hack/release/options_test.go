@@ -7,7 +7,8 @@ import (
 )
 
 func TestOptionsValidate(t *testing.T) {
-	good := Options{Version: "1.2.3", ImageRepo: "ghcr.io/kubefarm", Arches: []string{"amd64", "arm64"}, Created: time.Unix(1, 0)}
+	good := Options{Version: "1.2.3", ImageRepo: "ghcr.io/kubefarm", Arches: []string{"amd64", "arm64"}, Created: time.Unix(1, 0),
+		IPXEARM64: "bin/ipxe/ipxe-arm64.efi"}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("valid options refused: %v", err)
 	}
@@ -25,6 +26,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"no arches", func(o *Options) { o.Arches = nil }, "no architectures"},
 		{"riscv", func(o *Options) { o.Arches = []string{"riscv64"} }, `architecture "riscv64"`},
 		{"no source date", func(o *Options) { o.Created = time.Time{} }, "source date"},
+		{"no arm64 iPXE", func(o *Options) { o.IPXEARM64 = "" }, "make ipxe-arm64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := good
@@ -35,7 +37,7 @@ func TestOptionsValidate(t *testing.T) {
 			}
 		})
 	}
-	if pre := (Options{Version: "1.2.3-rc.1", ImageRepo: "r.example/k", Arches: []string{"arm64"}, Created: time.Unix(1, 0)}); pre.Validate() != nil {
+	if pre := (Options{Version: "1.2.3-rc.1", ImageRepo: "r.example/k", Arches: []string{"arm64"}, Created: time.Unix(1, 0), IPXEARM64: "x.efi"}); pre.Validate() != nil {
 		t.Errorf("a pre-release version is refused: %v", pre.Validate())
 	}
 }

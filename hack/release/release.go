@@ -34,6 +34,9 @@ type Options struct {
 	OutDir    string    // binaries, SBOMs, chart archives and release.json
 	Created   time.Time // the source date (the commit's time): every timestamp the artifacts carry
 	Commit    string    // recorded in the manifest
+	// IPXEARM64 is the arm64 UEFI iPXE the kubefarm-pxe images carry
+	// beside Debian's x86 ones (make ipxe-arm64: IPXEARM64Build); required.
+	IPXEARM64 string
 }
 
 // ChartDirs are the charts a release packages, relative to the checkout.
@@ -66,7 +69,15 @@ func (o Options) Validate() error {
 	if o.Created.IsZero() {
 		return fmt.Errorf("no source date (the commit's time, SOURCE_DATE_EPOCH)")
 	}
+	if o.IPXEARM64 == "" {
+		return fmt.Errorf("no arm64 iPXE (make ipxe-arm64 builds %s): a release's kubefarm-pxe must serve arm64 machines", IPXEARM64Build)
+	}
 	return nil
+}
+
+// ipxe is where the release's kubefarm-pxe images take their iPXE binaries.
+func (o Options) ipxe() IPXESources {
+	return IPXESources{ARM64: o.IPXEARM64, RequireARM64: true}
 }
 
 func (o Options) chartRepo() string {
@@ -120,6 +131,11 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	// The iPXE binaries before minutes of builds: a release without them
+	// fails at once.
+	if _, err := IPXEFiles(o.ipxe()); err != nil {
+		return nil, err
+	}
 	m := &Manifest{Version: o.Version, Commit: o.Commit, SourceDate: o.Created.UTC().Format(time.RFC3339)}
 	binDirs := map[string]string{}
 	for _, arch := range o.Arches {
@@ -128,7 +144,7 @@ func Run(ctx context.Context, o Options) (*Manifest, error) {
 			return nil, err
 		}
 	}
-	for _, spec := range ProjectImages() {
+	for _, spec := range ProjectImages(o.ipxe()) {
 		im, err := o.releaseImage(ctx, spec, binDirs)
 		if err != nil {
 			return nil, err

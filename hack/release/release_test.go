@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"debug/pe"
 	"encoding/json"
 	"io"
 	"log"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,6 +26,9 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	helmregistry "helm.sh/helm/v3/pkg/registry"
+
+	"github.com/kubefarm/kubefarm/pxe/bootfile"
+	"github.com/kubefarm/kubefarm/pxe/tftp"
 )
 
 // serveRegistry is an OCI registry (go-containerregistry's, with the
@@ -53,9 +58,11 @@ func TestRelease(t *testing.T) {
 	created := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	var manifests [2]*Manifest
 	reg := serveRegistry(t)
+	// A stand-in for make ipxe-arm64's build, which the test does not run.
+	arm := fakeEFI(t, pe.IMAGE_FILE_MACHINE_ARM64, "kubefarm release test: the arm64 iPXE\n")
 	for i := range manifests {
 		o := Options{RepoRoot: repoRoot(t), Version: "0.3.0", ImageRepo: reg + "/kubefarm", Arches: []string{"amd64", "arm64"},
-			OutDir: t.TempDir(), Created: created, Commit: "test"}
+			OutDir: t.TempDir(), Created: created, Commit: "test", IPXEARM64: arm}
 		m, err := Run(context.Background(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -82,6 +89,20 @@ func TestRelease(t *testing.T) {
 		if b[k] != v {
 			t.Errorf("%s: %s in the first release, %s in the second", k, v, b[k])
 		}
+	}
+}
+
+// TestReleaseNeedsARM64IPXE: a release whose arm64 iPXE is not built
+// fails at once, before it builds or pushes anything.
+func TestReleaseNeedsARM64IPXE(t *testing.T) {
+	o := Options{RepoRoot: repoRoot(t), Version: "0.3.0", ImageRepo: "127.0.0.1:9/kubefarm", Arches: []string{"amd64", "arm64"},
+		OutDir: t.TempDir(), Created: time.Unix(1, 0), IPXEARM64: filepath.Join(t.TempDir(), "ipxe-arm64.efi")}
+	_, err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "make ipxe-arm64") {
+		t.Fatalf("got %v, want an error naming make ipxe-arm64", err)
+	}
+	if built, _ := os.ReadDir(o.OutDir); len(built) != 0 {
+		t.Errorf("the release wrote %d entries into its folder before it failed", len(built))
 	}
 }
 
@@ -144,6 +165,9 @@ func checkImages(t *testing.T, o Options, m *Manifest) {
 				t.Fatal(err)
 			}
 			checkBinary(t, im.Name, arch, img)
+			if im.Name == "kubefarm-pxe" {
+				checkIPXE(t, o, arch, img)
+			}
 			checkSBOM(t, o, im.Name, ref.Context().Digest(desc.Digest.String()), im.Platforms[i])
 		}
 	}
@@ -176,6 +200,47 @@ func checkBinary(t *testing.T, image, arch string, img v1.Image) {
 	}
 	if f.Machine != elfMachine[arch] {
 		t.Errorf("%s %s: %s is for %v", image, arch, entry, f.Machine)
+	}
+}
+
+// checkIPXE: each architecture's kubefarm-pxe image carries, where
+// kubefarm-pxe serves TFTP from, every binary it serves: Debian's x86 ones
+// from the build machine and the arm64 one the release was given.
+func checkIPXE(t *testing.T, o Options, arch string, img v1.Image) {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	got := map[string][]byte{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dir, name := path.Split(strings.TrimPrefix(h.Name, "./")); dir == strings.TrimPrefix(IPXEDir, "/")+"/" && name != "" {
+			if got[name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(got) != len(tftp.DefaultFiles) {
+		t.Errorf("kubefarm-pxe %s: %d files in %s, want %d (%v)", arch, len(got), IPXEDir, len(tftp.DefaultFiles), tftp.DefaultFiles)
+	}
+	for _, name := range tftp.DefaultFiles {
+		src := filepath.Join(IPXEDir, name)
+		if name == bootfile.BinaryUEFIARM64 {
+			src = o.IPXEARM64
+		}
+		want, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[name], want) {
+			t.Errorf("kubefarm-pxe %s: %s/%s (%d bytes) is not %s (%d bytes)", arch, IPXEDir, name, len(got[name]), src, len(want))
+		}
 	}
 }
 

@@ -37,12 +37,16 @@ func run() error {
 	flag.StringVar(&o.OutDir, "out", "", "output folder; default _build/release/<version>")
 	flag.StringVar(&epoch, "source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "Unix time every artifact carries; default the commit's time")
 	flag.BoolVar(&allowDirty, "allow-dirty", false, "release a checkout with uncommitted changes (its digests then name no commit)")
+	flag.StringVar(&o.IPXEARM64, "ipxe-arm64", "", "the arm64 UEFI iPXE kubefarm-pxe serves; default <checkout>/"+release.IPXEARM64Build+" (make ipxe-arm64)")
 	flag.Parse()
 	root, err := git("rev-parse", "--show-toplevel")
 	if err != nil {
 		return err
 	}
 	o.RepoRoot = root
+	if o.IPXEARM64 == "" {
+		o.IPXEARM64 = filepath.Join(root, release.IPXEARM64Build)
+	}
 	o.Arches = strings.Split(arches, ",")
 	if o.OutDir == "" {
 		o.OutDir = filepath.Join(root, "_build", "release", o.Version)
