@@ -144,19 +144,19 @@ $(STATICCHECK):
 
 ## ---- iPXE for arm64 ------------------------------------------------------------
 
-# kubefarm-pxe's arm64 UEFI iPXE, which Debian's ipxe package lacks:
-# cross-built by hack/tools/ipxe/build.sh from the pinned source of the
-# Debian package whose x86 binaries it serves (docs/ipxe.md). Rebuilt
-# only when the script (which holds the pins) changes.
+# kubefarm-pxe's arm64 UEFI iPXE, which bookworm's ipxe package lacks:
+# Debian trixie's build of it, from that release's ipxe package (pinned by
+# version and sha256 in hack/tools/ipxe/fetch-arm64.sh, docs/ipxe.md).
+# Fetched again only when the script (which holds the pins) changes.
 IPXE_ARM64 := $(BIN)/ipxe/ipxe-arm64.efi
-IPXE_APT_PACKAGES := crossbuild-essential-arm64 gcc make perl xz-utils curl
+IPXE_APT_PACKAGES := curl
 
-$(IPXE_ARM64): hack/tools/ipxe/build.sh
+$(IPXE_ARM64): hack/tools/ipxe/fetch-arm64.sh
 	@$(MAKE) --no-print-directory deps APT_PACKAGES="$(IPXE_APT_PACKAGES)"
-	hack/tools/ipxe/build.sh $@
+	hack/tools/ipxe/fetch-arm64.sh $@
 
 .PHONY: ipxe-arm64
-ipxe-arm64: $(IPXE_ARM64) ## Cross-build bin/ipxe/ipxe-arm64.efi, kubefarm-pxe's arm64 UEFI iPXE, from Debian's pinned iPXE source.
+ipxe-arm64: $(IPXE_ARM64) ## bin/ipxe/ipxe-arm64.efi, kubefarm-pxe's arm64 UEFI iPXE, from Debian trixie's ipxe package (pinned).
 
 ## ---- generated code ----------------------------------------------------------
 
