@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
 	"github.com/kubefarm/kubefarm/e2e/cluster"
@@ -142,7 +144,7 @@ func tenantState(ctx context.Context, cs kubernetes.Interface, c client.Client, 
 		return nil, err
 	}
 	for _, m := range machines.Items {
-		state["machine "+m.Name] = fmt.Sprintf("uid %s", m.UID)
+		state["machine "+m.Name] = fmt.Sprintf("uid %s generation %d", m.UID, m.Generation)
 	}
 	return state, nil
 }
@@ -167,18 +169,18 @@ func stateDiff(before, after map[string]string) []string {
 }
 
 // managerReconciled says whether the running managers with image (this
-// checkout's) have between them ended at least want passes of the
-// TenantCluster controller since they started: their controller-runtime
-// counter, read through the API server's pod proxy. A new manager
-// reconciles every object once its cache syncs, so this is the upgrade's
-// first pass over the tenants having ended.
-func managerReconciled(ctx context.Context, cs kubernetes.Interface, image string, want int) (bool, error) {
+// checkout's) have between them ended at least want[controller] passes of
+// each controller since they started: their controller-runtime counters,
+// read through the API server's pod proxy. A new manager reconciles every
+// object once its cache syncs, so this is the upgrade's first pass over
+// the tenants (tenantcluster) and their pools (nodepool) having ended.
+func managerReconciled(ctx context.Context, cs kubernetes.Interface, image string, want map[string]int) (bool, error) {
 	pods, err := cs.CoreV1().Pods(operatorNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + operatorRelease + ",app.kubernetes.io/component=manager"})
 	if err != nil {
 		return false, err
 	}
-	total := 0
+	total := map[string]int{}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || len(p.Spec.Containers) == 0 || p.Spec.Containers[0].Image != image {
 			continue
@@ -187,9 +189,88 @@ func managerReconciled(ctx context.Context, cs kubernetes.Interface, image strin
 		if err != nil {
 			continue // not serving yet
 		}
-		total += reconcilePasses(string(body), "tenantcluster")
+		for controller := range want {
+			total[controller] += reconcilePasses(string(body), controller)
+		}
 	}
-	return total >= want, nil
+	for controller, n := range want {
+		if total[controller] < n {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// upgradePool gives the upgrade scenario's tenant a NodePool with Machines
+// under the previous release's operator: examples/nodepool.yaml (three
+// machines, none of which exists: nothing boots) in the tenant's
+// namespace, for the tenant, with a BootImage of its own in the local
+// registry (digests of nothing: kubefarm-pxe's check of it fails, as it
+// may on any farm, and fetches from no other host). It returns once the
+// pool's controller has made every Machine and observed the pool, with
+// remove, which deletes them all and waits for the Machines to be gone
+// (also run at cleanup).
+func upgradePool(ctx context.Context, t *testing.T, c client.Client, tc *kubefarmv1.TenantCluster) (pool *kubefarmv1.NodePool, remove func()) {
+	t.Helper()
+	img := &kubefarmv1.BootImage{}
+	readExample(t, "bootimage.yaml", img)
+	img.Namespace = tc.Namespace
+	img.Spec.Repository = cluster.RegistryAddr + "/kubefarm/upgrade-none"
+	img.Spec.KubeletVersion = tc.Spec.Version
+	pool = &kubefarmv1.NodePool{}
+	readExample(t, "nodepool.yaml", pool)
+	pool.Namespace, pool.Spec.Cluster, pool.Spec.BootImage = tc.Namespace, tc.Name, img.Name
+	for _, obj := range []client.Object{img, pool} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+	remove = func() { deletePool(t, c, pool, img) }
+	t.Cleanup(remove)
+	err := pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		var machines kubefarmv1.MachineList
+		if err := c.List(ctx, &machines, client.InNamespace(pool.Namespace)); err != nil {
+			return false, nil
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return false, nil
+		}
+		return len(machines.Items) == len(pool.Spec.Machines) && pool.Status.ObservedGeneration == pool.Generation, nil
+	})
+	if err != nil {
+		t.Fatalf("the previous release's manager did not make the Machines of NodePool %s: %v", pool.Name, err)
+	}
+	return pool, remove
+}
+
+// deletePool deletes the pool and its image and waits for its Machines to
+// be gone (never joined, each leaves at once), so that the tenant's own
+// deletion later finds its namespace as it made it.
+func deletePool(t *testing.T, c client.Client, pool *kubefarmv1.NodePool, img *kubefarmv1.BootImage) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_ = c.Delete(ctx, pool)
+	err := pollErr(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
+		var machines kubefarmv1.MachineList
+		err := c.List(ctx, &machines, client.InNamespace(pool.Namespace))
+		return err == nil && len(machines.Items) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("the Machines of NodePool %s/%s were not gone: %v", pool.Namespace, pool.Name, err)
+	}
+	_ = c.Delete(ctx, img)
+}
+
+// readExample reads examples/<name> strictly into obj.
+func readExample(t *testing.T, name string, obj any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "examples", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, obj); err != nil {
+		t.Fatalf("examples/%s: %v", name, err)
+	}
 }
 
 // reconcilePasses is controller_runtime_reconcile_total for the
@@ -225,4 +306,15 @@ func managerImage(ctx context.Context, cs kubernetes.Interface) (string, error) 
 		return "", fmt.Errorf("%d manager Deployments in %s", len(deps.Items), operatorNamespace)
 	}
 	return deps.Items[0].Spec.Template.Spec.Containers[0].Image, nil
+}
+
+// countPrefix counts a tenantState's keys with prefix.
+func countPrefix(state map[string]string, prefix string) int {
+	n := 0
+	for k := range state {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -42,6 +42,11 @@ import (
 //     Secret the controller wrote, at the endpoint in its status;
 //   - its add-ons are in the tenant, the probe-host policy and PodSecurity
 //     reject bad Pods;
+//   - made by the previous release's operator with a NodePool of three
+//     Machines (examples/nodepool.yaml), it keeps every pod, restart count,
+//     generation and kubefarm object through `helm upgrade` of the operator
+//     to this checkout's, until the new manager has passed over every
+//     TenantCluster and NodePool;
 //   - a minor upgrade and a certificate renewal forced through cert-manager
 //     roll the API servers while a loop of API calls sees no failure;
 //   - a downgrade is refused at admission;
@@ -98,6 +103,9 @@ func TestTenantCluster(t *testing.T) {
 	readyAt := func(version string) func(context.Context) (bool, error) { return tenantReady(c, key, got, version) }
 	waitFor(t, "the TenantCluster never became Ready", 8*time.Minute, readyAt(cluster.PreviousKubernetesVersion))
 	t.Logf("TenantCluster Ready %.1fs after its creation; endpoint %s", time.Since(created).Seconds(), got.Status.Endpoint)
+	// A NodePool with Machines, made by the previous release too: the
+	// upgrade must keep them as it keeps the tenant.
+	pool, removePool := upgradePool(ctx, t, c, tc)
 
 	t.Run("upgrading the operator from the previous release keeps the tenant and restarts nothing", func(t *testing.T) {
 		before, err := tenantState(ctx, cs, c, ns.Name)
@@ -116,9 +124,15 @@ func TestTenantCluster(t *testing.T) {
 		if err := c.List(ctx, &all); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "this checkout's manager never reconciled the TenantClusters", 4*time.Minute,
-			func(ctx context.Context) (bool, error) { return managerReconciled(ctx, cs, image, len(all.Items)) })
-		t.Logf("operator upgraded and its first pass over %d TenantClusters done %.1fs after helm upgrade began", len(all.Items), time.Since(upgraded).Seconds())
+		var pools kubefarmv1.NodePoolList
+		if err := c.List(ctx, &pools); err != nil {
+			t.Fatal(err)
+		}
+		passes := map[string]int{"tenantcluster": len(all.Items), "nodepool": len(pools.Items)}
+		waitFor(t, "this checkout's manager never reconciled the TenantClusters and NodePools", 4*time.Minute,
+			func(ctx context.Context) (bool, error) { return managerReconciled(ctx, cs, image, passes) })
+		t.Logf("operator upgraded and its first pass over %d TenantClusters and %d NodePools done %.1fs after helm upgrade began",
+			len(all.Items), len(pools.Items), time.Since(upgraded).Seconds())
 		after, err := tenantState(ctx, cs, c, ns.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -126,6 +140,12 @@ func TestTenantCluster(t *testing.T) {
 		if diff := stateDiff(before, after); len(diff) > 0 {
 			t.Errorf("the operator's upgrade changed the tenant:\n  %s", strings.Join(diff, "\n  "))
 		}
+		if n := countPrefix(after, "machine "); n != len(pool.Spec.Machines) {
+			t.Errorf("%d Machines after the upgrade, NodePool %s lists %d", n, pool.Name, len(pool.Spec.Machines))
+		}
+		// The pool has shown what it was for: the steps after this one
+		// are the control plane's, and its deletion must leave nothing.
+		removePool()
 		if ok, err := readyAt(cluster.PreviousKubernetesVersion)(ctx); !ok || err != nil {
 			t.Errorf("the tenant is not Ready after the operator's upgrade (%v): %s", err, describe())
 		}
