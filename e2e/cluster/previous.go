@@ -21,7 +21,7 @@ import (
 // before this checkout's: the previous release. The project tags no
 // releases yet, so it is the last landed change; move it forward with
 // each release.
-const PreviousRelease = "56dd5e8747b2f67ffe260870dc25da410389c484"
+const PreviousRelease = "6b0dc8279c6a1df3df202b76657c6588d5ba741a"
 
 // PreviousChartVersion is the version the previous release's charts are
 // pushed under, beside ChartVersion.
