@@ -107,6 +107,12 @@ unpack() {
 # build DIR unpacks and builds into DIR and prints the binary's path.
 build() {
 	unpack "$1"
+	# Debian's x86 binaries, which this one stands beside, are built with
+	# IPv6 and NFS (both in their Features list); upstream's defaults
+	# (src/config/general.h) leave them out, and an arm64 machine could not
+	# boot over IPv6 as an x86 one can. src/config/local/ is iPXE's place
+	# for a build's own settings; the source leaves it empty.
+	printf '#define NET_PROTO_IPV6\n#define DOWNLOAD_PROTO_NFS\n' >"$1/src/config/local/general.h"
 	log "building bin-arm64-efi/snp.efi in $1 (make -j$JOBS)"
 	# bin-arm64-efi/snp.efi: the ARM64 EFI application that drives the NIC
 	# through the firmware's Simple Network Protocol, so it works on any
