@@ -63,7 +63,7 @@ STATICCHECK_VERSION      := v0.8.2
 
 .PHONY: help
 help: ## Show the targets.
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 ## ---- pinned upstream binaries ------------------------------------------------
 
