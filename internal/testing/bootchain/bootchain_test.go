@@ -9,11 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,17 +19,15 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	kubefarmv1 "github.com/kubefarm/kubefarm/api/v1alpha1"
-	"github.com/kubefarm/kubefarm/internal/testing/netnstest"
-	"github.com/kubefarm/kubefarm/internal/testing/testenv"
+	"github.com/kubefarm/kubefarm/pxe/events"
 )
 
-// NICModules are the drivers of the virtual NICs the test uses: e1000 for
+// NICModules are the drivers of the x86 machines' virtual NICs: e1000 for
 // the BIOS machine, virtio-net for the UEFI one (OVMF drives virtio-net
 // itself; it has no e1000 driver).
 var NICModules = []string{"e1000", "virtio_pci", "virtio_net"}
@@ -47,21 +41,8 @@ const (
 	// metricsPort is kubefarm-pxe's /healthz and /metrics (--metrics-addr),
 	// on serverIP here so that the test can reach it.
 	metricsPort = 9090
-	ipxeDir     = "/usr/lib/ipxe"
-	ovmf        = "/usr/share/ovmf/OVMF.fd"
-)
-
-// vm is one virtual machine of the test and how it boots.
-type vm struct {
-	name, mac, ip string
-	uefi          bool
-}
-
-var (
-	biosVM = vm{name: "bios", mac: "52:54:00:77:00:11", ip: "10.77.0.11"}
-	uefiVM = vm{name: "uefi", mac: "52:54:00:77:00:12", ip: "10.77.0.12", uefi: true}
-	// misplacedVM is an x86 UEFI machine listed in a pool of arm64 images.
-	misplacedVM = vm{name: "misplaced", mac: "52:54:00:77:00:13", ip: "10.77.0.13", uefi: true}
+	// ipxeDir holds the Debian ipxe package's binaries.
+	ipxeDir = "/usr/lib/ipxe"
 )
 
 func sha(b []byte) string {
@@ -69,210 +50,25 @@ func sha(b []byte) string {
 	return "sha256:" + hex.EncodeToString(s[:])
 }
 
-// requireFacility skips, loudly, when this machine cannot run the test at
-// all: not root, or no qemu. Everything else missing is a failure.
-func requireFacility(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("SKIPPED, NOT PASSED: the boot chain test needs root (network namespaces, tap devices)")
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("SKIPPED, NOT PASSED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86 ipxe-qemu ovmf)")
-	}
-	for _, f := range []string{filepath.Join(ipxeDir, "ipxe.efi"), "/usr/lib/ipxe/qemu/efi-e1000.rom", ovmf, DefaultBusybox} {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("%s is missing: install the Debian packages ipxe, ipxe-qemu, ovmf and busybox-static", f)
-		}
-	}
-	if err := CheckStatic(DefaultBusybox); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Fatalf("/dev/net/tun: %v", err)
-	}
-}
-
-// chain is the running server side: API server, kubefarm-pxe in the
-// namespace, the boot image.
-type chain struct {
-	ns        string
-	env       *testenv.Env
-	namespace string
-	image     *kubefarmv1.BootImage
-	armImage  *kubefarmv1.BootImage
-	kernelLen int
-	initrdLen int
-	http      *http.Client
-	serverLog *netnstest.LockedBuffer
-}
-
 // TestBootChain boots virtual machines from kubefarm-pxe: see doc.go.
 func TestBootChain(t *testing.T) {
-	requireFacility(t)
+	requireFacility(t, "amd64")
 	// The watch client logs through controller-runtime; nothing to say here.
 	ctrllog.SetLogger(logr.Discard())
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 
-	// The kernel (cached) and the initrd.
-	pkg, err := KernelPackage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := FetchKernel(ctx, filepath.Join(root, "_build", "bootchain-cache"), pkg, NICModules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kernel, err := os.ReadFile(k.Vmlinuz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var initrdBuf bytes.Buffer
-	if err := BuildInitrd(&initrdBuf, DefaultBusybox, k.Modules); err != nil {
-		t.Fatal(err)
-	}
-	initrd := initrdBuf.Bytes()
-	// The initrd never mounts a root file system, but a BootImage has one
-	// and kubefarm-pxe caches it before serving the script.
-	rootfs := []byte("kubefarm bootchain test: a root file system the initrd does not mount\n")
-	t.Logf("kernel %s (%s, %d bytes), initrd %d bytes with %d modules", k.Package, k.Release, len(kernel), len(initrd), len(k.Modules))
-
-	// The binary first: building is the heaviest step, better before the
-	// API server starts competing for the two cores.
-	binary := netnstest.BuildPXE(ctx, t)
-	t.Logf("prepared kernel, initrd and binary in %s", time.Since(start).Round(time.Millisecond))
-
-	ns := netnstest.New(t, "kfboot")
-	netnstest.Bridge(t, ns, bridge, serverIP+"/24")
-
-	env := testenv.StartT(t, testenv.Options{})
-	c := &chain{ns: ns, env: env, kernelLen: len(kernel), initrdLen: len(initrd), http: netnstest.HTTPClient(ns)}
-
-	// The artifact origin, listening inside the namespace where
-	// kubefarm-pxe can reach it: on 127.0.0.2, which --fetch-allowed-cidrs
-	// opens (127.0.0.1 is where it reaches the API server, which artifact
-	// fetches never connect to).
-	blobs := map[string][]byte{"/" + sha(kernel): kernel, "/" + sha(initrd): initrd, "/" + sha(rootfs): rootfs}
-	originLn := netnstest.Listen(t, ns, "127.0.0.2:0")
-	netnstest.ServeBlobs(t, originLn, blobs)
-	originURL := "http://" + originLn.Addr().String()
-
-	// The API server listens on the host's loopback; kubefarm-pxe reaches
-	// it through a forwarder listening on the namespace's.
-	apiURL, err := url.Parse(env.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiLn := netnstest.Listen(t, ns, "127.0.0.1:0")
-	netnstest.Forward(t, apiLn, apiURL.Host)
-	kubeconfig := netnstest.APIKubeconfig(t, env, "kubefarm-pxe", apiLn.Addr().String())
-
-	// The API objects: an image, a pool, its two machines.
-	cl := env.Client
-	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bootchain-"}}
-	if err := cl.Create(ctx, nsObj); err != nil {
-		t.Fatal(err)
-	}
-	c.namespace = nsObj.Name
-	c.image = &kubefarmv1.BootImage{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootchain"},
-		Spec: kubefarmv1.BootImageSpec{
-			KubeletVersion: "v1.34.0",
-			Kernel:         kubefarmv1.Artifact{Digest: sha(kernel), URL: originURL + "/" + sha(kernel)},
-			Initrd:         kubefarmv1.Artifact{Digest: sha(initrd), URL: originURL + "/" + sha(initrd)},
-			Rootfs:         kubefarmv1.Artifact{Digest: sha(rootfs), URL: originURL + "/" + sha(rootfs)},
-		},
-	}
-	if err := cl.Create(ctx, c.image); err != nil {
-		t.Fatalf("creating BootImage: %v", err)
-	}
+	a := prepareArtifacts(ctx, t, "amd64", NICModules)
+	c := newChain(ctx, t, start, a)
+	img := c.createImage(ctx, t, "bootchain", "", a)
 	// A second image, the same files said to be arm64, in a pool of its
 	// own with one x86 machine: misplaced, it must fetch nothing.
-	c.armImage = c.image.DeepCopy()
-	c.armImage.ObjectMeta = metav1.ObjectMeta{Name: "bootchain-arm64"}
-	c.armImage.Spec.Architecture = "arm64"
-	if err := cl.Create(ctx, c.armImage); err != nil {
-		t.Fatalf("creating BootImage: %v", err)
-	}
-	vms := []vm{biosVM, uefiVM}
-	pool := &kubefarmv1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "vms"},
-		Spec: kubefarmv1.NodePoolSpec{
-			Cluster: "c1", BootImage: c.image.Name,
-			Network: kubefarmv1.BootNetwork{Subnet: subnet, Gateway: serverIP},
-			// panic=-1 with qemu's -no-reboot: a panic ends the VM at once.
-			KernelArgs: []string{"console=ttyS0", "panic=-1"},
-		},
-	}
-	// No tags, no initrd= of the test's own: Debian's iPXE
-	// (1.0.0+git-20190125) predates LoadFile2 initrd support, so the UEFI
-	// machine finds its initrd only through the initrd= that
-	// kubefarm-pxe's script puts on the command line.
-	for _, v := range vms {
-		pool.Spec.Machines = append(pool.Spec.Machines, kubefarmv1.MachineEntry{Name: v.name, MACs: []string{v.mac}, IP: v.ip})
-	}
-	if err := cl.Create(ctx, pool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	for _, v := range vms {
-		m := &kubefarmv1.Machine{
-			ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: v.name},
-			Spec: kubefarmv1.MachineSpec{
-				Pool: pool.Name, Cluster: "c1", Hostname: v.name, MACs: []string{v.mac}, IP: v.ip, DesiredImage: c.image.Name,
-			},
-		}
-		if err := cl.Create(ctx, m); err != nil {
-			t.Fatalf("creating Machine %s: %v", v.name, err)
-		}
-	}
-
-	armPool := &kubefarmv1.NodePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: "arm"},
-		Spec: kubefarmv1.NodePoolSpec{
-			Cluster: "c1", BootImage: c.armImage.Name,
-			Network:  kubefarmv1.BootNetwork{Subnet: subnet, Gateway: serverIP},
-			Machines: []kubefarmv1.MachineEntry{{Name: misplacedVM.name, MACs: []string{misplacedVM.mac}, IP: misplacedVM.ip}},
-		},
-	}
-	if err := cl.Create(ctx, armPool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	if err := cl.Create(ctx, &kubefarmv1.Machine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.namespace, Name: misplacedVM.name},
-		Spec: kubefarmv1.MachineSpec{
-			Pool: armPool.Name, Cluster: "c1", Hostname: misplacedVM.name, MACs: []string{misplacedVM.mac}, IP: misplacedVM.ip,
-			DesiredImage: c.armImage.Name,
-		},
-	}); err != nil {
-		t.Fatalf("creating Machine %s: %v", misplacedVM.name, err)
-	}
-
-	// kubefarm-pxe, as production runs it, in the namespace.
-	pxe := netnstest.StartPXE(t, "bootchain", ns, binary,
-		"--kubeconfig", kubeconfig,
-		"--server-ip", serverIP,
-		"--interface", bridge,
-		"--http-addr", net.JoinHostPort(serverIP, strconv.Itoa(httpPort)),
-		"--metrics-addr", net.JoinHostPort(serverIP, strconv.Itoa(metricsPort)),
-		"--tftp-addr", net.JoinHostPort(serverIP, "69"),
-		"--ipxe-dir", ipxeDir,
-		"--cache-dir", t.TempDir(),
-		"--fetch-allowed-cidrs", "127.0.0.2/32",
-		"--zap-log-level", "debug",
-	)
-	c.serverLog = pxe.Log
-
-	// Ready: the cache has synced, and the script is served for both
-	// machines. HEAD caches the artifacts (serving a script opens nothing).
-	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
-	pxe.WaitHTTP(ctx, t, c.http, 2*time.Minute,
-		fmt.Sprintf("http://%s:%d/healthz", serverIP, metricsPort), base+"/boot/"+biosVM.mac+".ipxe", base+"/boot/"+uefiVM.mac+".ipxe",
-		base+"/boot/"+misplacedVM.mac+".ipxe")
+	armImg := c.createImage(ctx, t, "bootchain-arm64", "arm64", a)
+	// panic=-1 with qemu's -no-reboot: a panic ends the VM at once.
+	c.createPool(ctx, t, "vms", img, []string{"console=ttyS0", "panic=-1"}, biosVM, uefiVM)
+	c.createPool(ctx, t, "arm", armImg, nil, misplacedVM)
+	c.startPXE(ctx, t, ipxeDir, biosVM, uefiVM, misplacedVM)
 	t.Logf("kubefarm-pxe serving after %s", time.Since(start).Round(time.Millisecond))
 
 	t.Run("BIOS", func(t *testing.T) { c.boot(t, biosVM) })
@@ -284,8 +80,9 @@ func TestBootChain(t *testing.T) {
 // boot starts v in qemu and waits for its report in the Machine's status.
 func (c *chain) boot(t *testing.T, v vm) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), v.bootTimeout())
 	defer cancel()
+	img := c.images[v.name]
 	hw, _ := net.ParseMAC(v.mac)
 	before := c.metrics(t)
 	logOffset := len(c.serverLog.String())
@@ -302,7 +99,6 @@ func (c *chain) boot(t *testing.T, v vm) {
 	defer w.Stop()
 
 	run := c.startVM(t, v)
-	console, capture := run.console, run.capture
 	qexit := run.exit
 
 	// The proof: the report, recorded by kubefarm-pxe in status.lastBoot.
@@ -324,8 +120,8 @@ func (c *chain) boot(t *testing.T, v vm) {
 		}
 	}
 	reported := time.Since(start)
-	if rec.ImageDigest != c.image.Spec.Rootfs.Digest {
-		t.Errorf("reported image %s, want %s", rec.ImageDigest, c.image.Spec.Rootfs.Digest)
+	if rec.ImageDigest != img.Spec.Rootfs.Digest {
+		t.Errorf("reported image %s, want %s", rec.ImageDigest, img.Spec.Rootfs.Digest)
 	}
 	if !isUUID(rec.BootID) {
 		t.Errorf("boot ID %q is not a UUID", rec.BootID)
@@ -343,6 +139,24 @@ func (c *chain) boot(t *testing.T, v vm) {
 	t.Logf("%s: reported boot %s after %s, powered off after %s", v.name, rec.BootID, reported.Round(time.Millisecond),
 		time.Since(start).Round(time.Millisecond))
 
+	checkConsole(t, v, run.console, rec)
+
+	// The client's side, from the NIC's packet capture.
+	tr, err := readPcap(run.capture, hw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s on the wire:\n%s", v.name, tr)
+	c.checkWire(t, v, tr)
+	// The server's side: its metrics and log.
+	c.checkServer(t, v, before, c.metrics(t), c.serverLog.String()[logOffset:])
+}
+
+// checkConsole asserts what v's serial console shows of the boot: the
+// kernel, started with the initrd= that the EFI stub needs, and the
+// initrd's lease and report of rec.
+func checkConsole(t *testing.T, v vm, console string, rec *kubefarmv1.BootRecord) {
+	t.Helper()
 	b, err := os.ReadFile(console)
 	if err != nil {
 		t.Fatal(err)
@@ -356,99 +170,14 @@ func (c *chain) boot(t *testing.T, v vm) {
 	if strings.Contains(cons, FailedLine) {
 		t.Errorf("the initrd reported a failure")
 	}
+	// The script's architecture check passed (misplaced_test.go for its
+	// refusal).
+	if strings.Contains(cons, "this machine's iPXE is") {
+		t.Errorf("the iPXE script refused the image on the console")
+	}
 	if !strings.Contains(cons, rec.BootID) {
 		t.Errorf("the console does not show boot ID %s being reported", rec.BootID)
 	}
-
-	// The client's side, from the NIC's packet capture.
-	tr, err := readPcap(capture, hw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%s on the wire:\n%s", v.name, tr)
-	c.checkWire(t, v, tr)
-	// The server's side: its metrics and log.
-	c.checkServer(t, v, before, c.metrics(t), c.serverLog.String()[logOffset:])
-}
-
-// runningVM is a qemu machine of the test: its serial console's and its
-// NIC capture's files, and qemu's exit.
-type runningVM struct {
-	console, capture string
-	exit             chan error
-	done             bool // exit has been received
-	process          *os.Process
-}
-
-// stop powers the machine off (kills qemu) and waits for it.
-func (r *runningVM) stop() {
-	if !r.done {
-		_ = r.process.Kill()
-		<-r.exit
-		r.done = true
-	}
-}
-
-// startVM powers v on in qemu, its NIC on a new tap of the boot bridge,
-// network boot first and no reboot. The machine is killed when the test
-// ends; a failed test keeps its console and packet capture.
-func (c *chain) startVM(t *testing.T, v vm) *runningVM {
-	t.Helper()
-	dir := t.TempDir()
-	console, capture := filepath.Join(dir, "console.log"), filepath.Join(dir, "nic.pcap")
-	hw, _ := net.ParseMAC(v.mac)
-	tap := "kftap-" + v.name
-	netnstest.Run(t, "ip", "-n", c.ns, "tuntap", "add", "dev", tap, "mode", "tap")
-	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "master", bridge)
-	netnstest.Run(t, "ip", "-n", c.ns, "link", "set", tap, "up")
-
-	args := []string{
-		"-machine", "pc,accel=tcg", "-m", "512", "-smp", "1",
-		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
-		// vnet_hdr=off: the capture then holds plain Ethernet frames.
-		"-netdev", "tap,id=n0,ifname=" + tap + ",script=no,downscript=no,vnet_hdr=off",
-		"-object", "filter-dump,id=d0,netdev=n0,file=" + capture,
-		"-boot", "n", "-no-reboot",
-	}
-	if v.uefi {
-		// No option ROM: OVMF's own virtio-net driver and PXE do the
-		// firmware's part, as a UEFI server's firmware would.
-		args = append(args, "-bios", ovmf, "-device", "virtio-net-pci,netdev=n0,mac="+v.mac+",romfile=")
-	} else {
-		// SeaBIOS runs Debian's iPXE ROM for the e1000 (ipxe-qemu).
-		args = append(args, "-device", "e1000,netdev=n0,mac="+v.mac)
-	}
-	var qemuOut netnstest.LockedBuffer
-	q := exec.Command("ip", append([]string{"netns", "exec", c.ns, "qemu-system-x86_64"}, args...)...)
-	q.Stdout, q.Stderr = &qemuOut, &qemuOut
-	if err := q.Start(); err != nil {
-		t.Fatal(err)
-	}
-	qexit := make(chan error, 1)
-	go func() { qexit <- q.Wait() }()
-	run := &runningVM{console: console, capture: capture, exit: qexit, process: q.Process}
-	t.Cleanup(func() {
-		if !run.done {
-			_ = q.Process.Kill()
-			<-qexit
-		}
-		if t.Failed() {
-			if keep, err := os.MkdirTemp("", "kubefarm-bootchain-"+v.name+"-"); err == nil {
-				_ = copyFile(console, filepath.Join(keep, "console.log"))
-				_ = copyFile(capture, filepath.Join(keep, "nic.pcap"))
-				t.Logf("kept the console log and the NIC's packet capture in %s", keep)
-			}
-			b, _ := os.ReadFile(console)
-			t.Logf("serial console of %s:\n%s", v.name, tail(string(b), 150))
-			if tr, err := readPcap(capture, hw); err == nil {
-				t.Logf("packets of %s:\n%s", v.name, tr)
-			} else {
-				t.Logf("packet capture: %v", err)
-			}
-			t.Logf("qemu output: %s", qemuOut.String())
-		}
-	})
-	return run
 }
 
 // pxeNoDiscovery is the option 43 of a PXE reply: PXE_DISCOVERY_CONTROL
@@ -457,8 +186,8 @@ func (c *chain) startVM(t *testing.T, v vm) *runningVM {
 var pxeNoDiscovery = []byte{6, 1, 8, 255}
 
 // checkWire asserts every stage the VM went through on its NIC: the UEFI
-// firmware's PXE loads ipxe.efi over TFTP, and neither it nor iPXE asks
-// port 4011 for anything.
+// firmware's PXE loads its iPXE over TFTP (checkFirmwareTFTP), and neither
+// it nor iPXE asks port 4011 for anything.
 func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 	t.Helper()
 	base := fmt.Sprintf("http://%s:%d", serverIP, httpPort)
@@ -483,12 +212,12 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 			if !bytes.Equal(r.IPXEOptions, []byte{0xb0, 1, 1}) {
 				t.Errorf("DHCP %s with iPXE's script: option 175 %x, want b00101 (no-pxedhcp)", r.Type, r.IPXEOptions)
 			}
-		case !r.ClientIPXE && r.ClientArch == 7 && r.BootFile == "ipxe.efi":
+		case !r.ClientIPXE && r.ClientArch == v.firmwareArch() && r.BootFile == v.bootFile():
 			firmwareTFTP = true
 			// Without option 43 EDK2 takes a "PXEClient" reply for a BINL
 			// offer and asks port 4011 for the boot file.
 			if r.VendorClass != "PXEClient" || !bytes.Equal(r.VendorOptions, pxeNoDiscovery) {
-				t.Errorf("DHCP %s of ipxe.efi to the firmware: option 60 %q, option 43 %x; want PXEClient and %x", r.Type, r.VendorClass, r.VendorOptions, pxeNoDiscovery)
+				t.Errorf("DHCP %s of %s to the firmware: option 60 %q, option 43 %x; want PXEClient and %x", r.Type, v.bootFile(), r.VendorClass, r.VendorOptions, pxeNoDiscovery)
 			}
 		case !r.ClientIPXE && r.ClientArch == -1 && r.BootFile == "":
 			// The initrd's udhcpc: an address, no boot file.
@@ -506,26 +235,9 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 	}
 	if v.uefi {
 		if !firmwareTFTP {
-			t.Errorf("no DHCP reply sent the UEFI firmware's PXE (arch 7) to TFTP ipxe.efi")
+			t.Errorf("no DHCP reply sent the UEFI firmware's PXE (arch %d) to TFTP %s", v.firmwareArch(), v.bootFile())
 		}
-		if !contains(tr.TFTPReads, "ipxe.efi") {
-			t.Errorf("the firmware's PXE did not read ipxe.efi over TFTP (reads: %q)", tr.TFTPReads)
-		}
-		// EDK2 asks for an RFC 7440 window (PcdPxeTftpWindowSize, 4 by
-		// default); kubefarm-pxe grants it and the firmware then sends
-		// one ACK per window, not one per block.
-		if w := tr.TFTPAsked["windowsize"]; w != "" {
-			if tr.TFTPGranted["windowsize"] != w {
-				t.Errorf("the firmware asked for windowsize %s; OACK %v", w, tr.TFTPGranted)
-			}
-			if n, _ := strconv.Atoi(w); n > 1 && tr.TFTPAcks > tr.TFTPData/n+2 {
-				t.Errorf("the firmware sent %d ACKs for %d DATA packets with a window of %s", tr.TFTPAcks, tr.TFTPData, w)
-			}
-		}
-		t.Logf("firmware TFTP: asked %v, granted %v, %d DATA, %d ACKs", tr.TFTPAsked, tr.TFTPGranted, tr.TFTPData, tr.TFTPAcks)
-		if hasRequest(tr, "GET /ipxe/") {
-			t.Errorf("the firmware fell back to UEFI HTTP boot")
-		}
+		checkFirmwareTFTP(t, v, tr)
 	} else if len(tr.TFTPReads) != 0 {
 		t.Errorf("TFTP reads by a client already running iPXE: %q", tr.TFTPReads)
 	}
@@ -541,7 +253,7 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 		t.Errorf("%d packets to port 4011, %d ICMP port unreachable for it: a client took a reply for a ProxyDHCP/BINL offer",
 			tr.BootServerRequests, unreachable4011)
 	}
-	img := c.image.Spec
+	img := c.images[v.name].Spec
 	for _, want := range []string{
 		"GET /boot/" + v.mac + ".ipxe ",
 		"GET /artifacts/" + img.Kernel.Digest + " ",
@@ -552,6 +264,30 @@ func (c *chain) checkWire(t *testing.T, v vm, tr *wireTrace) {
 		if !hasRequest(tr, want) {
 			t.Errorf("no HTTP request %q from %s", strings.TrimSpace(want), v.name)
 		}
+	}
+}
+
+// checkFirmwareTFTP: v's UEFI firmware read its iPXE over TFTP, in
+// windows when it asked for them, and did not fall back to HTTP boot.
+func checkFirmwareTFTP(t *testing.T, v vm, tr *wireTrace) {
+	t.Helper()
+	if !contains(tr.TFTPReads, v.bootFile()) {
+		t.Errorf("the firmware's PXE did not read %s over TFTP (reads: %q)", v.bootFile(), tr.TFTPReads)
+	}
+	// EDK2 asks for an RFC 7440 window (PcdPxeTftpWindowSize, 4 by
+	// default); kubefarm-pxe grants it and the firmware then sends one ACK
+	// per window, not one per block.
+	if w := tr.TFTPAsked["windowsize"]; w != "" {
+		if tr.TFTPGranted["windowsize"] != w {
+			t.Errorf("the firmware asked for windowsize %s; OACK %v", w, tr.TFTPGranted)
+		}
+		if n, _ := strconv.Atoi(w); n > 1 && tr.TFTPAcks > tr.TFTPData/n+2 {
+			t.Errorf("the firmware sent %d ACKs for %d DATA packets with a window of %s", tr.TFTPAcks, tr.TFTPData, w)
+		}
+	}
+	t.Logf("firmware TFTP: asked %v, granted %v, %d DATA, %d ACKs", tr.TFTPAsked, tr.TFTPGranted, tr.TFTPData, tr.TFTPAcks)
+	if hasRequest(tr, "GET /ipxe/") {
+		t.Errorf("the firmware fell back to UEFI HTTP boot")
 	}
 }
 
@@ -576,7 +312,7 @@ func (c *chain) checkServer(t *testing.T, v vm, before, after map[string]float64
 		`kubefarm_pxe_http_requests_total{code="200",route="artifacts"}`:    2,
 		`kubefarm_pxe_http_requests_total{code="204",route="report"}`:       1,
 		`kubefarm_pxe_http_requests_total{code="200",route="secret"}`:       1,
-		`kubefarm_pxe_http_bytes_total{route="artifacts"}`:                  float64(c.kernelLen + c.initrdLen),
+		`kubefarm_pxe_http_bytes_total{route="artifacts"}`:                  float64(c.images[v.name].kernelLen + c.images[v.name].initrdLen),
 	}
 	if v.uefi {
 		atLeast[`kubefarm_pxe_dhcp_packets_total{result="offered",type="DISCOVER"}`] = 3
@@ -606,19 +342,43 @@ func (c *chain) checkServer(t *testing.T, v vm, before, after map[string]float64
 		}
 	}
 	if v.uefi {
-		found := false
-		sc := bufio.NewScanner(strings.NewReader(log))
-		for sc.Scan() {
-			if l := sc.Text(); strings.Contains(l, `"msg":"tftp transfer done"`) && strings.Contains(l, v.ip) && strings.Contains(l, `"file":"ipxe.efi"`) {
-				found = true
-				lines = append(lines, l)
-			}
-		}
-		if !found {
-			t.Errorf("kubefarm-pxe did not log a TFTP transfer of ipxe.efi to %s", v.ip)
-		}
+		lines = append(lines, c.checkFirmwareServed(t, v, log)...)
 	}
 	t.Logf("kubefarm-pxe's record of %s:\n%s", v.name, strings.Join(lines, "\n"))
+}
+
+// checkFirmwareServed asserts kubefarm-pxe's record of v's UEFI firmware:
+// the Event of its first DHCP offer names the boot file that the client's
+// architecture decides (bootfile.Decide), and the log has the TFTP
+// transfer of that file to v. It returns what it found.
+func (c *chain) checkFirmwareServed(t *testing.T, v vm, log string) []string {
+	t.Helper()
+	var found []string
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, `"msg":"tftp transfer done"`) && strings.Contains(l, v.ip) && strings.Contains(l, `"file":"`+v.bootFile()+`"`) {
+			found = append(found, l)
+		}
+	}
+	if len(found) == 0 {
+		t.Errorf("kubefarm-pxe did not log a TFTP transfer of %s to %s", v.bootFile(), v.ip)
+	}
+	var evs corev1.EventList
+	if err := c.env.Client.List(context.Background(), &evs, client.InNamespace(c.namespace)); err != nil {
+		t.Fatal(err)
+	}
+	offer := fmt.Sprintf("boot file %q", v.bootFile())
+	offered := false
+	for _, e := range evs.Items {
+		if e.InvolvedObject.Name == v.name && e.Reason == events.ReasonOffered && strings.Contains(e.Message, offer) {
+			offered = true
+			found = append(found, "Event "+e.Reason+": "+e.Message)
+		}
+	}
+	if !offered {
+		t.Errorf("no Offered Event on Machine %s says %s", v.name, offer)
+	}
+	return found
 }
 
 // metrics scrapes kubefarm-pxe's /metrics into series -> value, the series

@@ -19,8 +19,10 @@ import (
 )
 
 // KernelMetaPackage is the Debian package whose dependency names the
-// current kernel image package (linux-image-6.1.0-<N>-amd64 on bookworm).
-const KernelMetaPackage = "linux-image-amd64"
+// current kernel image package of arch: linux-image-amd64 depends on
+// linux-image-6.1.0-<N>-amd64 on bookworm, linux-image-arm64 on
+// linux-image-6.1.0-<N>-arm64.
+func KernelMetaPackage(arch string) string { return "linux-image-" + arch }
 
 // Kernel is a Debian kernel unpacked into the cache: the image and the
 // modules an initrd needs, in the order they must be loaded.
@@ -35,30 +37,56 @@ type Kernel struct {
 	Modules []string `json:"modules"`
 }
 
-// KernelPackage asks apt which kernel image package KernelMetaPackage
-// depends on.
-func KernelPackage(ctx context.Context) (string, error) {
-	out, err := aptRun(ctx, "", "apt-cache", "depends", KernelMetaPackage)
-	if err != nil {
-		return "", err
+// KernelPackage asks apt which kernel image package KernelMetaPackage(arch)
+// depends on: the host's apt-cache for the host's architecture; for
+// another, the meta package's own Depends, downloaded into a temporary
+// folder under cacheDir (those package lists are not the host's).
+func KernelPackage(ctx context.Context, cacheDir, arch string) (string, error) {
+	meta := KernelMetaPackage(arch)
+	var deps []string
+	if arch == HostArch {
+		out, err := aptRun(ctx, "", "apt-cache", "depends", meta)
+		if err != nil {
+			return "", err
+		}
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if dep, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "Depends: "); ok {
+				deps = append(deps, dep)
+			}
+		}
+	} else {
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			return "", err
+		}
+		work, err := os.MkdirTemp(cacheDir, ".meta-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(work)
+		deb, err := downloadDeb(ctx, work, arch, meta)
+		if err != nil {
+			return "", err
+		}
+		if deps, err = debDepends(ctx, deb); err != nil {
+			return "", err
+		}
 	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		dep, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "Depends: ")
-		if ok && strings.HasPrefix(dep, "linux-image-") && strings.HasSuffix(dep, "-amd64") {
+	for _, dep := range deps {
+		if strings.HasPrefix(dep, "linux-image-") && strings.HasSuffix(dep, "-"+arch) {
 			return dep, nil
 		}
 	}
-	return "", fmt.Errorf("apt-cache depends %s names no linux-image-*-amd64 package:\n%s", KernelMetaPackage, out)
+	return "", fmt.Errorf("%s depends on no linux-image-*-%s package (it depends on %q)", meta, arch, deps)
 }
 
-// FetchKernel returns the kernel of Debian package pkg with modules and
-// their dependencies (module names as modprobe spells them, e.g.
-// "virtio_net"; built-in ones are skipped). The first call downloads the
-// package with `apt-get download` and keeps only the image and those
-// modules under cacheDir/<pkg>-<hash of the module list>; later calls read
-// the cache. Nothing is installed on the host.
-func FetchKernel(ctx context.Context, cacheDir, pkg string, modules []string) (*Kernel, error) {
+// FetchKernel returns the kernel of Debian package pkg, of architecture
+// arch, with modules and their dependencies (module names as modprobe
+// spells them, e.g. "virtio_net"; built-in ones are skipped). The first
+// call downloads the package (downloadDeb) and keeps only the image and
+// those modules under cacheDir/<pkg>-<hash of the module list>; later calls
+// read the cache. Nothing is installed on the host.
+func FetchKernel(ctx context.Context, cacheDir, arch, pkg string, modules []string) (*Kernel, error) {
 	sum := sha256.Sum256([]byte(strings.Join(modules, ",")))
 	dir := filepath.Join(cacheDir, pkg+"-"+hex.EncodeToString(sum[:4]))
 	manifest := filepath.Join(dir, "kernel.json")
@@ -77,17 +105,12 @@ func FetchKernel(ctx context.Context, cacheDir, pkg string, modules []string) (*
 	}
 	defer os.RemoveAll(work)
 
-	// apt drops privileges to _apt for downloads unless told otherwise; the
-	// cache folder need not be readable by that user.
-	if _, err := aptRun(ctx, work, "apt-get", "download", "-o", "APT::Sandbox::User=root", pkg); err != nil {
+	deb, err := downloadDeb(ctx, work, arch, pkg)
+	if err != nil {
 		return nil, err
 	}
-	debs, _ := filepath.Glob(filepath.Join(work, "*.deb"))
-	if len(debs) != 1 {
-		return nil, fmt.Errorf("apt-get download %s left %d .deb files", pkg, len(debs))
-	}
 	root := filepath.Join(work, "root")
-	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], root).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, root).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("dpkg-deb -x: %v: %s", err, bytes.TrimSpace(out))
 	}
 	images, _ := filepath.Glob(filepath.Join(root, "boot", "vmlinuz-*"))

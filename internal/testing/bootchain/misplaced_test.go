@@ -22,7 +22,7 @@ func (c *chain) refuse(t *testing.T, v vm) {
 	defer cancel()
 	before := c.metrics(t)
 	run := c.startVM(t, v)
-	want := "kubefarm: BootImage " + c.armImage.Name + " is for arm64, this machine's iPXE is x86_64"
+	want := "kubefarm: BootImage " + c.images[v.name].Name + " is for arm64, this machine's iPXE is x86_64"
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-run.exit:
