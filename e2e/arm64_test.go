@@ -138,7 +138,7 @@ func TestARM64Join(t *testing.T) {
 		}
 	})
 	t.Run("the Machine shows the boot, NetworkVerified and NodeReady; the network taint is lifted", func(t *testing.T) {
-		checkARM64Machine(t, ctx, c, tenant, machineKey, vm.Name, img, story)
+		checkMachineBoot(t, ctx, c, tenant, machineKey, vm.Name, img, story)
 	})
 	t.Run("a pod runs on it with an address of the Node's pod CIDR", func(t *testing.T) {
 		checkARM64Pod(t, ctx, tenant, vm.Name)
@@ -181,37 +181,6 @@ func arm64Values(t *testing.T, bootImage string, vm *joinVM) map[string]any {
 	pool["kernelArgs"] = []any{"console=ttyAMA0", "systemd.log_color=0", "systemd.journald.forward_to_console=1"}
 	delete(pool, "hostNetwork")
 	return vals
-}
-
-// checkARM64Machine waits for the Machine key to show the boot its Node
-// (nodeName) runs with NetworkVerified and NodeReady, and for the Node to
-// have lost the network taint.
-func checkARM64Machine(t *testing.T, ctx context.Context, c client.Client, tenant kubernetes.Interface, key client.ObjectKey, nodeName string, img *kubefarmv1.BootImage, story func() string) {
-	m := &kubefarmv1.Machine{}
-	var node *corev1.Node
-	err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
-		n, err := tenant.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil || c.Get(ctx, key, m) != nil {
-			return false, nil
-		}
-		node = n
-		for _, tt := range n.Spec.Taints {
-			if tt.Key == "kubefarm.io/network-unavailable" {
-				return false, nil
-			}
-		}
-		return m.Status.LastBoot != nil && meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNetworkVerified) &&
-			meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNodeReady), nil
-	})
-	if err != nil {
-		t.Fatalf("the taint was not lifted, or the Machine lacks NetworkVerified and NodeReady: %v%s", err, story())
-	}
-	if m.Status.LastBoot.BootID != node.Status.NodeInfo.BootID {
-		t.Errorf("Machine lastBoot.bootID %s, the Node runs boot %s", m.Status.LastBoot.BootID, node.Status.NodeInfo.BootID)
-	}
-	if m.Status.LastBoot.ImageDigest != img.Spec.Rootfs.Digest {
-		t.Errorf("Machine lastBoot.imageDigest %s, the BootImage's rootfs is %s", m.Status.LastBoot.ImageDigest, img.Spec.Rootfs.Digest)
-	}
 }
 
 // checkARM64Pod runs the preloaded sandbox image as a pod's only container

@@ -228,7 +228,6 @@ func TestNodeJoin(t *testing.T) {
 	powerOn := time.Now()
 	story := func() string { return machineStory(ctx, cs, c, machineKey, powerOn) }
 
-	var node *corev1.Node
 	vmNodes := make([]*corev1.Node, len(vms))
 	t.Run("the machines join and their Nodes are Ready", func(t *testing.T) {
 		for i, vm := range vms {
@@ -246,9 +245,6 @@ func TestNodeJoin(t *testing.T) {
 				n, err := tenant.CoreV1().Nodes().Get(ctx, vm.Name, metav1.GetOptions{})
 				if err != nil {
 					return false, nil
-				}
-				if vm.Name == hostname {
-					node = n
 				}
 				vmNodes[i] = n
 				return cluster.NodeReady(n), nil
@@ -295,30 +291,7 @@ func TestNodeJoin(t *testing.T) {
 	})
 
 	t.Run("the network taint is lifted for the boot the node runs", func(t *testing.T) {
-		m := &kubefarmv1.Machine{}
-		err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
-			n, err := tenant.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
-			if err != nil || c.Get(ctx, machineKey, m) != nil {
-				return false, nil
-			}
-			node = n
-			for _, tt := range n.Spec.Taints {
-				if tt.Key == "kubefarm.io/network-unavailable" {
-					return false, nil
-				}
-			}
-			return m.Status.LastBoot != nil && meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNetworkVerified) &&
-				meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNodeReady), nil
-		})
-		if err != nil {
-			t.Fatalf("the taint was not lifted, or the Machine lacks NetworkVerified and NodeReady: %v%s", err, story())
-		}
-		if m.Status.LastBoot.BootID != node.Status.NodeInfo.BootID {
-			t.Errorf("Machine lastBoot.bootID %s, the Node runs boot %s", m.Status.LastBoot.BootID, node.Status.NodeInfo.BootID)
-		}
-		if m.Status.LastBoot.ImageDigest != img.Spec.Rootfs.Digest {
-			t.Errorf("Machine lastBoot.imageDigest %s, the BootImage's rootfs is %s", m.Status.LastBoot.ImageDigest, img.Spec.Rootfs.Digest)
-		}
+		m, _ := checkMachineBoot(t, ctx, c, tenant, machineKey, hostname, img, story)
 		t.Logf("Machine %s: boot %s, image %s", machineKey, m.Status.LastBoot.BootID, m.Status.LastBoot.ImageDigest)
 	})
 	if t.Failed() {
@@ -726,6 +699,41 @@ func machineEvents(ctx context.Context, cs kubernetes.Interface, key client.Obje
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
 	return out
+}
+
+// checkMachineBoot waits for the Machine key to show a boot with
+// NetworkVerified and NodeReady and for its Node (nodeName) to have lost
+// the network taint, then requires the Machine's last boot to be the one
+// the Node runs, of img's root filesystem. It returns both as last read.
+func checkMachineBoot(t *testing.T, ctx context.Context, c client.Client, tenant kubernetes.Interface, key client.ObjectKey, nodeName string,
+	img *kubefarmv1.BootImage, story func() string) (*kubefarmv1.Machine, *corev1.Node) {
+	t.Helper()
+	m := &kubefarmv1.Machine{}
+	var node *corev1.Node
+	err := pollErr(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
+		n, err := tenant.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if err != nil || c.Get(ctx, key, m) != nil {
+			return false, nil
+		}
+		node = n
+		for _, tt := range n.Spec.Taints {
+			if tt.Key == "kubefarm.io/network-unavailable" {
+				return false, nil
+			}
+		}
+		return m.Status.LastBoot != nil && meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNetworkVerified) &&
+			meta.IsStatusConditionTrue(m.Status.Conditions, kubefarmv1.ConditionNodeReady), nil
+	})
+	if err != nil {
+		t.Fatalf("the taint was not lifted, or the Machine lacks NetworkVerified and NodeReady: %v%s", err, story())
+	}
+	if m.Status.LastBoot.BootID != node.Status.NodeInfo.BootID {
+		t.Errorf("Machine lastBoot.bootID %s, the Node runs boot %s", m.Status.LastBoot.BootID, node.Status.NodeInfo.BootID)
+	}
+	if m.Status.LastBoot.ImageDigest != img.Spec.Rootfs.Digest {
+		t.Errorf("Machine lastBoot.imageDigest %s, the BootImage's rootfs is %s", m.Status.LastBoot.ImageDigest, img.Spec.Rootfs.Digest)
+	}
+	return m, node
 }
 
 // machineStory prints the Machine's Events and conditions relative to
