@@ -431,7 +431,9 @@ NODE_IMAGE_APT_PACKAGES := mmdebstrap squashfs-tools kmod busybox-static
 # kubefarm-agent, static. Always rebuilt (Go's cache makes that cheap); its
 # bytes are part of the node image's cache key, and Go builds are
 # reproducible, so an unchanged agent leaves the key unchanged.
-.PHONY: agent $(ARM64_BIN)/kubefarm-agent
+# Both files are phony, not only the target: a bin/kubefarm-agent left from
+# an older checkout must never stand in for this one's.
+.PHONY: agent $(BIN)/kubefarm-agent $(ARM64_BIN)/kubefarm-agent
 agent: $(BIN)/kubefarm-agent ## Build bin/kubefarm-agent (static), which the node image carries.
 $(BIN)/kubefarm-agent $(ARM64_BIN)/kubefarm-agent:
 	$(TOOLS_ENV) $(GO) build -trimpath -ldflags '-s -w' -o $@ ./cmd/kubefarm-agent
