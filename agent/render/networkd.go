@@ -16,8 +16,9 @@ import (
 // NetworkdDir is where the machine's links are described for
 // systemd-networkd: its runtime directory, so that a boot starts from the
 // image's files and this boot's configuration alone. The files' names sort
-// before the initrd's 09-kubefarm-other-nics.network (every Ethernet link
-// but the boot NIC unmanaged) and the image's 10-kubefarm.network (DHCP,
+// before the initrd's 09-kubefarm-other-nics.network (meant for every
+// Ethernet link but the boot NIC, unmanaged; its negated Name= matches the
+// boot NIC's alternative names too, docs/nodes.md) and the image's 10-kubefarm.network (DHCP,
 // now the boot NIC's alone), and networkd applies the first .network file
 // that matches a link.
 const NetworkdDir = "/run/systemd/network"
